@@ -1,0 +1,28 @@
+"""The exceptions shardline raises.
+
+Every error is a :class:`ShardlineError`, and each also subclasses the builtin it resembles, so a
+caller that already catches ``ValueError`` or ``LookupError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = ["InvalidEvent", "ShardlineError", "UnhashableKey", "UnknownTier"]
+
+
+class ShardlineError(Exception):
+    """Root of every error raised by shardline."""
+
+
+class InvalidEvent(ShardlineError, ValueError):
+    """A topology event or catalog row is malformed; nothing of it was applied.
+
+    The message names the offending field and its value.
+    """
+
+
+class UnknownTier(ShardlineError, LookupError):
+    """A lookup named a tier that was never registered with the topology."""
+
+
+class UnhashableKey(ShardlineError, TypeError):
+    """A sharding-key value that the hashing scheme cannot encode (type or range)."""

@@ -1,0 +1,66 @@
+"""Topology events, shaped like Picodata's topology-notification ADR.
+
+An event is a plain frozen value; :class:`shardline.Topology` validates it when it is applied,
+so a malformed event raises :class:`shardline.InvalidEvent` there and changes nothing. In a
+``"replace"`` event a field left as ``None`` means "leave unchanged".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shardline import _core
+
+__all__ = ["BucketEvent", "InstanceEvent", "Op", "ReplicasetEvent"]
+
+Op = Literal["replace", "delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceEvent:
+    """An instance appeared, changed (state, address, replicaset) or left."""
+
+    op: Op
+    instance_uuid: str
+    replicaset_uuid: str | None = None
+    current_state: str | None = None
+    address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicasetEvent:
+    """A replicaset appeared, changed (master switch, tier) or was expelled.
+
+    ``tier`` is required when the replicaset is not yet known to the topology.
+    """
+
+    op: Op
+    replicaset_uuid: str
+    tier: str | None = None
+    current_master_uuid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BucketEvent:
+    """The buckets ``start..end`` (inclusive) of ``tier`` are held by a replicaset."""
+
+    tier: str
+    start: int
+    end: int
+    current_replicaset_uuid: str
+    state: str = "active"
+    op: Op = "replace"
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> BucketEvent:
+        """Builds the event for one element of the JSON array ``SELECT _pico_bucket(tier)`` returns.
+
+        The row needs ``bucket_id_start``, ``bucket_id_end``, ``current_replicaset_uuid``,
+        ``state`` and ``tier_name``; ``target_replicaset_uuid`` is not used, since requests
+        follow the current owner until a migration completes. Raises
+        :class:`shardline.InvalidEvent` naming the missing or malformed field.
+        """
+        tier, start, end, owner, state = _core.parse_bucket_row(dict(row))
+        return cls(tier=tier, start=start, end=end, current_replicaset_uuid=owner, state=state)

@@ -1,0 +1,238 @@
+//! One tier's map of bucket ranges to their owner, with the seed's clear-on-suspicion rules.
+//!
+//! Ranges are inclusive, non-overlapping and kept sorted by `start` in a `Vec`: for disjoint
+//! intervals a sorted vector searched by bisection is an interval tree, with the best constant
+//! factors (one contiguous allocation, a cache-friendly search, no per-node pointers).
+//! `docs/architecture.md` records why this beat a dense bucket → owner table.
+
+/// One inclusive range of buckets and the replicaset that owns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Range<O> {
+    pub start: u32,
+    pub end: u32,
+    pub owner: O,
+}
+
+/// What an upsert did to the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Upsert {
+    /// The identical range was already there (a redelivery).
+    Unchanged,
+    /// The range did not touch any existing one and was added.
+    Inserted,
+    /// The range overlapped others, so the map was cleared and then holds only this range.
+    ClearedThenInserted,
+}
+
+/// The snapshot's ranges overlap: `first` and `second` are the offending pair.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Overlap {
+    pub first: (u32, u32),
+    pub second: (u32, u32),
+}
+
+#[derive(Debug)]
+pub struct BucketMap<O> {
+    ranges: Vec<Range<O>>,
+    epoch: u64,
+}
+
+impl<O> Default for BucketMap<O> {
+    fn default() -> Self {
+        Self {
+            ranges: Vec::new(),
+            epoch: 0,
+        }
+    }
+}
+
+impl<O: PartialEq> BucketMap<O> {
+    /// Bumped on every change of the map's contents, never otherwise.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn ranges(&self) -> &[Range<O>] {
+        &self.ranges
+    }
+
+    /// The owner of `bucket`, if a range covers it.
+    #[inline]
+    pub fn lookup(&self, bucket: u32) -> Option<&O> {
+        let index = self.ranges.partition_point(|range| range.end < bucket);
+        self.ranges
+            .get(index)
+            .filter(|range| range.start <= bucket)
+            .map(|range| &range.owner)
+    }
+
+    /// Forgets every range (the map can no longer be trusted). O(ranges in this map).
+    pub fn clear(&mut self) {
+        if !self.ranges.is_empty() {
+            self.ranges.clear();
+            self.epoch += 1;
+        }
+    }
+
+    /// Indices of the ranges that intersect `[start, end]`.
+    fn overlapping(&self, start: u32, end: u32) -> std::ops::Range<usize> {
+        let first = self.ranges.partition_point(|range| range.end < start);
+        let past = first + self.ranges[first..].partition_point(|range| range.start <= end);
+        first..past
+    }
+
+    /// Applies one bucket event: an overlap with anything but an identical range clears the map
+    /// first, then `[start, end] → owner` is inserted. Bounds are the caller's to validate.
+    pub fn upsert(&mut self, start: u32, end: u32, owner: O) -> Upsert {
+        let hits = self.overlapping(start, end);
+        if hits.len() == 1 {
+            let existing = &self.ranges[hits.start];
+            if existing.start == start && existing.end == end && existing.owner == owner {
+                return Upsert::Unchanged;
+            }
+        }
+        let outcome = if hits.is_empty() {
+            self.ranges.insert(hits.start, Range { start, end, owner });
+            Upsert::Inserted
+        } else {
+            self.ranges.clear();
+            self.ranges.push(Range { start, end, owner });
+            Upsert::ClearedThenInserted
+        };
+        self.epoch += 1;
+        outcome
+    }
+
+    /// Applies a bucket delete event: the identical range is removed; a partial overlap means the
+    /// map no longer matches the cluster, so it is cleared; no overlap changes nothing.
+    pub fn remove(&mut self, start: u32, end: u32, owner: &O) {
+        let hits = self.overlapping(start, end);
+        if hits.is_empty() {
+            return;
+        }
+        let existing = &self.ranges[hits.start];
+        if hits.len() == 1 && existing.start == start && existing.end == end && existing.owner == *owner {
+            self.ranges.remove(hits.start);
+            self.epoch += 1;
+        } else {
+            self.clear();
+        }
+    }
+
+    /// Makes the map exactly `snapshot` (sorted and disjoint: see [`sort_snapshot`]).
+    /// Returns whether anything changed; an identical snapshot leaves the epoch alone.
+    pub fn replace_all(&mut self, snapshot: Vec<Range<O>>) -> bool {
+        if self.ranges == snapshot {
+            return false;
+        }
+        self.ranges = snapshot;
+        self.epoch += 1;
+        true
+    }
+}
+
+/// Sorts a snapshot's ranges by start and checks that no two intersect.
+pub fn sort_snapshot<O>(ranges: &mut [Range<O>]) -> Result<(), Overlap> {
+    ranges.sort_unstable_by_key(|range| range.start);
+    match ranges.windows(2).find(|pair| pair[0].end >= pair[1].start) {
+        Some(pair) => Err(Overlap {
+            first: (pair[0].start, pair[0].end),
+            second: (pair[1].start, pair[1].end),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(ranges: &[(u32, u32, char)]) -> BucketMap<char> {
+        let mut map = BucketMap::default();
+        for &(start, end, owner) in ranges {
+            map.upsert(start, end, owner);
+        }
+        map
+    }
+
+    fn contents(map: &BucketMap<char>) -> Vec<(u32, u32, char)> {
+        map.ranges().iter().map(|r| (r.start, r.end, r.owner)).collect()
+    }
+
+    #[test]
+    fn lookup_finds_covering_range_only() {
+        let map = map(&[(1, 10, 'a'), (21, 30, 'b')]);
+        assert_eq!(map.lookup(1), Some(&'a'));
+        assert_eq!(map.lookup(10), Some(&'a'));
+        assert_eq!(map.lookup(15), None);
+        assert_eq!(map.lookup(21), Some(&'b'));
+        assert_eq!(map.lookup(31), None);
+        assert_eq!(map.lookup(0), None);
+    }
+
+    #[test]
+    fn redelivery_is_a_no_op() {
+        let mut map = map(&[(1, 10, 'a')]);
+        let epoch = map.epoch();
+        assert_eq!(map.upsert(1, 10, 'a'), Upsert::Unchanged);
+        assert_eq!(map.epoch(), epoch);
+    }
+
+    #[test]
+    fn same_bounds_other_owner_clears() {
+        let mut map = map(&[(1, 10, 'a'), (11, 20, 'b')]);
+        assert_eq!(map.upsert(1, 10, 'c'), Upsert::ClearedThenInserted);
+        assert_eq!(contents(&map), vec![(1, 10, 'c')]);
+    }
+
+    #[test]
+    fn overlap_clears_then_inserts() {
+        let mut map = map(&[(1, 1000, 'a'), (1001, 2000, 'b'), (2001, 3000, 'c')]);
+        assert_eq!(map.upsert(1, 750, 'a'), Upsert::ClearedThenInserted);
+        assert_eq!(map.upsert(751, 1500, 'b'), Upsert::Inserted);
+        assert_eq!(map.upsert(1501, 3000, 'c'), Upsert::Inserted);
+        assert_eq!(contents(&map), vec![(1, 750, 'a'), (751, 1500, 'b'), (1501, 3000, 'c')]);
+    }
+
+    #[test]
+    fn insert_keeps_order() {
+        let map = map(&[(21, 30, 'c'), (1, 10, 'a'), (11, 20, 'b')]);
+        assert_eq!(contents(&map), vec![(1, 10, 'a'), (11, 20, 'b'), (21, 30, 'c')]);
+    }
+
+    #[test]
+    fn remove_identical_partial_and_disjoint() {
+        let mut m = map(&[(1, 10, 'a'), (11, 20, 'b')]);
+        m.remove(30, 40, &'a');
+        assert_eq!(contents(&m).len(), 2);
+        m.remove(1, 10, &'a');
+        assert_eq!(contents(&m), vec![(11, 20, 'b')]);
+        m.remove(15, 25, &'b');
+        assert!(contents(&m).is_empty());
+    }
+
+    #[test]
+    fn epoch_moves_only_on_change() {
+        let mut map: BucketMap<char> = BucketMap::default();
+        map.clear();
+        assert_eq!(map.epoch(), 0);
+        map.upsert(1, 5, 'a');
+        assert_eq!(map.epoch(), 1);
+        assert!(!map.replace_all(vec![Range { start: 1, end: 5, owner: 'a' }]));
+        assert_eq!(map.epoch(), 1);
+        map.clear();
+        assert_eq!(map.epoch(), 2);
+    }
+
+    #[test]
+    fn snapshot_overlap_is_reported() {
+        let mut ranges = vec![
+            Range { start: 11, end: 20, owner: 'b' },
+            Range { start: 1, end: 11, owner: 'a' },
+        ];
+        assert_eq!(
+            sort_snapshot(&mut ranges),
+            Err(Overlap { first: (1, 11), second: (11, 20) })
+        );
+    }
+}

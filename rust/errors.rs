@@ -1,0 +1,35 @@
+//! Raising the Python exception hierarchy from Rust.
+//!
+//! The classes live in `shardline/errors.py` because they need multiple inheritance
+//! (`InvalidEvent` is both a `ShardlineError` and a `ValueError`), which PyO3's
+//! `create_exception!` cannot express. Rust imports each class once and caches it.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+static INVALID_EVENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static UNKNOWN_TIER: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static UNHASHABLE_KEY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn raise(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, name: &str, msg: String) -> PyErr {
+    match cell.import(py, "shardline.errors", name) {
+        Ok(class) => PyErr::from_type(class.clone(), msg),
+        Err(import_error) => import_error,
+    }
+}
+
+/// A malformed event or row; `msg` names the field and the value.
+pub fn invalid_event(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, &INVALID_EVENT, "InvalidEvent", msg)
+}
+
+/// A tier that was never registered (or, for hashing, has no bucket count).
+pub fn unknown_tier(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, &UNKNOWN_TIER, "UnknownTier", msg)
+}
+
+/// A key value the hashing scheme cannot encode.
+pub fn unhashable_key(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, &UNHASHABLE_KEY, "UnhashableKey", msg)
+}

@@ -1,0 +1,274 @@
+//! Reading topology events and `_pico_bucket` rows out of Python objects, validated.
+//!
+//! Everything arriving from Python is checked here, before the topology's lock is taken, so a
+//! malformed event raises `InvalidEvent` naming the field and leaves the topology untouched.
+//! Checks that need the topology (a range beyond its tier's bucket count) live in `topology.rs`.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+
+use crate::errors::invalid_event;
+use crate::uuid;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Replace,
+    Delete,
+}
+
+/// A replicaset uuid with its canonical text, kept as a Python string so lookups can return it
+/// without allocating.
+#[derive(Debug)]
+pub struct Owner {
+    pub uuid: u128,
+    pub name: Py<PyString>,
+}
+
+impl PartialEq for Owner {
+    fn eq(&self, other: &Self) -> bool {
+        self.uuid == other.uuid
+    }
+}
+
+pub struct InstanceChange {
+    pub op: Op,
+    pub uuid: u128,
+    pub replicaset_uuid: Option<u128>,
+    pub current_state: Option<String>,
+    pub address: Option<String>,
+}
+
+pub struct ReplicasetChange {
+    pub op: Op,
+    pub uuid: u128,
+    pub tier: Option<String>,
+    pub current_master_uuid: Option<u128>,
+}
+
+pub struct BucketChange {
+    pub op: Op,
+    pub tier: String,
+    pub start: u32,
+    pub end: u32,
+    pub owner: Owner,
+}
+
+fn op(value: &Bound<'_, PyAny>) -> PyResult<Op> {
+    match value.extract::<&str>() {
+        Ok("replace") => Ok(Op::Replace),
+        Ok("delete") => Ok(Op::Delete),
+        _ => Err(invalid_event(
+            value.py(),
+            format!("field 'op' must be 'replace' or 'delete', got {}", repr(value)),
+        )),
+    }
+}
+
+fn repr(value: &Bound<'_, PyAny>) -> String {
+    value
+        .repr()
+        .map_or_else(|_| "<unrepresentable>".to_owned(), |r| r.to_string())
+}
+
+fn text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    match value.cast::<PyString>() {
+        Ok(s) => Ok(s.to_str()?.to_owned()),
+        Err(_) => Err(invalid_event(
+            value.py(),
+            format!("field '{field}' must be a str, got {}", repr(value)),
+        )),
+    }
+}
+
+fn str_of<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    value.cast_into::<PyString>().map_err(|e| {
+        let value = e.into_inner();
+        invalid_event(value.py(), format!("field '{field}' must be a str, got {}", repr(&value)))
+    })
+}
+
+fn non_empty_str<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    let s = str_of(field, value)?;
+    if s.to_str()?.is_empty() {
+        return Err(invalid_event(s.py(), format!("field '{field}' must not be empty")));
+    }
+    Ok(s)
+}
+
+fn optional_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        text(field, value).map(Some)
+    }
+}
+
+fn non_empty_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let s = text(field, value)?;
+    if s.is_empty() {
+        return Err(invalid_event(value.py(), format!("field '{field}' must not be empty")));
+    }
+    Ok(s)
+}
+
+fn uuid_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<u128> {
+    value
+        .cast::<PyString>()
+        .ok()
+        .and_then(|s| s.to_str().ok())
+        .and_then(uuid::parse)
+        .ok_or_else(|| {
+            invalid_event(
+                value.py(),
+                format!("field '{field}' must be a UUID string, got {}", repr(value)),
+            )
+        })
+}
+
+fn optional_uuid(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<u128>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        uuid_of(field, value).map(Some)
+    }
+}
+
+/// A replicaset uuid field as an [`Owner`]: reuses the caller's string when it is already
+/// canonical, which is what Picodata sends.
+fn owner_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Owner> {
+    let uuid = uuid_of(field, value)?;
+    let given = value.cast::<PyString>()?;
+    let canonical = given.to_str()?;
+    let name = if canonical.len() == 36 && !canonical.bytes().any(|b| b.is_ascii_uppercase()) {
+        given.clone().unbind()
+    } else {
+        PyString::new(value.py(), &uuid::format(uuid)).unbind()
+    };
+    Ok(Owner { uuid, name })
+}
+
+/// A bucket bound: an int in `1..=u32::MAX` (bool is refused: it is an int by accident).
+fn bucket_bound(field: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let bound = if value.is_instance_of::<pyo3::types::PyBool>() {
+        None
+    } else {
+        value.extract::<i64>().ok()
+    };
+    match bound {
+        Some(b) if b >= 1 && b <= i64::from(u32::MAX) => Ok(b as u32),
+        _ => Err(invalid_event(
+            value.py(),
+            format!("field '{field}' must be a bucket id (an int >= 1), got {}", repr(value)),
+        )),
+    }
+}
+
+fn check_order(py: Python<'_>, start: u32, end: u32) -> PyResult<()> {
+    if start > end {
+        return Err(invalid_event(
+            py,
+            format!("bucket range start {start} is greater than end {end}"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn instance_change(event: &Bound<'_, PyAny>) -> PyResult<InstanceChange> {
+    let py = event.py();
+    Ok(InstanceChange {
+        op: op(&event.getattr(intern!(py, "op"))?)?,
+        uuid: uuid_of("instance_uuid", &event.getattr(intern!(py, "instance_uuid"))?)?,
+        replicaset_uuid: optional_uuid(
+            "replicaset_uuid",
+            &event.getattr(intern!(py, "replicaset_uuid"))?,
+        )?,
+        current_state: optional_text("current_state", &event.getattr(intern!(py, "current_state"))?)?,
+        address: optional_text("address", &event.getattr(intern!(py, "address"))?)?,
+    })
+}
+
+pub fn replicaset_change(event: &Bound<'_, PyAny>) -> PyResult<ReplicasetChange> {
+    let py = event.py();
+    let tier = event.getattr(intern!(py, "tier"))?;
+    Ok(ReplicasetChange {
+        op: op(&event.getattr(intern!(py, "op"))?)?,
+        uuid: uuid_of("replicaset_uuid", &event.getattr(intern!(py, "replicaset_uuid"))?)?,
+        tier: if tier.is_none() {
+            None
+        } else {
+            Some(non_empty_text("tier", &tier)?)
+        },
+        current_master_uuid: optional_uuid(
+            "current_master_uuid",
+            &event.getattr(intern!(py, "current_master_uuid"))?,
+        )?,
+    })
+}
+
+/// A `BucketEvent`-like object (attributes `tier`, `start`, `end`, `current_replicaset_uuid`, `op`).
+pub fn bucket_change(event: &Bound<'_, PyAny>) -> PyResult<BucketChange> {
+    let py = event.py();
+    let start = bucket_bound("start", &event.getattr(intern!(py, "start"))?)?;
+    let end = bucket_bound("end", &event.getattr(intern!(py, "end"))?)?;
+    check_order(py, start, end)?;
+    Ok(BucketChange {
+        op: op(&event.getattr(intern!(py, "op"))?)?,
+        tier: non_empty_text("tier", &event.getattr(intern!(py, "tier"))?)?,
+        start,
+        end,
+        owner: owner_of(
+            "current_replicaset_uuid",
+            &event.getattr(intern!(py, "current_replicaset_uuid"))?,
+        )?,
+    })
+}
+
+fn row_field<'py>(row: &Bound<'py, PyDict>, field: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    row.get_item(field)?.ok_or_else(|| {
+        invalid_event(
+            row.py(),
+            format!("bucket row has no field '{field}': {}", repr(row.as_any())),
+        )
+    })
+}
+
+/// One element of the JSON array `_pico_bucket(tier)` returns. `target_replicaset_uuid` is not
+/// read: routing follows `current_replicaset_uuid` until a migration completes.
+pub struct BucketRow<'py> {
+    pub tier: Bound<'py, PyString>,
+    pub start: u32,
+    pub end: u32,
+    pub owner: Owner,
+    pub state: Bound<'py, PyString>,
+}
+
+pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
+    let py = row.py();
+    let row = row.cast::<PyDict>().map_err(|_| {
+        invalid_event(py, format!("a bucket row must be a dict, got {}", repr(row)))
+    })?;
+    let start = bucket_bound("bucket_id_start", &row_field(row, intern!(py, "bucket_id_start"))?)?;
+    let end = bucket_bound("bucket_id_end", &row_field(row, intern!(py, "bucket_id_end"))?)?;
+    check_order(py, start, end)?;
+    Ok(BucketRow {
+        tier: non_empty_str("tier_name", row_field(row, intern!(py, "tier_name"))?)?,
+        start,
+        end,
+        owner: owner_of(
+            "current_replicaset_uuid",
+            &row_field(row, intern!(py, "current_replicaset_uuid"))?,
+        )?,
+        state: str_of("state", row_field(row, intern!(py, "state"))?)?,
+    })
+}
+
+/// Validates one `_pico_bucket` row and returns `(tier, start, end, current_replicaset_uuid,
+/// state)` with the uuid in canonical form; `BucketEvent.from_row` builds on it.
+#[pyfunction]
+pub fn parse_bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+    let parsed = bucket_row(row)?;
+    let py = row.py();
+    (parsed.tier, parsed.start, parsed.end, parsed.owner.name.bind(py), parsed.state)
+        .into_pyobject(py)
+}

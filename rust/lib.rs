@@ -1,0 +1,26 @@
+//! shardline's Rust core. This file only wires modules; each concept has its own file.
+
+mod bucket_map;
+mod errors;
+mod events;
+mod instance;
+mod replicaset;
+mod sharding;
+mod topology;
+mod uuid;
+
+use pyo3::prelude::*;
+
+#[pymodule(gil_used = false)]
+mod _core {
+    #[pymodule_export]
+    use crate::instance::Instance;
+    #[pymodule_export]
+    use crate::replicaset::Replicaset;
+    #[pymodule_export]
+    use crate::sharding::bucket_id;
+    #[pymodule_export]
+    use crate::topology::Topology;
+    #[pymodule_export]
+    use crate::events::parse_bucket_row;
+}

@@ -1,0 +1,36 @@
+//! `Replicaset`: one replicaset, its tier and its current master.
+
+use pyo3::prelude::*;
+
+use crate::instance::repr_option;
+
+/// A replicaset of the cluster: immutable; the topology replaces it on every change.
+#[pyclass(frozen, eq, hash, module = "shardline", name = "Replicaset", get_all)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Replicaset {
+    pub uuid: String,
+    pub tier: String,
+    pub current_master_uuid: Option<String>,
+}
+
+#[pymethods]
+impl Replicaset {
+    #[new]
+    #[pyo3(signature = (uuid, tier, current_master_uuid = None))]
+    fn new(uuid: String, tier: String, current_master_uuid: Option<String>) -> Self {
+        Self {
+            uuid,
+            tier,
+            current_master_uuid,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Replicaset(uuid={:?}, tier={:?}, current_master_uuid={})",
+            self.uuid,
+            self.tier,
+            repr_option(&self.current_master_uuid),
+        )
+    }
+}

@@ -1,0 +1,535 @@
+//! `Topology`: instances, replicasets and per-tier bucket maps, kept from topology events, and
+//! routing of keys to the master instance of the replicaset that owns their bucket.
+
+use std::sync::OnceLock;
+
+use parking_lot::RwLock;
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyType};
+use rustc_hash::FxHashMap;
+
+use crate::bucket_map::{sort_snapshot, BucketMap, Range};
+use crate::errors::{invalid_event, unknown_tier};
+use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
+use crate::instance::Instance;
+use crate::replicaset::Replicaset;
+use crate::sharding::{bucket_of, DecimalFormat, KeyHasher};
+use crate::uuid;
+
+struct ReplicasetEntry {
+    tier: Box<str>,
+    master: Option<u128>,
+    object: Py<Replicaset>,
+}
+
+#[derive(Default)]
+struct State {
+    instances: FxHashMap<u128, Py<Instance>>,
+    replicasets: FxHashMap<u128, ReplicasetEntry>,
+    maps: FxHashMap<Box<str>, BucketMap<Owner>>,
+}
+
+impl State {
+    fn map(&self, py: Python<'_>, tier: &str) -> PyResult<&BucketMap<Owner>> {
+        self.maps
+            .get(tier)
+            .ok_or_else(|| unknown_tier(py, format!("unknown tier {tier:?}")))
+    }
+
+    fn map_mut(&mut self, tier: &str) -> &mut BucketMap<Owner> {
+        if !self.maps.contains_key(tier) {
+            self.maps.insert(tier.into(), BucketMap::default());
+        }
+        self.maps.get_mut(tier).expect("inserted above")
+    }
+
+    fn clear_tier(&mut self, tier: &str) {
+        self.map_mut(tier).clear();
+    }
+
+    /// The master instance of the replicaset `owner`, if everything on the way is known.
+    #[inline]
+    fn master_instance(&self, owner: &Owner) -> Option<&Py<Instance>> {
+        let master = self.replicasets.get(&owner.uuid)?.master?;
+        self.instances.get(&master)
+    }
+}
+
+/// The client's converged view of a Picodata cluster, and the router built on it.
+///
+/// A topology holds the static tier configuration (name → bucket count, set once by
+/// `apply_tiers`), the instances and replicasets the cluster has announced, and per tier a map
+/// of inclusive bucket ranges → owning replicaset. Events keep it current; whenever an event
+/// makes a tier's map untrustworthy the map is cleared, so a lookup answers `None` ("unknown,
+/// refresh") rather than a stale owner, until bucket events fill it again.
+///
+/// All methods are safe to call from many threads at once; each event is applied atomically,
+/// and readers see the map either wholly before or wholly after it.
+///
+/// Implementation notes:
+///     Each map is a sorted vector of disjoint ranges searched by bisection. Writers take an
+///     exclusive lock only after the event has been read and validated, so a malformed event
+///     never leaves anything half-applied; nothing calls back into Python while a lock is held.
+#[pyclass(frozen, module = "shardline", name = "Topology")]
+pub struct Topology {
+    bucket_counts: OnceLock<FxHashMap<Box<str>, u32>>,
+    state: RwLock<State>,
+}
+
+static EVENT_CLASSES: PyOnceLock<[Py<PyType>; 3]> = PyOnceLock::new();
+
+fn event_classes(py: Python<'_>) -> PyResult<&[Py<PyType>; 3]> {
+    EVENT_CLASSES.get_or_try_init(py, || {
+        let module = py.import("shardline.topology.events")?;
+        let class = |name: &str| -> PyResult<Py<PyType>> {
+            Ok(module.getattr(name)?.cast_into::<PyType>()?.unbind())
+        };
+        Ok([
+            class("InstanceEvent")?,
+            class("ReplicasetEvent")?,
+            class("BucketEvent")?,
+        ])
+    })
+}
+
+impl Topology {
+    fn bucket_count(&self, py: Python<'_>, tier: &str) -> PyResult<u32> {
+        self.bucket_counts
+            .get()
+            .and_then(|counts| counts.get(tier).copied())
+            .ok_or_else(|| {
+                unknown_tier(
+                    py,
+                    format!("tier {tier:?} has no bucket count: it is not in apply_tiers"),
+                )
+            })
+    }
+
+    fn check_range_fits(&self, py: Python<'_>, tier: &str, end: u32) -> PyResult<()> {
+        if let Some(&count) = self.bucket_counts.get().and_then(|counts| counts.get(tier)) {
+            if end > count {
+                return Err(invalid_event(
+                    py,
+                    format!("bucket range end {end} exceeds tier {tier:?}'s bucket_count {count}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_instance_change(&self, py: Python<'_>, change: InstanceChange) -> PyResult<()> {
+        let mut state = self.state.write();
+        if change.op == Op::Delete {
+            state.instances.remove(&change.uuid);
+            return Ok(());
+        }
+        let merged = match state.instances.get(&change.uuid).map(|known| known.get()) {
+            Some(known) => Instance {
+                uuid: known.uuid.clone(),
+                replicaset_uuid: change
+                    .replicaset_uuid
+                    .map(uuid::format)
+                    .or_else(|| known.replicaset_uuid.clone()),
+                current_state: change.current_state.or_else(|| known.current_state.clone()),
+                address: change.address.or_else(|| known.address.clone()),
+            },
+            None => Instance {
+                uuid: uuid::format(change.uuid),
+                replicaset_uuid: change.replicaset_uuid.map(uuid::format),
+                current_state: change.current_state,
+                address: change.address,
+            },
+        };
+        state.instances.insert(change.uuid, Py::new(py, merged)?);
+        Ok(())
+    }
+
+    fn apply_replicaset_change(&self, py: Python<'_>, change: ReplicasetChange) -> PyResult<()> {
+        let mut state = self.state.write();
+        if change.op == Op::Delete {
+            if let Some(gone) = state.replicasets.remove(&change.uuid) {
+                state.clear_tier(&gone.tier);
+            }
+            return Ok(());
+        }
+        let (old_tier, old_master) = match state.replicasets.get(&change.uuid) {
+            Some(known) => (Some(known.tier.clone()), known.master),
+            None => (None, None),
+        };
+        let tier: Box<str> = match (change.tier, &old_tier) {
+            (Some(tier), _) => tier.into(),
+            (None, Some(tier)) => tier.clone(),
+            (None, None) => {
+                return Err(invalid_event(
+                    py,
+                    format!(
+                        "field 'tier' is required for a replicaset not yet known: {}",
+                        uuid::format(change.uuid)
+                    ),
+                ))
+            }
+        };
+        let master = change.current_master_uuid.or(old_master);
+        let object = Py::new(
+            py,
+            Replicaset {
+                uuid: uuid::format(change.uuid),
+                tier: tier.to_string(),
+                current_master_uuid: master.map(uuid::format),
+            },
+        )?;
+        match old_tier {
+            // A new member may take buckets from any replicaset of its tier.
+            None => state.clear_tier(&tier),
+            Some(old) if old != tier => {
+                state.clear_tier(&old);
+                state.clear_tier(&tier);
+            }
+            Some(_) => {}
+        }
+        state.replicasets.insert(
+            change.uuid,
+            ReplicasetEntry {
+                tier,
+                master,
+                object,
+            },
+        );
+        Ok(())
+    }
+
+    fn apply_bucket_change(&self, py: Python<'_>, change: BucketChange) -> PyResult<()> {
+        self.check_range_fits(py, &change.tier, change.end)?;
+        let mut state = self.state.write();
+        match change.op {
+            Op::Replace => {
+                state
+                    .map_mut(&change.tier)
+                    .upsert(change.start, change.end, change.owner);
+            }
+            Op::Delete => {
+                if let Some(map) = state.maps.get_mut(&*change.tier) {
+                    map.remove(change.start, change.end, &change.owner);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one snapshot item: a `_pico_bucket` row (dict) or a `BucketEvent`-like object.
+    fn snapshot_range(&self, item: &Bound<'_, PyAny>, tier: &str) -> PyResult<Range<Owner>> {
+        let py = item.py();
+        let (item_tier, start, end, owner) = if item.is_instance_of::<PyDict>() {
+            let row = events::bucket_row(item)?;
+            let item_tier = row.tier.to_str()?.to_owned();
+            (item_tier, row.start, row.end, row.owner)
+        } else {
+            let change = events::bucket_change(item)?;
+            if change.op != Op::Replace {
+                return Err(invalid_event(
+                    py,
+                    format!(
+                        "a bucket snapshot holds only 'replace' events, got op 'delete' for [{}, {}]",
+                        change.start, change.end
+                    ),
+                ));
+            }
+            (change.tier, change.start, change.end, change.owner)
+        };
+        if item_tier != tier {
+            return Err(invalid_event(
+                py,
+                format!("snapshot of tier {tier:?} holds a range of tier {item_tier:?}"),
+            ));
+        }
+        self.check_range_fits(py, tier, end)?;
+        Ok(Range { start, end, owner })
+    }
+
+    /// The bucket of each key, hashed before any lock is taken (hashing may call into Python).
+    fn buckets_of_keys(&self, py: Python<'_>, tier: &str, keys: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        let count = self.bucket_count(py, tier)?;
+        let mut hasher = KeyHasher::default();
+        if let Ok(buffer) = PyBuffer::<i64>::get(keys) {
+            let values = buffer.to_vec(py)?;
+            return Ok(values
+                .into_iter()
+                .map(|v| bucket_of(hasher.picodata_i64(v), count))
+                .collect());
+        }
+        keys.try_iter()?
+            .map(|key| Ok(bucket_of(hasher.picodata(&key?, DecimalFormat::Binary)?, count)))
+            .collect()
+    }
+}
+
+fn bucket_ids_of(py: Python<'_>, bucket_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    if let Ok(buffer) = PyBuffer::<i64>::get(bucket_ids) {
+        return Ok(buffer
+            .to_vec(py)?
+            .into_iter()
+            .map(|v| u32::try_from(v).unwrap_or(0))
+            .collect());
+    }
+    bucket_ids.try_iter()?.map(|id| id?.extract::<u32>()).collect()
+}
+
+#[pymethods]
+impl Topology {
+    #[new]
+    fn new() -> Self {
+        Self {
+            bucket_counts: OnceLock::new(),
+            state: RwLock::new(State::default()),
+        }
+    }
+
+    /// Sets the static tier configuration, tier name → bucket count, and registers each tier.
+    ///
+    /// The configuration is set once; later calls change nothing and return False. Raises
+    /// `InvalidEvent` for an empty name, a count below 1, or a count smaller than a range
+    /// already mapped in that tier.
+    fn apply_tiers(&self, py: Python<'_>, tiers: &Bound<'_, PyMapping>) -> PyResult<bool> {
+        if self.bucket_counts.get().is_some() {
+            return Ok(false);
+        }
+        let mut counts = FxHashMap::default();
+        for item in tiers.items()?.iter() {
+            let (name, count): (String, i64) = item.extract().map_err(|_| {
+                invalid_event(py, format!("a tier must map a str to an int, got {item}"))
+            })?;
+            if name.is_empty() {
+                return Err(invalid_event(py, "a tier name must not be empty".to_owned()));
+            }
+            let count = u32::try_from(count).ok().filter(|&c| c >= 1).ok_or_else(|| {
+                invalid_event(py, format!("tier {name:?} has an invalid bucket_count {count}"))
+            })?;
+            counts.insert(name.into_boxed_str(), count);
+        }
+        let mut state = self.state.write();
+        for (name, &count) in &counts {
+            if let Some(last) = state.maps.get(name).and_then(|map| map.ranges().last()) {
+                if last.end > count {
+                    return Err(invalid_event(
+                        py,
+                        format!("tier {name:?} already maps bucket {} beyond bucket_count {count}", last.end),
+                    ));
+                }
+            }
+        }
+        if self.bucket_counts.set(counts).is_err() {
+            return Ok(false);
+        }
+        let configured: Vec<Box<str>> = self.bucket_counts.get().into_iter().flatten().map(|(name, _)| name.clone()).collect();
+        for name in configured {
+            state.map_mut(&name);
+        }
+        Ok(true)
+    }
+
+    /// Tier name → bucket count, as set by `apply_tiers` (empty before).
+    #[getter]
+    fn tiers(&self) -> FxHashMap<String, u32> {
+        self.bucket_counts
+            .get()
+            .into_iter()
+            .flatten()
+            .map(|(name, &count)| (name.to_string(), count))
+            .collect()
+    }
+
+    /// Instance uuid → `Instance`, a snapshot copy.
+    #[getter]
+    fn instances<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for object in self.state.read().instances.values() {
+            out.set_item(&object.get().uuid, object.bind(py))?;
+        }
+        Ok(out)
+    }
+
+    /// Replicaset uuid → `Replicaset`, a snapshot copy.
+    #[getter]
+    fn replicasets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for entry in self.state.read().replicasets.values() {
+            out.set_item(&entry.object.get().uuid, entry.object.bind(py))?;
+        }
+        Ok(out)
+    }
+
+    /// Tier → its ranges as `(start, end, replicaset_uuid)` sorted by start, a snapshot copy.
+    #[getter]
+    fn bucket_maps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (tier, map) in &self.state.read().maps {
+            out.set_item(&**tier, ranges_list(py, map)?)?;
+        }
+        Ok(out)
+    }
+
+    /// The ranges of `tier` as `(start, end, replicaset_uuid)`, sorted by start.
+    fn ranges<'py>(&self, py: Python<'py>, tier: &str) -> PyResult<Bound<'py, PyList>> {
+        ranges_list(py, self.state.read().map(py, tier)?)
+    }
+
+    /// A counter that moves on every change of `tier`'s map and never otherwise: a decision made
+    /// at one epoch was made on a superseded map if the epoch has moved since.
+    fn epoch(&self, py: Python<'_>, tier: &str) -> PyResult<u64> {
+        Ok(self.state.read().map(py, tier)?.epoch())
+    }
+
+    /// Applies an `InstanceEvent`, a `ReplicasetEvent` or a `BucketEvent`.
+    fn apply(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = event.py();
+        let [instance, replicaset, bucket] = event_classes(py)?;
+        if event.is_instance(instance.bind(py))? {
+            self.apply_instance(event)
+        } else if event.is_instance(replicaset.bind(py))? {
+            self.apply_replicaset(event)
+        } else if event.is_instance(bucket.bind(py))? {
+            self.apply_bucket(event)
+        } else {
+            Err(invalid_event(
+                py,
+                format!("not a topology event: {}", event.get_type().name()?),
+            ))
+        }
+    }
+
+    /// Replace upserts the fields the event gives (None leaves a field unchanged); delete
+    /// removes the instance. Instances never affect bucket maps.
+    fn apply_instance(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        let change = events::instance_change(event)?;
+        self.apply_instance_change(event.py(), change)
+    }
+
+    /// Keeps the replicaset and clears bucket maps that can no longer be trusted:
+    ///
+    /// - delete removes the replicaset and clears its tier's map;
+    /// - replace of a replicaset not yet known registers it and clears its tier's map (a new
+    ///   member may take buckets from any other); `tier` is required then;
+    /// - replace of a known replicaset updates the given fields and leaves maps alone, unless
+    ///   its tier changed: then both the old and the new tier's maps are cleared.
+    fn apply_replicaset(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        let change = events::replicaset_change(event)?;
+        self.apply_replicaset_change(event.py(), change)
+    }
+
+    /// Applies one bucket event to its tier's map.
+    ///
+    /// Replace: if `[start, end]` overlaps any range of the tier other than an identical one
+    /// (same bounds, same replicaset), the map is cleared first; then the range is upserted. An
+    /// identical redelivery changes nothing. Delete removes the identical range, clears the map
+    /// on a partial overlap, and is a no-op otherwise.
+    fn apply_bucket(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        let change = events::bucket_change(event)?;
+        self.apply_bucket_change(event.py(), change)
+    }
+
+    /// Makes `tier`'s map exactly the given full poll, atomically.
+    ///
+    /// `events_or_rows` holds `BucketEvent`s or rows of `SELECT _pico_bucket(tier)` (dicts).
+    /// Ranges absent from the snapshot are gone afterwards; readers see the old map or the new
+    /// one, never a mix. A snapshot whose ranges overlap each other, name another tier, or break
+    /// the tier's bounds raises `InvalidEvent` and the old map stays. Returns whether the map
+    /// changed (an unchanged poll leaves the epoch alone).
+    fn apply_bucket_snapshot(&self, tier: &Bound<'_, PyString>, events_or_rows: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = tier.py();
+        let tier = tier.to_str()?;
+        if tier.is_empty() {
+            return Err(invalid_event(py, "field 'tier' must not be empty".to_owned()));
+        }
+        let mut ranges = events_or_rows
+            .try_iter()?
+            .map(|item| self.snapshot_range(&item?, tier))
+            .collect::<PyResult<Vec<_>>>()?;
+        sort_snapshot(&mut ranges).map_err(|overlap| {
+            invalid_event(
+                py,
+                format!(
+                    "snapshot of tier {tier:?} has overlapping ranges {:?} and {:?}",
+                    overlap.first, overlap.second
+                ),
+            )
+        })?;
+        Ok(self.state.write().map_mut(tier).replace_all(ranges))
+    }
+
+    /// The uuid of the replicaset owning `bucket_id` in `tier`, or None when no range covers it.
+    /// Raises `UnknownTier` for a tier never registered.
+    fn owner(&self, py: Python<'_>, tier: &str, bucket_id: u32) -> PyResult<Option<Py<PyString>>> {
+        let state = self.state.read();
+        Ok(state.map(py, tier)?.lookup(bucket_id).map(|owner| owner.name.clone_ref(py)))
+    }
+
+    /// The master instance of the replicaset owning `bucket_id`, or None when the range, the
+    /// replicaset, its master or the master instance is unknown.
+    fn find_bucket_master(&self, py: Python<'_>, tier: &str, bucket_id: u32) -> PyResult<Option<Py<Instance>>> {
+        let state = self.state.read();
+        let map = state.map(py, tier)?;
+        Ok(map
+            .lookup(bucket_id)
+            .and_then(|owner| state.master_instance(owner))
+            .map(|instance| instance.clone_ref(py)))
+    }
+
+    /// The bucket id of `key` (one value or a tuple of values) in `tier`, by the Picodata scheme.
+    fn bucket_id(&self, py: Python<'_>, tier: &str, key: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let count = self.bucket_count(py, tier)?;
+        let hash = KeyHasher::default().picodata(key, DecimalFormat::Binary)?;
+        Ok(bucket_of(hash, count))
+    }
+
+    /// The master instance that should serve `key` in `tier`: the bucket id and the lookup in one
+    /// call. None when any link of the chain is unknown (see `find_bucket_master`).
+    fn route(&self, py: Python<'_>, tier: &str, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<Instance>>> {
+        let bucket = self.bucket_id(py, tier, key)?;
+        self.find_bucket_master(py, tier, bucket)
+    }
+
+    /// `owner` for many bucket ids (a sequence of ints or an integer array), as a list.
+    fn owners<'py>(&self, py: Python<'py>, tier: &str, bucket_ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let ids = bucket_ids_of(py, bucket_ids)?;
+        let state = self.state.read();
+        let map = state.map(py, tier)?;
+        PyList::new(py, ids.into_iter().map(|id| map.lookup(id).map(|owner| owner.name.bind(py))))
+    }
+
+    /// `route` for many keys (a sequence of keys, or an int64 array), as a list of
+    /// `Instance | None`. All keys are routed on the same map.
+    fn route_many<'py>(&self, py: Python<'py>, tier: &str, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let buckets = self.buckets_of_keys(py, tier, keys)?;
+        let state = self.state.read();
+        let map = state.map(py, tier)?;
+        PyList::new(
+            py,
+            buckets.into_iter().map(|bucket| {
+                map.lookup(bucket)
+                    .and_then(|owner| state.master_instance(owner))
+                    .map(|instance| instance.bind(py))
+            }),
+        )
+    }
+
+    fn __repr__(&self) -> String {
+        let state = self.state.read();
+        format!(
+            "<Topology: {} tiers, {} replicasets, {} instances>",
+            state.maps.len(),
+            state.replicasets.len(),
+            state.instances.len()
+        )
+    }
+}
+
+fn ranges_list<'py>(py: Python<'py>, map: &BucketMap<Owner>) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(
+        py,
+        map.ranges()
+            .iter()
+            .map(|range| (range.start, range.end, range.owner.name.bind(py))),
+    )
+}
