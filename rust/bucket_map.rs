@@ -111,7 +111,11 @@ impl<O: PartialEq> BucketMap<O> {
             return;
         }
         let existing = &self.ranges[hits.start];
-        if hits.len() == 1 && existing.start == start && existing.end == end && existing.owner == *owner {
+        if hits.len() == 1
+            && existing.start == start
+            && existing.end == end
+            && existing.owner == *owner
+        {
             self.ranges.remove(hits.start);
             self.epoch += 1;
         } else {
@@ -156,7 +160,10 @@ mod tests {
     }
 
     fn contents(map: &BucketMap<char>) -> Vec<(u32, u32, char)> {
-        map.ranges().iter().map(|r| (r.start, r.end, r.owner)).collect()
+        map.ranges()
+            .iter()
+            .map(|r| (r.start, r.end, r.owner))
+            .collect()
     }
 
     #[test]
@@ -191,13 +198,19 @@ mod tests {
         assert_eq!(map.upsert(1, 750, 'a'), Upsert::ClearedThenInserted);
         assert_eq!(map.upsert(751, 1500, 'b'), Upsert::Inserted);
         assert_eq!(map.upsert(1501, 3000, 'c'), Upsert::Inserted);
-        assert_eq!(contents(&map), vec![(1, 750, 'a'), (751, 1500, 'b'), (1501, 3000, 'c')]);
+        assert_eq!(
+            contents(&map),
+            vec![(1, 750, 'a'), (751, 1500, 'b'), (1501, 3000, 'c')]
+        );
     }
 
     #[test]
     fn insert_keeps_order() {
         let map = map(&[(21, 30, 'c'), (1, 10, 'a'), (11, 20, 'b')]);
-        assert_eq!(contents(&map), vec![(1, 10, 'a'), (11, 20, 'b'), (21, 30, 'c')]);
+        assert_eq!(
+            contents(&map),
+            vec![(1, 10, 'a'), (11, 20, 'b'), (21, 30, 'c')]
+        );
     }
 
     #[test]
@@ -218,7 +231,11 @@ mod tests {
         assert_eq!(map.epoch(), 0);
         map.upsert(1, 5, 'a');
         assert_eq!(map.epoch(), 1);
-        assert!(!map.replace_all(vec![Range { start: 1, end: 5, owner: 'a' }]));
+        assert!(!map.replace_all(vec![Range {
+            start: 1,
+            end: 5,
+            owner: 'a'
+        }]));
         assert_eq!(map.epoch(), 1);
         map.clear();
         assert_eq!(map.epoch(), 2);
@@ -227,12 +244,23 @@ mod tests {
     #[test]
     fn snapshot_overlap_is_reported() {
         let mut ranges = vec![
-            Range { start: 11, end: 20, owner: 'b' },
-            Range { start: 1, end: 11, owner: 'a' },
+            Range {
+                start: 11,
+                end: 20,
+                owner: 'b',
+            },
+            Range {
+                start: 1,
+                end: 11,
+                owner: 'a',
+            },
         ];
         assert_eq!(
             sort_snapshot(&mut ranges),
-            Err(Overlap { first: (1, 11), second: (11, 20) })
+            Err(Overlap {
+                first: (1, 11),
+                second: (11, 20)
+            })
         );
     }
 }

@@ -33,3 +33,8 @@ pub fn unknown_tier(py: Python<'_>, msg: String) -> PyErr {
 pub fn unhashable_key(py: Python<'_>, msg: String) -> PyErr {
     raise(py, &UNHASHABLE_KEY, "UnhashableKey", msg)
 }
+
+/// `text` quoted the way Python's `repr` quotes a str, so messages read like Python.
+pub fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
+}

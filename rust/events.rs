@@ -60,7 +60,10 @@ fn op(value: &Bound<'_, PyAny>) -> PyResult<Op> {
         Ok("delete") => Ok(Op::Delete),
         _ => Err(invalid_event(
             value.py(),
-            format!("field 'op' must be 'replace' or 'delete', got {}", repr(value)),
+            format!(
+                "field 'op' must be 'replace' or 'delete', got {}",
+                repr(value)
+            ),
         )),
     }
 }
@@ -84,14 +87,20 @@ fn text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
 fn str_of<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
     value.cast_into::<PyString>().map_err(|e| {
         let value = e.into_inner();
-        invalid_event(value.py(), format!("field '{field}' must be a str, got {}", repr(&value)))
+        invalid_event(
+            value.py(),
+            format!("field '{field}' must be a str, got {}", repr(&value)),
+        )
     })
 }
 
 fn non_empty_str<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
     let s = str_of(field, value)?;
     if s.to_str()?.is_empty() {
-        return Err(invalid_event(s.py(), format!("field '{field}' must not be empty")));
+        return Err(invalid_event(
+            s.py(),
+            format!("field '{field}' must not be empty"),
+        ));
     }
     Ok(s)
 }
@@ -107,7 +116,10 @@ fn optional_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<Strin
 fn non_empty_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
     let s = text(field, value)?;
     if s.is_empty() {
-        return Err(invalid_event(value.py(), format!("field '{field}' must not be empty")));
+        return Err(invalid_event(
+            value.py(),
+            format!("field '{field}' must not be empty"),
+        ));
     }
     Ok(s)
 }
@@ -159,7 +171,10 @@ fn bucket_bound(field: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
         Some(b) if b >= 1 && b <= i64::from(u32::MAX) => Ok(b as u32),
         _ => Err(invalid_event(
             value.py(),
-            format!("field '{field}' must be a bucket id (an int >= 1), got {}", repr(value)),
+            format!(
+                "field '{field}' must be a bucket id (an int >= 1), got {}",
+                repr(value)
+            ),
         )),
     }
 }
@@ -174,26 +189,48 @@ fn check_order(py: Python<'_>, start: u32, end: u32) -> PyResult<()> {
     Ok(())
 }
 
+/// `event.<name>`, with a missing attribute reported as a malformed event.
+fn field<'py>(
+    event: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    event.getattr(name).map_err(|_| {
+        invalid_event(
+            event.py(),
+            format!("event {} has no field '{name}'", repr(event)),
+        )
+    })
+}
+
 pub fn instance_change(event: &Bound<'_, PyAny>) -> PyResult<InstanceChange> {
     let py = event.py();
     Ok(InstanceChange {
-        op: op(&event.getattr(intern!(py, "op"))?)?,
-        uuid: uuid_of("instance_uuid", &event.getattr(intern!(py, "instance_uuid"))?)?,
+        op: op(&field(event, intern!(py, "op"))?)?,
+        uuid: uuid_of(
+            "instance_uuid",
+            &field(event, intern!(py, "instance_uuid"))?,
+        )?,
         replicaset_uuid: optional_uuid(
             "replicaset_uuid",
-            &event.getattr(intern!(py, "replicaset_uuid"))?,
+            &field(event, intern!(py, "replicaset_uuid"))?,
         )?,
-        current_state: optional_text("current_state", &event.getattr(intern!(py, "current_state"))?)?,
-        address: optional_text("address", &event.getattr(intern!(py, "address"))?)?,
+        current_state: optional_text(
+            "current_state",
+            &field(event, intern!(py, "current_state"))?,
+        )?,
+        address: optional_text("address", &field(event, intern!(py, "address"))?)?,
     })
 }
 
 pub fn replicaset_change(event: &Bound<'_, PyAny>) -> PyResult<ReplicasetChange> {
     let py = event.py();
-    let tier = event.getattr(intern!(py, "tier"))?;
+    let tier = field(event, intern!(py, "tier"))?;
     Ok(ReplicasetChange {
-        op: op(&event.getattr(intern!(py, "op"))?)?,
-        uuid: uuid_of("replicaset_uuid", &event.getattr(intern!(py, "replicaset_uuid"))?)?,
+        op: op(&field(event, intern!(py, "op"))?)?,
+        uuid: uuid_of(
+            "replicaset_uuid",
+            &field(event, intern!(py, "replicaset_uuid"))?,
+        )?,
         tier: if tier.is_none() {
             None
         } else {
@@ -201,7 +238,7 @@ pub fn replicaset_change(event: &Bound<'_, PyAny>) -> PyResult<ReplicasetChange>
         },
         current_master_uuid: optional_uuid(
             "current_master_uuid",
-            &event.getattr(intern!(py, "current_master_uuid"))?,
+            &field(event, intern!(py, "current_master_uuid"))?,
         )?,
     })
 }
@@ -209,22 +246,25 @@ pub fn replicaset_change(event: &Bound<'_, PyAny>) -> PyResult<ReplicasetChange>
 /// A `BucketEvent`-like object (attributes `tier`, `start`, `end`, `current_replicaset_uuid`, `op`).
 pub fn bucket_change(event: &Bound<'_, PyAny>) -> PyResult<BucketChange> {
     let py = event.py();
-    let start = bucket_bound("start", &event.getattr(intern!(py, "start"))?)?;
-    let end = bucket_bound("end", &event.getattr(intern!(py, "end"))?)?;
+    let start = bucket_bound("start", &field(event, intern!(py, "start"))?)?;
+    let end = bucket_bound("end", &field(event, intern!(py, "end"))?)?;
     check_order(py, start, end)?;
     Ok(BucketChange {
-        op: op(&event.getattr(intern!(py, "op"))?)?,
-        tier: non_empty_text("tier", &event.getattr(intern!(py, "tier"))?)?,
+        op: op(&field(event, intern!(py, "op"))?)?,
+        tier: non_empty_text("tier", &field(event, intern!(py, "tier"))?)?,
         start,
         end,
         owner: owner_of(
             "current_replicaset_uuid",
-            &event.getattr(intern!(py, "current_replicaset_uuid"))?,
+            &field(event, intern!(py, "current_replicaset_uuid"))?,
         )?,
     })
 }
 
-fn row_field<'py>(row: &Bound<'py, PyDict>, field: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+fn row_field<'py>(
+    row: &Bound<'py, PyDict>,
+    field: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
     row.get_item(field)?.ok_or_else(|| {
         invalid_event(
             row.py(),
@@ -246,10 +286,19 @@ pub struct BucketRow<'py> {
 pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
     let py = row.py();
     let row = row.cast::<PyDict>().map_err(|_| {
-        invalid_event(py, format!("a bucket row must be a dict, got {}", repr(row)))
+        invalid_event(
+            py,
+            format!("a bucket row must be a dict, got {}", repr(row)),
+        )
     })?;
-    let start = bucket_bound("bucket_id_start", &row_field(row, intern!(py, "bucket_id_start"))?)?;
-    let end = bucket_bound("bucket_id_end", &row_field(row, intern!(py, "bucket_id_end"))?)?;
+    let start = bucket_bound(
+        "bucket_id_start",
+        &row_field(row, intern!(py, "bucket_id_start"))?,
+    )?;
+    let end = bucket_bound(
+        "bucket_id_end",
+        &row_field(row, intern!(py, "bucket_id_end"))?,
+    )?;
     check_order(py, start, end)?;
     Ok(BucketRow {
         tier: non_empty_str("tier_name", row_field(row, intern!(py, "tier_name"))?)?,
@@ -269,6 +318,12 @@ pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
 pub fn parse_bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
     let parsed = bucket_row(row)?;
     let py = row.py();
-    (parsed.tier, parsed.start, parsed.end, parsed.owner.name.bind(py), parsed.state)
+    (
+        parsed.tier,
+        parsed.start,
+        parsed.end,
+        parsed.owner.name.bind(py),
+        parsed.state,
+    )
         .into_pyobject(py)
 }

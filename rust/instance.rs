@@ -2,6 +2,8 @@
 
 use pyo3::prelude::*;
 
+use crate::errors::quoted;
+
 /// An instance of the cluster: immutable; the topology replaces it on every change.
 ///
 /// `uuid` and `replicaset_uuid` are canonical lowercase UUID strings. Fields an event has not
@@ -41,8 +43,8 @@ impl Instance {
 
     fn __repr__(&self) -> String {
         format!(
-            "Instance(uuid={:?}, replicaset_uuid={}, current_state={}, address={})",
-            self.uuid,
+            "Instance(uuid={}, replicaset_uuid={}, current_state={}, address={})",
+            quoted(&self.uuid),
             repr_option(&self.replicaset_uuid),
             repr_option(&self.current_state),
             repr_option(&self.address),
@@ -51,5 +53,7 @@ impl Instance {
 }
 
 pub fn repr_option(value: &Option<String>) -> String {
-    value.as_ref().map_or_else(|| "None".to_owned(), |v| format!("{v:?}"))
+    value
+        .as_ref()
+        .map_or_else(|| "None".to_owned(), |v| format!("{v:?}"))
 }

@@ -14,6 +14,8 @@ use pyo3::prelude::*;
 #[pymodule(gil_used = false)]
 mod _core {
     #[pymodule_export]
+    use crate::events::parse_bucket_row;
+    #[pymodule_export]
     use crate::instance::Instance;
     #[pymodule_export]
     use crate::replicaset::Replicaset;
@@ -21,6 +23,4 @@ mod _core {
     use crate::sharding::bucket_id;
     #[pymodule_export]
     use crate::topology::Topology;
-    #[pymodule_export]
-    use crate::events::parse_bucket_row;
 }

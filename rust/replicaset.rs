@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 
+use crate::errors::quoted;
 use crate::instance::repr_option;
 
 /// A replicaset of the cluster: immutable; the topology replaces it on every change.
@@ -27,9 +28,9 @@ impl Replicaset {
 
     fn __repr__(&self) -> String {
         format!(
-            "Replicaset(uuid={:?}, tier={:?}, current_master_uuid={})",
-            self.uuid,
-            self.tier,
+            "Replicaset(uuid={}, tier={}, current_master_uuid={})",
+            quoted(&self.uuid),
+            quoted(&self.tier),
             repr_option(&self.current_master_uuid),
         )
     }

@@ -21,9 +21,16 @@ impl KeyHasher {
     }
 
     /// The Picodata hash (MurmurHash3 x86_32, seed 13) of `key`: one value or a tuple of values.
-    pub fn picodata(&mut self, key: &Bound<'_, PyAny>, decimal_format: DecimalFormat) -> PyResult<u32> {
+    pub fn picodata(
+        &mut self,
+        key: &Bound<'_, PyAny>,
+        decimal_format: DecimalFormat,
+    ) -> PyResult<u32> {
         let _ = (key, decimal_format, &mut self.buf);
-        Err(crate::errors::unhashable_key(key.py(), "not yet".to_owned()))
+        Err(crate::errors::unhashable_key(
+            key.py(),
+            "not yet".to_owned(),
+        ))
     }
 }
 
@@ -34,7 +41,12 @@ pub fn bucket_of(hash: u32, bucket_count: u32) -> u32 {
 
 #[pyfunction]
 #[pyo3(signature = (key, bucket_count, *, scheme = "picodata", decimal_format = "binary"))]
-pub fn bucket_id(key: &Bound<'_, PyAny>, bucket_count: u32, scheme: &str, decimal_format: &str) -> PyResult<u32> {
+pub fn bucket_id(
+    key: &Bound<'_, PyAny>,
+    bucket_count: u32,
+    scheme: &str,
+    decimal_format: &str,
+) -> PyResult<u32> {
     let _ = (scheme, decimal_format);
     let hash = KeyHasher::default().picodata(key, DecimalFormat::Binary)?;
     Ok(bucket_of(hash, bucket_count))

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::bucket_map::{sort_snapshot, BucketMap, Range};
-use crate::errors::{invalid_event, unknown_tier};
+use crate::errors::{invalid_event, quoted, unknown_tier};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
 use crate::replicaset::Replicaset;
@@ -35,7 +35,7 @@ impl State {
     fn map(&self, py: Python<'_>, tier: &str) -> PyResult<&BucketMap<Owner>> {
         self.maps
             .get(tier)
-            .ok_or_else(|| unknown_tier(py, format!("unknown tier {tier:?}")))
+            .ok_or_else(|| unknown_tier(py, format!("unknown tier {}", quoted(tier))))
     }
 
     fn map_mut(&mut self, tier: &str) -> &mut BucketMap<Owner> {
@@ -102,7 +102,10 @@ impl Topology {
             .ok_or_else(|| {
                 unknown_tier(
                     py,
-                    format!("tier {tier:?} has no bucket count: it is not in apply_tiers"),
+                    format!(
+                        "tier {} has no bucket count: it is not in apply_tiers",
+                        quoted(tier)
+                    ),
                 )
             })
     }
@@ -112,7 +115,10 @@ impl Topology {
             if end > count {
                 return Err(invalid_event(
                     py,
-                    format!("bucket range end {end} exceeds tier {tier:?}'s bucket_count {count}"),
+                    format!(
+                        "bucket range end {end} exceeds the bucket_count {count} of tier {}",
+                        quoted(tier)
+                    ),
                 ));
             }
         }
@@ -241,7 +247,11 @@ impl Topology {
         if item_tier != tier {
             return Err(invalid_event(
                 py,
-                format!("snapshot of tier {tier:?} holds a range of tier {item_tier:?}"),
+                format!(
+                    "snapshot of tier {} holds a range of tier {}",
+                    quoted(tier),
+                    quoted(&item_tier)
+                ),
             ));
         }
         self.check_range_fits(py, tier, end)?;
@@ -249,7 +259,12 @@ impl Topology {
     }
 
     /// The bucket of each key, hashed before any lock is taken (hashing may call into Python).
-    fn buckets_of_keys(&self, py: Python<'_>, tier: &str, keys: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    fn buckets_of_keys(
+        &self,
+        py: Python<'_>,
+        tier: &str,
+        keys: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<u32>> {
         let count = self.bucket_count(py, tier)?;
         let mut hasher = KeyHasher::default();
         if let Ok(buffer) = PyBuffer::<i64>::get(keys) {
@@ -260,7 +275,12 @@ impl Topology {
                 .collect());
         }
         keys.try_iter()?
-            .map(|key| Ok(bucket_of(hasher.picodata(&key?, DecimalFormat::Binary)?, count)))
+            .map(|key| {
+                Ok(bucket_of(
+                    hasher.picodata(&key?, DecimalFormat::Binary)?,
+                    count,
+                ))
+            })
             .collect()
     }
 }
@@ -273,7 +293,10 @@ fn bucket_ids_of(py: Python<'_>, bucket_ids: &Bound<'_, PyAny>) -> PyResult<Vec<
             .map(|v| u32::try_from(v).unwrap_or(0))
             .collect());
     }
-    bucket_ids.try_iter()?.map(|id| id?.extract::<u32>()).collect()
+    bucket_ids
+        .try_iter()?
+        .map(|id| id?.extract::<u32>())
+        .collect()
 }
 
 #[pymethods]
@@ -301,11 +324,20 @@ impl Topology {
                 invalid_event(py, format!("a tier must map a str to an int, got {item}"))
             })?;
             if name.is_empty() {
-                return Err(invalid_event(py, "a tier name must not be empty".to_owned()));
+                return Err(invalid_event(
+                    py,
+                    "a tier name must not be empty".to_owned(),
+                ));
             }
-            let count = u32::try_from(count).ok().filter(|&c| c >= 1).ok_or_else(|| {
-                invalid_event(py, format!("tier {name:?} has an invalid bucket_count {count}"))
-            })?;
+            let count = u32::try_from(count)
+                .ok()
+                .filter(|&c| c >= 1)
+                .ok_or_else(|| {
+                    invalid_event(
+                        py,
+                        format!("tier {} has an invalid bucket_count {count}", quoted(&name)),
+                    )
+                })?;
             counts.insert(name.into_boxed_str(), count);
         }
         let mut state = self.state.write();
@@ -314,7 +346,11 @@ impl Topology {
                 if last.end > count {
                     return Err(invalid_event(
                         py,
-                        format!("tier {name:?} already maps bucket {} beyond bucket_count {count}", last.end),
+                        format!(
+                            "tier {} already maps bucket {} beyond bucket_count {count}",
+                            quoted(name),
+                            last.end
+                        ),
                     ));
                 }
             }
@@ -322,7 +358,13 @@ impl Topology {
         if self.bucket_counts.set(counts).is_err() {
             return Ok(false);
         }
-        let configured: Vec<Box<str>> = self.bucket_counts.get().into_iter().flatten().map(|(name, _)| name.clone()).collect();
+        let configured: Vec<Box<str>> = self
+            .bucket_counts
+            .get()
+            .into_iter()
+            .flatten()
+            .map(|(name, _)| name.clone())
+            .collect();
         for name in configured {
             state.map_mut(&name);
         }
@@ -436,11 +478,18 @@ impl Topology {
     /// one, never a mix. A snapshot whose ranges overlap each other, name another tier, or break
     /// the tier's bounds raises `InvalidEvent` and the old map stays. Returns whether the map
     /// changed (an unchanged poll leaves the epoch alone).
-    fn apply_bucket_snapshot(&self, tier: &Bound<'_, PyString>, events_or_rows: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn apply_bucket_snapshot(
+        &self,
+        tier: &Bound<'_, PyString>,
+        events_or_rows: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         let py = tier.py();
         let tier = tier.to_str()?;
         if tier.is_empty() {
-            return Err(invalid_event(py, "field 'tier' must not be empty".to_owned()));
+            return Err(invalid_event(
+                py,
+                "field 'tier' must not be empty".to_owned(),
+            ));
         }
         let mut ranges = events_or_rows
             .try_iter()?
@@ -450,8 +499,10 @@ impl Topology {
             invalid_event(
                 py,
                 format!(
-                    "snapshot of tier {tier:?} has overlapping ranges {:?} and {:?}",
-                    overlap.first, overlap.second
+                    "snapshot of tier {} has overlapping ranges {:?} and {:?}",
+                    quoted(tier),
+                    overlap.first,
+                    overlap.second
                 ),
             )
         })?;
@@ -462,12 +513,20 @@ impl Topology {
     /// Raises `UnknownTier` for a tier never registered.
     fn owner(&self, py: Python<'_>, tier: &str, bucket_id: u32) -> PyResult<Option<Py<PyString>>> {
         let state = self.state.read();
-        Ok(state.map(py, tier)?.lookup(bucket_id).map(|owner| owner.name.clone_ref(py)))
+        Ok(state
+            .map(py, tier)?
+            .lookup(bucket_id)
+            .map(|owner| owner.name.clone_ref(py)))
     }
 
     /// The master instance of the replicaset owning `bucket_id`, or None when the range, the
     /// replicaset, its master or the master instance is unknown.
-    fn find_bucket_master(&self, py: Python<'_>, tier: &str, bucket_id: u32) -> PyResult<Option<Py<Instance>>> {
+    fn find_bucket_master(
+        &self,
+        py: Python<'_>,
+        tier: &str,
+        bucket_id: u32,
+    ) -> PyResult<Option<Py<Instance>>> {
         let state = self.state.read();
         let map = state.map(py, tier)?;
         Ok(map
@@ -485,22 +544,41 @@ impl Topology {
 
     /// The master instance that should serve `key` in `tier`: the bucket id and the lookup in one
     /// call. None when any link of the chain is unknown (see `find_bucket_master`).
-    fn route(&self, py: Python<'_>, tier: &str, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<Instance>>> {
+    fn route(
+        &self,
+        py: Python<'_>,
+        tier: &str,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<Instance>>> {
         let bucket = self.bucket_id(py, tier, key)?;
         self.find_bucket_master(py, tier, bucket)
     }
 
     /// `owner` for many bucket ids (a sequence of ints or an integer array), as a list.
-    fn owners<'py>(&self, py: Python<'py>, tier: &str, bucket_ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn owners<'py>(
+        &self,
+        py: Python<'py>,
+        tier: &str,
+        bucket_ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let ids = bucket_ids_of(py, bucket_ids)?;
         let state = self.state.read();
         let map = state.map(py, tier)?;
-        PyList::new(py, ids.into_iter().map(|id| map.lookup(id).map(|owner| owner.name.bind(py))))
+        PyList::new(
+            py,
+            ids.into_iter()
+                .map(|id| map.lookup(id).map(|owner| owner.name.bind(py))),
+        )
     }
 
     /// `route` for many keys (a sequence of keys, or an int64 array), as a list of
     /// `Instance | None`. All keys are routed on the same map.
-    fn route_many<'py>(&self, py: Python<'py>, tier: &str, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn route_many<'py>(
+        &self,
+        py: Python<'py>,
+        tier: &str,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let buckets = self.buckets_of_keys(py, tier, keys)?;
         let state = self.state.read();
         let map = state.map(py, tier)?;

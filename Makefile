@@ -1,0 +1,43 @@
+# shardline: build, demo, lint, test, bench. `make help` lists the targets.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MATURIN := VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin
+
+.PHONY: help demo test lint pytest cargo-test bench clean
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(BIN)/maturin:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip maturin
+
+demo: $(BIN)/maturin ## Install shardline (release build) and run `shardline demo`
+	$(MATURIN) develop --release --quiet
+	$(BIN)/shardline demo
+
+test: $(BIN)/maturin ## Install everything the tests need, lint, and run every test (pytest and cargo test)
+	$(MATURIN) develop --extras test --quiet
+	$(MAKE) lint pytest cargo-test
+
+lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi
+	cargo fmt --check
+	cargo clippy --all-targets --quiet -- -D warnings
+	$(BIN)/ruff check python tests benches
+	$(BIN)/ruff format --check python tests benches
+	$(BIN)/mypy --strict python/shardline
+	$(BIN)/python -m mypy.stubtest shardline._core
+
+pytest: ## Run the Python test suite
+	$(BIN)/pytest -q
+
+cargo-test: ## Run the Rust unit tests
+	cargo test --quiet
+
+bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn, on a release build
+	$(MATURIN) develop --release --extras bench --quiet
+	$(BIN)/pytest benches --benchmark-only --benchmark-columns=median,iqr,rounds
+
+clean: ## Remove the virtualenv and build products
+	rm -rf $(VENV) target
