@@ -1,0 +1,80 @@
+"""The topology against the reference model, over random event histories (Hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from strategies import TIERS, bucket_events, full_state, snapshots, valid_events
+from topology_model import Model
+
+from shardline import Instance, Replicaset, Topology
+
+
+def model_state(model: Model) -> tuple[Any, ...]:
+    return (
+        model.tiers,
+        {k: Instance(*v) for k, v in model.instances.items()},
+        {k: Replicaset(*v) for k, v in model.replicasets.items()},
+        model.maps,
+        model.epochs,
+    )
+
+
+class TopologyMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.topology = Topology()
+        self.model = Model()
+
+    @rule()
+    def apply_tiers(self) -> None:
+        self.topology.apply_tiers(TIERS)
+        self.model.apply_tiers(TIERS)
+
+    @rule(event=valid_events)
+    def apply(self, event: Any) -> None:
+        self.topology.apply(event)
+        self.model.apply(event)
+
+    @rule(event=bucket_events(op=st.just("replace")))
+    def apply_bucket(self, event: Any) -> None:
+        self.topology.apply_bucket(event)
+        self.model.apply_bucket(event)
+
+    @rule(snapshot=snapshots())
+    def apply_snapshot(self, snapshot: tuple[str, list[Any]]) -> None:
+        tier, events = snapshot
+        before = self.topology.bucket_maps.get(tier, [])
+        changed = self.topology.apply_bucket_snapshot(tier, events)
+        self.model.apply_snapshot(tier, events)
+        assert changed == (before != self.model.maps[tier])
+
+    @invariant()
+    def same_state(self) -> None:
+        assert full_state(self.topology) == model_state(self.model)
+
+    @invariant()
+    def same_lookups(self) -> None:
+        for tier in self.model.maps:
+            for bucket in range(1, TIERS.get(tier, 40) + 2):
+                assert self.topology.owner(tier, bucket) == self.model.owner(tier, bucket)
+                expected = self.model.master(tier, bucket)
+                found = self.topology.find_bucket_master(tier, bucket)
+                assert found == (Instance(*expected) if expected else None)
+
+
+TestTopologyAgainstModel = TopologyMachine.TestCase
+TestTopologyAgainstModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+@given(events=st.lists(valid_events, max_size=60))
+def test_replaying_a_history_twice_gives_the_same_state(events: list[Any]) -> None:
+    first, second = Topology(), Topology()
+    for topology in (first, second):
+        topology.apply_tiers(TIERS)
+        for event in events:
+            topology.apply(event)
+    assert full_state(first) == full_state(second)

@@ -1,0 +1,100 @@
+"""Rule 9: bad input never corrupts state; the error names the field and the value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import inst_uuid, rs_uuid
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import TIERS, full_state, valid_events
+
+from shardline import BucketEvent, InstanceEvent, InvalidEvent, ReplicasetEvent, Topology
+
+BAD_EVENTS: list[tuple[Any, str]] = [
+    (BucketEvent("a", 10, 9, rs_uuid(1)), "start 10 is greater than end 9"),
+    (BucketEvent("a", 0, 9, rs_uuid(1)), "field 'start'.*0"),
+    (BucketEvent("a", -5, 9, rs_uuid(1)), "field 'start'.*-5"),
+    (BucketEvent("a", 1, TIERS["a"] + 1, rs_uuid(1)), f"end {TIERS['a'] + 1} exceeds"),
+    (BucketEvent("", 1, 9, rs_uuid(1)), "field 'tier' must not be empty"),
+    (BucketEvent("a", 1, 9, "not-a-uuid"), "field 'current_replicaset_uuid'.*'not-a-uuid'"),
+    (BucketEvent("a", 1, 9, rs_uuid(1), op="upsert"), "field 'op'.*'upsert'"),  # type: ignore[arg-type]
+    (BucketEvent("a", "1", 9, rs_uuid(1)), "field 'start'.*'1'"),  # type: ignore[arg-type]
+    (BucketEvent("a", True, 9, rs_uuid(1)), "field 'start'.*True"),  # type: ignore[arg-type]
+    (InstanceEvent("replace", "xyz"), "field 'instance_uuid'.*'xyz'"),
+    (InstanceEvent("replace", inst_uuid(1), replicaset_uuid="r1"), "field 'replicaset_uuid'.*'r1'"),
+    (InstanceEvent("replace", inst_uuid(1), address=5), "field 'address'.*5"),  # type: ignore[arg-type]
+    (InstanceEvent("insert", inst_uuid(1)), "field 'op'.*'insert'"),  # type: ignore[arg-type]
+    (ReplicasetEvent("replace", "r1", tier="a"), "field 'replicaset_uuid'.*'r1'"),
+    (ReplicasetEvent("replace", rs_uuid(1), tier=""), "field 'tier' must not be empty"),
+    (ReplicasetEvent("replace", rs_uuid(1), tier="a", current_master_uuid="m"), "'m'"),
+    (ReplicasetEvent("replace", rs_uuid(99)), "field 'tier' is required"),
+    (ReplicasetEvent("remove", rs_uuid(1)), "field 'op'.*'remove'"),  # type: ignore[arg-type]
+]
+
+
+def fresh() -> Topology:
+    topology = Topology()
+    topology.apply_tiers(TIERS)
+    return topology
+
+
+@pytest.mark.parametrize(("event", "message"), BAD_EVENTS)
+def test_bad_event_raises_invalid_event_naming_the_field(event: Any, message: str) -> None:
+    topology = fresh()
+    with pytest.raises(InvalidEvent, match=message):
+        topology.apply(event)
+
+
+@given(history=st.lists(valid_events, max_size=30), bad=st.sampled_from(BAD_EVENTS))
+def test_bad_event_leaves_the_whole_topology_as_it_was(history: list[Any], bad: Any) -> None:
+    topology = fresh()
+    for event in history:
+        topology.apply(event)
+    before = full_state(topology)
+    with pytest.raises(InvalidEvent):
+        topology.apply(bad[0])
+    assert full_state(topology) == before
+
+
+def test_invalid_event_is_a_value_error_and_a_shardline_error() -> None:
+    from shardline import ShardlineError
+
+    with pytest.raises(ValueError, match="op") as caught:
+        fresh().apply(InstanceEvent("nope", inst_uuid(1)))  # type: ignore[arg-type]
+    assert isinstance(caught.value, ShardlineError)
+
+
+def test_not_an_event_is_rejected() -> None:
+    with pytest.raises(InvalidEvent, match="not a topology event: dict"):
+        fresh().apply({"op": "replace"})
+
+
+@pytest.mark.parametrize(
+    ("tiers", "message"),
+    [({"": 3}, "empty"), ({"a": 0}, "'a' has an invalid bucket_count 0"), ({"a": "x"}, "str to an int")],
+)
+def test_bad_tier_configuration_is_rejected_and_can_be_retried(
+    tiers: dict[str, Any], message: str
+) -> None:
+    topology = Topology()
+    with pytest.raises(InvalidEvent, match=message):
+        topology.apply_tiers(tiers)
+    assert topology.tiers == {}
+    assert topology.apply_tiers({"a": 3})
+    assert topology.tiers == {"a": 3}
+
+
+def test_tiers_are_set_once_and_later_calls_are_ignored() -> None:
+    topology = fresh()
+    assert not topology.apply_tiers({"a": 1, "c": 7})
+    assert topology.tiers == TIERS
+
+
+def test_tiers_smaller_than_an_existing_map_are_rejected() -> None:
+    topology = Topology()
+    topology.apply(BucketEvent("a", 1, 50, rs_uuid(1)))
+    with pytest.raises(InvalidEvent, match="beyond bucket_count 40"):
+        topology.apply_tiers({"a": 40})
+    assert topology.tiers == {}
