@@ -1,0 +1,450 @@
+"""`shardline demo`: the built-in seed cases, scenario files, their validation, and both views."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from shardline import bucket_id
+from shardline.cli import main
+from shardline.demo import Replay, parse_scenario, render_rich, seed_cases
+from shardline.demo.scenario import MAX_FILE_BYTES
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scenario.json"
+ANSI = re.compile(r"\x1b\[")
+
+
+def run_demo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["demo", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def step_block(output: str, number: int) -> str:
+    """The plain-text block of step ``number``, up to the next step or the summary."""
+    match = re.search(rf"^Step {number}/\d+: .*?(?=^Step |^Map clearings)", output, re.M | re.S)
+    assert match, f"no step {number} in the output"
+    return match.group(0)
+
+
+def tier_lines(block: str, tier: str) -> tuple[str, str, str]:
+    """The three lines of ``tier`` in a step block: header, map, requests."""
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {tier}: epoch "))
+    header, map_line, requests = lines[start : start + 3]
+    return header.strip(), map_line.strip(), requests.strip()
+
+
+def requests_of(line: str) -> dict[str, int]:
+    """``requests: r1 10.0.1.1:3301 521, ..., no route 0`` as {"r1": 521, ..., "no route": 0}."""
+    counts = {}
+    for part in line.removeprefix("requests: ").split(", "):
+        label, _, count = part.rpartition(" ")
+        counts[label.split(" ")[0] if label != "no route" else label] = int(count)
+    return counts
+
+
+def write(directory: Path, document: Any, name: str = "scenario.json") -> Path:
+    """Writes ``document`` as a scenario file in ``directory``."""
+    path = directory / name
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+def hot_unrouted(output: str, steps: list[int]) -> int:
+    """The requests of ``steps`` that found no route in tier hot."""
+    return sum(requests_of(tier_lines(step_block(output, n), "hot")[2])["no route"] for n in steps)
+
+
+# --- the built-in scenario, plain text ---------------------------------------------------------
+
+
+def test_builtin_run_exits_0_and_replays_all_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_demo(capsys, "--plain")
+    assert status == 0
+    assert err == ""
+    assert not ANSI.search(out)
+    assert len(re.findall(r"^Step \d+/11: ", out, re.M)) == 11
+
+
+def test_r2_expelled_clears_hot_only_and_no_request_is_routed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, out, _ = run_demo(capsys, "--plain")
+    block = step_block(out, 2)
+    assert "R2 expelled" in block
+    assert "  - replicaset delete R2" in block
+    header, map_line, requests = tier_lines(block, "hot")
+    assert header == "hot: epoch 2, 0 of 3000 buckets mapped"
+    assert map_line == "map: (empty)"
+    assert requests == "requests: no route 2000"
+    header, map_line, requests = tier_lines(block, "cold")
+    assert header == "cold: epoch 1, 3000 of 3000 buckets mapped"
+    assert map_line == "map: 1-1500 -> C1, 1501-3000 -> C2"
+    assert requests_of(requests)["no route"] == 0
+
+
+def test_maps_follow_the_seed_cases_step_by_step(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_demo(capsys, "--plain")
+    expected_hot = {
+        1: "1-1000 -> R1, 1001-2000 -> R2, 2001-3000 -> R3",
+        2: "(empty)",
+        3: "1-1500 -> R1",
+        4: "1-1500 -> R1, 1501-3000 -> R3",
+        5: "(empty)",
+        6: "1-1000 -> R1",
+        7: "1-1000 -> R1, 1001-2000 -> R3",
+        8: "1-1000 -> R1, 1001-2000 -> R3, 2001-3000 -> R4",
+        9: "1-750 -> R1",
+        10: "1-750 -> R1, 751-1500 -> R3",
+        11: "1-750 -> R1, 751-1500 -> R3, 1501-3000 -> R4",
+    }
+    for number, hot_map in expected_hot.items():
+        block = step_block(out, number)
+        header, map_line, _ = tier_lines(block, "hot")
+        assert map_line == f"map: {hot_map}", f"step {number}"
+        assert header.startswith(f"hot: epoch {number}, "), f"step {number}"
+        # Clearing hot never touches cold: same map and epoch after every step.
+        header, map_line, _ = tier_lines(block, "cold")
+        assert header == "cold: epoch 1, 3000 of 3000 buckets mapped", f"step {number}"
+        assert map_line == "map: 1-1500 -> C1, 1501-3000 -> C2", f"step {number}"
+
+
+def test_requests_per_master_match_bucket_ids_of_the_final_map(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, out, _ = run_demo(capsys, "--plain")
+    final = {(1, 750): "r1", (751, 1500): "r3", (1501, 3000): "r4"}
+    expected = Counter(
+        next(name for (lo, hi), name in final.items() if lo <= bucket_id(f"user:{i}", 3000) <= hi)
+        for i in range(2000)
+    )
+    _, _, requests = tier_lines(step_block(out, 11), "hot")
+    assert requests_of(requests) == {**expected, "no route": 0}
+    # Partly refilled: only the keys whose bucket is mapped are routed.
+    _, _, requests = tier_lines(step_block(out, 9), "hot")
+    assert requests_of(requests) == {"r1": expected["r1"], "no route": 2000 - expected["r1"]}
+
+
+def test_summary_reports_each_clearing_and_its_refill(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_demo(capsys, "--plain")
+    summary = out[out.index("Map clearings") :].splitlines()[1:]
+    assert len(summary) == 6
+    expected = [(2, 4, 2, 2, [2, 3]), (5, 8, 3, 3, [5, 6, 7]), (9, 11, 3, 2, [9, 10])]
+    for (head, outcome), (cleared, refilled, events, steps, blind) in zip(
+        zip(summary[::2], summary[1::2], strict=True), expected, strict=True
+    ):
+        assert head.startswith(f"  hot, cleared at step {cleared}/11: ")
+        # The unrouted requests of the window are the hot "no route" counts of its steps.
+        unrouted = hot_unrouted(out, blind)
+        assert unrouted > 0
+        assert re.fullmatch(
+            rf"    {unrouted} requests found no route; refilled at step {refilled} after"
+            rf" {events} bucket events over {steps} steps \(\d+\.\d µs of event-apply time\)",
+            outcome,
+        ), outcome
+
+
+def test_keys_option_sets_the_request_count(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_demo(capsys, "--plain", "--keys", "7")
+    assert status == 0
+    assert tier_lines(step_block(out, 2), "hot")[2] == "requests: no route 7"
+    assert sum(requests_of(tier_lines(step_block(out, 1), "cold")[2]).values()) == 7
+
+
+@pytest.mark.parametrize("keys", ["0", "-3", "1000001"])
+def test_keys_out_of_range_exits_2(capsys: pytest.CaptureFixture[str], keys: str) -> None:
+    status, out, err = run_demo(capsys, "--plain", "--keys", keys)
+    assert status == 2
+    assert out == ""
+    assert f"--keys must be an integer from 1 to 1000000, got {keys}" in err
+
+
+# --- the replay driver ---------------------------------------------------------------------------
+
+
+def test_replay_records_clearings_with_their_windows() -> None:
+    replay = Replay(parse_scenario(seed_cases()))
+    reports = list(replay.steps())
+    assert [r.number for r in reports] == list(range(1, 12))
+    hot = [next(t for t in r.tiers if t.tier == "hot") for r in reports]
+    assert hot[-1].ranges[0][:2] == (1, 750)
+    assert [(c.tier, c.step, c.refilled_at, c.bucket_events) for c in replay.clearings] == [
+        ("hot", 2, 4, 2),
+        ("hot", 5, 8, 3),
+        ("hot", 9, 11, 3),
+    ]
+    assert [c.unrouted for c in replay.clearings] == [
+        hot[1].unrouted + hot[2].unrouted,
+        hot[4].unrouted + hot[5].unrouted + hot[6].unrouted,
+        hot[8].unrouted + hot[9].unrouted,
+    ]
+    assert all(c.apply_ns > 0 for c in replay.clearings)
+
+
+def test_a_map_never_refilled_is_reported_as_such(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    document = seed_cases()
+    document["steps"] = document["steps"][:3]  # R2 expelled, then only R1's bucket event
+    status, out, _ = run_demo(capsys, "--plain", "--scenario", str(write(tmp_path, document)))
+    assert status == 0
+    unrouted = hot_unrouted(out, [2, 3])
+    assert out.endswith(
+        f"    {unrouted} requests found no route; not refilled by the end of the scenario"
+        " (1 bucket event so far)\n"
+    )
+
+
+# --- scenario files ------------------------------------------------------------------------------
+
+
+def test_example_scenario_replays(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_demo(capsys, "--plain", "--scenario", str(EXAMPLE))
+    assert (status, err) == (0, "")
+    assert out.startswith(f"shardline demo: {EXAMPLE}\n")
+    # The master switch keeps the map and moves A's requests from a1 to a2.
+    before = requests_of(tier_lines(step_block(out, 1), "default")[2])
+    header, map_line, requests = tier_lines(step_block(out, 2), "default")
+    assert header == "default: epoch 1, 3000 of 3000 buckets mapped"
+    assert map_line == "map: 1-1500 -> A, 1501-3000 -> B"
+    assert requests_of(requests) == {"a2": before["a1"], "b1": before["b1"], "no route": 0}
+    # A snapshot replaces the map atomically: nothing goes unrouted.
+    assert tier_lines(step_block(out, 3), "default")[1] == "map: 1-1400 -> A, 1401-3000 -> B"
+    assert requests_of(tier_lines(step_block(out, 3), "default")[2])["no route"] == 0
+    assert tier_lines(step_block(out, 4), "default")[1] == "map: 1-1000 -> A"
+    assert tier_lines(step_block(out, 5), "default")[1] == "map: 1-1000 -> A, 1001-3000 -> B"
+    assert "refilled at step 5 after 2 bucket events over 1 step (" in out
+
+
+def test_a_long_snapshot_is_shortened_in_the_event_list(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    document = seed_cases()
+    cold = document["steps"][0]["events"][-1]
+    assert (cold["kind"], cold["tier"]) == ("bucket_snapshot", "cold")
+    owners = [row["current_replicaset_uuid"] for row in cold["rows"]]
+    cold["rows"] = [
+        {**cold["rows"][0], "bucket_id_start": 500 * n + 1, "bucket_id_end": 500 * (n + 1),
+         "current_replicaset_uuid": owners[n % 2]}
+        for n in range(6)
+    ]  # fmt: skip
+    status, out, _ = run_demo(capsys, "--plain", "--scenario", str(write(tmp_path, document)))
+    assert status == 0
+    assert (
+        "  - bucket snapshot cold: 1-500 -> C1, 501-1000 -> C2, 1001-1500 -> C1,"
+        " 1501-2000 -> C2, ... (6 rows in all)\n"
+    ) in out
+    assert tier_lines(step_block(out, 1), "cold")[1].count(" -> ") == 6
+
+
+def test_builtin_scenario_survives_a_json_round_trip(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _, builtin, _ = run_demo(capsys, "--plain")
+    _, from_file, _ = run_demo(capsys, "--plain", "--scenario", str(write(tmp_path, seed_cases())))
+    strip = re.compile(r"^shardline demo: .*$|\(\d+\.\d µs", re.M)
+    assert strip.sub("", from_file) == strip.sub("", builtin)
+
+
+def seed_with(change: Any) -> dict[str, Any]:
+    document = seed_cases()
+    change(document)
+    return document
+
+
+def set_event(step: int, event: int, **fields: Any) -> Any:
+    return lambda d: d["steps"][step]["events"][event].update(fields)
+
+
+def drop_field(step: int, event: int, field: str) -> Any:
+    return lambda d: d["steps"][step]["events"][event].pop(field)
+
+
+BAD_DOCUMENTS = {
+    "unknown kind": (
+        set_event(2, 0, kind="bucket_move"),
+        "steps[2].events[0]: field 'kind' must be one of 'instance', 'replicaset', 'bucket',"
+        " 'bucket_snapshot', got 'bucket_move'",
+    ),
+    "missing field": (drop_field(2, 0, "end"), "steps[2].events[0] (bucket): missing field 'end'"),
+    "unknown field": (
+        set_event(1, 0, master="x"),
+        "steps[1].events[0] (replicaset): unknown field 'master' (allowed: current_master_uuid,"
+        " op, replicaset_uuid, tier)",
+    ),
+    "bad value, named by the library": (
+        set_event(2, 0, start="1"),
+        "steps[2].events[0] (bucket): field 'start' must be a bucket id (an int >= 1), got '1'",
+    ),
+    "range beyond the tier": (
+        set_event(3, 0, end=3001),
+        "steps[3].events[0] (bucket): bucket range end 3001 exceeds",
+    ),
+    "bad op": (
+        set_event(1, 1, op="remove"),
+        "steps[1].events[1] (instance): field 'op' must be 'replace' or 'delete', got 'remove'",
+    ),
+    "undeclared tier": (
+        set_event(2, 0, tier="warm"),
+        "steps[2].events[0] (bucket): tier 'warm' is not declared in 'tiers'",
+    ),
+    "new replicaset without a tier": (
+        drop_field(4, 0, "tier"),
+        "steps[4].events[0] (replicaset): field 'tier' is required for a replicaset not yet known",
+    ),
+    "snapshot row without a field": (
+        lambda d: d["steps"][0]["events"][10]["rows"][1].pop("bucket_id_end"),
+        "steps[0].events[10].rows[1]: bucket row has no field 'bucket_id_end'",
+    ),
+    "overlapping snapshot": (
+        lambda d: d["steps"][0]["events"][10]["rows"][1].update(bucket_id_start=900),
+        "steps[0].events[10] (bucket_snapshot): snapshot of tier 'hot' has overlapping ranges",
+    ),
+    "wrong version": (lambda d: d.update(version=2), "field 'version' must be 1, got 2"),
+    "no steps": (lambda d: d.update(steps=[]), "field 'steps' must be a non-empty list"),
+    "step without events": (
+        lambda d: d["steps"][3].update(events=[]),
+        "steps[3]: field 'events' must be a non-empty list",
+    ),
+    "bad bucket count": (
+        lambda d: d["tiers"].update(cold=0),
+        "tiers.cold: bucket count must be an int >= 1, got 0",
+    ),
+    "key pattern without {i}": (
+        lambda d: d["keys"].update(pattern="user"),
+        "keys.pattern must be a string containing '{i}', got 'user'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_DOCUMENTS)
+def test_invalid_scenario_exits_2_naming_the_location(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str
+) -> None:
+    change, message = BAD_DOCUMENTS[case]
+    path = write(tmp_path, seed_with(change))
+    status, out, err = run_demo(capsys, "--plain", "--scenario", str(path))
+    assert status == 2
+    assert out == ""
+    assert err.startswith(f"shardline demo: error: {path}: ")
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"version": 1,', "invalid JSON at line 1 column 15"),
+        (b'{"version": 1, "version": 1}', "duplicate key 'version'"),
+        (b'{"version": NaN}', "NaN is not valid JSON"),
+        (b"\xff\xfe{}", "not UTF-8 text"),
+        (b"[1, 2]", "the top level must be a JSON object, got a list"),
+        (b'{"version": 1, "tiers": {"hot": 10}}', "the top level: missing field 'steps'"),
+        (b"[" * 100_000, "invalid JSON"),
+    ],
+)
+def test_undecodable_file_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, message: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    status, out, err = run_demo(capsys, "--plain", "--scenario", str(path))
+    assert (status, out) == (2, "")
+    assert err.startswith(f"shardline demo: error: {path}: ")
+    assert message in err
+
+
+def test_oversized_file_exits_2_before_parsing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "big.json"
+    # Valid JSON but one byte over the limit: only the size check can refuse it.
+    path.write_bytes(b"{" + b" " * (MAX_FILE_BYTES - 1) + b"}")
+    status, out, err = run_demo(capsys, "--plain", "--scenario", str(path))
+    assert (status, out) == (2, "")
+    assert err == f"shardline demo: error: {path}: file is larger than {MAX_FILE_BYTES} bytes\n"
+
+
+def test_missing_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "absent.json"
+    status, _, err = run_demo(capsys, "--scenario", str(path))
+    assert status == 2
+    assert err == f"shardline demo: error: {path}: cannot read: No such file or directory\n"
+
+
+# --- the rich view -------------------------------------------------------------------------------
+
+
+def test_rich_view_shows_tables_and_user_text_literally() -> None:
+    document = seed_cases()
+    document["steps"][1]["description"] = "[bold]R2[/] expelled [/oops]"
+    document["names"] = {k: f"[{v}]" for k, v in document["names"].items()}
+    out = io.StringIO()
+    render_rich(Replay(parse_scenario(document)), Console(file=out, width=160, color_system=None))
+    text = out.getvalue()
+    assert "Step 2/11: [bold]R2[/] expelled [/oops]" in text
+    assert "1-750 → [R1]" in text
+    assert "Map clearings and re-fills" in text
+    assert re.search(r"│ hot\s+│\s+2\s+│\s+0/3000\s+│ \(empty\)\s+│ -\s+│\s+2000 │", text)
+
+
+# --- the console command ------------------------------------------------------------------------
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "shardline.cli", *args]
+
+
+def test_command_on_a_pipe_exits_0_with_plain_text() -> None:
+    result = subprocess.run(command("demo"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert not ANSI.search(result.stdout)
+    assert "  hot: epoch 11, 3000 of 3000 buckets mapped\n" in result.stdout
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "demo" in capsys.readouterr().out
+
+
+def test_command_is_required() -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_command_on_a_terminal_draws_rich_tables() -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "140", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    process = subprocess.Popen(command("demo"), stdout=follower, stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=120) == 0
+    text = b"".join(chunks).decode()
+    assert "┏" in text
+    assert "Map clearings and re-fills" in text
