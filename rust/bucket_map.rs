@@ -1,9 +1,15 @@
 //! One tier's map of bucket ranges to their owner, with the seed's clear-on-suspicion rules.
 //!
 //! Ranges are inclusive, non-overlapping and kept sorted by `start` in a `Vec`: for disjoint
-//! intervals a sorted vector searched by bisection is an interval tree, with the best constant
-//! factors (one contiguous allocation, a cache-friendly search, no per-node pointers).
-//! `docs/architecture.md` records why this beat a dense bucket → owner table.
+//! intervals a sorted vector is an interval tree with the best constant factors, and it is what
+//! the rules (overlap checks, redelivery, snapshots) work on. Lookups go through a dense
+//! bucket → range table built from it on the first lookup after a change: one load instead of a
+//! chain of dependent loads in a bisection. `docs/architecture.md` has the measurements.
+
+use std::sync::OnceLock;
+
+/// Largest bucket id the dense table covers (4 MiB of table); beyond it lookups bisect.
+const DENSE_LIMIT: u32 = 1 << 20;
 
 /// One inclusive range of buckets and the replicaset that owns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +41,9 @@ pub struct Overlap {
 pub struct BucketMap<O> {
     ranges: Vec<Range<O>>,
     epoch: u64,
+    /// `slots[bucket]` is 1 + the index of the range holding `bucket`, 0 for none; `None` when
+    /// the map reaches past `DENSE_LIMIT`. Reset on every change, rebuilt by the next lookup.
+    dense: OnceLock<Option<Box<[u32]>>>,
 }
 
 impl<O> Default for BucketMap<O> {
@@ -42,8 +51,21 @@ impl<O> Default for BucketMap<O> {
         Self {
             ranges: Vec::new(),
             epoch: 0,
+            dense: OnceLock::new(),
         }
     }
+}
+
+fn dense_table<O>(ranges: &[Range<O>]) -> Option<Box<[u32]>> {
+    let last = ranges.last().map_or(0, |range| range.end);
+    if last > DENSE_LIMIT {
+        return None;
+    }
+    let mut slots = vec![0u32; last as usize + 1];
+    for (index, range) in ranges.iter().enumerate() {
+        slots[range.start as usize..=range.end as usize].fill(index as u32 + 1);
+    }
+    Some(slots.into_boxed_slice())
 }
 
 impl<O: PartialEq> BucketMap<O> {
@@ -59,18 +81,26 @@ impl<O: PartialEq> BucketMap<O> {
     /// The owner of `bucket`, if a range covers it.
     #[inline]
     pub fn lookup(&self, bucket: u32) -> Option<&O> {
-        let index = self.ranges.partition_point(|range| range.end < bucket);
+        let index = match self.dense.get_or_init(|| dense_table(&self.ranges)) {
+            Some(slots) => (*slots.get(bucket as usize)?).checked_sub(1)? as usize,
+            None => self.ranges.partition_point(|range| range.end < bucket),
+        };
         self.ranges
             .get(index)
             .filter(|range| range.start <= bucket)
             .map(|range| &range.owner)
     }
 
+    fn changed(&mut self) {
+        self.epoch += 1;
+        self.dense = OnceLock::new();
+    }
+
     /// Forgets every range (the map can no longer be trusted). O(ranges in this map).
     pub fn clear(&mut self) {
         if !self.ranges.is_empty() {
             self.ranges.clear();
-            self.epoch += 1;
+            self.changed();
         }
     }
 
@@ -99,7 +129,7 @@ impl<O: PartialEq> BucketMap<O> {
             self.ranges.push(Range { start, end, owner });
             Upsert::ClearedThenInserted
         };
-        self.epoch += 1;
+        self.changed();
         outcome
     }
 
@@ -117,7 +147,7 @@ impl<O: PartialEq> BucketMap<O> {
             && existing.owner == *owner
         {
             self.ranges.remove(hits.start);
-            self.epoch += 1;
+            self.changed();
         } else {
             self.clear();
         }
@@ -130,7 +160,7 @@ impl<O: PartialEq> BucketMap<O> {
             return false;
         }
         self.ranges = snapshot;
-        self.epoch += 1;
+        self.changed();
         true
     }
 }
@@ -175,6 +205,29 @@ mod tests {
         assert_eq!(map.lookup(21), Some(&'b'));
         assert_eq!(map.lookup(31), None);
         assert_eq!(map.lookup(0), None);
+    }
+
+    #[test]
+    fn lookup_bisects_past_the_dense_limit() {
+        let mut map = map(&[(1, 10, 'a')]);
+        map.upsert(DENSE_LIMIT, DENSE_LIMIT + 5, 'b');
+        assert_eq!(map.lookup(5), Some(&'a'));
+        assert_eq!(map.lookup(11), None);
+        assert_eq!(map.lookup(DENSE_LIMIT + 5), Some(&'b'));
+        assert_eq!(map.lookup(DENSE_LIMIT + 6), None);
+    }
+
+    #[test]
+    fn lookup_follows_changes_after_the_table_was_built() {
+        let mut map = map(&[(1, 10, 'a')]);
+        assert_eq!(map.lookup(5), Some(&'a'));
+        map.upsert(11, 20, 'b');
+        assert_eq!(map.lookup(15), Some(&'b'));
+        map.upsert(5, 12, 'c');
+        assert_eq!(map.lookup(15), None);
+        assert_eq!(map.lookup(5), Some(&'c'));
+        map.clear();
+        assert_eq!(map.lookup(5), None);
     }
 
     #[test]

@@ -20,7 +20,11 @@ const fn build_tables() -> [[u32; 256]; 8] {
         let mut crc = b as u32;
         let mut bit = 0;
         while bit < 8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ POLY } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
             bit += 1;
         }
         tables[0][b] = crc;
@@ -77,7 +81,11 @@ mod tests {
         for &byte in data {
             crc ^= u32::from(byte);
             for _ in 0..8 {
-                crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0x82F6_3B78
+                } else {
+                    crc >> 1
+                };
             }
         }
         crc
@@ -94,7 +102,7 @@ mod tests {
     #[test]
     fn vshard_vectors() {
         // Tarantool vshard test/unit/router.result, bucket_count 3000.
-        let cases: [(&[u8], u32); 8] = [
+        let cases: [(&[u8], u32); 7] = [
             (b"1", 477),
             (b"1LL", 730),
             (b"1ULL", 982),
@@ -102,7 +110,6 @@ mod tests {
             (&[0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0], 1411),
             (&[0xca, 0x3f, 0x80, 0, 0], 193),
             (&[0xd5, 0x01, 0x00, 0x1c], 1696),
-            (b"1", 477),
         ];
         for (data, bucket) in cases {
             assert_eq!(crc32c(data) % 3000 + 1, bucket, "{data:02x?}");
@@ -111,7 +118,9 @@ mod tests {
 
     #[test]
     fn chaining_equals_concatenation() {
-        let data: Vec<u8> = (0..1000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let data: Vec<u8> = (0..1000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
         let whole = crc32c(&data);
         for split in [0, 1, 3, 7, 8, 9, 100, 999, 1000] {
             let (a, b) = data.split_at(split);
@@ -123,7 +132,11 @@ mod tests {
     fn table_driven_matches_bitwise() {
         let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
         for len in 0..data.len() {
-            assert_eq!(crc32c(&data[..len]), bitwise(CRC32C_INIT, &data[..len]), "len {len}");
+            assert_eq!(
+                crc32c(&data[..len]),
+                bitwise(CRC32C_INIT, &data[..len]),
+                "len {len}"
+            );
         }
     }
 }

@@ -149,10 +149,17 @@ fn optional_uuid(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<u128>
 /// A replicaset uuid field as an [`Owner`]: reuses the caller's string when it is already
 /// canonical, which is what Picodata sends.
 fn owner_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Owner> {
-    let uuid = uuid_of(field, value)?;
-    let given = value.cast::<PyString>()?;
-    let canonical = given.to_str()?;
-    let name = if canonical.len() == 36 && !canonical.bytes().any(|b| b.is_ascii_uppercase()) {
+    let parsed = value
+        .cast::<PyString>()
+        .ok()
+        .and_then(|given| Some((given, uuid::parse(given.to_str().ok()?)?)));
+    let Some((given, uuid)) = parsed else {
+        return Err(invalid_event(
+            value.py(),
+            format!("field '{field}' must be a UUID string, got {}", repr(value)),
+        ));
+    };
+    let name = if uuid::is_canonical(given.to_str()?) {
         given.clone().unbind()
     } else {
         PyString::new(value.py(), &uuid::format(uuid)).unbind()
@@ -273,24 +280,28 @@ fn row_field<'py>(
     })
 }
 
-/// One element of the JSON array `_pico_bucket(tier)` returns. `target_replicaset_uuid` is not
-/// read: routing follows `current_replicaset_uuid` until a migration completes.
+/// One element of the JSON array `_pico_bucket(tier)` returns, as far as routing needs it.
+/// `state` and `target_replicaset_uuid` are not read: requests follow `current_replicaset_uuid`
+/// until a migration completes.
 pub struct BucketRow<'py> {
     pub tier: Bound<'py, PyString>,
     pub start: u32,
     pub end: u32,
     pub owner: Owner,
-    pub state: Bound<'py, PyString>,
+}
+
+fn as_row<'a, 'py>(row: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyDict>> {
+    row.cast::<PyDict>().map_err(|_| {
+        invalid_event(
+            row.py(),
+            format!("a bucket row must be a dict, got {}", repr(row)),
+        )
+    })
 }
 
 pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
     let py = row.py();
-    let row = row.cast::<PyDict>().map_err(|_| {
-        invalid_event(
-            py,
-            format!("a bucket row must be a dict, got {}", repr(row)),
-        )
-    })?;
+    let row = as_row(row)?;
     let start = bucket_bound(
         "bucket_id_start",
         &row_field(row, intern!(py, "bucket_id_start"))?,
@@ -308,7 +319,6 @@ pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
             "current_replicaset_uuid",
             &row_field(row, intern!(py, "current_replicaset_uuid"))?,
         )?,
-        state: str_of("state", row_field(row, intern!(py, "state"))?)?,
     })
 }
 
@@ -318,12 +328,13 @@ pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
 pub fn parse_bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
     let parsed = bucket_row(row)?;
     let py = row.py();
+    let state = str_of("state", row_field(as_row(row)?, intern!(py, "state"))?)?;
     (
         parsed.tier,
         parsed.start,
         parsed.end,
         parsed.owner.name.bind(py),
-        parsed.state,
+        state,
     )
         .into_pyobject(py)
 }

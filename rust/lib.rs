@@ -1,9 +1,13 @@
 //! shardline's Rust core. This file only wires modules; each concept has its own file.
 
 mod bucket_map;
+mod crc32c;
 mod errors;
 mod events;
 mod instance;
+mod key_encoding;
+mod lua_tostring;
+mod murmur3;
 mod replicaset;
 mod sharding;
 mod topology;

@@ -225,12 +225,19 @@ impl Topology {
     }
 
     /// Reads one snapshot item: a `_pico_bucket` row (dict) or a `BucketEvent`-like object.
-    fn snapshot_range(&self, item: &Bound<'_, PyAny>, tier: &str) -> PyResult<Range<Owner>> {
+    fn snapshot_range(item: &Bound<'_, PyAny>, tier: &str) -> PyResult<Range<Owner>> {
         let py = item.py();
-        let (item_tier, start, end, owner) = if item.is_instance_of::<PyDict>() {
+        let range = if item.is_instance_of::<PyDict>() {
             let row = events::bucket_row(item)?;
-            let item_tier = row.tier.to_str()?.to_owned();
-            (item_tier, row.start, row.end, row.owner)
+            let item_tier = row.tier.to_str()?;
+            if item_tier != tier {
+                return Err(other_tier(py, tier, item_tier));
+            }
+            Range {
+                start: row.start,
+                end: row.end,
+                owner: row.owner,
+            }
         } else {
             let change = events::bucket_change(item)?;
             if change.op != Op::Replace {
@@ -242,20 +249,16 @@ impl Topology {
                     ),
                 ));
             }
-            (change.tier, change.start, change.end, change.owner)
+            if change.tier != tier {
+                return Err(other_tier(py, tier, &change.tier));
+            }
+            Range {
+                start: change.start,
+                end: change.end,
+                owner: change.owner,
+            }
         };
-        if item_tier != tier {
-            return Err(invalid_event(
-                py,
-                format!(
-                    "snapshot of tier {} holds a range of tier {}",
-                    quoted(tier),
-                    quoted(&item_tier)
-                ),
-            ));
-        }
-        self.check_range_fits(py, tier, end)?;
-        Ok(Range { start, end, owner })
+        Ok(range)
     }
 
     /// The bucket of each key, hashed before any lock is taken (hashing may call into Python).
@@ -283,6 +286,17 @@ impl Topology {
             })
             .collect()
     }
+}
+
+fn other_tier(py: Python<'_>, tier: &str, item_tier: &str) -> PyErr {
+    invalid_event(
+        py,
+        format!(
+            "snapshot of tier {} holds a range of tier {}",
+            quoted(tier),
+            quoted(item_tier)
+        ),
+    )
 }
 
 fn bucket_ids_of(py: Python<'_>, bucket_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
@@ -493,7 +507,7 @@ impl Topology {
         }
         let mut ranges = events_or_rows
             .try_iter()?
-            .map(|item| self.snapshot_range(&item?, tier))
+            .map(|item| Self::snapshot_range(&item?, tier))
             .collect::<PyResult<Vec<_>>>()?;
         sort_snapshot(&mut ranges).map_err(|overlap| {
             invalid_event(
@@ -506,6 +520,9 @@ impl Topology {
                 ),
             )
         })?;
+        if let Some(last) = ranges.last() {
+            self.check_range_fits(py, tier, last.end)?;
+        }
         Ok(self.state.write().map_mut(tier).replace_all(ranges))
     }
 

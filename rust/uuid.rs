@@ -1,26 +1,50 @@
 //! UUIDs as 128-bit integers: parsed once at the boundary, compared and hashed as `u128`.
 
+/// Hex digit value of each byte, or `INVALID`: one table load per digit on the parse path.
+const INVALID: u8 = 0xff;
+const HEX_VALUE: [u8; 256] = {
+    let mut table = [INVALID; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
 /// Parses the canonical `8-4-4-4-12` hex form (either case) or 32 bare hex digits.
 pub fn parse(text: &str) -> Option<u128> {
     let bytes = text.as_bytes();
-    let hex_digits: &mut dyn Iterator<Item = &u8> = match bytes.len() {
-        36 => {
-            if [8, 13, 18, 23].iter().any(|&i| bytes[i] != b'-') {
-                return None;
-            }
-            &mut bytes.iter().filter(|&&b| b != b'-')
-        }
-        32 => &mut bytes.iter(),
+    let groups: [&[u8]; 5] = match bytes.len() {
+        36 if [8, 13, 18, 23].iter().all(|&i| bytes[i] == b'-') => [
+            &bytes[0..8],
+            &bytes[9..13],
+            &bytes[14..18],
+            &bytes[19..23],
+            &bytes[24..36],
+        ],
+        32 => [bytes, &[], &[], &[], &[]],
         _ => return None,
     };
     let mut value: u128 = 0;
-    let mut count = 0;
-    for &b in hex_digits {
-        let digit = (b as char).to_digit(16)?;
-        value = (value << 4) | u128::from(digit);
-        count += 1;
+    let mut invalid = 0u8;
+    for &b in groups.iter().flat_map(|group| group.iter()) {
+        let digit = HEX_VALUE[b as usize];
+        invalid |= digit & 0xf0;
+        value = (value << 4) | u128::from(digit & 0x0f);
     }
-    (count == 32).then_some(value)
+    (invalid == 0).then_some(value)
+}
+
+/// Whether `text` (already parsed) is in the form [`format`] produces.
+pub fn is_canonical(text: &str) -> bool {
+    text.len() == 36 && !text.bytes().any(|b| b.is_ascii_uppercase())
 }
 
 /// The canonical lowercase hyphenated form.

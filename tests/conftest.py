@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 
 
@@ -21,10 +20,15 @@ def inst_uuid(n: int) -> str:
 
 def add_replicaset(topology: Topology, n: int, tier: str = "default") -> None:
     """Replicaset Rn with its master instance, in the seed's order (replicaset, then instance)."""
-    topology.apply(ReplicasetEvent("replace", rs_uuid(n), tier=tier, current_master_uuid=inst_uuid(n)))
+    topology.apply(
+        ReplicasetEvent("replace", rs_uuid(n), tier=tier, current_master_uuid=inst_uuid(n))
+    )
     topology.apply(
         InstanceEvent(
-            "replace", inst_uuid(n), replicaset_uuid=rs_uuid(n), current_state="Online",
+            "replace",
+            inst_uuid(n),
+            replicaset_uuid=rs_uuid(n),
+            current_state="Online",
             address=f"127.0.0.1:{3300 + n}",
         )
     )

@@ -7,7 +7,6 @@ import pytest
 from conftest import add_replicaset, inst_uuid, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
-
 from shardline import (
     BucketEvent,
     Instance,
@@ -69,7 +68,9 @@ def test_master_is_none_while_the_replicaset_has_no_master() -> None:
 def test_master_switch_reroutes_without_touching_the_map(routed: Topology) -> None:
     routed.apply(InstanceEvent("replace", inst_uuid(7), replicaset_uuid=rs_uuid(2), address="x:7"))
     routed.apply(ReplicasetEvent("replace", rs_uuid(2), current_master_uuid=inst_uuid(7)))
-    assert routed.find_bucket_master("default", 1500) == Instance(inst_uuid(7), rs_uuid(2), None, "x:7")
+    assert routed.find_bucket_master("default", 1500) == Instance(
+        inst_uuid(7), rs_uuid(2), None, "x:7"
+    )
 
 
 @pytest.mark.parametrize(
@@ -133,7 +134,9 @@ def test_batch_forms_agree_with_single_lookups(routed: Topology) -> None:
     assert routed.route_many("default", int_keys) == expected
     assert routed.route_many("default", np.array(int_keys, dtype=np.int64)) == expected
     composite = [("a", i, None) for i in range(50)]
-    assert routed.route_many("default", composite) == [routed.route("default", k) for k in composite]
+    assert routed.route_many("default", composite) == [
+        routed.route("default", k) for k in composite
+    ]
 
 
 def test_batch_with_an_unhashable_key_raises_and_names_it(routed: Topology) -> None:

@@ -7,10 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from shardline import Instance, Replicaset, Topology
 from strategies import TIERS, bucket_events, full_state, snapshots, valid_events
 from topology_model import Model
-
-from shardline import Instance, Replicaset, Topology
 
 
 def model_state(model: Model) -> tuple[Any, ...]:
@@ -67,7 +66,9 @@ class TopologyMachine(RuleBasedStateMachine):
 
 
 TestTopologyAgainstModel = TopologyMachine.TestCase
-TestTopologyAgainstModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestTopologyAgainstModel.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None
+)
 
 
 @given(events=st.lists(valid_events, max_size=60))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 from conftest import add_replicaset, rs_uuid
-
 from shardline import Topology
 
 LAYOUTS = [
@@ -13,9 +12,7 @@ LAYOUTS = [
     [(1, 750, 1), (751, 1500, 2), (1501, 3000, 3)],
     [(1, 1500, 1), (1501, 3000, 3)],
 ]
-VALID = {
-    tuple((start, end, rs_uuid(n)) for start, end, n in layout) for layout in LAYOUTS
-}
+VALID = {tuple((start, end, rs_uuid(n)) for start, end, n in layout) for layout in LAYOUTS}
 
 
 def rows(layout: list[tuple[int, int, int]]) -> list[dict[str, object]]:
@@ -46,7 +43,7 @@ def test_readers_never_observe_a_partial_snapshot(topology: Topology) -> None:
                 owner = topology.owner("default", 1200)
                 assert owner in (rs_uuid(1), rs_uuid(2))
                 assert topology.find_bucket_master("default", 1200) is not None
-        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=reader) for _ in range(4)]

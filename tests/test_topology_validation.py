@@ -8,9 +8,8 @@ import pytest
 from conftest import inst_uuid, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import TIERS, full_state, valid_events
-
 from shardline import BucketEvent, InstanceEvent, InvalidEvent, ReplicasetEvent, Topology
+from strategies import TIERS, full_state, valid_events
 
 BAD_EVENTS: list[tuple[Any, str]] = [
     (BucketEvent("a", 10, 9, rs_uuid(1)), "start 10 is greater than end 9"),
@@ -73,7 +72,11 @@ def test_not_an_event_is_rejected() -> None:
 
 @pytest.mark.parametrize(
     ("tiers", "message"),
-    [({"": 3}, "empty"), ({"a": 0}, "'a' has an invalid bucket_count 0"), ({"a": "x"}, "str to an int")],
+    [
+        ({"": 3}, "empty"),
+        ({"a": 0}, "'a' has an invalid bucket_count 0"),
+        ({"a": "x"}, "str to an int"),
+    ],
 )
 def test_bad_tier_configuration_is_rejected_and_can_be_retried(
     tiers: dict[str, Any], message: str

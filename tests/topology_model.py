@@ -116,7 +116,9 @@ class Model:
                 return owner
         return None
 
-    def master(self, tier: str, bucket: int) -> tuple[str, str | None, str | None, str | None] | None:
+    def master(
+        self, tier: str, bucket: int
+    ) -> tuple[str, str | None, str | None, str | None] | None:
         owner = self.owner(tier, bucket)
         rs = self.replicasets.get(owner) if owner else None
         if rs is None or rs[2] is None:
