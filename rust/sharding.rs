@@ -573,7 +573,7 @@ thread_local! {
 
 /// Runs `f` with this thread's scratch hasher (or a fresh one if it is in use, e.g. re-entered
 /// from Python code run while encoding).
-fn with_scratch<R>(f: impl FnOnce(&mut KeyHasher) -> R) -> R {
+pub fn with_scratch<R>(f: impl FnOnce(&mut KeyHasher) -> R) -> R {
     let mut f = Some(f);
     let result = SCRATCH.try_with(|cell| {
         let mut hasher = cell.try_borrow_mut().ok()?;

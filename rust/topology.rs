@@ -15,7 +15,7 @@ use crate::errors::{invalid_event, quoted, unknown_tier};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
 use crate::replicaset::Replicaset;
-use crate::sharding::{bucket_of, DecimalFormat, KeyHasher};
+use crate::sharding::{bucket_of, with_scratch, DecimalFormat, KeyHasher};
 use crate::uuid;
 
 struct ReplicasetEntry {
@@ -555,7 +555,7 @@ impl Topology {
     /// The bucket id of `key` (one value or a tuple of values) in `tier`, by the Picodata scheme.
     fn bucket_id(&self, py: Python<'_>, tier: &str, key: &Bound<'_, PyAny>) -> PyResult<u32> {
         let count = self.bucket_count(py, tier)?;
-        let hash = KeyHasher::default().picodata(key, DecimalFormat::Binary)?;
+        let hash = with_scratch(|hasher| hasher.picodata(key, DecimalFormat::Binary))?;
         Ok(bucket_of(hash, count))
     }
 
