@@ -81,6 +81,13 @@ impl<O: PartialEq> BucketMap<O> {
     /// The owner of `bucket`, if a range covers it.
     #[inline]
     pub fn lookup(&self, bucket: u32) -> Option<&O> {
+        self.lookup_index(bucket)
+            .map(|index| &self.ranges[index].owner)
+    }
+
+    /// The index in [`ranges`](Self::ranges) of the range covering `bucket`.
+    #[inline]
+    pub fn lookup_index(&self, bucket: u32) -> Option<usize> {
         let index = match self.dense.get_or_init(|| dense_table(&self.ranges)) {
             Some(slots) => (*slots.get(bucket as usize)?).checked_sub(1)? as usize,
             None => self.ranges.partition_point(|range| range.end < bucket),
@@ -88,7 +95,7 @@ impl<O: PartialEq> BucketMap<O> {
         self.ranges
             .get(index)
             .filter(|range| range.start <= bucket)
-            .map(|range| &range.owner)
+            .map(|_| index)
     }
 
     fn changed(&mut self) {

@@ -152,14 +152,14 @@ fn owner_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Owner> {
     let parsed = value
         .cast::<PyString>()
         .ok()
-        .and_then(|given| Some((given, uuid::parse(given.to_str().ok()?)?)));
-    let Some((given, uuid)) = parsed else {
+        .and_then(|given| Some((given, uuid::parse_noting_form(given.to_str().ok()?)?)));
+    let Some((given, (uuid, canonical))) = parsed else {
         return Err(invalid_event(
             value.py(),
             format!("field '{field}' must be a UUID string, got {}", repr(value)),
         ));
     };
-    let name = if uuid::is_canonical(given.to_str()?) {
+    let name = if canonical {
         given.clone().unbind()
     } else {
         PyString::new(value.py(), &uuid::format(uuid)).unbind()

@@ -24,36 +24,80 @@ struct ReplicasetEntry {
     object: Py<Replicaset>,
 }
 
+/// One tier's bucket map, and the master instance serving each of its ranges.
+#[derive(Default)]
+struct Tier {
+    map: BucketMap<Owner>,
+    /// `masters[i]` serves `map.ranges()[i]`: resolved once (replicaset → master → instance)
+    /// by the first lookup after the map, a replicaset or an instance changed.
+    masters: OnceLock<Box<[Option<Py<Instance>>]>>,
+}
+
 #[derive(Default)]
 struct State {
     instances: FxHashMap<u128, Py<Instance>>,
     replicasets: FxHashMap<u128, ReplicasetEntry>,
-    maps: FxHashMap<Box<str>, BucketMap<Owner>>,
+    tiers: FxHashMap<Box<str>, Tier>,
 }
 
 impl State {
-    fn map(&self, py: Python<'_>, tier: &str) -> PyResult<&BucketMap<Owner>> {
-        self.maps
+    fn tier(&self, py: Python<'_>, tier: &str) -> PyResult<&Tier> {
+        self.tiers
             .get(tier)
             .ok_or_else(|| unknown_tier(py, format!("unknown tier {}", quoted(tier))))
     }
 
+    fn map(&self, py: Python<'_>, tier: &str) -> PyResult<&BucketMap<Owner>> {
+        Ok(&self.tier(py, tier)?.map)
+    }
+
+    /// The tier's map, registering the tier if it is new; its resolved masters are dropped.
     fn map_mut(&mut self, tier: &str) -> &mut BucketMap<Owner> {
-        if !self.maps.contains_key(tier) {
-            self.maps.insert(tier.into(), BucketMap::default());
+        if !self.tiers.contains_key(tier) {
+            self.tiers.insert(tier.into(), Tier::default());
         }
-        self.maps.get_mut(tier).expect("inserted above")
+        let entry = self.tiers.get_mut(tier).expect("inserted above");
+        entry.masters = OnceLock::new();
+        &mut entry.map
     }
 
     fn clear_tier(&mut self, tier: &str) {
         self.map_mut(tier).clear();
     }
 
+    /// A replicaset or an instance changed: every tier resolves its masters again. O(tiers).
+    fn forget_masters(&mut self) {
+        for tier in self.tiers.values_mut() {
+            tier.masters = OnceLock::new();
+        }
+    }
+
     /// The master instance of the replicaset `owner`, if everything on the way is known.
-    #[inline]
     fn master_instance(&self, owner: &Owner) -> Option<&Py<Instance>> {
         let master = self.replicasets.get(&owner.uuid)?.master?;
         self.instances.get(&master)
+    }
+
+    /// The master instance serving `bucket` in `tier`.
+    #[inline]
+    fn master_of<'a>(
+        &'a self,
+        py: Python<'_>,
+        tier: &'a Tier,
+        bucket: u32,
+    ) -> Option<&'a Py<Instance>> {
+        let index = tier.map.lookup_index(bucket)?;
+        let masters = tier.masters.get_or_init(|| {
+            tier.map
+                .ranges()
+                .iter()
+                .map(|range| {
+                    self.master_instance(&range.owner)
+                        .map(|master| master.clone_ref(py))
+                })
+                .collect()
+        });
+        masters[index].as_ref()
     }
 }
 
@@ -127,6 +171,7 @@ impl Topology {
 
     fn apply_instance_change(&self, py: Python<'_>, change: InstanceChange) -> PyResult<()> {
         let mut state = self.state.write();
+        state.forget_masters();
         if change.op == Op::Delete {
             state.instances.remove(&change.uuid);
             return Ok(());
@@ -154,6 +199,7 @@ impl Topology {
 
     fn apply_replicaset_change(&self, py: Python<'_>, change: ReplicasetChange) -> PyResult<()> {
         let mut state = self.state.write();
+        state.forget_masters();
         if change.op == Op::Delete {
             if let Some(gone) = state.replicasets.remove(&change.uuid) {
                 state.clear_tier(&gone.tier);
@@ -216,8 +262,10 @@ impl Topology {
                     .upsert(change.start, change.end, change.owner);
             }
             Op::Delete => {
-                if let Some(map) = state.maps.get_mut(&*change.tier) {
-                    map.remove(change.start, change.end, &change.owner);
+                if state.tiers.contains_key(&*change.tier) {
+                    state
+                        .map_mut(&change.tier)
+                        .remove(change.start, change.end, &change.owner);
                 }
             }
         }
@@ -356,7 +404,11 @@ impl Topology {
         }
         let mut state = self.state.write();
         for (name, &count) in &counts {
-            if let Some(last) = state.maps.get(name).and_then(|map| map.ranges().last()) {
+            if let Some(last) = state
+                .tiers
+                .get(name)
+                .and_then(|tier| tier.map.ranges().last())
+            {
                 if last.end > count {
                     return Err(invalid_event(
                         py,
@@ -420,8 +472,8 @@ impl Topology {
     #[getter]
     fn bucket_maps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
-        for (tier, map) in &self.state.read().maps {
-            out.set_item(&**tier, ranges_list(py, map)?)?;
+        for (name, tier) in &self.state.read().tiers {
+            out.set_item(&**name, ranges_list(py, &tier.map)?)?;
         }
         Ok(out)
     }
@@ -545,10 +597,9 @@ impl Topology {
         bucket_id: u32,
     ) -> PyResult<Option<Py<Instance>>> {
         let state = self.state.read();
-        let map = state.map(py, tier)?;
-        Ok(map
-            .lookup(bucket_id)
-            .and_then(|owner| state.master_instance(owner))
+        let tier = state.tier(py, tier)?;
+        Ok(state
+            .master_of(py, tier, bucket_id)
             .map(|instance| instance.clone_ref(py)))
     }
 
@@ -598,12 +649,12 @@ impl Topology {
     ) -> PyResult<Bound<'py, PyList>> {
         let buckets = self.buckets_of_keys(py, tier, keys)?;
         let state = self.state.read();
-        let map = state.map(py, tier)?;
+        let tier = state.tier(py, tier)?;
         PyList::new(
             py,
             buckets.into_iter().map(|bucket| {
-                map.lookup(bucket)
-                    .and_then(|owner| state.master_instance(owner))
+                state
+                    .master_of(py, tier, bucket)
                     .map(|instance| instance.bind(py))
             }),
         )
@@ -613,7 +664,7 @@ impl Topology {
         let state = self.state.read();
         format!(
             "<Topology: {} tiers, {} replicasets, {} instances>",
-            state.maps.len(),
+            state.tiers.len(),
             state.replicasets.len(),
             state.instances.len()
         )
