@@ -25,6 +25,15 @@ pub struct Owner {
     pub name: Py<PyString>,
 }
 
+impl Owner {
+    pub fn clone_ref(&self, py: Python<'_>) -> Self {
+        Self {
+            uuid: self.uuid,
+            name: self.name.clone_ref(py),
+        }
+    }
+}
+
 impl PartialEq for Owner {
     fn eq(&self, other: &Self) -> bool {
         self.uuid == other.uuid
@@ -147,8 +156,15 @@ fn optional_uuid(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<u128>
 }
 
 /// A replicaset uuid field as an [`Owner`]: reuses the caller's string when it is already
-/// canonical, which is what Picodata sends.
-fn owner_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Owner> {
+/// canonical, which is what Picodata sends. `likely` is the owner the caller expects (the one
+/// already mapped at this position): a string equal to its canonical text needs no parsing.
+fn owner_of(field: &str, value: &Bound<'_, PyAny>, likely: Option<&Owner>) -> PyResult<Owner> {
+    if let (Some(likely), Ok(given)) = (likely, value.cast::<PyString>()) {
+        let py = value.py();
+        if given.to_str().ok() == likely.name.bind(py).to_str().ok() {
+            return Ok(likely.clone_ref(py));
+        }
+    }
     let parsed = value
         .cast::<PyString>()
         .ok()
@@ -251,7 +267,7 @@ pub fn replicaset_change(event: &Bound<'_, PyAny>) -> PyResult<ReplicasetChange>
 }
 
 /// A `BucketEvent`-like object (attributes `tier`, `start`, `end`, `current_replicaset_uuid`, `op`).
-pub fn bucket_change(event: &Bound<'_, PyAny>) -> PyResult<BucketChange> {
+pub fn bucket_change(event: &Bound<'_, PyAny>, likely: Option<&Owner>) -> PyResult<BucketChange> {
     let py = event.py();
     let start = bucket_bound("start", &field(event, intern!(py, "start"))?)?;
     let end = bucket_bound("end", &field(event, intern!(py, "end"))?)?;
@@ -264,6 +280,7 @@ pub fn bucket_change(event: &Bound<'_, PyAny>) -> PyResult<BucketChange> {
         owner: owner_of(
             "current_replicaset_uuid",
             &field(event, intern!(py, "current_replicaset_uuid"))?,
+            likely,
         )?,
     })
 }
@@ -299,7 +316,10 @@ fn as_row<'a, 'py>(row: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyDict
     })
 }
 
-pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
+pub fn bucket_row<'py>(
+    row: &Bound<'py, PyAny>,
+    likely: Option<&Owner>,
+) -> PyResult<BucketRow<'py>> {
     let py = row.py();
     let row = as_row(row)?;
     let start = bucket_bound(
@@ -318,6 +338,7 @@ pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
         owner: owner_of(
             "current_replicaset_uuid",
             &row_field(row, intern!(py, "current_replicaset_uuid"))?,
+            likely,
         )?,
     })
 }
@@ -326,7 +347,7 @@ pub fn bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<BucketRow<'py>> {
 /// state)` with the uuid in canonical form; `BucketEvent.from_row` builds on it.
 #[pyfunction]
 pub fn parse_bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
-    let parsed = bucket_row(row)?;
+    let parsed = bucket_row(row, None)?;
     let py = row.py();
     let state = str_of("state", row_field(as_row(row)?, intern!(py, "state"))?)?;
     (

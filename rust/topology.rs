@@ -273,10 +273,14 @@ impl Topology {
     }
 
     /// Reads one snapshot item: a `_pico_bucket` row (dict) or a `BucketEvent`-like object.
-    fn snapshot_range(item: &Bound<'_, PyAny>, tier: &str) -> PyResult<Range<Owner>> {
+    fn snapshot_range(
+        item: &Bound<'_, PyAny>,
+        tier: &str,
+        likely: Option<&Owner>,
+    ) -> PyResult<Range<Owner>> {
         let py = item.py();
         let range = if item.is_instance_of::<PyDict>() {
-            let row = events::bucket_row(item)?;
+            let row = events::bucket_row(item, likely)?;
             let item_tier = row.tier.to_str()?;
             if item_tier != tier {
                 return Err(other_tier(py, tier, item_tier));
@@ -287,7 +291,7 @@ impl Topology {
                 owner: row.owner,
             }
         } else {
-            let change = events::bucket_change(item)?;
+            let change = events::bucket_change(item, likely)?;
             if change.op != Op::Replace {
                 return Err(invalid_event(
                     py,
@@ -533,7 +537,7 @@ impl Topology {
     /// identical redelivery changes nothing. Delete removes the identical range, clears the map
     /// on a partial overlap, and is a no-op otherwise.
     fn apply_bucket(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
-        let change = events::bucket_change(event)?;
+        let change = events::bucket_change(event, None)?;
         self.apply_bucket_change(event.py(), change)
     }
 
@@ -557,9 +561,25 @@ impl Topology {
                 "field 'tier' must not be empty".to_owned(),
             ));
         }
+        // A poll usually repeats the map it replaces, range for range: the owners already mapped
+        // let most rows skip parsing their uuid. Copied out, so no lock is held while rows are read.
+        let mapped: Vec<Owner> = self
+            .state
+            .read()
+            .tiers
+            .get(tier)
+            .map_or_else(Vec::new, |known| {
+                known
+                    .map
+                    .ranges()
+                    .iter()
+                    .map(|range| range.owner.clone_ref(py))
+                    .collect()
+            });
         let mut ranges = events_or_rows
             .try_iter()?
-            .map(|item| Self::snapshot_range(&item?, tier))
+            .enumerate()
+            .map(|(i, item)| Self::snapshot_range(&item?, tier, mapped.get(i)))
             .collect::<PyResult<Vec<_>>>()?;
         sort_snapshot(&mut ranges).map_err(|overlap| {
             invalid_event(
