@@ -81,21 +81,24 @@ impl<O: PartialEq> BucketMap<O> {
     /// The owner of `bucket`, if a range covers it.
     #[inline]
     pub fn lookup(&self, bucket: u32) -> Option<&O> {
-        self.lookup_index(bucket)
-            .map(|index| &self.ranges[index].owner)
+        let slot = self.slot(bucket) as usize;
+        (slot != 0).then(|| &self.ranges[slot - 1].owner)
     }
 
-    /// The index in [`ranges`](Self::ranges) of the range covering `bucket`.
+    /// 1 + the index in [`ranges`](Self::ranges) of the range covering `bucket`, or 0 for none:
+    /// a ready index into a table with one leading "none" entry (see `Topology`'s masters).
     #[inline]
-    pub fn lookup_index(&self, bucket: u32) -> Option<usize> {
-        let index = match self.dense.get_or_init(|| dense_table(&self.ranges)) {
-            Some(slots) => (*slots.get(bucket as usize)?).checked_sub(1)? as usize,
-            None => self.ranges.partition_point(|range| range.end < bucket),
-        };
-        self.ranges
-            .get(index)
-            .filter(|range| range.start <= bucket)
-            .map(|_| index)
+    pub fn slot(&self, bucket: u32) -> u32 {
+        match self.dense.get_or_init(|| dense_table(&self.ranges)) {
+            Some(slots) => slots.get(bucket as usize).copied().unwrap_or(0),
+            None => {
+                let index = self.ranges.partition_point(|range| range.end < bucket);
+                match self.ranges.get(index) {
+                    Some(range) if range.start <= bucket => index as u32 + 1,
+                    _ => 0,
+                }
+            }
+        }
     }
 
     fn changed(&mut self) {

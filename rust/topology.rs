@@ -28,8 +28,9 @@ struct ReplicasetEntry {
 #[derive(Default)]
 struct Tier {
     map: BucketMap<Owner>,
-    /// `masters[i]` serves `map.ranges()[i]`: resolved once (replicaset → master → instance)
-    /// by the first lookup after the map, a replicaset or an instance changed.
+    /// `masters[slot]` serves the range in `map.slot(bucket)` (`masters[0]`, no range, is None):
+    /// resolved once (replicaset → master → instance) by the first lookup after the map, a
+    /// replicaset or an instance changed.
     masters: OnceLock<Box<[Option<Py<Instance>>]>>,
 }
 
@@ -78,26 +79,15 @@ impl State {
         self.instances.get(&master)
     }
 
-    /// The master instance serving `bucket` in `tier`.
-    #[inline]
-    fn master_of<'a>(
-        &'a self,
-        py: Python<'_>,
-        tier: &'a Tier,
-        bucket: u32,
-    ) -> Option<&'a Py<Instance>> {
-        let index = tier.map.lookup_index(bucket)?;
-        let masters = tier.masters.get_or_init(|| {
-            tier.map
-                .ranges()
-                .iter()
-                .map(|range| {
-                    self.master_instance(&range.owner)
-                        .map(|master| master.clone_ref(py))
-                })
-                .collect()
-        });
-        masters[index].as_ref()
+    /// The master instance serving each range of `tier`, by slot (see [`Tier::masters`]).
+    fn masters<'a>(&'a self, py: Python<'_>, tier: &'a Tier) -> &'a [Option<Py<Instance>>] {
+        tier.masters.get_or_init(|| {
+            let resolved = tier.map.ranges().iter().map(|range| {
+                self.master_instance(&range.owner)
+                    .map(|master| master.clone_ref(py))
+            });
+            std::iter::once(None).chain(resolved).collect()
+        })
     }
 }
 
@@ -618,9 +608,8 @@ impl Topology {
     ) -> PyResult<Option<Py<Instance>>> {
         let state = self.state.read();
         let tier = state.tier(py, tier)?;
-        Ok(state
-            .master_of(py, tier, bucket_id)
-            .map(|instance| instance.clone_ref(py)))
+        let master = &state.masters(py, tier)[tier.map.slot(bucket_id) as usize];
+        Ok(master.as_ref().map(|instance| instance.clone_ref(py)))
     }
 
     /// The bucket id of `key` (one value or a tuple of values) in `tier`, by the Picodata scheme.
@@ -670,11 +659,12 @@ impl Topology {
         let buckets = self.buckets_of_keys(py, tier, keys)?;
         let state = self.state.read();
         let tier = state.tier(py, tier)?;
+        let masters = state.masters(py, tier);
         PyList::new(
             py,
             buckets.into_iter().map(|bucket| {
-                state
-                    .master_of(py, tier, bucket)
+                masters[tier.map.slot(bucket) as usize]
+                    .as_ref()
                     .map(|instance| instance.bind(py))
             }),
         )
