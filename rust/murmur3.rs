@@ -40,9 +40,43 @@ pub fn murmur3_x86_32(data: &[u8], seed: u32) -> u32 {
     fmix32(h ^ data.len() as u32)
 }
 
+/// [`murmur3_x86_32`] of the first `len` (at most 16) bytes of `word` in little-endian order,
+/// computed without reading memory.
+#[inline]
+pub fn murmur3_x86_32_word(word: u128, len: usize, seed: u32) -> u32 {
+    debug_assert!(len <= 16);
+    let mut h = seed;
+    let blocks = len / 4;
+    for i in 0..blocks {
+        h ^= scramble((word >> (32 * i)) as u32);
+        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+    }
+    let tail_bits = 8 * (len % 4);
+    if tail_bits != 0 {
+        let k = (word >> (32 * blocks)) as u32 & ((1u32 << tail_bits) - 1);
+        h ^= scramble(k);
+    }
+    fmix32(h ^ len as u32)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::murmur3_x86_32;
+    use super::{murmur3_x86_32, murmur3_x86_32_word};
+
+    #[test]
+    fn word_form_equals_byte_form() {
+        let bytes: Vec<u8> = (1..=16u8).map(|b| b.wrapping_mul(37)).collect();
+        let mut padded = [0u8; 16];
+        for len in 0..=16 {
+            padded[..len].copy_from_slice(&bytes[..len]);
+            let word = u128::from_le_bytes(padded);
+            assert_eq!(
+                murmur3_x86_32_word(word, len, 13),
+                murmur3_x86_32(&bytes[..len], 13),
+                "{len}"
+            );
+        }
+    }
 
     #[test]
     fn empty_input() {

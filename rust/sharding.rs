@@ -30,7 +30,7 @@ use pyo3::types::{
 use crate::crc32c::crc32c;
 use crate::key_encoding::{self as enc, DecimalDigits, KeyInt};
 use crate::lua_tostring;
-use crate::murmur3::murmur3_x86_32;
+use crate::murmur3::{murmur3_x86_32, murmur3_x86_32_word};
 
 /// Seed of Picodata's MurmurHash3.
 pub const PICODATA_SEED: u32 = 13;
@@ -111,7 +111,10 @@ impl KeyHasher {
         }
         if key.is_exact_instance_of::<PyInt>() {
             return match int_part(key) {
-                Ok(v) => Ok(murmur3_x86_32(v.msgpack().as_slice(), PICODATA_SEED)),
+                Ok(v) => {
+                    let (word, len) = v.msgpack().as_word();
+                    Ok(murmur3_x86_32_word(word, len, PICODATA_SEED))
+                }
                 Err(Reject::Raised(err)) => Err(err),
                 Err(Reject::Unhashable(reason)) => Err(unhashable(key, None, reason)),
             };
@@ -124,7 +127,8 @@ impl KeyHasher {
     /// `picodata` of the Python int with that value.
     #[inline]
     pub fn picodata_i64(&mut self, v: i64) -> u32 {
-        murmur3_x86_32(enc::int_i64(v).as_slice(), PICODATA_SEED)
+        let (word, len) = enc::int_i64(v).as_word();
+        murmur3_x86_32_word(word, len, PICODATA_SEED)
     }
 
     /// vshard's `mpcrc32` hash of `key`.

@@ -103,9 +103,11 @@ impl State {
 /// and readers see the map either wholly before or wholly after it.
 ///
 /// Implementation notes:
-///     Each map is a sorted vector of disjoint ranges searched by bisection. Writers take an
-///     exclusive lock only after the event has been read and validated, so a malformed event
-///     never leaves anything half-applied; nothing calls back into Python while a lock is held.
+///     Each map is a sorted vector of disjoint ranges. Lookups read two tables derived from it
+///     on the first lookup after a change: bucket → range, and range → master instance. Writers
+///     take an exclusive lock only after the event has been read and validated, so a malformed
+///     event never leaves anything half-applied; nothing calls back into Python while a lock is
+///     held.
 #[pyclass(frozen, module = "shardline", name = "Topology")]
 pub struct Topology {
     bucket_counts: OnceLock<FxHashMap<Box<str>, u32>>,
