@@ -25,8 +25,9 @@ struct ReplicasetEntry {
 }
 
 /// One tier's bucket map, and the master instance serving each of its ranges.
-#[derive(Default)]
 struct Tier {
+    /// Interned, so that a caller passing a string literal is matched by identity.
+    name: Py<PyString>,
     map: BucketMap<Owner>,
     /// `masters[slot]` serves the range in `map.slot(bucket)` (`masters[0]`, no range, is None):
     /// resolved once (replicaset → master → instance) by the first lookup after the map, a
@@ -38,37 +39,52 @@ struct Tier {
 struct State {
     instances: FxHashMap<u128, Py<Instance>>,
     replicasets: FxHashMap<u128, ReplicasetEntry>,
-    tiers: FxHashMap<Box<str>, Tier>,
+    tiers: Vec<Tier>,
+    tier_index: FxHashMap<Box<str>, usize>,
 }
 
 impl State {
-    fn tier(&self, py: Python<'_>, tier: &str) -> PyResult<&Tier> {
-        self.tiers
-            .get(tier)
-            .ok_or_else(|| unknown_tier(py, format!("unknown tier {}", quoted(tier))))
+    /// The tier named `name`. Callers usually pass the same interned literal every time, so a
+    /// scan by identity comes first: cheaper than hashing the text, which is the fallback.
+    fn tier(&self, name: &Bound<'_, PyString>) -> PyResult<&Tier> {
+        if let Some(tier) = self.tiers.iter().find(|tier| tier.name.is(name)) {
+            return Ok(tier);
+        }
+        let text = name.to_str()?;
+        self.known_tier(text)
+            .ok_or_else(|| unknown_tier(name.py(), format!("unknown tier {}", quoted(text))))
     }
 
-    fn map(&self, py: Python<'_>, tier: &str) -> PyResult<&BucketMap<Owner>> {
-        Ok(&self.tier(py, tier)?.map)
+    fn known_tier(&self, name: &str) -> Option<&Tier> {
+        self.tier_index.get(name).map(|&index| &self.tiers[index])
     }
 
     /// The tier's map, registering the tier if it is new; its resolved masters are dropped.
-    fn map_mut(&mut self, tier: &str) -> &mut BucketMap<Owner> {
-        if !self.tiers.contains_key(tier) {
-            self.tiers.insert(tier.into(), Tier::default());
-        }
-        let entry = self.tiers.get_mut(tier).expect("inserted above");
-        entry.masters = OnceLock::new();
-        &mut entry.map
+    fn map_mut(&mut self, py: Python<'_>, name: &str) -> &mut BucketMap<Owner> {
+        let index = match self.tier_index.get(name) {
+            Some(&index) => index,
+            None => {
+                self.tiers.push(Tier {
+                    name: PyString::intern(py, name).unbind(),
+                    map: BucketMap::default(),
+                    masters: OnceLock::new(),
+                });
+                self.tier_index.insert(name.into(), self.tiers.len() - 1);
+                self.tiers.len() - 1
+            }
+        };
+        let tier = &mut self.tiers[index];
+        tier.masters = OnceLock::new();
+        &mut tier.map
     }
 
-    fn clear_tier(&mut self, tier: &str) {
-        self.map_mut(tier).clear();
+    fn clear_tier(&mut self, py: Python<'_>, name: &str) {
+        self.map_mut(py, name).clear();
     }
 
     /// A replicaset or an instance changed: every tier resolves its masters again. O(tiers).
     fn forget_masters(&mut self) {
-        for tier in self.tiers.values_mut() {
+        for tier in &mut self.tiers {
             tier.masters = OnceLock::new();
         }
     }
@@ -194,7 +210,7 @@ impl Topology {
         state.forget_masters();
         if change.op == Op::Delete {
             if let Some(gone) = state.replicasets.remove(&change.uuid) {
-                state.clear_tier(&gone.tier);
+                state.clear_tier(py, &gone.tier);
             }
             return Ok(());
         }
@@ -226,10 +242,10 @@ impl Topology {
         )?;
         match old_tier {
             // A new member may take buckets from any replicaset of its tier.
-            None => state.clear_tier(&tier),
+            None => state.clear_tier(py, &tier),
             Some(old) if old != tier => {
-                state.clear_tier(&old);
-                state.clear_tier(&tier);
+                state.clear_tier(py, &old);
+                state.clear_tier(py, &tier);
             }
             Some(_) => {}
         }
@@ -250,13 +266,13 @@ impl Topology {
         match change.op {
             Op::Replace => {
                 state
-                    .map_mut(&change.tier)
+                    .map_mut(py, &change.tier)
                     .upsert(change.start, change.end, change.owner);
             }
             Op::Delete => {
-                if state.tiers.contains_key(&*change.tier) {
+                if state.known_tier(&change.tier).is_some() {
                     state
-                        .map_mut(&change.tier)
+                        .map_mut(py, &change.tier)
                         .remove(change.start, change.end, &change.owner);
                 }
             }
@@ -401,8 +417,7 @@ impl Topology {
         let mut state = self.state.write();
         for (name, &count) in &counts {
             if let Some(last) = state
-                .tiers
-                .get(name)
+                .known_tier(name)
                 .and_then(|tier| tier.map.ranges().last())
             {
                 if last.end > count {
@@ -428,7 +443,7 @@ impl Topology {
             .map(|(name, _)| name.clone())
             .collect();
         for name in configured {
-            state.map_mut(&name);
+            state.map_mut(py, &name);
         }
         Ok(true)
     }
@@ -468,21 +483,25 @@ impl Topology {
     #[getter]
     fn bucket_maps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
-        for (name, tier) in &self.state.read().tiers {
-            out.set_item(&**name, ranges_list(py, &tier.map)?)?;
+        for tier in &self.state.read().tiers {
+            out.set_item(tier.name.bind(py), ranges_list(py, &tier.map)?)?;
         }
         Ok(out)
     }
 
     /// The ranges of `tier` as `(start, end, replicaset_uuid)`, sorted by start.
-    fn ranges<'py>(&self, py: Python<'py>, tier: &str) -> PyResult<Bound<'py, PyList>> {
-        ranges_list(py, self.state.read().map(py, tier)?)
+    fn ranges<'py>(
+        &self,
+        py: Python<'py>,
+        tier: &Bound<'py, PyString>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        ranges_list(py, &self.state.read().tier(tier)?.map)
     }
 
     /// A counter that moves on every change of `tier`'s map and never otherwise: a decision made
     /// at one epoch was made on a superseded map if the epoch has moved since.
-    fn epoch(&self, py: Python<'_>, tier: &str) -> PyResult<u64> {
-        Ok(self.state.read().map(py, tier)?.epoch())
+    fn epoch(&self, tier: &Bound<'_, PyString>) -> PyResult<u64> {
+        Ok(self.state.read().tier(tier)?.map.epoch())
     }
 
     /// Applies an `InstanceEvent`, a `ReplicasetEvent` or a `BucketEvent`.
@@ -555,19 +574,18 @@ impl Topology {
         }
         // A poll usually repeats the map it replaces, range for range: the owners already mapped
         // let most rows skip parsing their uuid. Copied out, so no lock is held while rows are read.
-        let mapped: Vec<Owner> = self
-            .state
-            .read()
-            .tiers
-            .get(tier)
-            .map_or_else(Vec::new, |known| {
-                known
-                    .map
-                    .ranges()
-                    .iter()
-                    .map(|range| range.owner.clone_ref(py))
-                    .collect()
-            });
+        let mapped: Vec<Owner> =
+            self.state
+                .read()
+                .known_tier(tier)
+                .map_or_else(Vec::new, |known| {
+                    known
+                        .map
+                        .ranges()
+                        .iter()
+                        .map(|range| range.owner.clone_ref(py))
+                        .collect()
+                });
         let mut ranges = events_or_rows
             .try_iter()?
             .enumerate()
@@ -587,36 +605,37 @@ impl Topology {
         if let Some(last) = ranges.last() {
             self.check_range_fits(py, tier, last.end)?;
         }
-        Ok(self.state.write().map_mut(tier).replace_all(ranges))
+        Ok(self.state.write().map_mut(py, tier).replace_all(ranges))
     }
 
     /// The uuid of the replicaset owning `bucket_id` in `tier`, or None when no range covers it.
     /// Raises `UnknownTier` for a tier never registered.
-    fn owner(&self, py: Python<'_>, tier: &str, bucket_id: u32) -> PyResult<Option<Py<PyString>>> {
+    fn owner(&self, tier: &Bound<'_, PyString>, bucket_id: u32) -> PyResult<Option<Py<PyString>>> {
         let state = self.state.read();
         Ok(state
-            .map(py, tier)?
+            .tier(tier)?
+            .map
             .lookup(bucket_id)
-            .map(|owner| owner.name.clone_ref(py)))
+            .map(|owner| owner.name.clone_ref(tier.py())))
     }
 
     /// The master instance of the replicaset owning `bucket_id`, or None when the range, the
     /// replicaset, its master or the master instance is unknown.
     fn find_bucket_master(
         &self,
-        py: Python<'_>,
-        tier: &str,
+        tier: &Bound<'_, PyString>,
         bucket_id: u32,
     ) -> PyResult<Option<Py<Instance>>> {
+        let py = tier.py();
         let state = self.state.read();
-        let tier = state.tier(py, tier)?;
+        let tier = state.tier(tier)?;
         let master = &state.masters(py, tier)[tier.map.slot(bucket_id) as usize];
         Ok(master.as_ref().map(|instance| instance.clone_ref(py)))
     }
 
     /// The bucket id of `key` (one value or a tuple of values) in `tier`, by the Picodata scheme.
-    fn bucket_id(&self, py: Python<'_>, tier: &str, key: &Bound<'_, PyAny>) -> PyResult<u32> {
-        let count = self.bucket_count(py, tier)?;
+    fn bucket_id(&self, tier: &Bound<'_, PyString>, key: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let count = self.bucket_count(tier.py(), tier.to_str()?)?;
         let hash = with_scratch(|hasher| hasher.picodata(key, DecimalFormat::Binary))?;
         Ok(bucket_of(hash, count))
     }
@@ -625,24 +644,23 @@ impl Topology {
     /// call. None when any link of the chain is unknown (see `find_bucket_master`).
     fn route(
         &self,
-        py: Python<'_>,
-        tier: &str,
+        tier: &Bound<'_, PyString>,
         key: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Py<Instance>>> {
-        let bucket = self.bucket_id(py, tier, key)?;
-        self.find_bucket_master(py, tier, bucket)
+        let bucket = self.bucket_id(tier, key)?;
+        self.find_bucket_master(tier, bucket)
     }
 
     /// `owner` for many bucket ids (a sequence of ints or an integer array), as a list.
     fn owners<'py>(
         &self,
-        py: Python<'py>,
-        tier: &str,
+        tier: &Bound<'py, PyString>,
         bucket_ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
+        let py = tier.py();
         let ids = bucket_ids_of(py, bucket_ids)?;
         let state = self.state.read();
-        let map = state.map(py, tier)?;
+        let map = &state.tier(tier)?.map;
         PyList::new(
             py,
             ids.into_iter()
@@ -654,13 +672,13 @@ impl Topology {
     /// `Instance | None`. All keys are routed on the same map.
     fn route_many<'py>(
         &self,
-        py: Python<'py>,
-        tier: &str,
+        tier: &Bound<'py, PyString>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let buckets = self.buckets_of_keys(py, tier, keys)?;
+        let py = tier.py();
+        let buckets = self.buckets_of_keys(py, tier.to_str()?, keys)?;
         let state = self.state.read();
-        let tier = state.tier(py, tier)?;
+        let tier = state.tier(tier)?;
         let masters = state.masters(py, tier);
         PyList::new(
             py,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from conftest import inst_uuid, rs_uuid
 from hypothesis import strategies as st
+
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 
 TIERS = {"a": 40, "b": 25}

@@ -22,6 +22,7 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
 from shardline._core import bucket_id
 from shardline.errors import UnhashableKey
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+
 from shardline import bucket_id
 from shardline.cli import main
 from shardline.demo import Replay, parse_scenario, render_rich, seed_cases

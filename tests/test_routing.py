@@ -7,6 +7,7 @@ import pytest
 from conftest import add_replicaset, inst_uuid, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
+
 from shardline import (
     BucketEvent,
     Instance,
@@ -151,3 +152,12 @@ def test_owners_of_out_of_range_ids_in_an_array_are_none(routed: Topology) -> No
         rs_uuid(1),
         None,
     ]
+
+
+def test_a_tier_name_built_at_run_time_finds_the_same_tier(routed: Topology) -> None:
+    name = "".join(["de", "fault"])  # equal to the literal, but a distinct, non-interned object
+    assert routed.owner(name, 1) == rs_uuid(1)
+    assert routed.find_bucket_master(name, 2900) == master(3)
+    assert routed.route_many(name, ["k"]) == [routed.route("default", "k")]
+    with pytest.raises(UnknownTier):
+        routed.owner("".join(["no", "pe"]), 1)

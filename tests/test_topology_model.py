@@ -7,9 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from shardline import Instance, Replicaset, Topology
 from strategies import TIERS, bucket_events, full_state, snapshots, valid_events
 from topology_model import Model
+
+from shardline import Instance, Replicaset, Topology
 
 
 def model_state(model: Model) -> tuple[Any, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conftest import add_replicaset, inst_uuid, rs_uuid
+
 from shardline import BucketEvent, Instance, InstanceEvent, ReplicasetEvent, Topology
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import add_replicaset, rs_uuid
-from shardline import BucketEvent, InvalidEvent, Topology
 from test_topology_rules import names
+
+from shardline import BucketEvent, InvalidEvent, Topology
 
 
 def row(n: int, start: int, end: int, tier: str = "default") -> dict[str, object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from conftest import add_replicaset, rs_uuid
+
 from shardline import Topology
 
 LAYOUTS = [

@@ -8,8 +8,9 @@ import pytest
 from conftest import inst_uuid, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
-from shardline import BucketEvent, InstanceEvent, InvalidEvent, ReplicasetEvent, Topology
 from strategies import TIERS, full_state, valid_events
+
+from shardline import BucketEvent, InstanceEvent, InvalidEvent, ReplicasetEvent, Topology
 
 BAD_EVENTS: list[tuple[Any, str]] = [
     (BucketEvent("a", 10, 9, rs_uuid(1)), "start 10 is greater than end 9"),
