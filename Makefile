@@ -35,9 +35,9 @@ pytest: ## Run the Python test suite
 cargo-test: ## Run the Rust unit tests
 	cargo test --quiet
 
-bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn, on a release build
+bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build); rewrites benches/RESULTS.md
 	$(MATURIN) develop --release --extras bench --quiet
-	$(BIN)/pytest benches --benchmark-only --benchmark-columns=median,iqr,rounds
+	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
 
 clean: ## Remove the virtualenv and build products
 	rm -rf $(VENV) target

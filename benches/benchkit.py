@@ -1,0 +1,226 @@
+"""What the benchmarks share: seeded clusters, the two topologies built from them, probes.
+
+Every benchmark times a *round* that makes many calls, then divides: the ``per_call`` fixture
+(conftest.py) runs ``benchmark.pedantic`` with a fixed number of rounds and records
+``calls_per_round`` in ``extra_info``, so ``report.py`` turns the per-round median into
+nanoseconds per call. A round walks the next block of a precomputed, seeded list of probes
+(buckets or keys), so shardline, the floor and picopyn do exactly the same work, and no single
+hot probe can flatter anyone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import shardline
+from shardline import InstanceEvent, ReplicasetEvent, Topology
+
+TIER = "default"
+SEED = 20_251_202
+PROBES = 4096  # probes made per scenario
+CALLS_PER_ROUND = 1024  # probes walked per timed round (one block of the probe list)
+ROUNDS = 1000
+WARMUP_ROUNDS = 50
+
+
+def make_uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A seeded tier: ``n_ranges`` contiguous bucket ranges covering ``1..bucket_count``.
+
+    ``rows`` is the poll exactly as ``SELECT _pico_bucket(tier)`` returns it, decoded from its
+    JSON text, in no particular order (so its strings are not the objects the replicaset events
+    carry, as in real life). Range sizes are random; adjacent ranges always have different owners.
+    """
+
+    def decoded_polls(self, n: int) -> list[list[dict[str, Any]]]:
+        """``n`` separately decoded copies of the same poll: equal rows, distinct objects."""
+        return [json.loads(self.payload) for _ in range(n)]
+
+    bucket_count: int
+    n_ranges: int
+    masters: dict[str, str]  # replicaset uuid -> master instance uuid
+    addresses: dict[str, str]  # instance uuid -> address
+    payload: str  # the poll as the JSON text ``_pico_bucket(tier)`` returns
+    rows: list[dict[str, Any]]  # ``json.loads(payload)``: the poll as a driver hands it over
+    owner_of: dict[int, str]  # bucket -> replicaset uuid: the floor's map
+
+    @property
+    def label(self) -> str:
+        return f"{self.bucket_count}b-{self.n_ranges}r"
+
+
+def make_cluster(bucket_count: int, n_ranges: int, seed: int = SEED) -> Cluster:
+    rng = random.Random(f"{seed}/{bucket_count}/{n_ranges}")
+    n_replicasets = max(2, min(n_ranges, 32))
+    replicasets = [make_uuid(rng) for _ in range(n_replicasets)]
+    masters = {rs: make_uuid(rng) for rs in replicasets}
+    addresses = {inst: f"127.0.0.1:{3301 + i}" for i, inst in enumerate(masters.values())}
+    cuts = sorted(rng.sample(range(2, bucket_count + 1), n_ranges - 1))
+    starts = [1, *cuts]
+    ends = [cut - 1 for cut in cuts] + [bucket_count]
+    rows: list[dict[str, Any]] = []
+    owner_of: dict[int, str] = {}
+    previous = None
+    for start, end in zip(starts, ends, strict=True):
+        owner = rng.choice([rs for rs in replicasets if rs != previous])
+        previous = owner
+        rows.append(
+            {
+                "bucket_id_start": start,
+                "target_replicaset_uuid": owner,
+                "tier_name": TIER,
+                "state": "active",
+                "bucket_id_end": end,
+                "current_replicaset_uuid": owner,
+            }
+        )
+        owner_of.update(dict.fromkeys(range(start, end + 1), owner))
+    rng.shuffle(rows)
+    assert len(owner_of) == bucket_count
+    payload = json.dumps(rows)
+    return Cluster(
+        bucket_count, n_ranges, masters, addresses, payload, json.loads(payload), owner_of
+    )
+
+
+_clusters: dict[tuple[int, int], Cluster] = {}
+
+
+def cluster(bucket_count: int, n_ranges: int) -> Cluster:
+    """The seeded cluster, made once per process."""
+    key = (bucket_count, n_ranges)
+    if key not in _clusters:
+        _clusters[key] = make_cluster(bucket_count, n_ranges)
+    return _clusters[key]
+
+
+def shardline_topology(cluster: Cluster) -> Topology:
+    topology = Topology()
+    topology.apply_tiers({TIER: cluster.bucket_count})
+    for rs, master in cluster.masters.items():
+        topology.apply(ReplicasetEvent("replace", rs, tier=TIER, current_master_uuid=master))
+        topology.apply(
+            InstanceEvent(
+                "replace",
+                master,
+                replicaset_uuid=rs,
+                current_state="Online",
+                address=cluster.addresses[master],
+            )
+        )
+    assert topology.apply_bucket_snapshot(TIER, cluster.rows)
+    assert len(topology.ranges(TIER)) == cluster.n_ranges
+    return topology
+
+
+def picopyn_topology(cluster: Cluster) -> Any:
+    """picopyn's ``Topology``, fed as its polling tracker feeds it: replicasets, instances,
+    tiers, then the ``_pico_bucket`` rows through ``picopyn.utils.topology.apply_bucket_rows``."""
+    from picopyn.topology import EventInstance, EventReplicaset
+    from picopyn.topology import Topology as PeerTopology
+    from picopyn.utils.topology import apply_bucket_rows
+
+    topology = PeerTopology()
+    for rs, master in cluster.masters.items():
+        topology.apply_replicaset(
+            EventReplicaset("replace", rs, tier=TIER, current_master_uuid=master)
+        )
+    for rs, master in cluster.masters.items():
+        topology.apply_instance(
+            EventInstance("replace", master, rs, "Online", cluster.addresses[master])
+        )
+    topology.apply_tiers({TIER: cluster.bucket_count})
+    apply_bucket_rows(topology, TIER, cluster.rows)
+    assert len(topology.buckets) == cluster.n_ranges
+    return topology
+
+
+def probe_buckets(bucket_count: int, n: int = PROBES, seed: int = SEED) -> list[int]:
+    rng = random.Random(f"{seed}/probes/{bucket_count}")
+    return [rng.randint(1, bucket_count) for _ in range(n)]
+
+
+def blocks(probes: Sequence[Any], size: int = CALLS_PER_ROUND) -> Iterator[Sequence[Any]]:
+    """The probe list cut into blocks of ``size``, cycled forever: one block per round."""
+    assert len(probes) % size == 0
+    return itertools.cycle([probes[i : i + size] for i in range(0, len(probes), size)])
+
+
+def hashing_ready() -> bool:
+    """Whether shardline's key hashing has landed (until then it raises ``UnhashableKey``)."""
+    try:
+        shardline.bucket_id("abc", 3000)
+    except shardline.UnhashableKey as error:
+        if "not yet" in str(error):
+            return False
+        raise
+    return True
+
+
+needs_hashing = pytest.mark.skipif(
+    not hashing_ready(), reason="shardline's key hashing has not landed yet"
+)
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+OID_INTEGER = 20  # picopyn's distribution-key type OIDs (picopyn.bucket)
+OID_TEXT = 25
+
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-_:"
+_NON_ASCII = "éжß€中"
+
+
+def str_keys(n: int = PROBES, seed: int = SEED) -> list[str]:
+    """Ids like ``user:8f3k...``, 4 to 40 characters; one in eight has a non-ASCII character."""
+    rng = random.Random(f"{seed}/str")
+    keys = []
+    for i in range(n):
+        key = "".join(rng.choices(_ALPHABET, k=rng.randint(4, 40)))
+        if i % 8 == 0:
+            key += rng.choice(_NON_ASCII)
+        keys.append(key)
+    return keys
+
+
+def int_keys(n: int = PROBES, seed: int = SEED) -> list[int]:
+    """Log-uniform magnitudes up to 2**62, one in five negative: every msgpack int width."""
+    rng = random.Random(f"{seed}/int")
+    keys = []
+    for _ in range(n):
+        value = rng.randrange(1 << rng.randint(1, 62))
+        keys.append(-value if rng.random() < 0.2 else value)
+    return keys
+
+
+def tuple_keys(n: int = PROBES, seed: int = SEED) -> list[tuple[int, str, int]]:
+    """3-part keys ``(tenant_id, region, order_id)``."""
+    rng = random.Random(f"{seed}/tuple")
+    regions = ["eu", "us-east", "ap-south-1", "москва"]
+    return [(rng.randrange(10_000), rng.choice(regions), rng.randrange(1 << 40)) for _ in range(n)]
+
+
+def picopyn_meta(kind: str) -> list[tuple[int, int]]:
+    """picopyn's ``dk_meta`` for a key kind: (1-based parameter index, type OID) pairs."""
+    return {
+        "str": [(1, OID_TEXT)],
+        "int": [(1, OID_INTEGER)],
+        "3-part": [(1, OID_INTEGER), (2, OID_TEXT), (3, OID_INTEGER)],
+    }[kind]
+
+
+def picopyn_params(kind: str, key: Any) -> tuple[Any, ...]:
+    """The bound parameters picopyn hashes for ``key`` (a 3-part key is already a tuple)."""
+    return key if kind == "3-part" else (key,)
