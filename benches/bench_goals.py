@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,34 +33,16 @@ from .benchkit import (
     blocks,
     cluster,
     hashing_ready,
+    one_arg_rounds,
     picopyn_topology,
     probe_buckets,
     shardline_topology,
     str_keys,
+    two_arg_rounds,
 )
 
 ROUNDS = 600
 WARMUP = 20
-
-
-def loop1(fn: Callable[[Any], Any], it: Iterator[Sequence[Any]]) -> Callable[[], Any]:
-    def block() -> Any:
-        result = None
-        for probe in next(it):
-            result = fn(probe)
-        return result
-
-    return block
-
-
-def loop2(fn: Callable[[str, Any], Any], it: Iterator[Sequence[Any]]) -> Callable[[], Any]:
-    def block() -> Any:
-        result = None
-        for probe in next(it):
-            result = fn(TIER, probe)
-        return result
-
-    return block
 
 
 def interleave(
@@ -123,15 +105,15 @@ def test_owner_vs(
         assert peer.find_bucket_master(TIER, b).uuid == c.masters[c.owner_of[b]]
     ours_it, theirs_it = blocks(probes), blocks(probes)
     compared = (
-        loop1(c.owner_of.get, theirs_it)
+        one_arg_rounds(c.owner_of.get, theirs_it)
         if theirs.startswith("floor")
-        else loop2(peer.find_bucket_master, theirs_it)
+        else two_arg_rounds(peer.find_bucket_master, theirs_it)
     )
     benchmark.group = "goals, interleaved"
     interleave(
         benchmark,
         per_call,
-        loop2(ours.owner, ours_it),
+        two_arg_rounds(ours.owner, ours_it),
         compared,
         CALLS_PER_ROUND,
         impl=f"shardline owner vs {theirs}, {c.label}",
@@ -165,7 +147,7 @@ def test_route_vs_calculate_bucket_id(benchmark: Any, per_call: Callable[..., An
     interleave(
         benchmark,
         per_call,
-        loop2(ours.route, blocks(keys)),
+        two_arg_rounds(ours.route, blocks(keys)),
         peer_block,
         CALLS_PER_ROUND,
         impl="shardline route vs picopyn calculate_bucket_id, str keys",

@@ -13,7 +13,7 @@ Before timing, every probe is checked: all of them must name the same owner and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,9 +26,11 @@ from .benchkit import (
     TIER,
     blocks,
     cluster,
+    one_arg_rounds,
     picopyn_topology,
     probe_buckets,
     shardline_topology,
+    two_arg_rounds,
 )
 
 BUCKET_COUNTS = [3000, 30_000]
@@ -40,26 +42,6 @@ IMPLS = [
     "shardline find_bucket_master",
     "picopyn find_bucket_master",
 ]
-
-
-def one_arg_rounds(fn: Callable[[Any], Any], it: Iterator[Sequence[Any]]) -> Callable[[], Any]:
-    def round_() -> Any:
-        result = None
-        for probe in next(it):
-            result = fn(probe)
-        return result
-
-    return round_
-
-
-def two_arg_rounds(fn: Callable[[str, Any], Any], it: Iterator[Sequence[Any]]) -> Callable[[], Any]:
-    def round_() -> Any:
-        result = None
-        for probe in next(it):
-            result = fn(TIER, probe)
-        return result
-
-    return round_
 
 
 @pytest.mark.parametrize("impl", IMPLS)

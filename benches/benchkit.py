@@ -14,7 +14,7 @@ import itertools
 import json
 import random
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,3 +224,27 @@ def picopyn_meta(kind: str) -> list[tuple[int, int]]:
 def picopyn_params(kind: str, key: Any) -> tuple[Any, ...]:
     """The bound parameters picopyn hashes for ``key`` (a 3-part key is already a tuple)."""
     return key if kind == "3-part" else (key,)
+
+
+def one_arg_rounds(fn: Callable[[Any], Any], it: Iterator[Sequence[Any]]) -> Callable[[], Any]:
+    """A timed round: ``fn(probe)`` for each probe of the next block; returns the last result."""
+
+    def round_() -> Any:
+        result = None
+        for probe in next(it):
+            result = fn(probe)
+        return result
+
+    return round_
+
+
+def two_arg_rounds(fn: Callable[[str, Any], Any], it: Iterator[Sequence[Any]]) -> Callable[[], Any]:
+    """A timed round: ``fn(TIER, probe)`` for each probe of the next block."""
+
+    def round_() -> Any:
+        result = None
+        for probe in next(it):
+            result = fn(TIER, probe)
+        return result
+
+    return round_
