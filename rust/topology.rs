@@ -7,7 +7,7 @@ use parking_lot::RwLock;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::bucket_map::{sort_snapshot, BucketMap, Range};
@@ -33,6 +33,23 @@ struct Tier {
     /// resolved once (replicaset → master → instance) by the first lookup after the map, a
     /// replicaset or an instance changed.
     masters: OnceLock<Box<[Option<Py<Instance>>]>>,
+    /// The JSON text of the last poll applied as text, valid while the map is at `epoch`.
+    last_payload: Option<Payload>,
+}
+
+struct Payload {
+    text: Py<PyAny>,
+    epoch: u64,
+}
+
+/// Bound on the JSON text of one tier's poll: 64 MiB is far beyond any real bucket map (a row is
+/// about 200 bytes) and keeps a broken or hostile server from making the client decode gigabytes.
+const MAX_PAYLOAD: usize = 64 << 20;
+
+static JSON_LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn json_loads(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    JSON_LOADS.import(py, "json", "loads")
 }
 
 #[derive(Default)]
@@ -68,6 +85,7 @@ impl State {
                     name: PyString::intern(py, name).unbind(),
                     map: BucketMap::default(),
                     masters: OnceLock::new(),
+                    last_payload: None,
                 });
                 self.tier_index.insert(name.into(), self.tiers.len() - 1);
                 self.tiers.len() - 1
@@ -76,6 +94,10 @@ impl State {
         let tier = &mut self.tiers[index];
         tier.masters = OnceLock::new();
         &mut tier.map
+    }
+
+    fn tier_mut(&mut self, name: &str) -> &mut Tier {
+        &mut self.tiers[self.tier_index[name]]
     }
 
     fn clear_tier(&mut self, py: Python<'_>, name: &str) {
@@ -346,6 +368,114 @@ impl Topology {
             })
             .collect()
     }
+
+    /// A poll's ranges, validated whole, sorted and checked for overlaps.
+    fn snapshot_ranges(&self, tier: &str, items: &Bound<'_, PyAny>) -> PyResult<Vec<Range<Owner>>> {
+        let py = items.py();
+        // A poll usually repeats the map it replaces, range for range: the owners already mapped
+        // let most rows skip parsing their uuid. Copied out, so no lock is held while rows are read.
+        let mapped: Vec<Owner> =
+            self.state
+                .read()
+                .known_tier(tier)
+                .map_or_else(Vec::new, |known| {
+                    known
+                        .map
+                        .ranges()
+                        .iter()
+                        .map(|range| range.owner.clone_ref(py))
+                        .collect()
+                });
+        let mut ranges = items
+            .try_iter()?
+            .enumerate()
+            .map(|(i, item)| Self::snapshot_range(&item?, tier, mapped.get(i)))
+            .collect::<PyResult<Vec<_>>>()?;
+        sort_snapshot(&mut ranges).map_err(|overlap| {
+            invalid_event(
+                py,
+                format!(
+                    "snapshot of tier {} has overlapping ranges {:?} and {:?}",
+                    quoted(tier),
+                    overlap.first,
+                    overlap.second
+                ),
+            )
+        })?;
+        if let Some(last) = ranges.last() {
+            self.check_range_fits(py, tier, last.end)?;
+        }
+        Ok(ranges)
+    }
+
+    /// Replaces the tier's map, remembering the payload text it came from (if any) with the
+    /// epoch it produced, in the same critical section.
+    fn replace_tier(
+        &self,
+        py: Python<'_>,
+        tier: &str,
+        ranges: Vec<Range<Owner>>,
+        payload: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
+        let mut state = self.state.write();
+        let changed = state.map_mut(py, tier).replace_all(ranges);
+        if let Some(payload) = payload {
+            let known = state.tier_mut(tier);
+            known.last_payload = Some(Payload {
+                text: payload.clone().unbind(),
+                epoch: known.map.epoch(),
+            });
+        }
+        changed
+    }
+
+    /// `apply_bucket_snapshot` of the JSON text `_pico_bucket(tier)` returns.
+    fn apply_bucket_payload(&self, tier: &str, payload: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = payload.py();
+        let size = payload.len()?;
+        if size > MAX_PAYLOAD {
+            return Err(invalid_event(
+                py,
+                format!(
+                    "bucket payload of tier {} has length {size}, over the limit of {MAX_PAYLOAD}",
+                    quoted(tier)
+                ),
+            ));
+        }
+        let last = self.state.read().known_tier(tier).and_then(|known| {
+            known
+                .last_payload
+                .as_ref()
+                .filter(|last| last.epoch == known.map.epoch())
+                .map(|last| last.text.clone_ref(py))
+        });
+        if let Some(last) = last {
+            if last.bind(py).eq(payload)? {
+                return Ok(false);
+            }
+        }
+        let rows = json_loads(py)?.call1((payload,)).map_err(|error| {
+            invalid_event(
+                py,
+                format!(
+                    "bucket payload of tier {} is not valid JSON: {error}",
+                    quoted(tier)
+                ),
+            )
+        })?;
+        if !rows.is_instance_of::<PyList>() {
+            return Err(invalid_event(
+                py,
+                format!(
+                    "bucket payload of tier {} must be a JSON array, got {}",
+                    quoted(tier),
+                    rows.get_type().name()?
+                ),
+            ));
+        }
+        let ranges = self.snapshot_ranges(tier, &rows)?;
+        Ok(self.replace_tier(py, tier, ranges, Some(payload)))
+    }
 }
 
 fn other_tier(py: Python<'_>, tier: &str, item_tier: &str) -> PyErr {
@@ -554,11 +684,17 @@ impl Topology {
 
     /// Makes `tier`'s map exactly the given full poll, atomically.
     ///
-    /// `events_or_rows` holds `BucketEvent`s or rows of `SELECT _pico_bucket(tier)` (dicts).
-    /// Ranges absent from the snapshot are gone afterwards; readers see the old map or the new
-    /// one, never a mix. A snapshot whose ranges overlap each other, name another tier, or break
-    /// the tier's bounds raises `InvalidEvent` and the old map stays. Returns whether the map
-    /// changed (an unchanged poll leaves the epoch alone).
+    /// `events_or_rows` is the poll: `BucketEvent`s, rows of `SELECT _pico_bucket(tier)`
+    /// (dicts), or the JSON text (str or bytes) that query returns. Ranges absent from the
+    /// snapshot are gone afterwards; readers see the old map or the new one, never a mix. A
+    /// snapshot whose ranges overlap each other, name another tier, or break the tier's bounds —
+    /// or text that is not a JSON array, or is longer than 64 MiB — raises `InvalidEvent` and the
+    /// old map stays. Returns whether the map changed (an unchanged poll leaves the epoch alone).
+    ///
+    /// Implementation notes:
+    ///     Text equal to the last text applied to the tier, while nothing else has changed the
+    ///     map since, is recognised without being decoded: a quiet cluster's poll costs one
+    ///     comparison of the payload.
     fn apply_bucket_snapshot(
         &self,
         tier: &Bound<'_, PyString>,
@@ -572,40 +708,12 @@ impl Topology {
                 "field 'tier' must not be empty".to_owned(),
             ));
         }
-        // A poll usually repeats the map it replaces, range for range: the owners already mapped
-        // let most rows skip parsing their uuid. Copied out, so no lock is held while rows are read.
-        let mapped: Vec<Owner> =
-            self.state
-                .read()
-                .known_tier(tier)
-                .map_or_else(Vec::new, |known| {
-                    known
-                        .map
-                        .ranges()
-                        .iter()
-                        .map(|range| range.owner.clone_ref(py))
-                        .collect()
-                });
-        let mut ranges = events_or_rows
-            .try_iter()?
-            .enumerate()
-            .map(|(i, item)| Self::snapshot_range(&item?, tier, mapped.get(i)))
-            .collect::<PyResult<Vec<_>>>()?;
-        sort_snapshot(&mut ranges).map_err(|overlap| {
-            invalid_event(
-                py,
-                format!(
-                    "snapshot of tier {} has overlapping ranges {:?} and {:?}",
-                    quoted(tier),
-                    overlap.first,
-                    overlap.second
-                ),
-            )
-        })?;
-        if let Some(last) = ranges.last() {
-            self.check_range_fits(py, tier, last.end)?;
+        if events_or_rows.is_instance_of::<PyString>() || events_or_rows.is_instance_of::<PyBytes>()
+        {
+            return self.apply_bucket_payload(tier, events_or_rows);
         }
-        Ok(self.state.write().map_mut(py, tier).replace_all(ranges))
+        let ranges = self.snapshot_ranges(tier, events_or_rows)?;
+        Ok(self.replace_tier(py, tier, ranges, None))
     }
 
     /// The uuid of the replicaset owning `bucket_id` in `tier`, or None when no range covers it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -44,11 +45,25 @@ class TopologyMachine(RuleBasedStateMachine):
         self.topology.apply_bucket(event)
         self.model.apply_bucket(event)
 
-    @rule(snapshot=snapshots())
-    def apply_snapshot(self, snapshot: tuple[str, list[Any]]) -> None:
+    @rule(snapshot=snapshots(), as_text=st.booleans())
+    def apply_snapshot(self, snapshot: tuple[str, list[Any]], as_text: bool) -> None:
         tier, events = snapshot
         before = self.topology.bucket_maps.get(tier, [])
-        changed = self.topology.apply_bucket_snapshot(tier, events)
+        poll: Any = events
+        if as_text:  # what `SELECT _pico_bucket(tier)` returns over pgwire
+            poll = json.dumps(
+                [
+                    {
+                        "bucket_id_start": e.start,
+                        "bucket_id_end": e.end,
+                        "current_replicaset_uuid": e.current_replicaset_uuid,
+                        "state": "active",
+                        "tier_name": e.tier,
+                    }
+                    for e in events
+                ]
+            )
+        changed = self.topology.apply_bucket_snapshot(tier, poll)
         self.model.apply_snapshot(tier, events)
         assert changed == (before != self.model.maps[tier])
 

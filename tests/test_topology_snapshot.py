@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import add_replicaset, rs_uuid
 from test_topology_rules import names
@@ -106,3 +108,53 @@ def test_from_row_reads_a_pico_bucket_row() -> None:
 def test_from_row_names_a_missing_field(missing: str) -> None:
     with pytest.raises(InvalidEvent, match=missing):
         BucketEvent.from_row({k: v for k, v in row(1, 1, 10).items() if k != missing})
+
+
+def payload(rows: list[dict[str, object]]) -> str:
+    """What `SELECT _pico_bucket(tier)` returns over pgwire: the rows as one JSON text."""
+    return json.dumps(rows)
+
+
+def test_snapshot_accepts_the_json_text_of_a_poll(topology: Topology) -> None:
+    for n in (1, 2, 3):
+        add_replicaset(topology, n)
+    assert topology.apply_bucket_snapshot("default", payload(SEED_ROWS))
+    assert names(topology) == [(1, 1000, "R1"), (1001, 2000, "R2"), (2001, 3000, "R3")]
+    assert topology.apply_bucket_snapshot("default", payload(SEED_ROWS[:1]).encode())
+    assert names(topology) == [(1, 1000, "R1")]
+
+
+def test_unchanged_text_is_a_no_op(seeded: Topology) -> None:
+    text = payload(SEED_ROWS)
+    seeded.apply_bucket_snapshot("default", text)
+    epoch = seeded.epoch("default")
+    assert not seeded.apply_bucket_snapshot("default", "".join(text))
+    assert seeded.epoch("default") == epoch
+
+
+def test_same_text_after_a_clear_refills_the_map(seeded: Topology) -> None:
+    text = payload(SEED_ROWS)
+    seeded.apply_bucket_snapshot("default", text)
+    add_replicaset(seeded, 4)  # a new replicaset clears the tier
+    assert seeded.ranges("default") == []
+    assert seeded.apply_bucket_snapshot("default", text)
+    assert names(seeded) == [(1, 1000, "R1"), (1001, 2000, "R2"), (2001, 3000, "R3")]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[{", "not valid JSON"),
+        ('{"bucket_id_start": 1}', "must be a JSON array, got dict"),
+        (payload([row(1, 1, 1000), row(2, 900, 2000)]), "overlapping ranges"),
+        (" " * (64 * 2**20 + 1), "over the limit"),
+    ],
+)
+def test_bad_text_is_rejected_and_the_old_map_stays(
+    seeded: Topology, text: str, message: str
+) -> None:
+    before, epoch = seeded.ranges("default"), seeded.epoch("default")
+    with pytest.raises(InvalidEvent, match=message):
+        seeded.apply_bucket_snapshot("default", text)
+    assert seeded.ranges("default") == before
+    assert seeded.epoch("default") == epoch
