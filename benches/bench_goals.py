@@ -178,3 +178,26 @@ def test_unchanged_poll_vs_picopyn(benchmark: Any, per_call: Callable[..., Any])
     )
     assert ours.epoch(TIER) == epoch
     assert peer.buckets == peer_before
+
+
+def test_unchanged_poll_text_vs_picopyn(benchmark: Any, per_call: Callable[..., Any]) -> None:
+    c = cluster(3000, 256)
+    ours = shardline_topology(c)
+    peer = picopyn_topology(c)
+    payloads = itertools.cycle([(c.payload + " ")[:-1] for _ in range(8)])  # distinct str
+    epoch, peer_before = ours.epoch(TIER), dict(peer.buckets)
+
+    benchmark.group = "goals, interleaved"
+    interleave(
+        benchmark,
+        per_call,
+        lambda: ours.apply_bucket_snapshot(TIER, next(payloads)),
+        lambda: apply_bucket_rows(peer, TIER, next(payloads)),
+        1,
+        impl=f"shardline vs picopyn, unchanged poll as JSON text, {c.label}",
+        goal_group=f"unchanged poll {c.label}",
+        goal_ours="shardline apply_bucket_snapshot(JSON text)",
+        goal_theirs="picopyn apply_bucket_rows(JSON text)",
+    )
+    assert ours.epoch(TIER) == epoch
+    assert peer.buckets == peer_before

@@ -164,6 +164,14 @@ GOALS: list[Goal] = [
         "speedup",
         50,
     ),
+    (
+        "unchanged 256-range poll, as JSON text, >= 50x faster than picopyn",
+        "unchanged poll 3000b-256r",
+        "shardline apply_bucket_snapshot(JSON text)",
+        "picopyn apply_bucket_rows(JSON text)",
+        "speedup",
+        50,
+    ),
 ]
 
 
