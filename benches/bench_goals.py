@@ -157,11 +157,15 @@ def test_route_vs_calculate_bucket_id(benchmark: Any, per_call: Callable[..., An
     )
 
 
-def test_unchanged_poll_vs_picopyn(benchmark: Any, per_call: Callable[..., Any]) -> None:
+@pytest.mark.parametrize("form", ["rows", "JSON text"])
+def test_unchanged_poll_vs_picopyn(benchmark: Any, per_call: Callable[..., Any], form: str) -> None:
     c = cluster(3000, 256)
     ours = shardline_topology(c)
     peer = picopyn_topology(c)
-    polls = itertools.cycle(c.decoded_polls(8))
+    # Equal polls as distinct objects, as successive polls are: decoded rows, or the text itself.
+    copies = c.decoded_polls(8) if form == "rows" else [(c.payload + " ")[:-1] for _ in range(8)]
+    polls = itertools.cycle(copies)
+    suffix = "" if form == "rows" else "(JSON text)"
     epoch, peer_before = ours.epoch(TIER), dict(peer.buckets)
 
     benchmark.group = "goals, interleaved"
@@ -171,33 +175,10 @@ def test_unchanged_poll_vs_picopyn(benchmark: Any, per_call: Callable[..., Any])
         lambda: ours.apply_bucket_snapshot(TIER, next(polls)),
         lambda: apply_bucket_rows(peer, TIER, next(polls)),
         1,
-        impl=f"shardline apply_bucket_snapshot vs picopyn apply_bucket_rows, {c.label}",
+        impl=f"shardline vs picopyn, unchanged poll as {form}, {c.label}",
         goal_group=f"unchanged poll {c.label}",
-        goal_ours="shardline apply_bucket_snapshot",
-        goal_theirs="picopyn apply_bucket_rows",
-    )
-    assert ours.epoch(TIER) == epoch
-    assert peer.buckets == peer_before
-
-
-def test_unchanged_poll_text_vs_picopyn(benchmark: Any, per_call: Callable[..., Any]) -> None:
-    c = cluster(3000, 256)
-    ours = shardline_topology(c)
-    peer = picopyn_topology(c)
-    payloads = itertools.cycle([(c.payload + " ")[:-1] for _ in range(8)])  # distinct str
-    epoch, peer_before = ours.epoch(TIER), dict(peer.buckets)
-
-    benchmark.group = "goals, interleaved"
-    interleave(
-        benchmark,
-        per_call,
-        lambda: ours.apply_bucket_snapshot(TIER, next(payloads)),
-        lambda: apply_bucket_rows(peer, TIER, next(payloads)),
-        1,
-        impl=f"shardline vs picopyn, unchanged poll as JSON text, {c.label}",
-        goal_group=f"unchanged poll {c.label}",
-        goal_ours="shardline apply_bucket_snapshot(JSON text)",
-        goal_theirs="picopyn apply_bucket_rows(JSON text)",
+        goal_ours=f"shardline apply_bucket_snapshot{suffix}",
+        goal_theirs=f"picopyn apply_bucket_rows{suffix}",
     )
     assert ours.epoch(TIER) == epoch
     assert peer.buckets == peer_before
