@@ -83,16 +83,6 @@ fn repr(value: &Bound<'_, PyAny>) -> String {
         .map_or_else(|_| "<unrepresentable>".to_owned(), |r| r.to_string())
 }
 
-fn text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    match value.cast::<PyString>() {
-        Ok(s) => Ok(s.to_str()?.to_owned()),
-        Err(_) => Err(invalid_event(
-            value.py(),
-            format!("field '{field}' must be a str, got {}", repr(value)),
-        )),
-    }
-}
-
 fn str_of<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
     value.cast_into::<PyString>().map_err(|e| {
         let value = e.into_inner();
@@ -118,19 +108,19 @@ fn optional_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<Strin
     if value.is_none() {
         Ok(None)
     } else {
-        text(field, value).map(Some)
+        Ok(Some(str_of(field, value.clone())?.to_str()?.to_owned()))
     }
 }
 
 fn non_empty_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    let s = text(field, value)?;
-    if s.is_empty() {
-        return Err(invalid_event(
-            value.py(),
-            format!("field '{field}' must not be empty"),
-        ));
-    }
-    Ok(s)
+    Ok(non_empty_str(field, value.clone())?.to_str()?.to_owned())
+}
+
+fn not_a_uuid(field: &str, value: &Bound<'_, PyAny>) -> PyErr {
+    invalid_event(
+        value.py(),
+        format!("field '{field}' must be a UUID string, got {}", repr(value)),
+    )
 }
 
 fn uuid_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<u128> {
@@ -139,12 +129,7 @@ fn uuid_of(field: &str, value: &Bound<'_, PyAny>) -> PyResult<u128> {
         .ok()
         .and_then(|s| s.to_str().ok())
         .and_then(uuid::parse)
-        .ok_or_else(|| {
-            invalid_event(
-                value.py(),
-                format!("field '{field}' must be a UUID string, got {}", repr(value)),
-            )
-        })
+        .ok_or_else(|| not_a_uuid(field, value))
 }
 
 fn optional_uuid(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<u128>> {
@@ -170,10 +155,7 @@ fn owner_of(field: &str, value: &Bound<'_, PyAny>, likely: Option<&Owner>) -> Py
         .ok()
         .and_then(|given| Some((given, uuid::parse_noting_form(given.to_str().ok()?)?)));
     let Some((given, (uuid, canonical))) = parsed else {
-        return Err(invalid_event(
-            value.py(),
-            format!("field '{field}' must be a UUID string, got {}", repr(value)),
-        ));
+        return Err(not_a_uuid(field, value));
     };
     let name = if canonical {
         given.clone().unbind()
