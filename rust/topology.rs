@@ -562,18 +562,13 @@ impl Topology {
                 }
             }
         }
+        let names: Vec<Box<str>> = counts.keys().cloned().collect();
+        // Another thread's call may have won since the check above: then this one changes nothing.
         if self.bucket_counts.set(counts).is_err() {
             return Ok(false);
         }
-        let configured: Vec<Box<str>> = self
-            .bucket_counts
-            .get()
-            .into_iter()
-            .flatten()
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in configured {
-            state.map_mut(py, &name);
+        for name in &names {
+            state.map_mut(py, name);
         }
         Ok(true)
     }
