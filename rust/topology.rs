@@ -76,24 +76,37 @@ impl State {
         self.tier_index.get(name).map(|&index| &self.tiers[index])
     }
 
-    /// The tier's map, registering the tier if it is new; its resolved masters are dropped.
-    fn map_mut(&mut self, py: Python<'_>, name: &str) -> &mut BucketMap<Owner> {
-        let index = match self.tier_index.get(name) {
-            Some(&index) => index,
-            None => {
-                self.tiers.push(Tier {
-                    name: PyString::intern(py, name).unbind(),
-                    map: BucketMap::default(),
-                    masters: OnceLock::new(),
-                    last_payload: None,
-                });
-                self.tier_index.insert(name.into(), self.tiers.len() - 1);
-                self.tiers.len() - 1
-            }
-        };
+    /// The index of the tier named `name`, registering it (with an empty map) if it is new.
+    fn register_tier(&mut self, py: Python<'_>, name: &str) -> usize {
+        if let Some(&index) = self.tier_index.get(name) {
+            return index;
+        }
+        self.tiers.push(Tier {
+            name: PyString::intern(py, name).unbind(),
+            map: BucketMap::default(),
+            masters: OnceLock::new(),
+            last_payload: None,
+        });
+        self.tier_index.insert(name.into(), self.tiers.len() - 1);
+        self.tiers.len() - 1
+    }
+
+    /// Applies `edit` to the tier's map (registering the tier if it is new); the masters resolved
+    /// for the old map are dropped if the map changed.
+    fn edit_map<R>(
+        &mut self,
+        py: Python<'_>,
+        name: &str,
+        edit: impl FnOnce(&mut BucketMap<Owner>) -> R,
+    ) -> R {
+        let index = self.register_tier(py, name);
         let tier = &mut self.tiers[index];
-        tier.masters = OnceLock::new();
-        &mut tier.map
+        let epoch = tier.map.epoch();
+        let result = edit(&mut tier.map);
+        if tier.map.epoch() != epoch {
+            tier.masters = OnceLock::new();
+        }
+        result
     }
 
     fn tier_mut(&mut self, name: &str) -> &mut Tier {
@@ -101,7 +114,7 @@ impl State {
     }
 
     fn clear_tier(&mut self, py: Python<'_>, name: &str) {
-        self.map_mut(py, name).clear();
+        self.edit_map(py, name, BucketMap::clear);
     }
 
     /// A replicaset or an instance changed: every tier resolves its masters again. O(tiers).
@@ -287,15 +300,15 @@ impl Topology {
         let mut state = self.state.write();
         match change.op {
             Op::Replace => {
-                state
-                    .map_mut(py, &change.tier)
-                    .upsert(change.start, change.end, change.owner);
+                state.edit_map(py, &change.tier, |map| {
+                    map.upsert(change.start, change.end, change.owner)
+                });
             }
             Op::Delete => {
                 if state.known_tier(&change.tier).is_some() {
-                    state
-                        .map_mut(py, &change.tier)
-                        .remove(change.start, change.end, &change.owner);
+                    state.edit_map(py, &change.tier, |map| {
+                        map.remove(change.start, change.end, &change.owner)
+                    });
                 }
             }
         }
@@ -418,7 +431,7 @@ impl Topology {
         payload: Option<&Bound<'_, PyAny>>,
     ) -> bool {
         let mut state = self.state.write();
-        let changed = state.map_mut(py, tier).replace_all(ranges);
+        let changed = state.edit_map(py, tier, |map| map.replace_all(ranges));
         if let Some(payload) = payload {
             let known = state.tier_mut(tier);
             known.last_payload = Some(Payload {
@@ -568,7 +581,7 @@ impl Topology {
             return Ok(false);
         }
         for name in &names {
-            state.map_mut(py, name);
+            state.register_tier(py, name);
         }
         Ok(true)
     }
