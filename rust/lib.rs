@@ -8,6 +8,7 @@ mod instance;
 mod key_encoding;
 mod lua_tostring;
 mod murmur3;
+mod pool;
 mod replicaset;
 mod sharding;
 mod topology;
@@ -21,6 +22,8 @@ mod _core {
     use crate::events::parse_bucket_row;
     #[pymodule_export]
     use crate::instance::Instance;
+    #[pymodule_export]
+    use crate::pool::WorkerPool;
     #[pymodule_export]
     use crate::replicaset::Replicaset;
     #[pymodule_export]

@@ -7,6 +7,7 @@ re-exports it with the events, errors and tools around it.
 
 from shardline._core import bucket_id
 from shardline.errors import InvalidEvent, ShardlineError, UnhashableKey, UnknownTier
+from shardline.pool import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
 from shardline.topology import (
     BucketEvent,
     Instance,
@@ -21,11 +22,14 @@ __all__ = [
     "Instance",
     "InstanceEvent",
     "InvalidEvent",
+    "LoadBalancerContext",
+    "LoadBalancerContextView",
     "Replicaset",
     "ReplicasetEvent",
     "ShardlineError",
     "Topology",
     "UnhashableKey",
     "UnknownTier",
+    "WorkerMetadata",
     "bucket_id",
 ]

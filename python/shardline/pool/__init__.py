@@ -1,0 +1,6 @@
+"""The worker pool: workers keyed by uid, and the view balancers read."""
+
+from shardline.pool.context import LoadBalancerContext, LoadBalancerContextView, WorkersView
+from shardline.pool.metadata import WorkerMetadata
+
+__all__ = ["LoadBalancerContext", "LoadBalancerContextView", "WorkerMetadata", "WorkersView"]
