@@ -6,6 +6,7 @@ re-exports it with the events, errors and tools around it.
 """
 
 from shardline._core import bucket_id
+from shardline.balancers import LoadBalancerLike, RoundRobinLoadBalancer
 from shardline.errors import InvalidEvent, ShardlineError, UnhashableKey, UnknownTier
 from shardline.pool import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
 from shardline.topology import (
@@ -24,8 +25,10 @@ __all__ = [
     "InvalidEvent",
     "LoadBalancerContext",
     "LoadBalancerContextView",
+    "LoadBalancerLike",
     "Replicaset",
     "ReplicasetEvent",
+    "RoundRobinLoadBalancer",
     "ShardlineError",
     "Topology",
     "UnhashableKey",

@@ -1,0 +1,96 @@
+"""`RoundRobinLoadBalancer`: every worker in turn, across calls and across concurrent callers."""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from collections.abc import AsyncGenerator, Callable, Container, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardline._core import WorkerPool
+from shardline.pool.context import LoadBalancerContextView
+
+__all__ = ["RoundRobinLoadBalancer"]
+
+
+@dataclass
+class _Rotation:
+    """One context's place in the rotation, shared by every call on that context."""
+
+    order: Sequence[uuid.UUID] = ()
+    cursor: int = 0
+
+    def next_uid(self, snapshot: Callable[[], Sequence[uuid.UUID]]) -> uuid.UUID | None:
+        """The uid under the cursor, advancing it; a new snapshot of the pool at each wrap."""
+        if self.cursor >= len(self.order):
+            self.order, self.cursor = snapshot(), 0
+            if not self.order:
+                return None
+        uid = self.order[self.cursor]
+        self.cursor += 1
+        return uid
+
+
+class RoundRobinLoadBalancer:
+    """Offers the context's workers in admission order, resuming where the last call stopped.
+
+    A call ends when the task succeeds, or when the rotation comes back to the worker it started
+    with (the *boundary*), so it offers each pooled worker once. Concurrent calls on the same
+    context share the rotation, so they start at different workers. A worker refreshed
+    mid-rotation keeps its place (candidates are uids); a worker that has left the pool is
+    skipped; if the boundary itself leaves, the next candidate becomes the boundary (a departed
+    uid never recurs), so every call ends, possibly after offering some workers a second time.
+    Works with any context that has a ``workers`` mapping.
+
+    Implementation notes:
+        The rotation snapshots the pool's uids once per wrap and indexes the snapshot, so a
+        candidate costs O(1) whatever the pool's size. The rotation of each context is held
+        through a weak reference to the context, so the balancer never keeps a retired pool
+        alive; pickling a balancer drops the rotations.
+    """
+
+    def __init__(self) -> None:
+        self._rotations: weakref.WeakKeyDictionary[Any, _Rotation] = weakref.WeakKeyDictionary()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def _rotation(self, context: Any) -> _Rotation:
+        rotation = self._rotations.get(context)
+        if rotation is None:
+            rotation = self._rotations[context] = _Rotation()
+        return rotation
+
+    async def delegate(
+        self, task: Any, *, context: LoadBalancerContextView
+    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
+        """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
+        pooled: Container[uuid.UUID]
+        snapshot: Callable[[], Sequence[uuid.UUID]]
+        if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
+            pooled, snapshot = context, context.uids
+        else:
+            workers = context.workers
+            pooled, snapshot = workers, lambda: list(workers)
+        rotation = self._rotation(context)
+        boundary: uuid.UUID | None = None
+        while True:
+            uid = rotation.next_uid(snapshot)
+            if uid is None:
+                return
+            if uid == boundary:
+                return
+            if uid not in pooled:
+                continue
+            if boundary is None or boundary not in pooled:
+                boundary = uid
+            try:
+                served = yield uid
+            except Exception:  # the candidate failed: offer the next one
+                continue
+            if served is not None:
+                return

@@ -1,0 +1,327 @@
+"""RoundRobinLoadBalancer: the seed's cases 16-34 (`TestRoundRobinLoadBalancer`)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import pickle
+import uuid
+import weakref
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_pool_context import worker
+
+from shardline import LoadBalancerContext, LoadBalancerLike, RoundRobinLoadBalancer, WorkerMetadata
+
+
+class Failed(Exception):
+    """A dispatch that failed (what the proxy throws into the generator)."""
+
+
+def pool(*ns: int) -> LoadBalancerContext:
+    context = LoadBalancerContext()
+    for n in ns:
+        context.add_worker(worker(n), f"conn-{n}")
+    return context
+
+
+def uid(n: int) -> uuid.UUID:
+    return worker(n).uid
+
+
+async def first(gen: AsyncGenerator[uuid.UUID, uuid.UUID | None]) -> uuid.UUID | None:
+    try:
+        return await anext(gen)
+    except StopAsyncIteration:
+        return None
+
+
+async def fail(gen: AsyncGenerator[uuid.UUID, uuid.UUID | None]) -> uuid.UUID | None:
+    """Reports the last candidate failed; returns the next one, or None when the cycle ends."""
+    try:
+        return await gen.athrow(Failed())
+    except StopAsyncIteration:
+        return None
+
+
+async def succeed(gen: AsyncGenerator[uuid.UUID, uuid.UUID | None], served: uuid.UUID) -> bool:
+    """Reports success; returns whether the generator finished, as the protocol requires."""
+    try:
+        await gen.asend(served)
+    except StopAsyncIteration:
+        return True
+    return False
+
+
+async def all_failing(balancer: RoundRobinLoadBalancer, context: Any) -> list[uuid.UUID]:
+    """Drives one call to exhaustion with every dispatch failing: the candidates offered."""
+    gen = balancer.delegate(None, context=context)
+    offered: list[uuid.UUID] = []
+    candidate = await first(gen)
+    while candidate is not None:
+        offered.append(candidate)
+        assert len(offered) <= 100, "the cycle did not end"
+        candidate = await fail(gen)
+    return offered
+
+
+async def served_by(balancer: RoundRobinLoadBalancer, context: Any) -> uuid.UUID | None:
+    gen = balancer.delegate(None, context=context)
+    candidate = await first(gen)
+    if candidate is not None:
+        assert await succeed(gen, candidate)
+    return candidate
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_it_is_a_load_balancer() -> None:
+    assert isinstance(RoundRobinLoadBalancer(), LoadBalancerLike)
+
+
+def test_case16_empty_pool_yields_nothing() -> None:
+    assert run(all_failing(RoundRobinLoadBalancer(), pool())) == []
+
+
+def test_case17_a_single_worker_is_offered() -> None:
+    assert run(all_failing(RoundRobinLoadBalancer(), pool(1))) == [uid(1)]
+
+
+def test_case18_a_new_call_starts_past_the_served_worker() -> None:
+    balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
+    assert run(served_by(balancer, context)) == uid(1)
+    assert run(served_by(balancer, context)) == uid(2)
+
+
+def test_case19_a_failure_advances_to_the_next_uid() -> None:
+    async def scenario() -> list[uuid.UUID | None]:
+        gen = RoundRobinLoadBalancer().delegate(None, context=pool(1, 2, 3))
+        return [await first(gen), await fail(gen)]
+
+    assert run(scenario()) == [uid(1), uid(2)]
+
+
+def test_case20_every_worker_failing_ends_the_cycle() -> None:
+    assert run(all_failing(RoundRobinLoadBalancer(), pool(1, 2, 3))) == [uid(1), uid(2), uid(3)]
+
+
+def test_case21_a_worker_evicted_mid_cycle_is_skipped() -> None:
+    async def scenario() -> list[uuid.UUID | None]:
+        context = pool(1, 2, 3)
+        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        offered = [await first(gen)]
+        context.remove_worker(worker(2))
+        offered.append(await fail(gen))
+        offered.append(await fail(gen))
+        return offered
+
+    assert run(scenario()) == [uid(1), uid(3), None]
+
+
+def test_case22_success_ends_the_cycle() -> None:
+    async def scenario() -> bool:
+        gen = RoundRobinLoadBalancer().delegate(None, context=pool(1, 2))
+        candidate = await first(gen)
+        assert candidate is not None
+        return await succeed(gen, candidate)
+
+    assert run(scenario())
+
+
+def test_case23_failures_before_a_success_follow_rotation_order() -> None:
+    async def scenario() -> list[uuid.UUID | None]:
+        gen = RoundRobinLoadBalancer().delegate(None, context=pool(1, 2, 3, 4))
+        offered = [await first(gen), await fail(gen), await fail(gen)]
+        last = offered[-1]
+        assert last is not None
+        assert await succeed(gen, last)
+        return offered
+
+    assert run(scenario()) == [uid(1), uid(2), uid(3)]
+
+
+def test_case24_successive_calls_rotate_the_starting_worker() -> None:
+    balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
+    starts = [run(served_by(balancer, context)) for _ in range(6)]
+    assert starts == [uid(1), uid(2), uid(3), uid(1), uid(2), uid(3)]
+
+
+def test_case25_concurrent_drivers_are_offered_distinct_workers() -> None:
+    async def scenario() -> tuple[uuid.UUID | None, uuid.UUID | None]:
+        balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
+        one = balancer.delegate(None, context=context)
+        two = balancer.delegate(None, context=context)
+        return await first(one), await first(two)
+
+    a, b = run(scenario())
+    assert a is not None
+    assert b is not None
+    assert a != b
+
+
+def test_case26_evicting_the_boundary_worker_still_ends_the_call() -> None:
+    async def scenario() -> list[uuid.UUID]:
+        context = pool(1, 2, 3)
+        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        offered = [await first(gen)]
+        context.remove_worker(worker(1))  # the boundary: it can never recur
+        candidate = await fail(gen)
+        while candidate is not None:
+            offered.append(candidate)
+            assert len(offered) < 10, "the cycle did not end"
+            candidate = await fail(gen)
+        return [u for u in offered if u is not None]
+
+    offered = run(scenario())
+    assert offered[:3] == [uid(1), uid(2), uid(3)]
+
+
+def test_case27_a_worker_evicted_after_the_snapshot_is_skipped() -> None:
+    async def scenario() -> list[uuid.UUID]:
+        balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
+        gen = balancer.delegate(None, context=context)
+        offered = [await first(gen)]  # the snapshot of this wrap holds 1, 2, 3
+        context.remove_worker(worker(3))
+        candidate = await fail(gen)
+        while candidate is not None:
+            offered.append(candidate)
+            candidate = await fail(gen)
+        return [u for u in offered if u is not None]
+
+    assert run(scenario()) == [uid(1), uid(2)]
+
+
+def test_case28_a_sole_worker_refreshed_after_its_yield_exhausts_the_cycle() -> None:
+    async def scenario() -> list[uuid.UUID | None]:
+        context = pool(1)
+        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        offered = [await first(gen)]
+        context.update_worker(worker(1, address="moved"), "conn-moved")
+        offered.append(await fail(gen))
+        return offered
+
+    assert run(scenario()) == [uid(1), None]
+
+
+def test_case29_after_a_refresh_a_new_call_offers_the_uid_again() -> None:
+    balancer, context = RoundRobinLoadBalancer(), pool(1)
+    assert run(all_failing(balancer, context)) == [uid(1)]
+    context.update_worker(worker(1, address="moved"), "conn-moved")
+    assert run(all_failing(balancer, context)) == [uid(1)]
+    assert context.workers[uid(1)] == (worker(1, address="moved"), "conn-moved")
+
+
+def test_case30_a_refresh_ahead_in_the_cycle_changes_the_record_not_the_cycle() -> None:
+    async def scenario() -> list[uuid.UUID]:
+        context = pool(1, 2, 3)
+        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        offered = [await first(gen)]
+        context.update_worker(worker(3, pid=9), "conn-3b")
+        candidate = await fail(gen)
+        while candidate is not None:
+            offered.append(candidate)
+            candidate = await fail(gen)
+        return [u for u in offered if u is not None]
+
+    assert run(scenario()) == [uid(1), uid(2), uid(3)]
+
+
+def test_case31_the_boundary_survives_its_own_refresh() -> None:
+    async def scenario() -> list[uuid.UUID]:
+        context = pool(1, 2)
+        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        offered = [await first(gen)]
+        context.update_worker(worker(1, version="2"), "conn-1b")
+        candidate = await fail(gen)
+        while candidate is not None:
+            offered.append(candidate)
+            assert len(offered) < 10
+            candidate = await fail(gen)
+        return [u for u in offered if u is not None]
+
+    assert run(scenario()) == [uid(1), uid(2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.integers(2, 6),
+    warmup=st.integers(0, 8),
+    refresh_step=st.integers(0, 12),
+    refreshed=st.integers(0, 5),
+)
+def test_case32_every_call_ends_within_bounds(
+    size: int, warmup: int, refresh_step: int, refreshed: int
+) -> None:
+    balancer, context = RoundRobinLoadBalancer(), pool(*range(size))
+    for _ in range(warmup):
+        run(served_by(balancer, context))
+
+    async def scenario() -> list[uuid.UUID]:
+        gen = balancer.delegate(None, context=context)
+        offered: list[uuid.UUID] = []
+        candidate = await first(gen)
+        while candidate is not None:
+            offered.append(candidate)
+            assert len(offered) <= size, "a call offered more candidates than workers"
+            if len(offered) == refresh_step:
+                n = refreshed % size
+                context.update_worker(worker(n, pid=len(offered)), f"conn-{n}-refreshed")
+            candidate = await fail(gen)
+        return offered
+
+    offered = run(scenario())
+    assert sorted(offered) == sorted(uid(n) for n in range(size))
+
+
+class CountingWorkers(Mapping[uuid.UUID, tuple[WorkerMetadata, str]]):
+    """A duck-typed context's workers mapping that counts full iterations (snapshots)."""
+
+    def __init__(self, ns: range) -> None:
+        self._data = {uid(n): (worker(n), f"conn-{n}") for n in ns}
+        self.iterations = 0
+
+    def __getitem__(self, key: uuid.UUID) -> tuple[WorkerMetadata, str]:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        self.iterations += 1
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class DuckContext:
+    def __init__(self, workers: CountingWorkers) -> None:
+        self.workers = workers
+
+
+def test_case33_the_pool_is_snapshotted_once_per_wrap() -> None:
+    balancer = RoundRobinLoadBalancer()
+    workers = CountingWorkers(range(50))
+    context = DuckContext(workers)
+    served = [run(served_by(balancer, context)) for _ in range(150)]
+    assert served == [uid(n % 50) for n in range(150)]
+    assert workers.iterations == 3
+
+
+def test_case34_the_balancer_does_not_pin_a_retired_context() -> None:
+    balancer, context = RoundRobinLoadBalancer(), pool(1, 2)
+    run(served_by(balancer, context))
+    probe = weakref.ref(context)
+    del context
+    gc.collect()
+    assert probe() is None
+
+
+def test_pickling_drops_the_rotations() -> None:
+    balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
+    run(served_by(balancer, context))
+    copy = pickle.loads(pickle.dumps(balancer))
+    assert run(served_by(copy, context)) == uid(1)
+    assert run(served_by(balancer, context)) == uid(2)
