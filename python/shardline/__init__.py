@@ -7,8 +7,18 @@ re-exports it with the events, errors and tools around it.
 
 from shardline._core import bucket_id
 from shardline.balancers import LoadBalancerLike, RoundRobinLoadBalancer
-from shardline.errors import InvalidEvent, ShardlineError, UnhashableKey, UnknownTier
+from shardline.discovery import DiscoveryEvent
+from shardline.errors import (
+    InvalidEvent,
+    NoWorkersAvailable,
+    RpcError,
+    ShardlineError,
+    TransientRpcError,
+    UnhashableKey,
+    UnknownTier,
+)
 from shardline.pool import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
+from shardline.pool.proxy import WorkerProxy
 from shardline.topology import (
     BucketEvent,
     Instance,
@@ -20,19 +30,24 @@ from shardline.topology import (
 
 __all__ = [
     "BucketEvent",
+    "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
     "InvalidEvent",
     "LoadBalancerContext",
     "LoadBalancerContextView",
     "LoadBalancerLike",
+    "NoWorkersAvailable",
     "Replicaset",
     "ReplicasetEvent",
     "RoundRobinLoadBalancer",
+    "RpcError",
     "ShardlineError",
     "Topology",
+    "TransientRpcError",
     "UnhashableKey",
     "UnknownTier",
     "WorkerMetadata",
+    "WorkerProxy",
     "bucket_id",
 ]

@@ -6,7 +6,15 @@ caller that already catches ``ValueError`` or ``LookupError`` keeps working.
 
 from __future__ import annotations
 
-__all__ = ["InvalidEvent", "ShardlineError", "UnhashableKey", "UnknownTier"]
+__all__ = [
+    "InvalidEvent",
+    "NoWorkersAvailable",
+    "RpcError",
+    "ShardlineError",
+    "TransientRpcError",
+    "UnhashableKey",
+    "UnknownTier",
+]
 
 
 class ShardlineError(Exception):
@@ -26,3 +34,16 @@ class UnknownTier(ShardlineError, LookupError):
 
 class UnhashableKey(ShardlineError, TypeError):
     """A sharding-key value that the hashing scheme cannot encode (type or range)."""
+
+
+class RpcError(ShardlineError):
+    """A dispatch to a worker failed; the proxy evicts the worker before trying another."""
+
+
+class TransientRpcError(RpcError):
+    """A dispatch failed in a way worth retrying elsewhere (unavailable, deadline, overload);
+    the worker stays in the pool."""
+
+
+class NoWorkersAvailable(ShardlineError, LookupError):
+    """The balancer ran out of candidates: no pooled worker could take the task."""

@@ -1,0 +1,181 @@
+"""`WorkerProxy`: dispatches tasks through the pool, choosing workers with a balancer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterable, Callable
+from types import TracebackType
+from typing import Any, Protocol
+
+from shardline.balancers.protocol import LoadBalancerLike
+from shardline.balancers.round_robin import RoundRobinLoadBalancer
+from shardline.discovery.event import DiscoveryEvent
+from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
+from shardline.pool.context import LoadBalancerContext
+from shardline.pool.metadata import WorkerMetadata
+
+__all__ = ["Connection", "WorkerProxy"]
+
+logger = logging.getLogger("shardline.pool.proxy")
+
+
+class Connection(Protocol):
+    """How the proxy reaches one worker."""
+
+    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
+
+
+BalancerSpec = LoadBalancerLike | type[LoadBalancerLike] | Callable[[], LoadBalancerLike]
+
+
+def _balancer_of(spec: BalancerSpec) -> LoadBalancerLike:
+    """An instance as is; a class or a zero-argument factory called."""
+    if isinstance(spec, LoadBalancerLike) and not isinstance(spec, type):
+        return spec
+    return spec()
+
+
+class WorkerProxy:
+    """Dispatches tasks to a pool of workers that discovery keeps current.
+
+    ``discovery`` is an async iterable of :class:`DiscoveryEvent`. ``worker-added`` admits a
+    worker while fewer than ``lease`` distinct workers are pooled (``None``: no cap) and
+    refreshes one already admitted; ``worker-updated`` refreshes only a worker already admitted
+    (it never admits); ``worker-dropped`` evicts and frees a slot. ``connect(metadata)`` makes
+    the connection for a record, on admission and on every refresh.
+
+    ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
+    workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no
+    background task behind. ``dispatch(task)`` asks the balancer for candidates and resolves each
+    uid against the live pool when it dispatches, so a stale selection can never reach a
+    superseded address:
+
+    - a uid no longer pooled is skipped, and nothing is reported to the balancer;
+    - ``TransientRpcError``: the worker stays; the balancer is told, and offers the next;
+    - any other ``RpcError``: the worker is evicted, then the balancer is told;
+    - any other exception, cancellation included, propagates and leaves the pool alone;
+    - a balancer out of candidates: ``NoWorkersAvailable``.
+    """
+
+    def __init__(
+        self,
+        *,
+        discovery: AsyncIterable[DiscoveryEvent],
+        loadbalancer: BalancerSpec = RoundRobinLoadBalancer,
+        connect: Callable[[WorkerMetadata], Connection],
+        lease: int | None = None,
+        quorum: int = 1,
+        quorum_timeout: float = 60.0,
+    ) -> None:
+        if lease is not None and lease < 1:
+            raise ValueError(f"lease must be at least 1 (or None for no cap), got {lease}")
+        if quorum < 0:
+            raise ValueError(f"quorum must not be negative, got {quorum}")
+        if lease is not None and quorum > lease:
+            raise ValueError(f"quorum {quorum} can never be reached with lease {lease}")
+        if quorum_timeout <= 0:
+            raise ValueError(f"quorum_timeout must be positive, got {quorum_timeout}")
+        self._discovery = discovery
+        self._balancer = _balancer_of(loadbalancer)
+        self._connect = connect
+        self._lease = lease
+        self._quorum = quorum
+        self._quorum_timeout = quorum_timeout
+        self._context = LoadBalancerContext()
+        self._quorum_reached = asyncio.Event()
+        self._sentinel: asyncio.Task[None] | None = None
+
+    @property
+    def workers(self) -> list[WorkerMetadata]:
+        """The records of the pooled workers, in admission order."""
+        return [metadata for metadata, _ in self._context.workers.values()]
+
+    async def start(self) -> None:
+        """Follows discovery in the background and waits for ``quorum`` pooled workers."""
+        self._sentinel = asyncio.create_task(self._follow_discovery())
+        if self._quorum == 0:
+            return
+        try:
+            await asyncio.wait_for(self._quorum_reached.wait(), self._quorum_timeout)
+        except TimeoutError:
+            await self.stop()
+            raise TimeoutError(
+                f"{len(self._context)} of the {self._quorum} workers of the quorum joined "
+                f"within {self._quorum_timeout} s"
+            ) from None
+
+    async def stop(self) -> None:
+        """Stops following discovery; the pool keeps its workers."""
+        sentinel, self._sentinel = self._sentinel, None
+        if sentinel is not None:
+            sentinel.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sentinel
+
+    async def __aenter__(self) -> WorkerProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _follow_discovery(self) -> None:
+        async for event in self._discovery:
+            self._apply(event)
+            if len(self._context) >= self._quorum:
+                self._quorum_reached.set()
+
+    def _apply(self, event: DiscoveryEvent) -> None:
+        metadata = event.metadata
+        pooled = metadata.uid in self._context
+        if event.type == "worker-dropped":
+            self._context.remove_worker(metadata)
+        elif pooled and event.type in ("worker-added", "worker-updated"):
+            self._context.update_worker(metadata, self._connect(metadata))
+        elif event.type == "worker-added":
+            if self._lease is None or len(self._context) < self._lease:
+                self._context.add_worker(metadata, self._connect(metadata))
+            else:
+                logger.info("worker %s not admitted: the pool is at its lease", metadata.uid)
+        elif event.type != "worker-updated":
+            logger.warning("discovery event of unknown type %r skipped", event.type)
+
+    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
+        """Runs ``task`` on a worker the balancer names; see the class docstring."""
+        candidates = self._balancer.delegate(task, context=self._context)
+        try:
+            uid: uuid.UUID = await anext(candidates)
+            while True:
+                try:
+                    metadata, connection = self._context.workers[uid]
+                except KeyError:
+                    uid = await anext(candidates)
+                    continue
+                try:
+                    result = await connection.dispatch(task, timeout=timeout)
+                except TransientRpcError as error:
+                    uid = await candidates.athrow(error)
+                    continue
+                except RpcError as error:
+                    self._context.remove_worker(metadata)
+                    uid = await candidates.athrow(error)
+                    continue
+                try:
+                    await candidates.asend(uid)
+                except StopAsyncIteration:
+                    return result
+                raise RuntimeError(
+                    f"balancer {self._balancer!r} offered another worker after a success"
+                )
+        except StopAsyncIteration:
+            raise NoWorkersAvailable(f"no worker could take the task {task!r}") from None
+        finally:
+            await candidates.aclose()
