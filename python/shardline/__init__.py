@@ -6,7 +6,12 @@ re-exports it with the events, errors and tools around it.
 """
 
 from shardline._core import bucket_id
-from shardline.balancers import LoadBalancerLike, RoundRobinLoadBalancer
+from shardline.balancers import (
+    AffinityLoadBalancer,
+    LoadBalancerLike,
+    RoundRobinLoadBalancer,
+    WeightedRoundRobinLoadBalancer,
+)
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import (
     InvalidEvent,
@@ -29,6 +34,7 @@ from shardline.topology import (
 )
 
 __all__ = [
+    "AffinityLoadBalancer",
     "BucketEvent",
     "DiscoveryEvent",
     "Instance",
@@ -47,6 +53,7 @@ __all__ = [
     "TransientRpcError",
     "UnhashableKey",
     "UnknownTier",
+    "WeightedRoundRobinLoadBalancer",
     "WorkerMetadata",
     "WorkerProxy",
     "bucket_id",

@@ -1,6 +1,13 @@
 """Balancers: they order candidate workers by uid; the proxy dispatches."""
 
+from shardline.balancers.affinity import AffinityLoadBalancer
 from shardline.balancers.protocol import LoadBalancerLike
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
+from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
 
-__all__ = ["LoadBalancerLike", "RoundRobinLoadBalancer"]
+__all__ = [
+    "AffinityLoadBalancer",
+    "LoadBalancerLike",
+    "RoundRobinLoadBalancer",
+    "WeightedRoundRobinLoadBalancer",
+]

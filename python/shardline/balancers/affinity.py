@@ -1,0 +1,86 @@
+"""`AffinityLoadBalancer`: a task key keeps its worker (rendezvous hashing)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import AsyncGenerator, Callable, Container, Sequence
+from typing import Any
+
+from shardline._core import WorkerPool
+from shardline.pool.context import LoadBalancerContextView
+
+__all__ = ["AffinityLoadBalancer"]
+
+
+def _key_bytes(key: object) -> bytes:
+    """The bytes a key hashes as: bytes as is, ``str`` as UTF-8, anything else via ``str()``."""
+    if isinstance(key, bytes | bytearray | memoryview):
+        return bytes(key)
+    text = key if isinstance(key, str) else str(key)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _score(prefix: hashlib.blake2b, uid: uuid.UUID) -> int:
+    """The 64-bit rendezvous score of ``uid`` for the key hashed into ``prefix``."""
+    hasher = prefix.copy()
+    hasher.update(uid.bytes)
+    return int.from_bytes(hasher.digest(), "big")
+
+
+class AffinityLoadBalancer:
+    """Offers workers in an order fixed by the task's key, so a key keeps its worker.
+
+    ``key(task)`` names the task's affinity key (default ``str``): ``bytes`` are used as they
+    are, a ``str`` as its UTF-8 encoding, and any other value as its ``str()``, which must
+    therefore be stable across processes (ints, UUIDs and tuples of them are; an object whose
+    ``str`` shows its ``id`` is not). Each pooled worker gets a score for the key, the same in
+    every process and run, and a call offers the workers in descending score order. Hence the
+    same key goes to the same worker for as long as that worker is pooled; when a worker
+    joins, only the keys for which it scores highest (about 1/n of them) move, all to it; when
+    a worker leaves, only its keys move, each to its own runner-up. Keys spread evenly.
+
+    A call ends when the task succeeds or once every worker pooled at the call's start has
+    been offered, so it offers each worker at most once; after a failure it offers the next
+    worker by score. A worker that leaves mid-call is skipped; one that joins mid-call is not
+    offered in that call. The balancer holds no state. Works with any context that has a
+    ``workers`` mapping.
+
+    Implementation notes:
+        Rendezvous (highest-random-weight) hashing: the score of a worker is the 64-bit
+        BLAKE2b digest (``digest_size=8``, big-endian) of the key's bytes followed by the 16
+        bytes of the worker's uid, never Python's per-process salted ``hash()``; a tie (a
+        64-bit collision) goes to the greater uid. A call hashes the key once and scores every
+        worker from a copy of that state, O(n log n) in the pool's size, once per call.
+    """
+
+    def __init__(self, key: Callable[[Any], object] = str) -> None:
+        self._key = key
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self._key!r})"
+
+    def order(self, task: Any, uids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """``uids`` in the order a call for ``task`` offers them: by descending score."""
+        prefix = hashlib.blake2b(_key_bytes(self._key(task)), digest_size=8)
+        return sorted(uids, key=lambda uid: (_score(prefix, uid), uid.int), reverse=True)
+
+    async def delegate(
+        self, task: Any, *, context: LoadBalancerContextView
+    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
+        """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
+        pooled: Container[uuid.UUID]
+        if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
+            pooled, uids = context, context.uids()
+        else:
+            workers = context.workers
+            pooled, uids = workers, list(workers)
+        for uid in self.order(task, uids):
+            if uid not in pooled:  # it left since the call started
+                continue
+            try:
+                served = yield uid
+            except Exception:  # the candidate failed: offer the next one
+                continue
+            if served is not None:
+                return

@@ -1,0 +1,163 @@
+"""`WeightedRoundRobinLoadBalancer`: smooth weighted round robin (nginx's), across calls."""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import uuid
+import weakref
+from collections.abc import AsyncGenerator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardline._core import WorkerPool
+from shardline.pool.context import LoadBalancerContextView
+
+__all__ = ["WeightedRoundRobinLoadBalancer"]
+
+logger = logging.getLogger("shardline.balancers")
+
+_MISSING = object()
+
+
+def _weight(metadata: Any) -> float | None:
+    """``metadata.extra["weight"]`` (1 when absent), or None when it is not a usable weight."""
+    extra = getattr(metadata, "extra", None)
+    weight = extra.get("weight", 1) if extra is not None else 1
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+        return None
+    if isinstance(weight, int):
+        return weight if weight > 0 else None
+    value = float(weight)
+    return value if math.isfinite(value) and value > 0 else None
+
+
+@dataclass
+class _Scores:
+    """One context's smooth-WRR scores, shared by every call on that context."""
+
+    current: dict[uuid.UUID, float] = field(default_factory=dict)
+    warned: dict[uuid.UUID, str] = field(default_factory=dict)
+
+    def pick(
+        self, candidates: Iterable[tuple[uuid.UUID, Any]], tried: set[uuid.UUID]
+    ) -> uuid.UUID | None:
+        """One smooth-WRR step over the untried candidates with a usable weight."""
+        best: uuid.UUID | None = None
+        best_score = 0.0
+        total = 0.0
+        present: set[uuid.UUID] = set()
+        for uid, metadata in candidates:
+            present.add(uid)
+            weight = _weight(metadata)
+            if weight is None:
+                self._warn(uid, metadata)
+                self.current.pop(uid, None)
+                continue
+            self.warned.pop(uid, None)
+            if uid in tried:
+                continue
+            score = self.current.get(uid, 0) + weight
+            self.current[uid] = score
+            total += weight
+            if best is None or score > best_score:  # a tie goes to the earlier-admitted worker
+                best, best_score = uid, score
+        for gone in [uid for uid in self.current if uid not in present]:
+            del self.current[gone]  # a worker that rejoins starts again at 0
+        for gone in [uid for uid in self.warned if uid not in present]:
+            del self.warned[gone]
+        if best is not None:
+            self.current[best] -= total
+        return best
+
+    def _warn(self, uid: uuid.UUID, metadata: Any) -> None:
+        extra = getattr(metadata, "extra", None)
+        raw = repr(extra.get("weight", _MISSING) if extra is not None else _MISSING)
+        if self.warned.get(uid) != raw:
+            self.warned[uid] = raw
+            logger.warning(
+                "worker %s skipped by the weighted balancer: weight %s is not a positive number",
+                uid,
+                raw,
+            )
+
+
+class WeightedRoundRobinLoadBalancer:
+    """Offers the context's workers in smooth weighted round-robin order, across calls.
+
+    A worker's weight is ``metadata.extra["weight"]`` (1 when absent; any positive finite
+    ``int`` or real number). Over any run of successful calls each worker serves its share of
+    the total weight, interleaved rather than in bursts: weights 5, 1, 1 give ``a a b a c a a``
+    per seven calls. A worker whose weight is zero, negative, not finite or not a number (a
+    ``bool`` included) is never offered, and a warning is logged on the
+    ``shardline.balancers`` logger once per worker and weight value. With equal weights the
+    order is plain round robin in admission order.
+
+    A call ends when the task succeeds, or once every eligible pooled worker has been offered,
+    so it offers each worker at most once: after a failure it offers the next worker in
+    smooth-WRR order among those not yet offered. Concurrent calls on the same context share
+    the scores. A worker that has left the pool is skipped; one that joins (or rejoins) starts
+    with a score of 0; a refreshed weight applies from the next pick. Works with any context
+    that has a ``workers`` mapping.
+
+    Implementation notes:
+        nginx's algorithm (``ngx_http_upstream_get_peer``): each pick adds every untried
+        candidate's weight to its current score, picks the highest (a tie goes to the earlier
+        admitted), and subtracts the sum of those weights from the winner. Each pick reads the
+        pool afresh, so it costs O(n) in the pool's size. The scores of each context are held
+        through a weak reference to the context, so the balancer never keeps a retired pool
+        alive; pickling a balancer drops the scores.
+    """
+
+    def __init__(self) -> None:
+        self._scores: weakref.WeakKeyDictionary[Any, _Scores] = weakref.WeakKeyDictionary()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def _scores_for(self, context: Any) -> _Scores:
+        scores = self._scores.get(context)
+        if scores is None:
+            scores = self._scores[context] = _Scores()
+        return scores
+
+    async def delegate(
+        self, task: Any, *, context: LoadBalancerContextView
+    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
+        """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
+        scores = self._scores_for(context)
+        tried: set[uuid.UUID] = set()
+        while True:
+            uid = scores.pick(_candidates(context), tried)
+            if uid is None:
+                return
+            tried.add(uid)
+            try:
+                served = yield uid
+            except Exception:  # the candidate failed: offer the next one
+                continue
+            if served is not None:
+                return
+
+
+def _candidates(context: Any) -> Iterable[tuple[uuid.UUID, Any]]:
+    """The pooled ``(uid, metadata)`` pairs, in admission order."""
+    if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
+        for uid in context.uids():
+            try:
+                metadata, _ = context.entry(uid)
+            except KeyError:  # evicted since the snapshot
+                continue
+            yield uid, metadata
+    else:
+        workers = context.workers
+        for uid in list(workers):
+            try:
+                metadata, _ = workers[uid]
+            except KeyError:
+                continue
+            yield uid, metadata
