@@ -8,6 +8,7 @@ re-exports it with the events, errors and tools around it.
 from shardline._core import bucket_id
 from shardline.balancers import (
     AffinityLoadBalancer,
+    LeastLoadedLoadBalancer,
     LoadBalancerLike,
     RoundRobinLoadBalancer,
     WeightedRoundRobinLoadBalancer,
@@ -40,6 +41,7 @@ __all__ = [
     "Instance",
     "InstanceEvent",
     "InvalidEvent",
+    "LeastLoadedLoadBalancer",
     "LoadBalancerContext",
     "LoadBalancerContextView",
     "LoadBalancerLike",

@@ -1,12 +1,14 @@
 """Balancers: they order candidate workers by uid; the proxy dispatches."""
 
 from shardline.balancers.affinity import AffinityLoadBalancer
+from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
 from shardline.balancers.protocol import LoadBalancerLike
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
 from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
 
 __all__ = [
     "AffinityLoadBalancer",
+    "LeastLoadedLoadBalancer",
     "LoadBalancerLike",
     "RoundRobinLoadBalancer",
     "WeightedRoundRobinLoadBalancer",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterable, Callable
 from types import TracebackType
@@ -159,6 +160,9 @@ class WorkerProxy:
                 except KeyError:
                     uid = await anext(candidates)
                     continue
+                load, dispatched = self._context.load, uid
+                load.started(dispatched)
+                started = time.perf_counter()
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
@@ -168,6 +172,8 @@ class WorkerProxy:
                     self._context.remove_worker(metadata)
                     uid = await candidates.athrow(error)
                     continue
+                finally:
+                    load.finished(dispatched, time.perf_counter() - started)
                 try:
                     await candidates.asend(uid)
                 except StopAsyncIteration:
