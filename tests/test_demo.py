@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -18,6 +19,7 @@ from rich.console import Console
 from shardline import bucket_id
 from shardline.cli import main
 from shardline.demo import Replay, parse_scenario, render_rich, seed_cases
+from shardline.demo import pool as pool_module
 from shardline.demo.scenario import MAX_FILE_BYTES
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scenario.json"
@@ -137,7 +139,7 @@ def test_requests_per_master_match_bucket_ids_of_the_final_map(
 
 
 def test_summary_reports_each_clearing_and_its_refill(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run_demo(capsys, "--plain")
+    _, out, _ = run_demo(capsys, "--plain", "--part", "topology")
     summary = out[out.index("Map clearings") :].splitlines()[1:]
     assert len(summary) == 6
     expected = [(2, 4, 2, 2, [2, 3]), (5, 8, 3, 3, [5, 6, 7]), (9, 11, 3, 2, [9, 10])]
@@ -197,7 +199,8 @@ def test_a_map_never_refilled_is_reported_as_such(
 ) -> None:
     document = seed_cases()
     document["steps"] = document["steps"][:3]  # R2 expelled, then only R1's bucket event
-    status, out, _ = run_demo(capsys, "--plain", "--scenario", str(write(tmp_path, document)))
+    path = str(write(tmp_path, document))
+    status, out, _ = run_demo(capsys, "--plain", "--part", "topology", "--scenario", path)
     assert status == 0
     unrouted = hot_unrouted(out, [2, 3])
     assert out.endswith(
@@ -449,3 +452,125 @@ def test_command_on_a_terminal_draws_rich_tables() -> None:
     text = b"".join(chunks).decode()
     assert "┏" in text
     assert "Map clearings and re-fills" in text
+
+
+# --- the worker-pool part ------------------------------------------------------------------------
+
+POOL_ROW = re.compile(
+    r"^    (w\d) ([0-9a-f]{8}) (\S+) (pooled|superseded|left): (\d+) tasks"
+    r" \((\d+) at this address so far\)$"
+)
+
+
+def pool_phase(output: str, number: int) -> tuple[str, dict[tuple[str, str], tuple[str, int]]]:
+    """Phase ``number`` of the pool part: its block, and (worker, address) → (status, tasks)."""
+    match = re.search(
+        rf"^Pool phase {number}/4: .*?(?=^Pool phase |^Pool summary:)", output, re.M | re.S
+    )
+    assert match, f"no pool phase {number} in the output"
+    rows = {}
+    for line in match.group(0).splitlines():
+        if row := POOL_ROW.match(line):
+            rows[row[1], row[3]] = (row[4], int(row[5]))
+    return match.group(0), rows
+
+
+def test_pool_part_follows_the_topology_part(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_demo(capsys, "--plain")
+    assert (status, err) == (0, "")
+    assert out.index("Map clearings") < out.index("Worker pool: ") < out.index("Pool summary:")
+    assert len(re.findall(r"^Pool phase \d/4: ", out, re.M)) == 4
+
+
+def test_pool_phases_follow_joins_the_refresh_and_the_drop(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = run_demo(capsys, "--plain")
+    assert status == 0
+    old, new = ("w2", "127.0.0.1:7002"), ("w2", "127.0.0.1:7102")
+    w1 = ("w1", "127.0.0.1:7001")
+    totals: Counter[tuple[str, str]] = Counter()
+    for number, dispatched in zip(range(1, 5), [9, 9, 12, 9], strict=True):
+        block, rows = pool_phase(out, number)
+        assert f"  balancer: RoundRobinLoadBalancer; {dispatched} tasks dispatched\n" in block
+        assert sum(tasks for _, tasks in rows.values()) == dispatched, f"phase {number}"
+        totals.update({key: tasks for key, (_, tasks) in rows.items()})
+        if number == 1:
+            assert rows == {
+                ("w1", "127.0.0.1:7001"): ("pooled", 3),
+                ("w2", "127.0.0.1:7002"): ("pooled", 3),
+                ("w3", "127.0.0.1:7003"): ("pooled", 3),
+            }
+        else:
+            # After the refresh the new address serves w2's share; the old one serves nothing.
+            assert "  - worker-updated w2 " in pool_phase(out, 2)[0]
+            assert rows[new][0] == "pooled", f"phase {number}"
+            assert rows[new][1] > 0, f"phase {number}"
+            assert rows[old] == ("superseded", 0), f"phase {number}"
+    _, rows = pool_phase(out, 3)
+    assert rows["w4", "127.0.0.1:7004"] == ("pooled", 3)
+    block, rows = pool_phase(out, 4)
+    assert "  - worker-dropped w1 " in block
+    assert rows[w1] == ("left", 0)
+    assert {key for key, (status, _) in rows.items() if status == "pooled"} == {
+        new,
+        ("w3", "127.0.0.1:7003"),
+        ("w4", "127.0.0.1:7004"),
+    }
+    summary = out[out.index("Pool summary:") :].splitlines()
+    assert summary[1] == f"  total tasks: {totals.total()}" == "  total tasks: 39"
+    per_address = {
+        tuple(line.strip().rsplit(": ", 1)[0].split(" ")): int(line.rsplit(": ", 1)[1])
+        for line in summary[3:-1]
+    }
+    assert per_address == totals
+    assert summary[-1] == "  tasks sent to a superseded address: 0"
+
+
+def test_a_superseded_address_is_counted_when_it_serves() -> None:
+    # The count is measured by the connection, not assumed: a connection to an address its
+    # worker has moved away from (or to a worker that left) reports itself as superseded.
+    cluster = pool_module._Cluster()
+    metadata = pool_module._metadata("w2", "127.0.0.1:7002")
+    cluster.names[metadata.uid] = "w2"
+    cluster.current[metadata.uid] = metadata.address
+    connection = cluster.connect(metadata)
+    assert not asyncio.run(connection.dispatch("a")).superseded
+    cluster.current[metadata.uid] = "127.0.0.1:7102"
+    served = asyncio.run(connection.dispatch("b"))
+    assert (served.address, served.superseded) == ("127.0.0.1:7002", True)
+    del cluster.current[metadata.uid]
+    assert asyncio.run(connection.dispatch("c")).superseded
+
+
+def test_part_selects_one_part(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_demo(capsys, "--plain", "--part", "pool")
+    assert status == 0
+    assert "Step " not in out
+    assert "Map clearings" not in out
+    assert "Pool summary:" in out
+    status, out, _ = run_demo(capsys, "--plain", "--part", "topology")
+    assert status == 0
+    assert "Worker pool" not in out
+    assert "Pool phase" not in out
+    assert out.rstrip().endswith("event-apply time)")
+
+
+def test_weighted_balancer_is_named_and_never_reaches_a_superseded_address(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = run_demo(capsys, "--plain", "--part", "pool", "--balancer", "weighted")
+    assert status == 0
+    for number in range(1, 5):
+        block, rows = pool_phase(out, number)
+        assert "  balancer: WeightedRoundRobinLoadBalancer; " in block
+        assert all(tasks == 0 for status, tasks in rows.values() if status != "pooled")
+    assert out.endswith("  tasks sent to a superseded address: 0\n")
+
+
+def test_topology_options_without_the_topology_part_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run_demo(capsys, "--part", "pool", "--keys", "5")
+    assert (status, out) == (2, "")
+    assert "--scenario and --keys need the topology part" in err

@@ -1,7 +1,10 @@
 """The ``shardline demo`` command's parts: scenario files, the built-in seed cases, the replay
-driver over the public :class:`shardline.Topology` API, and its plain and ``rich`` views.
+driver over the public :class:`shardline.Topology` API, and its plain and ``rich`` views; and the
+worker-pool scenario over the public :class:`shardline.WorkerProxy` API, with its views.
 """
 
+from shardline.demo.pool import PoolRun, run_pool_demo
+from shardline.demo.pool_view import render_pool_plain, render_pool_rich
 from shardline.demo.replay import Clearing, MasterRequests, Replay, StepReport, TierState
 from shardline.demo.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 from shardline.demo.seed_cases import seed_cases
@@ -10,6 +13,7 @@ from shardline.demo.view import render_plain, render_rich
 __all__ = [
     "Clearing",
     "MasterRequests",
+    "PoolRun",
     "Replay",
     "Scenario",
     "ScenarioError",
@@ -18,6 +22,9 @@ __all__ = [
     "load_scenario",
     "parse_scenario",
     "render_plain",
+    "render_pool_plain",
+    "render_pool_rich",
     "render_rich",
+    "run_pool_demo",
     "seed_cases",
 ]
