@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import hashlib
 import logging
@@ -15,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from balancer_driving import all_failing, fail, first, run, served_by, succeed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pool_context import worker
@@ -24,10 +24,6 @@ from shardline.balancers.affinity import AffinityLoadBalancer
 from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
 
 Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
-
-
-class Failed(Exception):
-    """A dispatch that failed (what the proxy throws into the generator)."""
 
 
 def weighted(n: int, weight: Any) -> WorkerMetadata:
@@ -44,54 +40,6 @@ def pool(*ns: int, weights: dict[int, Any] | None = None) -> LoadBalancerContext
 
 def uid(n: int) -> uuid.UUID:
     return worker(n).uid
-
-
-async def first(gen: Gen) -> uuid.UUID | None:
-    try:
-        return await anext(gen)
-    except StopAsyncIteration:
-        return None
-
-
-async def fail(gen: Gen) -> uuid.UUID | None:
-    """Reports the last candidate failed; returns the next one, or None when the call ends."""
-    try:
-        return await gen.athrow(Failed())
-    except StopAsyncIteration:
-        return None
-
-
-async def succeed(gen: Gen, served: uuid.UUID) -> bool:
-    """Reports success; returns whether the generator finished, as the protocol requires."""
-    try:
-        await gen.asend(served)
-    except StopAsyncIteration:
-        return True
-    return False
-
-
-async def all_failing(balancer: Any, context: Any, task: Any = None) -> list[uuid.UUID]:
-    """Drives one call to exhaustion with every dispatch failing: the candidates offered."""
-    gen = balancer.delegate(task, context=context)
-    offered: list[uuid.UUID] = []
-    candidate = await first(gen)
-    while candidate is not None:
-        offered.append(candidate)
-        assert len(offered) <= 100, "the call did not end"
-        candidate = await fail(gen)
-    return offered
-
-
-async def served_by(balancer: Any, context: Any, task: Any = None) -> uuid.UUID | None:
-    gen = balancer.delegate(task, context=context)
-    candidate = await first(gen)
-    if candidate is not None:
-        assert await succeed(gen, candidate)
-    return candidate
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
 
 
 def serve_many(balancer: Any, context: Any, calls: int) -> list[uuid.UUID | None]:

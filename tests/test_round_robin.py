@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import pickle
 import uuid
 import weakref
-from collections.abc import AsyncGenerator, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
 
+from balancer_driving import all_failing, fail, first, run, served_by, succeed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pool_context import worker
 
 from shardline import LoadBalancerContext, LoadBalancerLike, RoundRobinLoadBalancer, WorkerMetadata
-
-
-class Failed(Exception):
-    """A dispatch that failed (what the proxy throws into the generator)."""
 
 
 def pool(*ns: int) -> LoadBalancerContext:
@@ -30,54 +25,6 @@ def pool(*ns: int) -> LoadBalancerContext:
 
 def uid(n: int) -> uuid.UUID:
     return worker(n).uid
-
-
-async def first(gen: AsyncGenerator[uuid.UUID, uuid.UUID | None]) -> uuid.UUID | None:
-    try:
-        return await anext(gen)
-    except StopAsyncIteration:
-        return None
-
-
-async def fail(gen: AsyncGenerator[uuid.UUID, uuid.UUID | None]) -> uuid.UUID | None:
-    """Reports the last candidate failed; returns the next one, or None when the cycle ends."""
-    try:
-        return await gen.athrow(Failed())
-    except StopAsyncIteration:
-        return None
-
-
-async def succeed(gen: AsyncGenerator[uuid.UUID, uuid.UUID | None], served: uuid.UUID) -> bool:
-    """Reports success; returns whether the generator finished, as the protocol requires."""
-    try:
-        await gen.asend(served)
-    except StopAsyncIteration:
-        return True
-    return False
-
-
-async def all_failing(balancer: RoundRobinLoadBalancer, context: Any) -> list[uuid.UUID]:
-    """Drives one call to exhaustion with every dispatch failing: the candidates offered."""
-    gen = balancer.delegate(None, context=context)
-    offered: list[uuid.UUID] = []
-    candidate = await first(gen)
-    while candidate is not None:
-        offered.append(candidate)
-        assert len(offered) <= 100, "the cycle did not end"
-        candidate = await fail(gen)
-    return offered
-
-
-async def served_by(balancer: RoundRobinLoadBalancer, context: Any) -> uuid.UUID | None:
-    gen = balancer.delegate(None, context=context)
-    candidate = await first(gen)
-    if candidate is not None:
-        assert await succeed(gen, candidate)
-    return candidate
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
 
 
 def test_it_is_a_load_balancer() -> None:

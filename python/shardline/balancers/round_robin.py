@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import uuid
-import weakref
 from collections.abc import AsyncGenerator, Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shardline._core import WorkerPool
+from shardline.balancers.per_context import PerContext
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["RoundRobinLoadBalancer"]
@@ -45,25 +45,12 @@ class RoundRobinLoadBalancer:
 
     Implementation notes:
         The rotation snapshots the pool's uids once per wrap and indexes the snapshot, so a
-        candidate costs O(1) whatever the pool's size. The rotation of each context is held
-        through a weak reference to the context, so the balancer never keeps a retired pool
-        alive; pickling a balancer drops the rotations.
+        candidate costs O(1) whatever the pool's size. Rotations are kept per context in a
+        ``PerContext``: held weakly, dropped when the balancer is pickled.
     """
 
     def __init__(self) -> None:
-        self._rotations: weakref.WeakKeyDictionary[Any, _Rotation] = weakref.WeakKeyDictionary()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
-
-    def _rotation(self, context: Any) -> _Rotation:
-        rotation = self._rotations.get(context)
-        if rotation is None:
-            rotation = self._rotations[context] = _Rotation()
-        return rotation
+        self._rotations = PerContext(_Rotation)
 
     async def delegate(
         self, task: Any, *, context: LoadBalancerContextView
@@ -76,7 +63,7 @@ class RoundRobinLoadBalancer:
         else:
             workers = context.workers
             pooled, snapshot = workers, lambda: list(workers)
-        rotation = self._rotation(context)
+        rotation = self._rotations(context)
         boundary: uuid.UUID | None = None
         while True:
             uid = rotation.next_uid(snapshot)

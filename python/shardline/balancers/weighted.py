@@ -6,12 +6,12 @@ import logging
 import math
 import numbers
 import uuid
-import weakref
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardline._core import WorkerPool
+from shardline.balancers.per_context import PerContext
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["WeightedRoundRobinLoadBalancer"]
@@ -105,31 +105,18 @@ class WeightedRoundRobinLoadBalancer:
         nginx's algorithm (``ngx_http_upstream_get_peer``): each pick adds every untried
         candidate's weight to its current score, picks the highest (a tie goes to the earlier
         admitted), and subtracts the sum of those weights from the winner. Each pick reads the
-        pool afresh, so it costs O(n) in the pool's size. The scores of each context are held
-        through a weak reference to the context, so the balancer never keeps a retired pool
-        alive; pickling a balancer drops the scores.
+        pool afresh, so it costs O(n) in the pool's size. Scores are kept per context in a
+        ``PerContext``: held weakly, dropped when the balancer is pickled.
     """
 
     def __init__(self) -> None:
-        self._scores: weakref.WeakKeyDictionary[Any, _Scores] = weakref.WeakKeyDictionary()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
-
-    def _scores_for(self, context: Any) -> _Scores:
-        scores = self._scores.get(context)
-        if scores is None:
-            scores = self._scores[context] = _Scores()
-        return scores
+        self._scores = PerContext(_Scores)
 
     async def delegate(
         self, task: Any, *, context: LoadBalancerContextView
     ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
         """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
-        scores = self._scores_for(context)
+        scores = self._scores(context)
         tried: set[uuid.UUID] = set()
         while True:
             uid = scores.pick(_candidates(context), tried)
