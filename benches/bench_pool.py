@@ -108,3 +108,54 @@ def test_round_robin_decision(
     benchmark.group = f"round-robin decision, {size:,} workers"
     per_call(lambda: loop.run_until_complete(decisions(CALLS)), CALLS, impl=f"{impl} delegate")
     loop.close()
+
+
+class Immediate:
+    """A connection that returns at once: what is left of a dispatch is the proxy's own cost."""
+
+    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
+        return task
+
+
+class Announced:
+    """Discovery that announces a fixed set of workers, then stays open."""
+
+    def __init__(self, records: list[WorkerMetadata]) -> None:
+        self.records = records
+
+    async def __aiter__(self) -> Any:
+        from shardline import DiscoveryEvent
+
+        for record in self.records:
+            yield DiscoveryEvent("worker-added", record)
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("impl", ["floor: connection.dispatch", "shardline WorkerProxy.dispatch"])
+@pytest.mark.parametrize("size", [8, 1024])
+def test_proxy_dispatch_overhead(
+    benchmark: Any, per_call: Callable[..., Any], size: int, impl: str
+) -> None:
+    from shardline import WorkerProxy
+
+    loop = asyncio.new_event_loop()
+    connection = Immediate()
+    proxy = WorkerProxy(
+        discovery=Announced([record(n) for n in range(size)]),
+        connect=lambda metadata: connection,
+        quorum=size,
+    )
+    loop.run_until_complete(proxy.start())
+
+    async def dispatches(count: int) -> int:
+        send = connection.dispatch if impl.startswith("floor") else proxy.dispatch
+        done = 0
+        for task in range(count):
+            done += await send(task) == task
+        return done
+
+    assert loop.run_until_complete(dispatches(size)) == size
+    benchmark.group = f"proxy dispatch overhead, {size:,} workers"
+    per_call(lambda: loop.run_until_complete(dispatches(CALLS)), CALLS, impl=impl)
+    loop.run_until_complete(proxy.stop())
+    loop.close()
