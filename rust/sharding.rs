@@ -104,10 +104,8 @@ impl KeyHasher {
         decimal_format: DecimalFormat,
     ) -> PyResult<u32> {
         // Fast paths: an exact str is hashed in place, an exact int in range from the stack.
-        if key.is_exact_instance_of::<PyString>() {
-            // SAFETY: the exact type was just checked.
-            let s = unsafe { key.cast_unchecked::<PyString>() };
-            return Ok(murmur3_x86_32(str_bytes(key, s)?, PICODATA_SEED));
+        if let Some(text) = exact_str(key) {
+            return Ok(murmur3_x86_32(text?, PICODATA_SEED));
         }
         if key.is_exact_instance_of::<PyInt>() {
             return match int_part(key) {
@@ -137,10 +135,8 @@ impl KeyHasher {
         key: &Bound<'_, PyAny>,
         decimal_format: DecimalFormat,
     ) -> PyResult<u32> {
-        if key.is_exact_instance_of::<PyString>() {
-            // SAFETY: the exact type was just checked.
-            let s = unsafe { key.cast_unchecked::<PyString>() };
-            return Ok(crc32c(str_bytes(key, s)?));
+        if let Some(text) = exact_str(key) {
+            return Ok(crc32c(text?));
         }
         self.encode_key(key, Scheme::VshardMpCrc32, decimal_format)?;
         Ok(crc32c(&self.buf))
@@ -148,10 +144,8 @@ impl KeyHasher {
 
     /// vshard's `strcrc32` hash of `key`.
     pub fn vshard_strcrc32(&mut self, key: &Bound<'_, PyAny>) -> PyResult<u32> {
-        if key.is_exact_instance_of::<PyString>() {
-            // SAFETY: the exact type was just checked.
-            let s = unsafe { key.cast_unchecked::<PyString>() };
-            return Ok(crc32c(str_bytes(key, s)?));
+        if let Some(text) = exact_str(key) {
+            return Ok(crc32c(text?));
         }
         self.encode_key(key, Scheme::VshardStrCrc32, DecimalFormat::Binary)?;
         Ok(crc32c(&self.buf))
@@ -261,6 +255,11 @@ const SURROGATES: &str = "the str is not valid UTF-8 (it contains lone surrogate
 
 /// The UTF-8 bytes of a str (cached by CPython for ASCII), or `UnhashableKey` for surrogates.
 #[inline]
+/// The UTF-8 of `key` when it is exactly a `str` (the common key), to hash in place.
+fn exact_str<'a>(key: &'a Bound<'_, PyAny>) -> Option<PyResult<&'a [u8]>> {
+    key.cast_exact::<PyString>().ok().map(|s| str_bytes(key, s))
+}
+
 fn str_bytes<'a>(key: &Bound<'_, PyAny>, s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
     match s.to_str() {
         Ok(text) => Ok(text.as_bytes()),
