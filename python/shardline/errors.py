@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "InvalidEvent",
+    "InvalidRecord",
     "NoWorkersAvailable",
     "RpcError",
     "ShardlineError",
@@ -26,6 +27,16 @@ class InvalidEvent(ShardlineError, ValueError):
 
     The message names the offending field and its value.
     """
+
+
+class InvalidRecord(ShardlineError, ValueError):
+    """A worker record read from discovery is oversized, malformed or of an unknown schema
+    version. Subscribers skip such a record with a logged warning and count it by ``reason``
+    (``"oversized"``, ``"malformed"`` or ``"unknown-schema"``); it never stops a stream."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class UnknownTier(ShardlineError, LookupError):

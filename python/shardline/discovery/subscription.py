@@ -1,0 +1,110 @@
+"""`Subscription`: one subscriber's stream of discovery events, derived from record changes.
+
+Every backend reports raw changes (this uid's record is now X; this uid's record is gone; here
+is the full current set) to a :class:`RecordFeed`, which decides what the subscriber sees. The
+event types, the filter and the suppression of no-op updates are therefore the same for every
+backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+
+from shardline.discovery.event import DiscoveryEvent
+from shardline.discovery.record import decode_record
+from shardline.errors import InvalidRecord
+from shardline.pool.metadata import WorkerMetadata
+
+__all__ = ["RecordFeed", "Subscription"]
+
+logger = logging.getLogger("shardline.discovery")
+
+
+class RecordFeed:
+    """The records one subscriber has been shown, and the events that keep it current.
+
+    Each method returns the events the change produces for this subscriber, possibly none.
+    ``skipped`` counts the records that could not be read, by :class:`InvalidRecord` reason.
+    """
+
+    def __init__(self, filter: Callable[[WorkerMetadata], bool] | None = None) -> None:
+        self._filter = filter
+        self._shown: dict[uuid.UUID, WorkerMetadata] = {}
+        self.skipped: Counter[str] = Counter()
+
+    @property
+    def shown(self) -> Mapping[uuid.UUID, WorkerMetadata]:
+        """The records the subscriber currently knows, by uid."""
+        return self._shown
+
+    def decode(
+        self, data: bytes, *, origin: str, uid: uuid.UUID | None = None
+    ) -> WorkerMetadata | None:
+        """The record in ``data``, or ``None`` (logged and counted) when it cannot be read.
+
+        ``origin`` names where it came from (a key, a file) for the warning; ``uid``, when the
+        location already names one, must match the record's.
+        """
+        try:
+            metadata = decode_record(data)
+            if uid is not None and metadata.uid != uid:
+                raise InvalidRecord("malformed", f"record of {metadata.uid} stored under {uid}")
+        except InvalidRecord as error:
+            self.skipped[error.reason] += 1
+            logger.warning("skipped the discovery record at %s: %s", origin, error)
+            return None
+        return metadata
+
+    def put(self, metadata: WorkerMetadata) -> list[DiscoveryEvent]:
+        """The record of ``metadata.uid`` is now ``metadata``."""
+        before = self._shown.get(metadata.uid)
+        if self._filter is not None and not self._filter(metadata):
+            return self.remove(metadata.uid)
+        self._shown[metadata.uid] = metadata
+        if before is None:
+            return [DiscoveryEvent("worker-added", metadata)]
+        if before == metadata:
+            return []
+        return [DiscoveryEvent("worker-updated", metadata)]
+
+    def remove(self, uid: uuid.UUID) -> list[DiscoveryEvent]:
+        """The record of ``uid`` is gone; a dropped event carries the last record shown."""
+        before = self._shown.pop(uid, None)
+        return [] if before is None else [DiscoveryEvent("worker-dropped", before)]
+
+    def resync(self, current: Mapping[uuid.UUID, WorkerMetadata]) -> list[DiscoveryEvent]:
+        """``current`` is the complete set of records now: exactly the differences."""
+        events = [
+            event for uid in list(self._shown) if uid not in current for event in self.remove(uid)
+        ]
+        for metadata in current.values():
+            events.extend(self.put(metadata))
+        return events
+
+
+class Subscription(AsyncIterator[DiscoveryEvent]):
+    """An async iterator of :class:`DiscoveryEvent` that a backend feeds; ``aclose()`` ends it.
+
+    ``skipped`` counts the records skipped as unreadable, by reason (``"oversized"``,
+    ``"malformed"``, ``"unknown-schema"``).
+    """
+
+    def __init__(self, events: AsyncGenerator[DiscoveryEvent, None], feed: RecordFeed) -> None:
+        self._events = events
+        self._feed = feed
+
+    @property
+    def skipped(self) -> Mapping[str, int]:
+        return self._feed.skipped
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> DiscoveryEvent:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()

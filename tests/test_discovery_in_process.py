@@ -1,0 +1,40 @@
+"""InProcessDiscovery: the discovery contract within one process."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+from discovery_contract import DiscoveryContract, take
+from test_pool_context import worker
+
+from shardline.discovery import Discovery, InProcessDiscovery
+
+
+class TestInProcessDiscovery(DiscoveryContract):
+    async def make(self, namespace: str) -> Discovery:
+        return InProcessDiscovery(namespace)
+
+
+def test_a_subscription_dropped_unclosed_stops_receiving_changes() -> None:
+    async def scenario() -> int:
+        discovery = InProcessDiscovery("dropped-unclosed")
+        discovery.subscribe()
+        gc.collect()
+        await discovery.publisher.publish("worker-added", worker(1))
+        return len(discovery._registry.queues)
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_a_bad_event_type_is_refused_by_name() -> None:
+    async def scenario() -> None:
+        discovery = InProcessDiscovery("bad-type")
+        subscription = discovery.subscribe()
+        with pytest.raises(ValueError, match="'worker-moved'"):
+            await discovery.publisher.publish("worker-moved", worker(1))  # type: ignore[arg-type]
+        await discovery.publisher.publish("worker-added", worker(2))
+        assert [event.metadata.uid for event in await take(subscription, 1)] == [worker(2).uid]
+
+    asyncio.run(scenario())
