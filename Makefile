@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MATURIN := VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin
 
-.PHONY: help demo test lint pytest cargo-test bench clean
+.PHONY: help demo test lint pytest cargo-test bench servers clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,7 +17,7 @@ demo: $(BIN)/maturin ## Install shardline (release build) and run `shardline dem
 	$(MATURIN) develop --release --quiet
 	$(BIN)/shardline demo
 
-test: $(BIN)/maturin ## Install everything the tests need, lint, and run every test (pytest and cargo test)
+test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run every test (pytest and cargo test)
 	$(MATURIN) develop --extras test --quiet
 	$(MAKE) lint pytest cargo-test
 
@@ -38,6 +38,11 @@ cargo-test: ## Run the Rust unit tests
 bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build); rewrites benches/RESULTS.md
 	$(MATURIN) develop --release --extras bench --quiet
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
+
+servers: ## Install the servers the tests start on loopback (etcd) from Debian's packages
+	@command -v etcd >/dev/null || { \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q etcd-server; }
 
 clean: ## Remove the virtualenv and build products
 	rm -rf $(VENV) target
