@@ -26,6 +26,13 @@ logger = logging.getLogger("shardline.pool.proxy")
 class Connection(Protocol):
     """How the proxy reaches one worker."""
 
+    def _evict(self, metadata: WorkerMetadata) -> None:
+        """Evicts the uid, whichever connection it holds now (a refresh may have landed)."""
+        pooled = self._context.workers.get(metadata.uid)
+        if pooled is not None:
+            self._context.remove_worker(metadata)
+            _close(pooled[1])
+
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
 
 
@@ -46,7 +53,9 @@ class WorkerProxy:
     worker while fewer than ``lease`` distinct workers are pooled (``None``: no cap) and
     refreshes one already admitted; ``worker-updated`` refreshes only a worker already admitted
     (it never admits); ``worker-dropped`` evicts and frees a slot. ``connect(metadata)`` makes
-    the connection for a record, on admission and on every refresh.
+    the connection for a record, on admission and on every refresh. A connection the pool lets
+    go (replaced by a refresh, or its worker evicted) is closed with its ``close()`` method, if
+    it has one; dispatches already in flight through it must be allowed to finish.
 
     ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
     workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no
@@ -136,11 +145,15 @@ class WorkerProxy:
 
     def _apply(self, event: DiscoveryEvent) -> None:
         metadata = event.metadata
-        pooled = metadata.uid in self._context
         if event.type == "worker-dropped":
-            self._context.remove_worker(metadata)
-        elif pooled and event.type in ("worker-added", "worker-updated"):
-            self._context.update_worker(metadata, self._connect(metadata))
+            self._evict(metadata)
+            return
+        pooled = self._context.workers.get(metadata.uid)
+        if pooled is not None and event.type in ("worker-added", "worker-updated"):
+            connection = self._connect(metadata)
+            self._context.update_worker(metadata, connection)
+            if connection is not pooled[1]:
+                _close(pooled[1])
         elif event.type == "worker-added":
             if self._lease is None or len(self._context) < self._lease:
                 self._context.add_worker(metadata, self._connect(metadata))
@@ -148,6 +161,13 @@ class WorkerProxy:
                 logger.info("worker %s not admitted: the pool is at its lease", metadata.uid)
         elif event.type != "worker-updated":
             logger.warning("discovery event of unknown type %r skipped", event.type)
+
+    def _evict(self, metadata: WorkerMetadata) -> None:
+        """Evicts the uid, whichever connection it holds now (a refresh may have landed)."""
+        pooled = self._context.workers.get(metadata.uid)
+        if pooled is not None:
+            self._context.remove_worker(metadata)
+            _close(pooled[1])
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
         """Runs ``task`` on a worker the balancer names; see the class docstring."""
@@ -169,7 +189,7 @@ class WorkerProxy:
                     uid = await candidates.athrow(error)
                     continue
                 except RpcError as error:
-                    self._context.remove_worker(metadata)
+                    self._evict(metadata)
                     uid = await candidates.athrow(error)
                     continue
                 finally:
@@ -185,3 +205,15 @@ class WorkerProxy:
             raise NoWorkersAvailable(f"no worker could take the task {task!r}") from None
         finally:
             await candidates.aclose()
+
+
+def _close(connection: Connection) -> None:
+    """Closes a connection the pool let go, if it can be closed; a failure is only logged,
+    because it must not stop the proxy from following discovery."""
+    close = getattr(connection, "close", None)
+    if not callable(close):
+        return
+    try:
+        close()
+    except Exception:
+        logger.exception("closing the connection %r failed", connection)
