@@ -26,13 +26,6 @@ logger = logging.getLogger("shardline.pool.proxy")
 class Connection(Protocol):
     """How the proxy reaches one worker."""
 
-    def _evict(self, metadata: WorkerMetadata) -> None:
-        """Evicts the uid, whichever connection it holds now (a refresh may have landed)."""
-        pooled = self._context.workers.get(metadata.uid)
-        if pooled is not None:
-            self._context.remove_worker(metadata)
-            _close(pooled[1])
-
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
 
 
