@@ -266,6 +266,15 @@ def test_case34_the_balancer_does_not_pin_a_retired_context() -> None:
     assert probe() is None
 
 
+def test_the_rotation_of_a_retired_context_is_released_with_it() -> None:
+    balancer, context = RoundRobinLoadBalancer(), pool(1, 2)
+    run(served_by(balancer, context))
+    rotation = weakref.ref(balancer._rotations.of(context))
+    del context
+    gc.collect()
+    assert rotation() is None
+
+
 def test_pickling_drops_the_rotations() -> None:
     balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
     run(served_by(balancer, context))

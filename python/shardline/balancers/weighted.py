@@ -116,7 +116,7 @@ class WeightedRoundRobinLoadBalancer:
         self, task: Any, *, context: LoadBalancerContextView
     ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
         """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
-        scores = self._scores(context)
+        scores = self._scores.of(context)
         tried: set[uuid.UUID] = set()
         while True:
             uid = scores.pick(_candidates(context), tried)
