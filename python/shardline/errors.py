@@ -15,6 +15,7 @@ __all__ = [
     "TransientRpcError",
     "UnhashableKey",
     "UnknownTier",
+    "WorkerError",
 ]
 
 
@@ -58,3 +59,27 @@ class TransientRpcError(RpcError):
 
 class NoWorkersAvailable(ShardlineError, LookupError):
     """The balancer ran out of candidates: no pooled worker could take the task."""
+
+
+class WorkerError(ShardlineError):
+    """A worker received the task and answered with an error: its handler raised, or it has no
+    handler of that name. The worker is healthy, so the proxy keeps it pooled and does not
+    offer the task to another worker (it would most likely fail the same way there); the error
+    reaches the caller of ``dispatch``.
+
+    ``remote_type`` names the exception the handler raised (module-qualified unless it is a
+    builtin) or the transport's own refusal (``"shardline.UnknownHandler"``, ...);
+    ``remote_message`` is its message, ``handler`` the handler asked for and ``address`` the
+    worker's.
+    """
+
+    def __init__(
+        self, remote_type: str, remote_message: str, *, handler: str, address: str
+    ) -> None:
+        super().__init__(
+            f"handler {handler!r} of the worker at {address}: {remote_type}: {remote_message}"
+        )
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.handler = handler
+        self.address = address

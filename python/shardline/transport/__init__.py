@@ -1,0 +1,21 @@
+"""Workers over gRPC: :func:`serve` runs a worker and announces it through discovery;
+:class:`GrpcConnection` dispatches :class:`Task` objects to it, for ``WorkerProxy``.
+
+Needs the ``grpc`` extra (``grpcio``). The wire format is described in
+:mod:`shardline.transport.wire`; ``shardline worker`` runs one worker with the handlers of
+:mod:`shardline.transport.demo_handlers`.
+"""
+
+from shardline.transport.connection import GrpcConnection
+from shardline.transport.server import Handler, RetryElsewhere, WorkerServer, serve
+from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "GrpcConnection",
+    "Handler",
+    "RetryElsewhere",
+    "Task",
+    "WorkerServer",
+    "serve",
+]

@@ -1,0 +1,122 @@
+"""`GrpcConnection`: how a `WorkerProxy` reaches a worker served by `serve`."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from shardline.errors import RpcError, TransientRpcError, WorkerError
+from shardline.pool.metadata import WorkerMetadata
+from shardline.transport.channels import acquire_channel, release_channel
+from shardline.transport.wire import (
+    MAX_MESSAGE_BYTES,
+    MalformedMessage,
+    Task,
+    decode_reply,
+    encode_request,
+)
+
+__all__ = ["GrpcConnection"]
+
+_TRANSIENT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+
+
+class GrpcConnection:
+    """A connection to the worker at ``metadata.address``, for ``WorkerProxy(connect=...)``.
+
+    Must be made on a running event loop and used on that loop. ``credentials`` (a
+    ``grpc.ChannelCredentials``) makes the channel secure; without them it is plaintext, which
+    suits loopback. ``max_message_bytes`` bounds the requests sent and the replies accepted.
+    Use ``functools.partial(GrpcConnection, credentials=...)`` to give these to a proxy.
+
+    ``await dispatch(task, timeout=None)`` runs the :class:`Task` on the worker and returns its
+    handler's result. ``timeout`` (seconds) becomes the call's deadline, which the worker sees
+    too. Failures, as :class:`WorkerProxy` expects them:
+
+    - ``TransientRpcError`` (the worker stays pooled; the proxy tries another): the worker is
+      unreachable or shutting down (``UNAVAILABLE``), the deadline passed
+      (``DEADLINE_EXCEEDED``), the worker is overloaded (``RESOURCE_EXHAUSTED``), or this
+      connection was closed;
+    - ``RpcError`` (the proxy evicts the worker): any other gRPC status, or a reply that does
+      not follow the wire format;
+    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
+      handler raised, or the worker has no handler of that name;
+    - ``TypeError`` / ``ValueError`` before anything is sent: the payload is not JSON, or the
+      request would exceed ``max_message_bytes``.
+
+    ``close()`` (idempotent, synchronous) says this connection is no longer needed; calls in
+    flight through it finish normally. A connection that is garbage-collected unclosed is
+    closed then.
+
+    Implementation notes: connections with the same address, credentials object and limit on
+    the same loop share one gRPC channel, counted by reference. The channel is made (and starts
+    connecting) with the first such connection; when the last one closes it leaves the
+    registry, so a connection made afterwards gets a new channel, and it is closed once its
+    last call in flight has finished. A worker refreshed to a new address therefore gets a
+    new channel, and the old one closes when the old connection does and its calls are done.
+    """
+
+    def __init__(
+        self,
+        metadata: WorkerMetadata,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
+        if max_message_bytes < 1:
+            raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+        self.metadata = metadata
+        self._max_message_bytes = max_message_bytes
+        self._shared = acquire_channel(metadata.address, credentials, max_message_bytes)
+        self._finalizer = weakref.finalize(self, release_channel, self._shared)
+        # At exit the loop, and the channels on it, are gone already.
+        self._finalizer.atexit = False
+
+    def __repr__(self) -> str:
+        state = "" if self._finalizer.alive else ", closed"
+        return f"GrpcConnection({self.metadata.uid}, {self.metadata.address!r}{state})"
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Releases this connection's share of its channel; later calls are no-ops."""
+        self._finalizer()
+
+    async def dispatch(self, task: Task, *, timeout: float | None = None) -> Any:
+        """Runs ``task`` on the worker; see the class docstring for the errors."""
+        if not isinstance(task, Task):
+            raise TypeError(f"a GrpcConnection dispatches Task objects, not {type(task).__name__}")
+        address = self.metadata.address
+        if not self._finalizer.alive:
+            raise TransientRpcError(f"the connection to the worker at {address} is closed")
+        request = encode_request(task, self._max_message_bytes)
+        shared = self._shared
+        shared.begin_call()
+        try:
+            reply = await shared.call(request, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            code = error.code()
+            message = f"worker at {address}: {code.name}: {error.details()}"
+            if code in _TRANSIENT_CODES:
+                raise TransientRpcError(message) from error
+            raise RpcError(message) from error
+        finally:
+            shared.end_call()
+        try:
+            result, failure = decode_reply(reply)
+        except MalformedMessage as error:
+            raise RpcError(f"worker at {address}: {error}") from None
+        if failure is not None:
+            raise WorkerError(*failure, handler=task.handler, address=address)
+        return result

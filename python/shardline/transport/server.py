@@ -1,0 +1,271 @@
+"""`serve`: a worker process's gRPC server, announced through discovery while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType, TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from shardline.discovery.protocol import Discovery, DiscoveryPublisher
+from shardline.pool.metadata import WorkerMetadata
+from shardline.transport.wire import (
+    BAD_REQUEST,
+    BAD_RESULT,
+    MAX_MESSAGE_BYTES,
+    METHOD,
+    UNKNOWN_HANDLER,
+    MalformedMessage,
+    decode_request,
+    encode_error,
+    encode_result,
+)
+
+__all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve"]
+
+logger = logging.getLogger("shardline.transport.server")
+
+Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
+"""A handler takes a task's JSON payload and returns a JSON-serialisable result."""
+
+_SERVICE, _, _METHOD_NAME = METHOD[1:].partition("/")
+
+# Publishers owned by a running server: stopping a server closes its publisher, which would
+# withdraw the records of any other server publishing through it.
+_publishers_in_use: weakref.WeakSet[DiscoveryPublisher] = weakref.WeakSet()
+
+
+class RetryElsewhere(Exception):
+    """Raised by a handler to end the call with a status the caller retries on another worker
+    (``TransientRpcError``); the worker stays pooled. The status is ``UNAVAILABLE``, or
+    ``RESOURCE_EXHAUSTED`` when ``overloaded`` is true."""
+
+    def __init__(self, message: str = "", *, overloaded: bool = False) -> None:
+        super().__init__(message)
+        self.overloaded = overloaded
+
+
+class WorkerServer:
+    """A running worker, made by :func:`serve`. ``metadata`` is the record it published.
+
+    ``await stop()`` (or leaving ``async with``) withdraws the record, then stops serving:
+    calls in flight get ``grace`` seconds to finish, new calls are refused with
+    ``UNAVAILABLE``. It is idempotent, and finishes even if the caller is cancelled.
+    """
+
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        metadata: WorkerMetadata,
+        publisher: DiscoveryPublisher,
+        grace: float,
+    ) -> None:
+        self._server = server
+        self._metadata = metadata
+        self._publisher = publisher
+        self._grace = grace
+        self._stopped: asyncio.Future[None] | None = None
+
+    @property
+    def metadata(self) -> WorkerMetadata:
+        return self._metadata
+
+    @property
+    def address(self) -> str:
+        """Where the worker serves, with the port actually bound."""
+        return self._metadata.address
+
+    def __repr__(self) -> str:
+        return f"WorkerServer({self._metadata.uid}, {self._metadata.address!r})"
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Withdraws the record and stops serving; ``grace`` overrides the one given to
+        :func:`serve`."""
+        if self._stopped is None:
+            self._stopped = asyncio.ensure_future(
+                self._shutdown(self._grace if grace is None else grace)
+            )
+        await asyncio.shield(self._stopped)
+
+    async def _shutdown(self, grace: float) -> None:
+        # Withdraw first, so subscribers stop choosing this worker while it drains.
+        try:
+            await self._publisher.aclose()
+        except Exception:
+            logger.exception("withdrawing the record of worker %s failed", self._metadata.uid)
+        finally:
+            _publishers_in_use.discard(self._publisher)
+            await self._server.stop(grace)
+        logger.info("worker %s at %s stopped", self._metadata.uid, self._metadata.address)
+
+    async def __aenter__(self) -> WorkerServer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def serve(
+    handlers: Mapping[str, Handler],
+    address: str,
+    discovery: Discovery,
+    *,
+    uid: uuid.UUID | None = None,
+    version: str = "",
+    tags: Iterable[str] = frozenset(),
+    extra: Mapping[str, Any] | None = None,
+    credentials: grpc.ServerCredentials | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    grace: float = 5.0,
+) -> WorkerServer:
+    """Serves ``handlers`` over gRPC at ``address`` and announces the worker through
+    ``discovery``; returns once it serves and its record is published.
+
+    ``handlers`` maps names to handlers. A handler takes the task's payload (a JSON value) and
+    returns a JSON-serialisable result; a coroutine function is awaited on the server's loop,
+    any other callable runs in a thread (``asyncio.to_thread``), so it may block. A handler
+    that raises makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError`
+    (and logs a warning here); one that raises :class:`RetryElsewhere` makes it retry on
+    another worker.
+
+    ``address`` is ``host:port``; port 0 picks a free port, and the record carries the port
+    bound. Subscribers dial the address as published, so ``host`` must be reachable by them
+    (not ``0.0.0.0``). A port already in use is an ``OSError``. ``credentials`` (a
+    ``grpc.ServerCredentials``) makes the port secure; without them it is plaintext, which
+    suits loopback. Requests and results over ``max_message_bytes`` are refused.
+
+    The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
+    extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
+    server closes that publisher, withdrawing every record it still owns, but not one another
+    publisher has since taken over. Give each server a publisher of its own: a publisher that
+    is in use by a running server is refused with ``ValueError``.
+    """
+    if max_message_bytes < 1:
+        raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+    host, port = _split_address(address)
+    publisher = discovery.publisher
+    if publisher in _publishers_in_use:
+        raise ValueError(f"the publisher of {discovery!r} already announces a running server")
+    servicer = _Servicer(handlers, max_message_bytes)
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            # Without this a second server binds a port already in use and shares its traffic.
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                _SERVICE, {_METHOD_NAME: grpc.unary_unary_rpc_method_handler(servicer.dispatch)}
+            ),
+        )
+    )
+    try:
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError as error:
+        raise OSError(f"cannot serve at {address}: {error}") from None
+    metadata = WorkerMetadata(
+        uid=uuid.uuid4() if uid is None else uid,
+        address=f"{host}:{bound}" if port == 0 else address,
+        pid=os.getpid(),
+        version=version,
+        tags=frozenset(tags),
+        extra=MappingProxyType(dict(extra or {})),
+    )
+    await server.start()
+    _publishers_in_use.add(publisher)
+    try:
+        await publisher.publish("worker-added", metadata)
+    except BaseException:
+        _publishers_in_use.discard(publisher)
+        await server.stop(None)
+        raise
+    logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
+    return WorkerServer(server, metadata, publisher, grace)
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"address must be host:port, got {address!r}")
+    return host, int(port)
+
+
+def _is_coroutine_function(handler: Handler) -> bool:
+    # the second test finds objects whose __call__ is a coroutine function
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        type(handler).__call__
+    )
+
+
+def _type_name(error: BaseException) -> str:
+    kind = type(error)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+class _Servicer:
+    def __init__(self, handlers: Mapping[str, Handler], max_message_bytes: int) -> None:
+        for name, handler in handlers.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"handler names must be non-empty str, got {name!r}")
+            if not callable(handler):
+                raise TypeError(f"handler {name!r} is not callable: {handler!r}")
+        self._handlers = {
+            name: (handler, _is_coroutine_function(handler)) for name, handler in handlers.items()
+        }
+        self._max_message_bytes = max_message_bytes
+
+    async def dispatch(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            task = decode_request(request)
+        except MalformedMessage as error:
+            return encode_error(BAD_REQUEST, str(error))
+        entry = self._handlers.get(task.handler)
+        if entry is None:
+            served = ", ".join(sorted(self._handlers)) or "none"
+            return encode_error(
+                UNKNOWN_HANDLER, f"no handler named {task.handler!r} (this worker serves: {served})"
+            )
+        handler, is_async = entry
+        try:
+            if is_async:
+                result = await handler(task.payload)
+            else:
+                result = await asyncio.to_thread(handler, task.payload)
+        except RetryElsewhere as signal:
+            code = (
+                grpc.StatusCode.RESOURCE_EXHAUSTED
+                if signal.overloaded
+                else grpc.StatusCode.UNAVAILABLE
+            )
+            await context.abort(code, f"handler {task.handler!r}: {signal}")
+            raise  # not reached: abort() ends the call by raising
+        except Exception as error:
+            logger.warning("handler %r raised", task.handler, exc_info=True)
+            return encode_error(_type_name(error), str(error))
+        try:
+            return encode_result(result, self._max_message_bytes)
+        except (TypeError, ValueError) as error:
+            return encode_error(BAD_RESULT, f"handler {task.handler!r}: {error}")

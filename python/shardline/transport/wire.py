@@ -1,0 +1,131 @@
+"""The wire format between `GrpcConnection` and a worker served by `serve`.
+
+One unary-unary gRPC method, ``/shardline.Worker/Dispatch``, carries UTF-8 JSON bytes both ways
+(no protobuf, no code generation). The request::
+
+    {"handler": "echo", "payload": <any JSON value>}
+
+The reply is exactly one of::
+
+    {"result": <any JSON value>}
+    {"error": {"type": "ValueError", "message": "..."}}
+
+An ``error`` reply means the worker ran (or refused) the task and is healthy: its handler
+raised (``type`` is the exception's class, module-qualified unless it is a builtin), or the
+transport itself refused the task, with ``type`` one of :data:`UNKNOWN_HANDLER`,
+:data:`BAD_REQUEST` and :data:`BAD_RESULT`. Every other failure is a gRPC status.
+
+JSON is strict on the way out (no ``NaN`` or ``Infinity``); nothing read from the network is
+ever unpickled or evaluated. Each side refuses messages over :data:`MAX_MESSAGE_BYTES` (or the
+limit it was configured with). An incompatible change of this format gets a new method name,
+so an old worker answers it ``UNIMPLEMENTED`` instead of misreading it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BAD_REQUEST",
+    "BAD_RESULT",
+    "MAX_MESSAGE_BYTES",
+    "METHOD",
+    "UNKNOWN_HANDLER",
+    "Task",
+]
+
+METHOD = "/shardline.Worker/Dispatch"
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The default bound on a request or reply, in bytes (gRPC's own default for receiving)."""
+
+UNKNOWN_HANDLER = "shardline.UnknownHandler"
+BAD_REQUEST = "shardline.BadRequest"
+BAD_RESULT = "shardline.BadResult"
+
+# An error message longer than this is cut, so an error reply always fits any sane limit.
+_MAX_ERROR_MESSAGE_CHARS = 8 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """What a worker is asked to do: run its handler named ``handler`` on ``payload``, which
+    must be JSON-serialisable (``None`` by default)."""
+
+    handler: str
+    payload: Any = None
+
+
+class MalformedMessage(ValueError):
+    """A message read from the network does not follow this format."""
+
+
+def _dumps(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _loads(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise MalformedMessage(f"{what} is not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise MalformedMessage(f"{what} is a {type(document).__name__}, not an object")
+    return document
+
+
+def _bounded(data: bytes, limit: int, what: str) -> bytes:
+    if len(data) > limit:
+        raise ValueError(f"{what} is {len(data)} bytes, over the limit of {limit}")
+    return data
+
+
+def encode_request(task: Task, limit: int) -> bytes:
+    """The request for ``task``; ``TypeError`` or ``ValueError`` when its payload is not JSON
+    or the request would exceed ``limit`` bytes."""
+    try:
+        data = _dumps({"handler": task.handler, "payload": task.payload})
+    except (TypeError, ValueError) as error:
+        raise type(error)(
+            f"the payload for handler {task.handler!r} is not JSON: {error}"
+        ) from None
+    return _bounded(data, limit, f"the task for handler {task.handler!r}")
+
+
+def decode_request(data: bytes) -> Task:
+    """The task in a request; :class:`MalformedMessage` when it is not one."""
+    document = _loads(data, "the request")
+    handler = document.get("handler")
+    if not isinstance(handler, str):
+        raise MalformedMessage(f"the request's 'handler' is not a str: {handler!r}")
+    return Task(handler, document.get("payload"))
+
+
+def encode_result(result: Any, limit: int) -> bytes:
+    """The reply carrying ``result``; ``TypeError`` or ``ValueError`` when it is not JSON or
+    the reply would exceed ``limit`` bytes."""
+    return _bounded(_dumps({"result": result}), limit, "the result")
+
+
+def encode_error(type_name: str, message: str) -> bytes:
+    """The reply reporting an error of type ``type_name``."""
+    if len(message) > _MAX_ERROR_MESSAGE_CHARS:
+        message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
+    return _dumps({"error": {"type": type_name, "message": message}})
+
+
+def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
+    """``(result, None)`` or ``(None, (type, message))``; :class:`MalformedMessage` when the
+    reply is neither."""
+    document = _loads(data, "the reply")
+    if "result" in document:
+        return document["result"], None
+    error = document.get("error")
+    if isinstance(error, dict):
+        type_name, message = error.get("type"), error.get("message")
+        if isinstance(type_name, str) and isinstance(message, str):
+            return None, (type_name, message)
+    raise MalformedMessage(
+        f"the reply has neither a result nor a well-formed error: {data[:200]!r}"
+    )
