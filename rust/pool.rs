@@ -1,5 +1,7 @@
 //! The uid-keyed worker pool: uid → (metadata, connection), in admission order.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
 use parking_lot::RwLock;
 use pyo3::exceptions::PyKeyError;
 use pyo3::intern;
@@ -14,6 +16,68 @@ struct Entry {
     uid: Py<PyAny>,
     metadata: Py<PyAny>,
     connection: Py<PyAny>,
+    load: Load,
+}
+
+/// Weight of each new latency sample in the moving average: a worker that slows down is
+/// noticed within a few dispatches.
+const LATENCY_WEIGHT: f64 = 0.2;
+
+/// A worker's dispatches in flight and latency average. Atomics, because dispatches begin and
+/// end under the pool's read lock, possibly on several threads at once.
+struct Load {
+    inflight: AtomicU32,
+    /// `f64` bits; NaN until the first dispatch ends.
+    latency: AtomicU64,
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        Self {
+            inflight: AtomicU32::new(0),
+            latency: AtomicU64::new(f64::NAN.to_bits()),
+        }
+    }
+}
+
+impl Load {
+    fn begin(&self) {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn end(&self, seconds: f64) {
+        // saturating: a worker evicted and admitted again mid-dispatch starts from zero
+        let _ = self
+            .inflight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        let _ = self
+            .latency
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                let previous = f64::from_bits(bits);
+                let average = if previous.is_nan() {
+                    seconds
+                } else {
+                    previous + LATENCY_WEIGHT * (seconds - previous)
+                };
+                Some(average.to_bits())
+            });
+    }
+
+    fn read(&self) -> (u32, f64) {
+        let latency = f64::from_bits(self.latency.load(Ordering::Relaxed));
+        (
+            self.inflight.load(Ordering::Relaxed),
+            if latency.is_nan() { 0.0 } else { latency },
+        )
+    }
+
+    /// The same counts, for the entry that replaces this one (a refresh keeps the load).
+    fn carry(&self) -> Self {
+        Self {
+            inflight: AtomicU32::new(self.inflight.load(Ordering::Relaxed)),
+            latency: AtomicU64::new(self.latency.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 /// Entries in admission order. A removal leaves a hole that iteration skips; holes are
@@ -38,7 +102,7 @@ impl Entries {
     /// Admits a new entry at the end, or replaces an existing one in its place.
     fn put(&mut self, entry: Entry) {
         match self.index.get(&entry.key) {
-            Some(&slot) => self.slots[slot] = Some(entry),
+            Some(&slot) => Self::replace(&mut self.slots[slot], entry),
             None => {
                 self.index.insert(entry.key, self.slots.len());
                 self.slots.push(Some(entry));
@@ -50,11 +114,18 @@ impl Entries {
     fn refresh(&mut self, entry: Entry) -> bool {
         match self.index.get(&entry.key) {
             Some(&slot) => {
-                self.slots[slot] = Some(entry);
+                Self::replace(&mut self.slots[slot], entry);
                 true
             }
             None => false,
         }
+    }
+
+    fn replace(slot: &mut Option<Entry>, mut entry: Entry) {
+        if let Some(old) = slot {
+            entry.load = old.load.carry();
+        }
+        *slot = Some(entry);
     }
 
     fn remove(&mut self, key: u128) {
@@ -80,7 +151,8 @@ impl Entries {
 /// Each entry is the worker's current metadata and the connection to reach it; both are
 /// arbitrary objects. Identity is the uid (`metadata.uid`, a `uuid.UUID`): the pool never
 /// compares or hashes metadata. Writes are last-writer-wins, and a displaced connection is not
-/// closed (the layer that made it owns it).
+/// closed (the layer that made it owns it). The pool also keeps each worker's load for the
+/// proxy: dispatches in flight and a latency average, carried across refreshes.
 ///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a
@@ -102,6 +174,7 @@ fn entry_of(metadata: &Bound<'_, PyAny>, connection: &Bound<'_, PyAny>) -> PyRes
         uid: uid.unbind(),
         metadata: metadata.clone().unbind(),
         connection: connection.clone().unbind(),
+        load: Load::default(),
     })
 }
 
@@ -154,6 +227,40 @@ impl WorkerPool {
         PyTuple::new(py, [entry.metadata.bind(py), entry.connection.bind(py)])
     }
 
+    /// `(metadata, connection)` of the worker `uid`, counting one more dispatch in flight to
+    /// it; raises `KeyError` when it is not pooled. Pair with `end_dispatch`.
+    fn begin_dispatch<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = uid.py();
+        let key = key_of(uid).map_err(|_| PyKeyError::new_err(uid.clone().unbind()))?;
+        let entries = self.entries.read();
+        let entry = entries
+            .get(key)
+            .ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
+        entry.load.begin();
+        PyTuple::new(py, [entry.metadata.bind(py), entry.connection.bind(py)])
+    }
+
+    /// A dispatch to `uid` that took `seconds` has ended, however it ended; a no-op when the
+    /// worker has left.
+    fn end_dispatch(&self, uid: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
+        let key = key_of(uid)?;
+        if let Some(entry) = self.entries.read().get(key) {
+            entry.load.end(seconds);
+        }
+        Ok(())
+    }
+
+    /// `(dispatches in flight, latency average in seconds)` of the worker `uid`; `(0, 0.0)`
+    /// for a worker not pooled or never dispatched to.
+    fn load(&self, uid: &Bound<'_, PyAny>) -> PyResult<(u32, f64)> {
+        let key = key_of(uid)?;
+        Ok(self
+            .entries
+            .read()
+            .get(key)
+            .map_or((0, 0.0), |entry| entry.load.read()))
+    }
+
     /// The pooled uids, in admission order (a snapshot).
     fn uids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let entries = self.entries.read();
@@ -188,7 +295,22 @@ impl WorkerPool {
 
 #[cfg(test)]
 mod tests {
-    use super::Entries;
+    use super::{Entries, Load};
+
+    #[test]
+    fn load_counts_inflight_saturating_and_averages_latency() {
+        let load = Load::default();
+        assert_eq!(load.read(), (0, 0.0));
+        load.begin();
+        load.begin();
+        load.end(0.5);
+        assert_eq!(load.read(), (1, 0.5));
+        load.end(1.5);
+        load.end(1.5);
+        let (inflight, latency) = load.carry().read();
+        assert_eq!(inflight, 0);
+        assert!((latency - (0.5 + 0.2 * 1.0 + 0.2 * (1.5 - 0.7))).abs() < 1e-12);
+    }
 
     #[test]
     fn compaction_keeps_order_and_index() {
@@ -201,6 +323,7 @@ mod tests {
                     uid: py.None(),
                     metadata: py.None(),
                     connection: py.None(),
+                    load: super::Load::default(),
                 });
             }
             for key in (0..100u128).filter(|k| k % 3 != 0) {

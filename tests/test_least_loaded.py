@@ -14,7 +14,6 @@ from test_worker_proxy import Harness, Stream, added
 
 from shardline import LoadBalancerContext, LoadBalancerLike, WorkerProxy
 from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
-from shardline.pool.load import WorkerLoad
 
 
 def pool(*ns: int) -> LoadBalancerContext:
@@ -47,7 +46,7 @@ def test_it_is_a_load_balancer() -> None:
 def test_the_busiest_worker_is_never_the_first_choice() -> None:
     context = pool(1, 2, 3)
     for _ in range(5):
-        context.load.started(worker(1).uid)
+        context.begin_dispatch(worker(1).uid)
     counts = first_choices(context, 1000)
     assert counts[worker(1).uid] == 0
     assert counts[worker(2).uid] + counts[worker(3).uid] == 1000
@@ -56,8 +55,8 @@ def test_the_busiest_worker_is_never_the_first_choice() -> None:
 def test_equal_load_prefers_the_lower_latency_in_each_pair() -> None:
     context = pool(1, 2, 3)
     for n, seconds in ((1, 0.001), (2, 0.010), (3, 0.100)):
-        context.load.started(worker(n).uid)
-        context.load.finished(worker(n).uid, seconds)
+        context.begin_dispatch(worker(n).uid)
+        context.end_dispatch(worker(n).uid, seconds)
     counts = first_choices(context, 3000)
     # The fastest wins 2 of the 3 pairs, the middle one 1, the slowest none (tolerance ±5%).
     assert counts[worker(3).uid] == 0
@@ -88,17 +87,31 @@ def test_a_context_without_load_is_a_random_choice() -> None:
     assert all(800 < counts[worker(n).uid] < 1200 for n in range(4))
 
 
-def test_load_tracks_inflight_dispatches_and_a_latency_average() -> None:
-    load = WorkerLoad(alpha=0.5)
+def test_load_tracks_inflight_dispatches_and_a_latency_average_across_refreshes() -> None:
+    context = pool(1, 2)
     uid = worker(1).uid
-    load.started(uid)
-    load.started(uid)
-    assert load.of(uid) == (2, 0.0)
-    load.finished(uid, 0.2)
-    load.finished(uid, 0.4)
-    assert load.of(uid) == (0, pytest.approx(0.3))
-    with pytest.raises(ValueError, match="alpha"):
-        WorkerLoad(alpha=0)
+    assert context.begin_dispatch(uid) == (worker(1), "conn-1")
+    context.begin_dispatch(uid)
+    assert context.load(uid) == (2, 0.0)
+    context.end_dispatch(uid, 0.2)
+    context.update_worker(worker(1, address="moved"), "conn-moved")  # the load stays
+    context.end_dispatch(uid, 0.4)
+    assert context.load(uid) == (0, pytest.approx(0.2 + 0.2 * (0.4 - 0.2)))
+    context.end_dispatch(uid, 0.1)  # more ends than begins: never below zero
+    assert context.load(uid)[0] == 0
+    assert context.load(worker(2).uid) == (0, 0.0)
+
+
+def test_the_load_leaves_with_the_worker() -> None:
+    context = pool(1)
+    context.begin_dispatch(worker(1).uid)
+    context.remove_worker(worker(1))
+    context.end_dispatch(worker(1).uid, 0.3)  # a dispatch ending after its worker left
+    assert context.load(worker(1).uid) == (0, 0.0)
+    context.add_worker(worker(1), "again")
+    assert context.load(worker(1).uid) == (0, 0.0)
+    with pytest.raises(KeyError):
+        context.begin_dispatch(worker(2).uid)
 
 
 def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
@@ -117,12 +130,12 @@ def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
             original = connection.dispatch
 
             async def observing(task: Any, *, timeout: float | None = None) -> Any:
-                seen.append(context.load.of(worker(1).uid))
+                seen.append(context.load(worker(1).uid))
                 return await original(task, timeout=timeout)
 
             connection.dispatch = observing  # type: ignore[method-assign]
             await proxy.dispatch("task")
-            return context.load.of(worker(1).uid)
+            return context.load(worker(1).uid)
 
     inflight_after, latency = asyncio.run(scenario())
     assert seen == [(1, 0.0)]

@@ -7,8 +7,8 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from shardline._core import WorkerPool
 from shardline.pool.context import LoadBalancerContextView
-from shardline.pool.load import WorkerLoad
 
 __all__ = ["LeastLoadedLoadBalancer"]
 
@@ -17,8 +17,8 @@ class LeastLoadedLoadBalancer:
     """Offers, of two pooled workers drawn at random, the one with fewer dispatches in flight
     (ties: the lower latency average), then does the same among the workers left.
 
-    Load comes from the context's ``load`` (a :class:`WorkerLoad`, which the proxy keeps); a
-    context without one is treated as all idle, which makes this a random choice. One call
+    Load comes from the pool (``context.load(uid)``, which the proxy keeps); any other context
+    is treated as all idle, which makes this a random choice. One call
     offers each pooled worker at most once. ``rng`` makes the draws reproducible.
 
     Implementation notes:
@@ -40,14 +40,14 @@ class LeastLoadedLoadBalancer:
         self, task: Any, *, context: LoadBalancerContextView
     ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
         """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
-        load: WorkerLoad = getattr(context, "load", None) or WorkerLoad()
+        load = context.load if isinstance(context, WorkerPool) else _idle
         left = list(context.workers)
         while left:
             if len(left) == 1:
                 pick = 0
             else:
                 a, b = self._rng.sample(range(len(left)), 2)
-                pick = a if load.of(left[a]) <= load.of(left[b]) else b
+                pick = a if load(left[a]) <= load(left[b]) else b
             uid = left.pop(pick)
             if uid not in context.workers:
                 continue
@@ -57,3 +57,7 @@ class LeastLoadedLoadBalancer:
                 continue
             if served is not None:
                 return
+
+
+def _idle(uid: uuid.UUID) -> tuple[int, float]:
+    return 0, 0.0

@@ -7,7 +7,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from shardline._core import WorkerPool
-from shardline.pool.load import WorkerLoad
 
 __all__ = ["LoadBalancerContext", "LoadBalancerContextView", "WorkersView"]
 
@@ -56,12 +55,9 @@ class LoadBalancerContext(WorkerPool):
     position); ``update_worker(metadata, connection)`` refreshes only a worker already admitted
     and returns whether it was; ``remove_worker(metadata)`` evicts by ``metadata.uid``, a no-op
     when absent. Identity is ``metadata.uid``; writes are last-writer-wins; a displaced
-    connection is not closed. ``load`` is the per-worker load the proxy keeps (see
-    :class:`WorkerLoad`), for balancers that weigh it.
+    connection is not closed. ``load(uid)`` is ``(dispatches in flight, latency average in
+    seconds)`` as the proxy keeps it, for balancers that weigh it.
     """
-
-    def __init__(self) -> None:
-        self.load = WorkerLoad()
 
     @property
     def workers(self) -> WorkersView:

@@ -164,17 +164,17 @@ class WorkerProxy:
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
         """Runs ``task`` on a worker the balancer names; see the class docstring."""
-        candidates = self._balancer.delegate(task, context=self._context)
+        context = self._context
+        candidates = self._balancer.delegate(task, context=context)
         try:
             uid: uuid.UUID = await anext(candidates)
             while True:
                 try:
-                    metadata, connection = self._context.workers[uid]
+                    metadata, connection = context.begin_dispatch(uid)
                 except KeyError:
                     uid = await anext(candidates)
                     continue
-                load, dispatched = self._context.load, uid
-                load.started(dispatched)
+                dispatched = uid
                 started = time.perf_counter()
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
@@ -186,7 +186,7 @@ class WorkerProxy:
                     uid = await candidates.athrow(error)
                     continue
                 finally:
-                    load.finished(dispatched, time.perf_counter() - started)
+                    context.end_dispatch(dispatched, time.perf_counter() - started)
                 try:
                     await candidates.asend(uid)
                 except StopAsyncIteration:
