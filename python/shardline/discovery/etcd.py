@@ -1,0 +1,387 @@
+"""`EtcdDiscovery`: discovery on an etcd cluster (v3 API), for services beyond one machine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+from aetcd import rpc
+
+from shardline.discovery.etcd_connection import EtcdConnection, Stubs
+from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
+from shardline.discovery.protocol import RecordFilter
+from shardline.discovery.record import encode_record
+from shardline.discovery.subscription import RecordFeed, Subscription
+from shardline.pool.metadata import WorkerMetadata
+
+__all__ = ["EtcdDiscovery"]
+
+logger = logging.getLogger("shardline.discovery.etcd")
+
+_Snapshot = tuple[list[Any], int]  # the key-values under the prefix, and their revision
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix`` (which ends in ``/``)."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def _backoff(failures: int) -> float:
+    return float(min(0.05 * 2**failures, 1.0))
+
+
+class _EtcdPublisher:
+    """Puts records under the namespace's prefix, attached to one lease that it keeps alive."""
+
+    def __init__(self, connection: EtcdConnection, prefix: bytes, ttl: int) -> None:
+        self._connection = connection
+        self._prefix = prefix
+        self._ttl = ttl
+        # one publish at a time: the calls of one publisher reach etcd in call order, and a
+        # lease replacement never interleaves with a put
+        self._lock = asyncio.Lock()
+        self._lease: int | None = None
+        self._granted_ttl = ttl
+        self._owned: dict[uuid.UUID, bytes] = {}  # the value last put, by uid
+        self._keeper: asyncio.Task[None] | None = None
+
+    def _key(self, uid: uuid.UUID) -> bytes:
+        return self._prefix + str(uid).encode()
+
+    async def publish(self, type: DiscoveryEventType, metadata: WorkerMetadata) -> None:
+        if type not in ("worker-added", "worker-updated", "worker-dropped"):
+            raise ValueError(f"unknown discovery event type {type!r}")
+        key = self._key(metadata.uid)
+        if type == "worker-dropped":
+            async with self._lock:
+                await self._connection.call("kv", "DeleteRange", rpc.DeleteRangeRequest(key=key))
+                self._owned.pop(metadata.uid, None)
+            return
+        value = encode_record(metadata)
+        async with self._lock:
+            lease = await self._current_lease()
+            try:
+                await self._put(key, value, lease)
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.NOT_FOUND:  # "requested lease not found"
+                    raise
+                await self._replace_lease(lease)
+                await self._put(key, value, await self._current_lease())
+            self._owned[metadata.uid] = value
+
+    async def _put(self, key: bytes, value: bytes, lease: int) -> None:
+        await self._connection.call("kv", "Put", rpc.PutRequest(key=key, value=value, lease=lease))
+
+    async def _current_lease(self) -> int:
+        """The lease, granted on first use. Call with the lock held."""
+        if self._lease is None:
+            self._lease = await self._grant()
+        if self._keeper is None:
+            self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
+        return self._lease
+
+    async def _grant(self) -> int:
+        reply = await self._connection.call(
+            "lease", "LeaseGrant", rpc.LeaseGrantRequest(TTL=self._ttl)
+        )
+        self._granted_ttl = int(reply.TTL)
+        return int(reply.ID)
+
+    async def _replace_lease(self, lost: int) -> None:
+        """``lost`` expired with our records on it: a new lease, and the records again, except
+        those another publisher has registered since. Call with the lock held."""
+        if self._lease != lost:
+            return
+        self._lease = lease = await self._grant()
+        logger.warning(
+            "lease %x of %d workers expired while etcd was out of reach; registering them again",
+            lost,
+            len(self._owned),
+        )
+        for uid, value in list(self._owned.items()):
+            key = self._key(uid)
+            absent = rpc.Compare(
+                key=key, target=rpc.Compare.CREATE, result=rpc.Compare.EQUAL, create_revision=0
+            )
+            put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
+            reply = await self._connection.call(
+                "kv", "Txn", rpc.TxnRequest(compare=[absent], success=[put])
+            )
+            if not reply.succeeded:
+                del self._owned[uid]
+
+    async def _keep_alive(self) -> None:
+        failures = 0
+        while not self._connection.closed:
+            stubs: Stubs | None = None
+            lease = self._lease
+            try:
+                stubs = await self._connection.stubs()
+                call = stubs.lease.LeaseKeepAlive(metadata=stubs.metadata)
+                try:
+                    while True:
+                        lease = self._lease
+                        await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
+                        reply = await asyncio.wait_for(call.read(), self._connection.timeout)
+                        if reply is grpc.aio.EOF:
+                            raise ConnectionError("etcd ended the lease keep-alive stream")
+                        if failures:
+                            logger.info(
+                                "lease %x kept alive again after %d failures", lease, failures
+                            )
+                            failures = 0
+                        if reply.TTL <= 0 and lease is not None:
+                            async with self._lock:
+                                await self._replace_lease(lease)
+                            continue
+                        await asyncio.sleep(self._granted_ttl / 3)
+                finally:
+                    call.cancel()
+            except Exception as error:
+                if failures == 0:
+                    logger.warning(
+                        "keeping lease %x alive failed (%s); retrying", lease or 0, error
+                    )
+                failures += 1
+                with contextlib.suppress(Exception):
+                    await self._connection.recover(stubs, error)
+                await asyncio.sleep(_backoff(failures))
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            keeper, self._keeper = self._keeper, None
+            if keeper is not None:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
+            lease, self._lease = self._lease, None
+            self._owned.clear()
+            if lease is None or self._connection.closed:
+                return
+            try:
+                await self._connection.call(
+                    "lease", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease)
+                )
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.NOT_FOUND:  # already expired: nothing to do
+                    raise
+            except ConnectionError as error:
+                logger.warning(
+                    "could not revoke lease %x (%s); its records expire within %d s",
+                    lease,
+                    error,
+                    self._granted_ttl,
+                )
+
+
+class EtcdDiscovery:
+    """Discovery on an etcd cluster: every handle created on the same cluster and
+    ``namespace`` sees the same records, and each has its own publisher.
+
+    ``endpoints`` are ``host:port``, ``http://host:port`` or ``https://host:port`` (a list, or
+    one string separated by commas); a connection that fails moves to the next. A record lives
+    as long as its publisher: one that dies (even by SIGKILL) loses its records within ``ttl``
+    seconds (whole seconds; etcd may raise a very short one to its minimum). ``username`` and
+    ``password`` log in; ``ca_cert`` (the CA to trust), ``cert_key`` and ``cert_cert`` (a client
+    certificate) are PEM files, and any of them turns TLS on for endpoints without a scheme.
+    Each request is retried across endpoints for up to ``timeout`` seconds, then
+    ``publish`` raises ``ConnectionError``; credentials or permissions etcd refuses raise
+    ``PermissionError``, from ``publish`` and from a subscription's iteration.
+
+    A subscription never ends on its own: across a lost connection or an etcd restart it
+    resumes where it stopped, with no change missed or repeated. A record that cannot be read
+    counts as absent. ``subscribe`` must be called in a running event loop; ``aclose()``
+    withdraws this handle's records, ends its subscriptions and closes the connection.
+
+    Implementation notes
+    --------------------
+    A record is the key ``/shardline/<namespace>/workers/<uid>``, its value the record's wire
+    form (:mod:`shardline.discovery.record`), put with the publisher's lease: the last writer's
+    lease owns the key, ``worker-dropped`` deletes it, and closing a publisher revokes its lease,
+    which deletes exactly the keys still attached to it. The lease is granted on the first
+    publish and kept alive over one stream, every third of its TTL. If it expires anyway (etcd
+    unreachable for longer than the TTL), the publisher takes a new one and puts its records
+    again, each only if the key is absent, so it never overwrites a newer owner.
+
+    A subscription lists the prefix when ``subscribe`` is called, then watches the prefix from
+    the revision after the listing. It remembers the last revision whose events it has all
+    applied (a watch response never splits a revision) and, after any failure, watches again
+    from the next one, on the next endpoint and logging in again if needed. If etcd has
+    compacted that revision away, it lists the prefix again and hands the full set to its
+    :class:`RecordFeed`, which emits exactly the differences. Deletions need no previous value:
+    the feed holds the last record it showed, which is what ``worker-dropped`` carries.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        namespace: str,
+        *,
+        ttl: int = 10,
+        username: str | None = None,
+        password: str | None = None,
+        ca_cert: str | os.PathLike[str] | None = None,
+        cert_key: str | os.PathLike[str] | None = None,
+        cert_cert: str | os.PathLike[str] | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace or "/" in namespace:
+            # a "/" would let one namespace's prefix contain another's
+            raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
+            raise ValueError(f"ttl must be a whole number of seconds, at least 1, got {ttl!r}")
+        self.namespace = namespace
+        self.prefix = f"/shardline/{namespace}/workers/".encode()
+        self._connection = EtcdConnection(
+            endpoints,
+            username=username,
+            password=password,
+            ca_cert=ca_cert,
+            cert_key=cert_key,
+            cert_cert=cert_cert,
+            timeout=timeout,
+        )
+        self._publisher = _EtcdPublisher(self._connection, self.prefix, ttl)
+
+    @property
+    def publisher(self) -> _EtcdPublisher:
+        return self._publisher
+
+    def subscribe(self, filter: RecordFilter | None = None) -> Subscription:
+        feed = RecordFeed(filter)
+        # listed now, so that the subscription starts from the records registered at this call
+        listing = asyncio.get_running_loop().create_task(self._first_listing())
+        return Subscription(self._follow(feed, listing), feed)
+
+    async def _list(self) -> _Snapshot:
+        request = rpc.RangeRequest(key=self.prefix, range_end=_prefix_end(self.prefix))
+        reply = await self._connection.call("kv", "Range", request)
+        return list(reply.kvs), int(reply.header.revision)
+
+    async def _first_listing(self) -> _Snapshot | None:
+        try:
+            return await self._list()
+        except Exception as error:
+            # the subscription lists again, and reports, when it is read
+            logger.debug("listing %s failed: %s", self.prefix, error)
+            return None
+
+    def _uid(self, key: bytes, feed: RecordFeed | None) -> uuid.UUID | None:
+        """The uid ``key`` names; ``None`` (counted in ``feed`` if given) if it names none."""
+        text = key[len(self.prefix) :].decode(errors="replace")
+        try:
+            uid = uuid.UUID(text)
+        except ValueError:
+            uid = None
+        if uid is not None and str(uid) == text:
+            return uid
+        if feed is not None:
+            feed.skipped["malformed"] += 1
+            logger.warning("skipped the discovery record at %r: the key names no worker uid", key)
+        return None
+
+    def _read(self, feed: RecordFeed, key: bytes, value: bytes) -> WorkerMetadata | None:
+        uid = self._uid(key, feed)
+        if uid is None:
+            return None
+        return feed.decode(value, origin=key.decode(errors="replace"), uid=uid)
+
+    def _apply(self, feed: RecordFeed, event: Any) -> list[DiscoveryEvent]:
+        if event.type == rpc.Event.DELETE:
+            uid = self._uid(event.kv.key, None)
+            return [] if uid is None else feed.remove(uid)
+        metadata = self._read(feed, event.kv.key, event.kv.value)
+        if metadata is None:
+            uid = self._uid(event.kv.key, None)
+            return [] if uid is None else feed.remove(uid)
+        return feed.put(metadata)
+
+    async def _follow(
+        self, feed: RecordFeed, listing: asyncio.Task[_Snapshot | None]
+    ) -> AsyncGenerator[DiscoveryEvent, None]:
+        revision: int | None = None  # every event up to this revision is applied
+        failures = 0
+        first_listing: asyncio.Task[_Snapshot | None] | None = listing
+        try:
+            while not self._connection.closed:
+                stubs: Stubs | None = None
+                try:
+                    if revision is None:
+                        snapshot = first_listing and await first_listing
+                        first_listing = None
+                        kvs, revision = snapshot or await self._list()
+                        current = {}
+                        for kv in kvs:
+                            metadata = self._read(feed, kv.key, kv.value)
+                            if metadata is not None:
+                                current[metadata.uid] = metadata
+                        for event in feed.resync(current):
+                            yield event
+                    stubs = await self._connection.stubs()
+                    watch = stubs.watch.Watch(metadata=stubs.metadata)
+                    try:
+                        create = rpc.WatchCreateRequest(
+                            key=self.prefix,
+                            range_end=_prefix_end(self.prefix),
+                            start_revision=revision + 1,
+                        )
+                        await watch.write(rpc.WatchRequest(create_request=create))
+                        while True:
+                            response = await watch.read()
+                            if response is grpc.aio.EOF:
+                                raise ConnectionError("etcd ended the watch stream")
+                            if response.compact_revision:
+                                logger.warning(
+                                    "etcd compacted %s past revision %d; listing it again",
+                                    self.prefix,
+                                    revision,
+                                )
+                                revision = None
+                                break
+                            if response.canceled:
+                                reason = response.cancel_reason or "no reason given"
+                                if "permission denied" in reason:
+                                    raise PermissionError(f"etcd refused the watch: {reason}")
+                                raise ConnectionError(f"etcd cancelled the watch: {reason}")
+                            if failures:
+                                logger.info(
+                                    "watch of %s resumed after revision %d", self.prefix, revision
+                                )
+                                failures = 0
+                            for change in response.events:
+                                for event in self._apply(feed, change):
+                                    yield event
+                            if response.events:
+                                revision = int(response.events[-1].kv.mod_revision)
+                    finally:
+                        watch.cancel()
+                except Exception as error:
+                    if self._connection.closed:
+                        return
+                    await self._connection.recover(stubs, error)
+                    if failures == 0:
+                        logger.warning(
+                            "watch of %s failed (%s); resuming after revision %s",
+                            self.prefix,
+                            error,
+                            revision,
+                        )
+                    failures += 1
+                    await asyncio.sleep(_backoff(failures))
+        finally:
+            listing.cancel()
+
+    async def aclose(self) -> None:
+        """Withdraws the records this handle's publisher owns, ends its subscriptions and
+        closes the connection."""
+        try:
+            await self._publisher.aclose()
+        finally:
+            await self._connection.aclose()
