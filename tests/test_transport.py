@@ -22,7 +22,7 @@ from transport_servers import new_namespace, raw_server, run, worker
 
 from shardline import RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
 from shardline.discovery import InProcessDiscovery
-from shardline.errors import WorkerError
+from shardline.errors import InvalidRecord, WorkerError
 from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.wire import BAD_RESULT, UNKNOWN_HANDLER
@@ -134,6 +134,21 @@ def test_unavailable_overloaded_and_late_workers_fail_transiently(
             connection = GrpcConnection(server.metadata)
             with pytest.raises(TransientRpcError, match=status):
                 await connection.dispatch(task, timeout=timeout)
+            assert await connection.dispatch(Task("echo", 1)) == 1
+            connection.close()
+
+    run(scenario)
+
+
+def test_calls_beyond_the_concurrency_limit_are_refused_as_overload() -> None:
+    async def scenario() -> None:
+        async with worker(max_concurrent_calls=1) as server:
+            connection = GrpcConnection(server.metadata)
+            busy = asyncio.create_task(connection.dispatch(Task("sleep", 0.2)))
+            await asyncio.sleep(0.05)
+            with pytest.raises(TransientRpcError, match="RESOURCE_EXHAUSTED"):
+                await connection.dispatch(Task("echo", 1))
+            assert await busy == 0.2
             assert await connection.dispatch(Task("echo", 1)) == 1
             connection.close()
 
@@ -495,5 +510,18 @@ def test_serve_refuses_a_busy_publisher_a_taken_port_and_a_bad_address() -> None
                 await serve(DEMO_HANDLERS, address, InProcessDiscovery(new_namespace()))
         with pytest.raises(TypeError, match="handler 'x' is not callable"):
             await serve({"x": 1}, "127.0.0.1:0", InProcessDiscovery(new_namespace()))  # type: ignore[dict-item]
+
+    run(scenario)
+
+
+def test_a_record_that_cannot_be_published_stops_the_server_and_frees_the_publisher() -> None:
+    async def scenario() -> None:
+        discovery = InProcessDiscovery(new_namespace())
+        with pytest.raises(InvalidRecord, match="extra is not JSON-serialisable"):
+            await serve(DEMO_HANDLERS, "127.0.0.1:0", discovery, extra={"x": object()})
+        async with await serve(DEMO_HANDLERS, "127.0.0.1:0", discovery) as server:
+            connection = GrpcConnection(server.metadata)
+            assert await connection.dispatch(Task("echo", 1)) == 1
+            connection.close()
 
     run(scenario)

@@ -129,6 +129,7 @@ async def serve(
     extra: Mapping[str, Any] | None = None,
     credentials: grpc.ServerCredentials | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_concurrent_calls: int | None = None,
     grace: float = 5.0,
 ) -> WorkerServer:
     """Serves ``handlers`` over gRPC at ``address`` and announces the worker through
@@ -145,7 +146,9 @@ async def serve(
     bound. Subscribers dial the address as published, so ``host`` must be reachable by them
     (not ``0.0.0.0``). A port already in use is an ``OSError``. ``credentials`` (a
     ``grpc.ServerCredentials``) makes the port secure; without them it is plaintext, which
-    suits loopback. Requests and results over ``max_message_bytes`` are refused.
+    suits loopback. Requests and results over ``max_message_bytes`` are refused. With
+    ``max_concurrent_calls``, calls beyond that many at once are refused with
+    ``RESOURCE_EXHAUSTED``, so a proxy offers them to another worker.
 
     The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
     extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
@@ -155,18 +158,21 @@ async def serve(
     """
     if max_message_bytes < 1:
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+    if max_concurrent_calls is not None and max_concurrent_calls < 1:
+        raise ValueError(f"max_concurrent_calls must be positive, got {max_concurrent_calls}")
     host, port = _split_address(address)
+    servicer = _Servicer(handlers, max_message_bytes)
     publisher = discovery.publisher
     if publisher in _publishers_in_use:
         raise ValueError(f"the publisher of {discovery!r} already announces a running server")
-    servicer = _Servicer(handlers, max_message_bytes)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             # Without this a second server binds a port already in use and shares its traffic.
             ("grpc.so_reuseport", 0),
-        ]
+        ],
+        maximum_concurrent_rpcs=max_concurrent_calls,
     )
     server.add_generic_rpc_handlers(
         (
@@ -190,9 +196,10 @@ async def serve(
         tags=frozenset(tags),
         extra=MappingProxyType(dict(extra or {})),
     )
-    await server.start()
+    # Reserved before the first await, so two concurrent calls cannot both take it.
     _publishers_in_use.add(publisher)
     try:
+        await server.start()
         await publisher.publish("worker-added", metadata)
     except BaseException:
         _publishers_in_use.discard(publisher)
