@@ -10,13 +10,23 @@ And ``round-robin decision``: one ``delegate`` driven to its first candidate, wh
 with 8 and 1,024 workers. Both projects get the same ``WorkerMetadata`` objects (wool's pool
 needs only ``.uid``). Before timing, both pools are checked to hold the same uids in the same
 order and both balancers to offer the same first candidate.
+
+And ``proxy dispatch overhead``: a whole ``WorkerProxy.dispatch`` through a connection that
+returns at once, with 8 and 1,024 workers, each proxy fed by a discovery stream announcing them
+and driving its own default round-robin, context and dispatch loop. shardline's proxy takes the
+connection from its ``connect`` hook; wool's builds a gRPC ``WorkerConnection`` per admitted
+worker, so that name in ``wool.runtime.worker.proxy`` is replaced by a stub (the network is the
+only thing stubbed). Before timing, one full rotation through each proxy must reach every
+worker's connection once and bring back every task; after timing, the connections must have
+counted every timed dispatch. ``proxy dispatch overhead, interleaved`` times the two proxies
+back to back in every round, for a ratio per round that a drift of the machine cannot skew.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import pytest
@@ -26,6 +36,7 @@ from shardline import LoadBalancerContext, RoundRobinLoadBalancer, WorkerMetadat
 pytest.importorskip("pytest_benchmark")
 wool_base = pytest.importorskip("wool.runtime.loadbalancer.base")
 wool_rr = pytest.importorskip("wool.runtime.loadbalancer.roundrobin")
+wool_proxy_module = pytest.importorskip("wool.runtime.worker.proxy")
 
 SIZES = [8, 64, 1024, 100_000]
 CALLS = 1000
@@ -111,51 +122,201 @@ def test_round_robin_decision(
 
 
 class Immediate:
-    """A connection that returns at once: what is left of a dispatch is the proxy's own cost."""
+    """A connection that returns at once: what is left of a dispatch is the proxy's own cost.
+    ``calls`` counts its dispatches, so a benchmark can check that the proxy reached it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
+        self.calls += 1
         return task
+
+
+async def _results(task: Any) -> AsyncGenerator[Any, None]:
+    yield task
+
+
+class ImmediateWool:
+    """Stands in for wool's gRPC ``WorkerConnection``, with its constructor: ``dispatch``
+    returns at once what wool's returns, an async generator of the task's results (the proxy
+    hands it to the caller as is), here yielding the task itself."""
+
+    def __init__(self, target: str, **options: Any) -> None:
+        self.target = target
+        self.calls = 0
+
+    async def dispatch(self, task: Any, *, timeout: float | None = None) -> AsyncGenerator:
+        self.calls += 1
+        return _results(task)
 
 
 class Announced:
     """Discovery that announces a fixed set of workers, then stays open."""
 
-    def __init__(self, records: list[WorkerMetadata]) -> None:
-        self.records = records
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
 
     async def __aiter__(self) -> Any:
-        from shardline import DiscoveryEvent
-
-        for record in self.records:
-            yield DiscoveryEvent("worker-added", record)
+        for event in self.events:
+            yield event
         await asyncio.Event().wait()
 
 
-@pytest.mark.parametrize("impl", ["floor: connection.dispatch", "shardline WorkerProxy.dispatch"])
+async def shardline_proxy(size: int) -> tuple[Any, list[Immediate]]:
+    """shardline's ``WorkerProxy`` over ``size`` workers, one ``Immediate`` connection each."""
+    from shardline import DiscoveryEvent, WorkerProxy
+
+    connections: list[Immediate] = []
+
+    def connect(metadata: WorkerMetadata) -> Immediate:
+        connections.append(Immediate())
+        return connections[-1]
+
+    events = [DiscoveryEvent("worker-added", record(n)) for n in range(size)]
+    proxy = WorkerProxy(discovery=Announced(events), connect=connect, quorum=size)
+    await proxy.start()
+    return proxy, connections
+
+
+async def wool_proxy(size: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[ImmediateWool]]:
+    """wool's own ``WorkerProxy`` (its admission gate, round-robin, context and dispatch loop)
+    over the same ``size`` workers, announced by a discovery stream, with only the network
+    replaced: the name ``WorkerConnection`` its sentinel calls per admitted worker."""
+    from wool import protocol
+    from wool.runtime.discovery.base import DiscoveryEvent
+    from wool.runtime.worker.metadata import WorkerMetadata as WoolMetadata
+
+    connections: list[ImmediateWool] = []
+
+    def connect(target: str, **options: Any) -> ImmediateWool:
+        connections.append(ImmediateWool(target, **options))
+        return connections[-1]
+
+    monkeypatch.setattr(wool_proxy_module, "WorkerConnection", connect)
+    events = [
+        DiscoveryEvent(
+            "worker-added",
+            metadata=WoolMetadata(
+                uid=r.uid, address=r.address, pid=r.pid, version=protocol.__version__
+            ),
+        )
+        for r in (record(n) for n in range(size))
+    ]
+    proxy = wool_proxy_module.WorkerProxy(
+        discovery=Announced(events), credentials=None, quorum=size, lazy=False
+    )
+    await proxy.start()
+    return proxy, connections
+
+
+OVERHEAD_IMPLS = [
+    "floor: connection.dispatch",
+    "shardline WorkerProxy.dispatch",
+    "floor: wool stub connection.dispatch",
+    "wool WorkerProxy.dispatch",
+]
+
+
+@pytest.mark.parametrize("impl", OVERHEAD_IMPLS)
 @pytest.mark.parametrize("size", [8, 1024])
 def test_proxy_dispatch_overhead(
-    benchmark: Any, per_call: Callable[..., Any], size: int, impl: str
+    benchmark: Any,
+    per_call: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    size: int,
+    impl: str,
 ) -> None:
-    from shardline import WorkerProxy
+    """A whole ``WorkerProxy.dispatch`` over a connection that returns at once, both projects
+    (wool's returns the result stream its connection returned, shardline's the result)."""
+    loop = asyncio.new_event_loop()
+    wool = "wool" in impl
+    if wool:
+        proxy, connections = loop.run_until_complete(wool_proxy(size, monkeypatch))
+    else:
+        proxy, connections = loop.run_until_complete(shardline_proxy(size))
+
+    async def rotation() -> list[Any]:
+        results = []
+        for task in range(size):
+            result = await proxy.dispatch(task)
+            results.append(await anext(result) if wool else result)
+        return results
+
+    # One full rotation through the proxy reaches every worker's connection once, in order.
+    assert len(connections) == len(proxy.workers) == size
+    assert loop.run_until_complete(rotation()) == list(range(size))
+    assert [c.calls for c in connections] == [1] * size
+    if wool:
+        pooled = proxy._loadbalancer_context.workers.values()
+        assert all(type(connection) is ImmediateWool for _, connection in pooled)
+
+    send = connections[0].dispatch if impl.startswith("floor") else proxy.dispatch
+    rounds = 0
+
+    async def dispatches(count: int) -> Any:
+        last = None
+        for task in range(count):
+            last = await send(task)
+        return last
+
+    def round_() -> Any:
+        nonlocal rounds
+        rounds += 1
+        return loop.run_until_complete(dispatches(CALLS))
+
+    benchmark.group = f"proxy dispatch overhead, {size:,} workers"
+    last = per_call(round_, CALLS, impl=impl)
+    assert sum(c.calls for c in connections) == size + rounds * CALLS
+    assert (loop.run_until_complete(anext(last)) if wool else last) == CALLS - 1
+    loop.run_until_complete(proxy.stop())
+    loop.close()
+
+
+@pytest.mark.parametrize("size", [8, 1024])
+def test_proxy_dispatch_overhead_interleaved(
+    benchmark: Any, per_call: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """The same pair, one block of each timed back to back in every round (bench_goals.py's
+    ``interleave``): the ratio wool / shardline per round, in ``extra_info``."""
+    from .bench_goals import interleave
 
     loop = asyncio.new_event_loop()
-    connection = Immediate()
-    proxy = WorkerProxy(
-        discovery=Announced([record(n) for n in range(size)]),
-        connect=lambda metadata: connection,
-        quorum=size,
+    ours, ours_connections = loop.run_until_complete(shardline_proxy(size))
+    theirs, theirs_connections = loop.run_until_complete(wool_proxy(size, monkeypatch))
+
+    async def rotation(proxy: Any, streams: bool) -> list[Any]:
+        results = [await proxy.dispatch(task) for task in range(size)]
+        return [await anext(r) for r in results] if streams else results
+
+    assert loop.run_until_complete(rotation(ours, False)) == list(range(size))
+    assert loop.run_until_complete(rotation(theirs, True)) == list(range(size))
+    for connections in (ours_connections, theirs_connections):
+        assert [c.calls for c in connections] == [1] * size
+
+    def block(proxy: Any) -> Callable[[], Any]:
+        async def dispatches() -> Any:
+            last = None
+            for task in range(CALLS):
+                last = await proxy.dispatch(task)
+            return last
+
+        return lambda: loop.run_until_complete(dispatches())
+
+    benchmark.group = "proxy dispatch overhead, interleaved"
+    interleave(
+        benchmark,
+        per_call,
+        block(ours),
+        block(theirs),
+        CALLS,
+        impl=f"shardline vs wool WorkerProxy.dispatch, {size:,} workers",
+        goal_group=f"proxy dispatch overhead, {size:,} workers",
+        goal_ours="shardline WorkerProxy.dispatch",
+        goal_theirs="wool WorkerProxy.dispatch",
     )
-    loop.run_until_complete(proxy.start())
-
-    async def dispatches(count: int) -> int:
-        send = connection.dispatch if impl.startswith("floor") else proxy.dispatch
-        done = 0
-        for task in range(count):
-            done += await send(task) == task
-        return done
-
-    assert loop.run_until_complete(dispatches(size)) == size
-    benchmark.group = f"proxy dispatch overhead, {size:,} workers"
-    per_call(lambda: loop.run_until_complete(dispatches(CALLS)), CALLS, impl=impl)
-    loop.run_until_complete(proxy.stop())
+    ours_calls = sum(c.calls for c in ours_connections)
+    assert ours_calls == sum(c.calls for c in theirs_connections) > size
+    loop.run_until_complete(ours.stop())
+    loop.run_until_complete(theirs.stop())
     loop.close()
