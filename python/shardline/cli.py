@@ -5,13 +5,27 @@ with no server: by default the built-in seed cases, or a scenario file given wit
 (format: ``docs/demo.md``). Then it runs a :class:`shardline.WorkerProxy` over in-process
 discovery and workers that join, move to a new address and leave while tasks are dispatched.
 ``--part`` runs only one of the two.
+
+``shardline worker --namespace NS --address HOST:PORT`` runs one worker process serving the demo
+handlers of :mod:`shardline.transport.demo_handlers` over gRPC, announced through
+``LocalDiscovery(NS)`` (or ``EtcdDiscovery([URL], NS)`` with ``--etcd URL``). Once it serves and
+its record is published it prints that record on stdout as one line of JSON, in the discovery
+record schema (:mod:`shardline.discovery.record`), so a parent process can wait for that line.
+SIGTERM or SIGINT withdraws the record, lets calls in flight finish (``--grace`` seconds at
+most) and exits with status 0. A worker that cannot start (an address it cannot serve, a
+namespace or etcd that refuses it) says why on stderr and exits with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.metadata
+import logging
 import os
+import signal
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 
 from rich.console import Console
@@ -30,6 +44,7 @@ from shardline.demo import (
 )
 from shardline.demo.pool import BALANCERS
 from shardline.demo.seed_cases import SOURCE
+from shardline.discovery.protocol import Discovery
 
 __all__ = ["main"]
 
@@ -80,7 +95,104 @@ def _parser() -> argparse.ArgumentParser:
         help="route N keys per tier after each step (default: the scenario's keys.count)",
     )
     demo.set_defaults(run=_demo)
+    _add_worker_command(commands)
     return parser
+
+
+def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser(
+        "worker",
+        help="run one worker process serving the demo handlers over gRPC",
+        description=(
+            "Serve the demo handlers (echo, sleep, fail-transiently, fail) over gRPC and announce"
+            " the worker through LocalDiscovery, or etcd with --etcd. When ready, print the"
+            " worker's discovery record as one line of JSON on stdout. SIGTERM or SIGINT"
+            " withdraws the record, lets calls in flight finish and exits."
+        ),
+    )
+    worker.add_argument("--namespace", required=True, help="the discovery namespace to join")
+    worker.add_argument(
+        "--address",
+        required=True,
+        metavar="HOST:PORT",
+        help="where to serve, as subscribers will dial it; port 0 picks a free port",
+    )
+    worker.add_argument(
+        "--etcd",
+        metavar="URL",
+        help="announce through the etcd at URL (e.g. http://127.0.0.1:2379), not LocalDiscovery",
+    )
+    worker.add_argument(
+        "--uid", type=uuid.UUID, help="the worker's uid (default: a new random one)"
+    )
+    worker.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long calls in flight may take to finish on shutdown (default: 5)",
+    )
+    worker.set_defaults(run=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return asyncio.run(_serve_worker(args))
+
+
+async def _serve_worker(args: argparse.Namespace) -> int:
+    # Imported here so `shardline demo` needs neither grpcio nor an etcd client.
+    from shardline.discovery.record import encode_record
+    from shardline.transport import serve
+    from shardline.transport.demo_handlers import DEMO_HANDLERS
+
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        discovery = _worker_discovery(args)
+    except (OSError, ValueError) as error:
+        print(f"shardline worker: error: {error}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            server = await serve(
+                DEMO_HANDLERS, args.address, discovery, uid=args.uid, version=_version()
+            )
+        except (OSError, ValueError) as error:
+            print(f"shardline worker: error: {error}", file=sys.stderr)
+            return 1
+        try:
+            print(encode_record(server.metadata).decode(), flush=True)
+            await stopping.wait()
+        finally:
+            await server.stop(args.grace)
+    finally:
+        await discovery.aclose()
+    return 0
+
+
+def _worker_discovery(args: argparse.Namespace) -> Discovery:
+    if args.etcd is None:
+        from shardline.discovery.local import LocalDiscovery
+
+        return LocalDiscovery(args.namespace)
+    from shardline.discovery.etcd import EtcdDiscovery
+
+    return EtcdDiscovery([args.etcd], args.namespace)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("shardline")
+    except importlib.metadata.PackageNotFoundError:
+        # run from a source tree that was never installed
+        return "unknown"
 
 
 def _demo(args: argparse.Namespace) -> int:
