@@ -285,6 +285,8 @@ def test_a_closed_connection_fails_transiently_and_misuse_is_a_type_error() -> N
             connection = GrpcConnection(server.metadata)
             with pytest.raises(TypeError, match="Task objects, not dict"):
                 await connection.dispatch({"handler": "echo"})  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="handler is a str, not int"):
+                await connection.dispatch(Task(1))  # type: ignore[arg-type]
             connection.close()
             assert connection.closed
             with pytest.raises(TransientRpcError, match="is closed"):

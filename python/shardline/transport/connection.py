@@ -50,8 +50,8 @@ class GrpcConnection:
       not follow the wire format;
     - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
       handler raised, or the worker has no handler of that name;
-    - ``TypeError`` / ``ValueError`` before anything is sent: the payload is not JSON, or the
-      request would exceed ``max_message_bytes``.
+    - ``TypeError`` / ``ValueError`` before anything is sent: ``task`` is not a ``Task`` with a
+      str handler, its payload is not JSON, or the request would exceed ``max_message_bytes``.
 
     ``close()`` (idempotent, synchronous) says this connection is no longer needed; calls in
     flight through it finish normally. A connection that is garbage-collected unclosed is

@@ -82,8 +82,10 @@ def _bounded(data: bytes, limit: int, what: str) -> bytes:
 
 
 def encode_request(task: Task, limit: int) -> bytes:
-    """The request for ``task``; ``TypeError`` or ``ValueError`` when its payload is not JSON
-    or the request would exceed ``limit`` bytes."""
+    """The request for ``task``; ``TypeError`` when its handler is not a str, ``TypeError`` or
+    ``ValueError`` when its payload is not JSON or the request would exceed ``limit`` bytes."""
+    if not isinstance(task.handler, str):
+        raise TypeError(f"a task's handler is a str, not {type(task.handler).__name__}")
     try:
         data = _dumps({"handler": task.handler, "payload": task.payload})
     except (TypeError, ValueError) as error:
