@@ -237,6 +237,9 @@ class EtcdServer:
     def revision(self) -> int:
         return int(self._call("KVStub", "Range", rpc.RangeRequest(key=b"\0")).header.revision)
 
+    def put(self, key: bytes, value: bytes) -> None:
+        self._call("KVStub", "Put", rpc.PutRequest(key=key, value=value))
+
     def compact(self, revision: int | None = None) -> int:
         """Compacts the history up to ``revision`` (default: the current one)."""
         revision = self.revision() if revision is None else revision

@@ -119,15 +119,14 @@ class _EtcdPublisher:
 
     async def _keep_alive(self) -> None:
         failures = 0
-        while not self._connection.closed:
+        while not self._connection.closed and self._lease is not None:
             stubs: Stubs | None = None
             lease = self._lease
             try:
                 stubs = await self._connection.stubs()
                 call = stubs.lease.LeaseKeepAlive(metadata=stubs.metadata)
                 try:
-                    while True:
-                        lease = self._lease
+                    while lease is not None:
                         await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
                         reply = await asyncio.wait_for(call.read(), self._connection.timeout)
                         if reply is grpc.aio.EOF:
@@ -137,18 +136,17 @@ class _EtcdPublisher:
                                 "lease %x kept alive again after %d failures", lease, failures
                             )
                             failures = 0
-                        if reply.TTL <= 0 and lease is not None:
+                        if reply.TTL > 0:
+                            await asyncio.sleep(self._granted_ttl / 3)
+                        else:
                             async with self._lock:
                                 await self._replace_lease(lease)
-                            continue
-                        await asyncio.sleep(self._granted_ttl / 3)
+                        lease = self._lease
                 finally:
                     call.cancel()
             except Exception as error:
                 if failures == 0:
-                    logger.warning(
-                        "keeping lease %x alive failed (%s); retrying", lease or 0, error
-                    )
+                    logger.warning("keeping lease %x alive failed (%s); retrying", lease, error)
                 failures += 1
                 with contextlib.suppress(Exception):
                     await self._connection.recover(stubs, error)
@@ -172,7 +170,7 @@ class _EtcdPublisher:
             except grpc.aio.AioRpcError as error:
                 if error.code() != grpc.StatusCode.NOT_FOUND:  # already expired: nothing to do
                     raise
-            except ConnectionError as error:
+            except (ConnectionError, PermissionError) as error:
                 logger.warning(
                     "could not revoke lease %x (%s); its records expire within %d s",
                     lease,

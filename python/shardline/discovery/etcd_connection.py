@@ -36,6 +36,10 @@ _TRANSIENT = frozenset(
     }
 )
 
+# Failures seen outside a gRPC status: a channel another task has just closed (UsageError), a
+# stream written to after it ended, a stream that ended or went mute.
+_STREAM_FAILURES = (grpc.aio.UsageError, asyncio.InvalidStateError, ConnectionError, TimeoutError)
+
 _CHANNEL_OPTIONS = (
     # a watch response carries up to 1,000 revisions, each record up to 64 KiB
     ("grpc.max_receive_message_length", -1),
@@ -211,8 +215,8 @@ class EtcdConnection:
             if code not in _TRANSIENT:
                 raise error
             move_on = code != grpc.StatusCode.UNAUTHENTICATED
-        elif isinstance(error, asyncio.InvalidStateError | ConnectionError | TimeoutError):
-            move_on = True  # a stream written to after its channel closed, or a stream gone mute
+        elif isinstance(error, _STREAM_FAILURES):
+            move_on = True
         else:
             raise error
         if stubs is None:
@@ -237,14 +241,15 @@ class EtcdConnection:
                 rpc_method = getattr(getattr(stubs, service), method)
                 remaining = max(deadline - loop.time(), 0.001)
                 return await rpc_method(request, timeout=remaining, metadata=stubs.metadata)
-            except grpc.aio.AioRpcError as error:
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError) as error:
                 await self.recover(stubs, error)
                 failure = error
             remaining = deadline - loop.time()
             if remaining <= 0:
+                detail = failure.details() if isinstance(failure, grpc.aio.AioRpcError) else failure
                 raise ConnectionError(
                     f"no etcd endpoint of {self.endpoints} answered {method} within "
-                    f"{self.timeout} s: {failure.details()}"
+                    f"{self.timeout} s: {detail}"
                 ) from failure
             attempts += 1
             if attempts % len(self._endpoints) == 0:  # each endpoint failed once more
