@@ -14,7 +14,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-from shardline.discovery.etcd_connection import EtcdConnection, Stubs
+from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
@@ -146,7 +146,9 @@ class _EtcdPublisher:
                     call.cancel()
             except Exception as error:
                 if failures == 0:
-                    logger.warning("keeping lease %x alive failed (%s); retrying", lease, error)
+                    logger.warning(
+                        "keeping lease %x alive failed (%s); retrying", lease, describe(error)
+                    )
                 failures += 1
                 with contextlib.suppress(Exception):
                     await self._connection.recover(stubs, error)
@@ -174,7 +176,7 @@ class _EtcdPublisher:
                 logger.warning(
                     "could not revoke lease %x (%s); its records expire within %d s",
                     lease,
-                    error,
+                    describe(error),
                     self._granted_ttl,
                 )
 
@@ -268,7 +270,7 @@ class EtcdDiscovery:
             return await self._list()
         except Exception as error:
             # the subscription lists again, and reports, when it is read
-            logger.debug("listing %s failed: %s", self.prefix, error)
+            logger.debug("listing %s failed: %s", self.prefix.decode(), describe(error))
             return None
 
     def _uid(self, key: bytes, feed: RecordFeed | None) -> uuid.UUID | None:
@@ -285,21 +287,30 @@ class EtcdDiscovery:
             logger.warning("skipped the discovery record at %r: the key names no worker uid", key)
         return None
 
-    def _read(self, feed: RecordFeed, key: bytes, value: bytes) -> WorkerMetadata | None:
-        uid = self._uid(key, feed)
+    def _read(self, feed: RecordFeed, kv: Any) -> tuple[uuid.UUID | None, WorkerMetadata | None]:
+        """The uid a key names and its record, each ``None`` (logged, counted) if unreadable."""
+        uid = self._uid(kv.key, feed)
         if uid is None:
-            return None
-        return feed.decode(value, origin=key.decode(errors="replace"), uid=uid)
+            return None, None
+        return uid, feed.decode(kv.value, origin=kv.key.decode(errors="replace"), uid=uid)
 
-    def _apply(self, feed: RecordFeed, event: Any) -> list[DiscoveryEvent]:
-        if event.type == rpc.Event.DELETE:
-            uid = self._uid(event.kv.key, None)
-            return [] if uid is None else feed.remove(uid)
-        metadata = self._read(feed, event.kv.key, event.kv.value)
-        if metadata is None:
-            uid = self._uid(event.kv.key, None)
-            return [] if uid is None else feed.remove(uid)
-        return feed.put(metadata)
+    def _resync(self, feed: RecordFeed, kvs: list[Any]) -> list[DiscoveryEvent]:
+        current = {}
+        for kv in kvs:
+            uid, metadata = self._read(feed, kv)
+            if uid is not None and metadata is not None:
+                current[uid] = metadata
+        return feed.resync(current)
+
+    def _apply(self, feed: RecordFeed, change: Any) -> list[DiscoveryEvent]:
+        if change.type == rpc.Event.DELETE:
+            uid, metadata = self._uid(change.kv.key, None), None
+        else:
+            uid, metadata = self._read(feed, change.kv)
+        if uid is None:
+            return []
+        # a record that cannot be read counts as absent, as it does in a listing
+        return feed.remove(uid) if metadata is None else feed.put(metadata)
 
     async def _follow(
         self, feed: RecordFeed, listing: asyncio.Task[_Snapshot | None]
@@ -312,15 +323,10 @@ class EtcdDiscovery:
                 stubs: Stubs | None = None
                 try:
                     if revision is None:
-                        snapshot = first_listing and await first_listing
+                        snapshot = None if first_listing is None else await first_listing
                         first_listing = None
                         kvs, revision = snapshot or await self._list()
-                        current = {}
-                        for kv in kvs:
-                            metadata = self._read(feed, kv.key, kv.value)
-                            if metadata is not None:
-                                current[metadata.uid] = metadata
-                        for event in feed.resync(current):
+                        for event in self._resync(feed, kvs):
                             yield event
                     stubs = await self._connection.stubs()
                     watch = stubs.watch.Watch(metadata=stubs.metadata)
@@ -338,7 +344,7 @@ class EtcdDiscovery:
                             if response.compact_revision:
                                 logger.warning(
                                     "etcd compacted %s past revision %d; listing it again",
-                                    self.prefix,
+                                    self.prefix.decode(),
                                     revision,
                                 )
                                 revision = None
@@ -350,7 +356,9 @@ class EtcdDiscovery:
                                 raise ConnectionError(f"etcd cancelled the watch: {reason}")
                             if failures:
                                 logger.info(
-                                    "watch of %s resumed after revision %d", self.prefix, revision
+                                    "watch of %s resumed after revision %d",
+                                    self.prefix.decode(),
+                                    revision,
                                 )
                                 failures = 0
                             for change in response.events:
@@ -367,8 +375,8 @@ class EtcdDiscovery:
                     if failures == 0:
                         logger.warning(
                             "watch of %s failed (%s); resuming after revision %s",
-                            self.prefix,
-                            error,
+                            self.prefix.decode(),
+                            describe(error),
                             revision,
                         )
                     failures += 1

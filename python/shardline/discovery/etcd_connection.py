@@ -20,7 +20,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-__all__ = ["EtcdConnection", "Stubs", "parse_endpoints"]
+__all__ = ["EtcdConnection", "Stubs", "describe", "parse_endpoints"]
 
 logger = logging.getLogger("shardline.discovery.etcd")
 
@@ -50,6 +50,13 @@ _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
 )
+
+
+def describe(error: BaseException) -> str:
+    """One line for a log: a gRPC failure's status and details, or the exception's text."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,8 @@ class EtcdConnection:
         if isinstance(error, grpc.aio.AioRpcError):
             code = error.code()
             if code == grpc.StatusCode.PERMISSION_DENIED or (
-                code == grpc.StatusCode.INVALID_ARGUMENT and "user name is empty" in str(error)
+                code == grpc.StatusCode.INVALID_ARGUMENT
+                and "user name is empty" in (error.details() or "")
             ):
                 where = stubs.endpoint if stubs else "etcd"
                 raise PermissionError(f"etcd at {where} refused: {error.details()}") from None
@@ -246,10 +254,9 @@ class EtcdConnection:
                 failure = error
             remaining = deadline - loop.time()
             if remaining <= 0:
-                detail = failure.details() if isinstance(failure, grpc.aio.AioRpcError) else failure
                 raise ConnectionError(
                     f"no etcd endpoint of {self.endpoints} answered {method} within "
-                    f"{self.timeout} s: {detail}"
+                    f"{self.timeout} s: {describe(failure)}"
                 ) from failure
             attempts += 1
             if attempts % len(self._endpoints) == 0:  # each endpoint failed once more
