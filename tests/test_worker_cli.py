@@ -114,6 +114,8 @@ def test_a_worker_process_serves_through_a_proxy_and_withdraws_on_a_signal(
                 async with proxy:
                     assert await proxy.dispatch(Task("echo", {"n": 1})) == {"n": 1}
                     assert await proxy.dispatch(Task("sleep", 0.01)) == 0.01
+                    whoami = await proxy.dispatch(Task("whoami"))
+                    assert whoami["pid"] == worker.process.pid
                     with pytest.raises(WorkerError, match="asked to fail"):
                         await proxy.dispatch(Task("fail"))
                     assert [metadata.uid for metadata in proxy.workers] == [uid]

@@ -104,9 +104,9 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "worker",
         help="run one worker process serving the demo handlers over gRPC",
         description=(
-            "Serve the demo handlers (echo, sleep, fail-transiently, fail) over gRPC and announce"
-            " the worker through LocalDiscovery, or etcd with --etcd. When ready, print the"
-            " worker's discovery record as one line of JSON on stdout. SIGTERM or SIGINT"
+            "Serve the demo handlers (echo, sleep, whoami, fail-transiently, fail) over gRPC and"
+            " announce the worker through LocalDiscovery, or etcd with --etcd. When ready, print"
+            " the worker's discovery record as one line of JSON on stdout. SIGTERM or SIGINT"
             " withdraws the record, lets calls in flight finish and exits."
         ),
     )

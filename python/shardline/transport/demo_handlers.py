@@ -1,10 +1,12 @@
-"""The demo handlers `shardline worker` serves: ``echo``, ``sleep``, ``fail-transiently`` and
-``fail``, in :data:`DEMO_HANDLERS`."""
+"""The demo handlers `shardline worker` serves, in :data:`DEMO_HANDLERS`: ``echo``, ``sleep``,
+``whoami``, ``fail-transiently`` and ``fail``."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
+import socket
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -32,6 +34,11 @@ async def sleep(payload: Any) -> float:
     return payload
 
 
+async def whoami(payload: Any) -> dict[str, Any]:
+    """Says which process served: ``{"pid": <process id>, "host": <host name>}``."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
 async def fail_transiently(payload: Any) -> None:
     """Ends the call with ``UNAVAILABLE``, or ``RESOURCE_EXHAUSTED`` when the payload is
     ``"resource-exhausted"``: the caller gets ``TransientRpcError`` and the worker stays."""
@@ -44,5 +51,11 @@ async def fail(payload: Any) -> None:
 
 
 DEMO_HANDLERS: Mapping[str, Handler] = MappingProxyType(
-    {"echo": echo, "sleep": sleep, "fail-transiently": fail_transiently, "fail": fail}
+    {
+        "echo": echo,
+        "sleep": sleep,
+        "whoami": whoami,
+        "fail-transiently": fail_transiently,
+        "fail": fail,
+    }
 )
