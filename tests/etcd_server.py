@@ -101,6 +101,8 @@ class EtcdServer:
             raise EtcdUnavailable(
                 "etcd is not on PATH and $SHARDLINE_ETCD is not set; `make servers` installs it"
             )
+        if not os.access(binary, os.X_OK):
+            raise EtcdUnavailable(f"the etcd binary {binary!r} is not an executable file")
         self.binary = binary
         self.certificates = certificates
         self.directory = Path(tempfile.mkdtemp(prefix="shardline-etcd-"))
@@ -158,9 +160,12 @@ class EtcdServer:
 
     def _start_once(self) -> None:
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self._command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            try:
+                self.process = subprocess.Popen(
+                    self._command(), stdout=log, stderr=subprocess.STDOUT
+                )
+            except OSError as error:
+                raise EtcdUnavailable(f"{self.binary} could not be run: {error}") from error
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
