@@ -38,3 +38,20 @@ def test_a_bad_event_type_is_refused_by_name() -> None:
         assert [event.metadata.uid for event in await take(subscription, 1)] == [worker(2).uid]
 
     asyncio.run(scenario())
+
+
+def test_a_cancelled_wait_loses_no_event_and_keeps_the_subscription() -> None:
+    async def scenario() -> list[str]:
+        discovery = InProcessDiscovery("cancelled-wait")
+        subscription = discovery.subscribe()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(subscription), 0.05)
+        await discovery.publisher.publish("worker-added", worker(1))
+        await discovery.publisher.publish("worker-dropped", worker(1))
+        events = await take(subscription, 2)
+        await subscription.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await anext(subscription)
+        return [event.type for event in events]
+
+    assert asyncio.run(scenario()) == ["worker-added", "worker-dropped"]

@@ -8,6 +8,8 @@ backend.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
 from collections import Counter
@@ -88,13 +90,21 @@ class RecordFeed:
 class Subscription(AsyncIterator[DiscoveryEvent]):
     """An async iterator of :class:`DiscoveryEvent` that a backend feeds; ``aclose()`` ends it.
 
-    ``skipped`` counts the records skipped as unreadable, by reason (``"oversized"``,
-    ``"malformed"``, ``"unknown-schema"``).
+    Waiting for the next event may be cancelled (``asyncio.wait_for(anext(subscription), 1)``,
+    a proxy stopping) without losing anything: the event being waited for is returned by the
+    next call. ``skipped`` counts the records skipped as unreadable, by reason
+    (``"oversized"``, ``"malformed"``, ``"unknown-schema"``).
+
+    Implementation notes:
+        The backend's async generator is advanced in a task that a cancelled caller leaves
+        running (``asyncio.shield``); cancelling it would throw into the generator and end
+        the subscription.
     """
 
     def __init__(self, events: AsyncGenerator[DiscoveryEvent, None], feed: RecordFeed) -> None:
         self._events = events
         self._feed = feed
+        self._next: asyncio.Future[DiscoveryEvent] | None = None
 
     @property
     def skipped(self) -> Mapping[str, int]:
@@ -104,7 +114,19 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
         return self
 
     async def __anext__(self) -> DiscoveryEvent:
-        return await self._events.__anext__()
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._events.__anext__())
+        pending = self._next
+        try:
+            return await asyncio.shield(pending)
+        finally:
+            if pending.done():
+                self._next = None
 
     async def aclose(self) -> None:
+        pending, self._next = self._next, None
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
         await self._events.aclose()
