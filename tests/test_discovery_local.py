@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sqlite3
 import sys
@@ -31,22 +32,17 @@ from shardline.pool.metadata import WorkerMetadata
 
 HEARTBEAT = 0.05
 LIVENESS = 0.25
-POLL = 0.002
 # the fault tests leave room for a second process's scheduling on a loaded machine
 FAULT_HEARTBEAT = 0.1
 FAULT_LIVENESS = 0.3
-BOUND = FAULT_LIVENESS + FAULT_HEARTBEAT + POLL
+BOUND = FAULT_LIVENESS + FAULT_HEARTBEAT
 SLACK = 0.3
 
 PUBLISHER = Path(__file__).with_name("local_publisher.py")
 
 
 def local(directory: Path, namespace: str, **settings: Any) -> LocalDiscovery:
-    options: dict[str, Any] = {
-        "heartbeat": HEARTBEAT,
-        "liveness_timeout": LIVENESS,
-        "poll_interval": POLL,
-    }
+    options: dict[str, Any] = {"heartbeat": HEARTBEAT, "liveness_timeout": LIVENESS}
     return LocalDiscovery(namespace, directory=directory, **{**options, **settings})
 
 
@@ -305,6 +301,64 @@ def test_a_subscriber_behind_the_trimmed_log_gets_exactly_the_differences(
 
 def kinds_and_pids(events: list[DiscoveryEvent]) -> list[tuple[str, int, int]]:
     return [(event.type, event.metadata.uid.int, event.metadata.pid) for event in events]
+
+
+def test_subscribers_are_woken_at_once_rather_than_at_the_next_poll(tmp_path: Path) -> None:
+    async def scenario() -> list[float]:
+        # without the doorbell, this subscriber would look for changes only every 2 s
+        subscriber = local(tmp_path, "bell", poll_interval=2.0, heartbeat=2.0, liveness_timeout=5)
+        other = local(tmp_path, "bell")
+        subscription = subscriber.subscribe()
+        await other.publisher.publish("worker-added", worker(1))
+        await take(subscription, 1)
+        delays = []
+        for pid in range(1, 6):
+            waiting = asyncio.create_task(take(subscription, 1))
+            await asyncio.sleep(0.05)
+            published = time.monotonic()
+            await other.publisher.publish("worker-updated", worker(1, pid=pid))
+            await waiting
+            delays.append(time.monotonic() - published)
+        for handle in (subscriber, other):
+            await handle.aclose()
+        return delays
+
+    delays = sorted(asyncio.run(scenario()))
+    assert delays[2] < 0.3, delays
+
+
+def test_a_change_written_without_a_wake_up_is_noticed_by_polling(tmp_path: Path) -> None:
+    async def scenario() -> float:
+        discovery = local(tmp_path, "polled", poll_interval=0.02, heartbeat=2.0, liveness_timeout=5)
+        subscription = discovery.subscribe()
+        await discovery.publisher.publish("worker-added", worker(1))
+        await take(subscription, 1)
+        waiting = asyncio.create_task(take(subscription, 1))
+        await asyncio.sleep(0.05)
+        written = time.monotonic()
+        write_by_hand(discovery.path, [(worker(7).uid, encode_record(worker(7)))])
+        assert kinds_and_pids(await waiting) == [("worker-added", 7, worker(7).pid)]
+        noticed = time.monotonic() - written
+        await discovery.aclose()
+        return noticed
+
+    # well before the next check for lapsed publishers (every 2 s) would have read the log
+    assert asyncio.run(scenario()) < 1.0
+
+
+def test_a_doorbell_left_by_a_dead_process_is_removed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        discovery = local(tmp_path, "stale")
+        doorbells = discovery.path.with_suffix(".doorbells")
+        doorbells.mkdir()
+        os.mkfifo(doorbells / "4242-dead")
+        (doorbells / "4243-file").write_bytes(b"")
+        await discovery.publisher.publish("worker-added", worker(1))
+        assert sorted(path.name for path in doorbells.iterdir()) == ["4243-file"]
+        assert (doorbells / "4243-file").read_bytes() == b""
+        await discovery.aclose()
+
+    asyncio.run(scenario())
 
 
 def test_a_closed_handle_ends_its_subscriptions_and_refuses_work(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import logging
 import math
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
+from shardline.discovery.local_doorbell import Doorbell
 from shardline.discovery.local_store import Batch, LocalStore, Registration, connect
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
@@ -41,21 +43,25 @@ class LocalDiscovery:
     ``<tempdir>/shardline-<uid>``; a default directory is created private to the user and
     refused (``PermissionError``) if another user owns it or can write to it.
 
+    Subscribers are woken as soon as a change is committed (on platforms with named pipes);
+    ``poll_interval`` bounds the delay where they are not, or when a wake-up is lost. A
+    subscriber that falls more than ``log_retention`` changes behind (it stopped reading)
+    catches up by re-reading every record and receives exactly the differences, intermediate
+    versions coalesced.
+
     Liveness: a publisher that has published heartbeats every ``heartbeat`` seconds. One that
     stops (killed, or stalled) for longer than its ``liveness_timeout`` is presumed dead, and
-    any handle on the namespace withdraws its records: a subscriber sees them dropped at most
-    ``liveness_timeout + heartbeat + poll_interval`` seconds after the last heartbeat (with the
-    same settings on both sides). A publisher that was only stalled gets back, at its next
-    heartbeat, the records nobody replaced or withdrew meanwhile; subscribers see them added
-    again. ``liveness_timeout`` must be at least twice ``heartbeat``.
-
-    Subscribers notice a change within ``poll_interval`` seconds. A subscriber that falls
-    more than ``log_retention`` changes behind (it stopped reading) catches up by re-reading
-    every record and receives exactly the differences, intermediate versions coalesced.
+    its records are withdrawn by the first handle on the namespace that notices, checking
+    every ``heartbeat`` while it publishes or a subscription of it is being read: with the
+    same settings everywhere, subscribers see the records dropped at most
+    ``liveness_timeout + heartbeat`` seconds after the last heartbeat. A publisher that was
+    only stalled gets back, at its next heartbeat, the records nobody replaced or withdrew
+    meanwhile, and subscribers see them added again. ``liveness_timeout`` must be at least
+    twice ``heartbeat``.
 
     The constructor opens (creating if needed) the namespace's database, a short blocking
-    call; ``aclose()`` withdraws this handle's publisher's records, ends its subscriptions and
-    closes the database. A handle belongs to one event loop.
+    call; ``aclose()`` withdraws the records this handle's publisher owns, ends its
+    subscriptions and closes the database. A handle belongs to one event loop.
 
     Implementation notes
     --------------------
@@ -66,12 +72,14 @@ class LocalDiscovery:
     one small write transaction; a subscriber remembers its position in the log and reads only
     the entries after it, so its work per change does not depend on the number of workers, and
     it re-reads all records only when it subscribes or has fallen behind the trimmed log.
-    Between reads it polls ``PRAGMA data_version`` on a connection of its own, a look at the
-    WAL index in shared memory (about 5 us, never waiting for a lock), every
-    ``poll_interval``, and reads the log only when the database moved. Every other SQLite call
-    runs on one worker thread per handle, which also keeps a handle's operations in the order
-    they were made. Heartbeats and the check for lapsed publishers run every ``heartbeat`` in
-    the publisher and in each subscription being read.
+
+    Each handle that subscribes listens on a doorbell, a named pipe that writers poke after
+    each commit (:mod:`shardline.discovery.local_doorbell`), and also checks
+    ``PRAGMA data_version`` on a connection of its own every ``poll_interval``: a look at the
+    WAL index in shared memory (about 5 us, never waiting for a lock) that moves whenever
+    anyone commits. The log is read only when that value moved. Every other SQLite call runs
+    on one worker thread per handle, which also keeps a handle's operations in the order they
+    were made.
     """
 
     def __init__(
@@ -81,7 +89,7 @@ class LocalDiscovery:
         directory: str | os.PathLike[str] | None = None,
         heartbeat: float = 1.0,
         liveness_timeout: float = 5.0,
-        poll_interval: float = 0.01,
+        poll_interval: float = 0.1,
         log_retention: int = 10_000,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
@@ -113,6 +121,8 @@ class LocalDiscovery:
             max_workers=1, thread_name_prefix=f"shardline-local-{namespace}"
         )
         self._closed = False
+        self._doorbell: Doorbell | None = None
+        self._polling = False
         self._next_reap = 0.0
         self._publisher = _LocalPublisher(self, Registration(timeout))
 
@@ -139,6 +149,8 @@ class LocalDiscovery:
             return
         await self._publisher.aclose()
         self._closed = True
+        if self._doorbell is not None:
+            self._doorbell.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._store.close)
         self._executor.shutdown(wait=False)
         self._watch.close()
@@ -147,10 +159,12 @@ class LocalDiscovery:
         self, snapshot: concurrent.futures.Future[Batch], feed: RecordFeed
     ) -> AsyncGenerator[DiscoveryEvent, None]:
         batch = await asyncio.wrap_future(snapshot)
+        doorbell = self._listen()
         for event in self._events(batch, feed):
             yield event
         position = batch.head
         while not self._closed:
+            rung = None if doorbell is None else doorbell.rung
             version = self._data_version()
             await self._reap_if_due()
             try:
@@ -165,7 +179,7 @@ class LocalDiscovery:
                     yield event
                 if len(batch.changes) == _BATCH:
                     continue
-            await self._changed(version)
+            await self._changed(version, doorbell, rung)
 
     def _events(self, batch: Batch, feed: RecordFeed) -> list[DiscoveryEvent]:
         events: list[DiscoveryEvent] = []
@@ -188,14 +202,39 @@ class LocalDiscovery:
             events.extend(feed.remove(uid) if found is None else feed.put(found))
         return events
 
-    async def _changed(self, version: int | None) -> None:
+    async def _changed(
+        self, version: int | None, doorbell: Doorbell | None, rung: asyncio.Event | None
+    ) -> None:
         """Returns once the database may have moved past ``version``, or a reap is due."""
         loop = asyncio.get_running_loop()
-        while not self._closed and loop.time() < self._next_reap:
+        while not self._closed:
             current = self._data_version()
             if current is None or current != version:
                 return
-            await asyncio.sleep(self._poll_interval)
+            delay = min(self._poll_interval, self._next_reap - loop.time())
+            if delay <= 0:
+                return
+            if doorbell is None or rung is None:
+                await asyncio.sleep(delay)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rung.wait(), delay)
+            rung = doorbell.rung
+
+    def _listen(self) -> Doorbell | None:
+        """This handle's doorbell, opened by its first subscription."""
+        if self._doorbell is None and not self._polling:
+            try:
+                self._doorbell = Doorbell(self._store.doorbells)
+            except (OSError, NotImplementedError) as error:
+                self._polling = True
+                logger.info(
+                    "no doorbell for %s (%s): changes are noticed every %s s",
+                    self.path,
+                    error,
+                    self._poll_interval,
+                )
+        return self._doorbell
 
     def _data_version(self) -> int | None:
         """Moves whenever another connection commits; ``None`` when it cannot be read now."""

@@ -16,8 +16,9 @@ One database file per namespace, in WAL mode, shared by every process that opens
   deleted from the log.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction (writers queue on the database lock with a
-busy timeout); every read of more than one statement is one read transaction, which WAL lets
-run beside a writer.
+busy timeout), and one that logged changes rings the namespace's doorbells
+(:mod:`shardline.discovery.local_doorbell`) once committed; every read of more than one
+statement is one read transaction, which WAL lets run beside a writer.
 
 Rules:
 
@@ -44,6 +45,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from shardline.discovery.local_doorbell import ring
 
 __all__ = ["Batch", "LocalStore", "Registration"]
 
@@ -114,12 +117,13 @@ class LocalStore:
 
     def __init__(self, path: Path, namespace: str, *, log_retention: int) -> None:
         self.path = path
+        self.doorbells = path.with_suffix(".doorbells")
         self._retention = log_retention
         self._trim_step = min(_TRIM_STEP, log_retention)
         self._db = connect(path, BUSY_TIMEOUT)
         try:
             self._db.execute("PRAGMA journal_mode = WAL")
-            with self._write():
+            with self._transaction():
                 for statement in _SCHEMA:
                     self._db.execute(statement)
                 self._db.execute(
@@ -290,8 +294,8 @@ class LocalStore:
     def _meta(self, key: str) -> Any:
         return self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
 
-    def _trim(self) -> None:
-        keep_after = self._head() - self._retention
+    def _trim(self, head: int) -> None:
+        keep_after = head - self._retention
         if keep_after - int(self._meta("trimmed_through")) >= self._trim_step:
             self._db.execute("DELETE FROM changes WHERE seq <= ?", (keep_after,))
             self._db.execute(
@@ -300,10 +304,21 @@ class LocalStore:
 
     @contextmanager
     def _write(self) -> Iterator[None]:
+        """A write transaction; if it logged changes, it trims the log and rings, once done."""
+        with self._transaction():
+            before = self._head()
+            yield
+            head = self._head()
+            if head != before:
+                self._trim(head)
+        if head != before:
+            ring(self.doorbells)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
-            self._trim()
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
