@@ -1,10 +1,13 @@
-"""Shared fixtures: readable names for the uuids the topology tests use."""
+"""Shared fixtures: readable names for the uuids the topology tests use, and one etcd server for
+the tests that only read and write keys (tests that restart or reconfigure etcd start their own)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
+from etcd_server import EtcdServer
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 
@@ -40,3 +43,14 @@ def topology() -> Topology:
     t = Topology()
     t.apply_tiers({"default": 3000, "other": 3000})
     return t
+
+
+@pytest.fixture(scope="session")
+def etcd() -> Iterator[EtcdServer]:
+    """A real etcd on free loopback ports; a test that cannot have it fails, never skips."""
+    server = EtcdServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()

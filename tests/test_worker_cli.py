@@ -7,13 +7,12 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from discovery_contract import kinds, take
-from etcd_server import EtcdServer
 from transport_servers import new_namespace, run
 
 from shardline import WorkerMetadata, WorkerProxy
@@ -65,16 +64,6 @@ async def worker_process(directory: Path, *arguments: str) -> AsyncIterator[Work
         if process.returncode is None:
             process.kill()
             await process.wait()
-
-
-@pytest.fixture(scope="module")
-def etcd() -> Iterator[EtcdServer]:
-    server = EtcdServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 # A backend: the worker's extra arguments, and how the test opens a handle on a namespace.

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 from discovery_contract import take
-from test_worker_cli import Backend, WorkerProcess, backend, etcd, worker_process
+from test_worker_cli import Backend, WorkerProcess, backend, worker_process
 from transport_servers import new_namespace, run
 
 from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery, Subscription
 from shardline.transport import GrpcConnection, Task
 
-__all__ = ["backend", "etcd"]  # fixtures, imported for pytest
+__all__ = ["backend"]  # a fixture, imported for pytest
 
 WAIT = 20.0
 
