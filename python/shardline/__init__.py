@@ -16,12 +16,14 @@ from shardline.balancers import (
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import (
     InvalidEvent,
+    InvalidRecord,
     NoWorkersAvailable,
     RpcError,
     ShardlineError,
     TransientRpcError,
     UnhashableKey,
     UnknownTier,
+    WorkerError,
 )
 from shardline.pool import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
 from shardline.pool.proxy import WorkerProxy
@@ -41,6 +43,7 @@ __all__ = [
     "Instance",
     "InstanceEvent",
     "InvalidEvent",
+    "InvalidRecord",
     "LeastLoadedLoadBalancer",
     "LoadBalancerContext",
     "LoadBalancerContextView",
@@ -56,6 +59,7 @@ __all__ = [
     "UnhashableKey",
     "UnknownTier",
     "WeightedRoundRobinLoadBalancer",
+    "WorkerError",
     "WorkerMetadata",
     "WorkerProxy",
     "bucket_id",
