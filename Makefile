@@ -14,7 +14,7 @@ $(BIN)/maturin:
 	$(BIN)/pip install --quiet --upgrade pip maturin
 
 demo: $(BIN)/maturin ## Install shardline (release build) and run `shardline demo`
-	$(MATURIN) develop --release --quiet
+	$(MATURIN) develop --release --extras grpc,etcd --quiet
 	$(BIN)/shardline demo
 
 test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run every test (pytest and cargo test)
