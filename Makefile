@@ -39,10 +39,11 @@ bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build
 	$(MATURIN) develop --release --extras bench --quiet
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
 
-servers: ## Install the servers the tests start on loopback (etcd) from Debian's packages
-	@command -v etcd >/dev/null || { \
+servers: ## Install the servers the tests start on loopback (etcd, PostgreSQL) from Debian's packages
+	@command -v etcd >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
-		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q etcd-server; }
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+			$$SUDO apt-get install -y -q etcd-server postgresql; }
 
 clean: ## Remove the virtualenv and build products
 	rm -rf $(VENV) target
