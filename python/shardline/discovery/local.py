@@ -159,6 +159,8 @@ class LocalDiscovery:
         self, snapshot: concurrent.futures.Future[Batch], feed: RecordFeed
     ) -> AsyncGenerator[DiscoveryEvent, None]:
         batch = await asyncio.wrap_future(snapshot)
+        if self._closed:
+            return
         doorbell = self._listen()
         for event in self._events(batch, feed):
             yield event
@@ -167,6 +169,8 @@ class LocalDiscovery:
             rung = None if doorbell is None else doorbell.rung
             version = self._data_version()
             await self._reap_if_due()
+            if self._closed:
+                return
             try:
                 batch = await self._call(self._store.read, position, _BATCH)
             except sqlite3.OperationalError as error:
@@ -282,15 +286,19 @@ class _LocalPublisher:
 
     async def aclose(self) -> None:
         """Withdraws the records this publisher still owns; it may publish again afterwards."""
-        if self._heartbeats is not None:
-            self._heartbeats.cancel()
-            self._heartbeats = None
+        heartbeats, self._heartbeats = self._heartbeats, None
+        if heartbeats is not None:
+            heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeats
         await self._discovery._call(self._discovery._store.withdraw, self._registration)
 
     async def _beat(self) -> None:
         discovery = self._discovery
         while True:
             await asyncio.sleep(discovery._heartbeat)
+            if discovery._closed:
+                return
             try:
                 await discovery._call(discovery._store.beat, self._registration)
                 await discovery._reap_if_due()

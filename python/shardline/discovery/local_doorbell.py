@@ -19,9 +19,13 @@ from pathlib import Path
 
 __all__ = ["Doorbell", "ring"]
 
+_FIFOS = hasattr(os, "mkfifo")
+
 
 def ring(directory: Path) -> None:
     """Wakes every listener in ``directory`` (blocking, but never waits on a listener)."""
+    if not _FIFOS:
+        return
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
@@ -55,7 +59,7 @@ class Doorbell:
     """
 
     def __init__(self, directory: Path) -> None:
-        if not hasattr(os, "mkfifo"):
+        if not _FIFOS:
             raise NotImplementedError("no FIFOs on this platform")
         directory.mkdir(mode=0o700, exist_ok=True)
         name = f"{os.getpid()}-{secrets.token_hex(8)}"
@@ -76,8 +80,10 @@ class Doorbell:
             raise
 
     def close(self) -> None:
+        """Stops listening; whoever waits on ``rung`` is woken to notice."""
         self._loop.remove_reader(self._reader)
         self._close_files(self._path)
+        self.rung.set()
 
     def _drain(self) -> None:
         with contextlib.suppress(BlockingIOError):
