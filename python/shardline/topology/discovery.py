@@ -1,0 +1,247 @@
+"""`TopologyDiscovery`: a cluster's online instances as discovery events, for `WorkerProxy`.
+
+Every instance the topology knows that is ``Online`` and has an address is one worker record;
+the same :class:`~shardline.WorkerProxy` that dispatches to worker processes then dispatches
+to cluster nodes, and a :class:`~shardline.balancers.bucket.BucketLoadBalancer` names them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+from shardline._core import Instance, Replicaset, Topology
+from shardline.discovery.event import DiscoveryEvent
+from shardline.discovery.subscription import RecordFeed, Subscription
+from shardline.errors import InvalidEvent
+from shardline.pool.metadata import WorkerMetadata
+
+__all__ = ["TopologyDiscovery", "instance_record"]
+
+logger = logging.getLogger("shardline.topology.discovery")
+
+DEFAULT_INTERVAL: Final = 1.0
+"""Seconds between two re-reads of a topology given without a source."""
+
+TopologyApply = Callable[[Topology, Any], object]
+"""How one item of a source is applied to the topology (``Topology.apply`` by default)."""
+
+_NO_REPLICAS: tuple[uuid.UUID, ...] = ()
+
+
+class _Default:
+    """The type of :data:`_DEFAULT`: "``interval`` was not given"."""
+
+
+_DEFAULT: Final = _Default()
+
+
+def instance_record(instance: Instance, replicaset: Replicaset | None) -> WorkerMetadata | None:
+    """The worker record of ``instance``, or ``None`` when it is not a pool member.
+
+    An instance is a member while its ``current_state`` is ``"Online"`` and it has an address.
+    Its record is ``WorkerMetadata(uid=UUID(instance.uuid), address=instance.address, pid=0,
+    version="", tags=frozenset(), extra={"replicaset_uuid": ..., "tier": ...})``: the topology
+    knows neither the process id nor the version of a cluster node, so those are ``0`` and
+    ``""``; ``tier`` is its replicaset's tier (``None`` while that replicaset is unknown). The
+    replicaset's master is deliberately not part of the record: a master switch changes no
+    record, so it costs the pool no refresh and no reconnect (routing to the master is the
+    balancer's business, read from the topology on every task).
+    """
+    address = instance.address
+    if not address or not instance.is_online:
+        return None
+    return WorkerMetadata(
+        uid=uuid.UUID(instance.uuid),
+        address=address,
+        pid=0,
+        version="",
+        extra=MappingProxyType(
+            {
+                "replicaset_uuid": instance.replicaset_uuid,
+                "tier": None if replicaset is None else replicaset.tier,
+            }
+        ),
+    )
+
+
+class TopologyDiscovery(Subscription):
+    """The online instances of a :class:`~shardline.Topology` as a stream of discovery events.
+
+    ``TopologyDiscovery(topology)`` follows a topology that something else keeps current: it
+    reads the topology's instances at once, then again every ``interval`` seconds (1 s by
+    default; ``None``: only when asked) and whenever :meth:`refresh` is called.
+
+    ``TopologyDiscovery(source, topology=...)`` follows a *source*, an async iterable of
+    topology events (``InstanceEvent``, ``ReplicasetEvent``, ``BucketEvent``, or whatever
+    ``apply`` accepts): it iterates the source itself, applies each item to ``topology`` (a
+    new empty one when not given; see :attr:`topology`) with ``apply(topology, item)``
+    (``Topology.apply`` by default), and re-reads the instances after every burst of items.
+    An item the topology refuses (``InvalidEvent``) is logged, counted in ``skipped`` under
+    ``"invalid-event"`` and skipped; it never ends the stream. ``interval`` adds periodic
+    re-reads (default: none). When the source ends, the stream ends after a last re-read; when
+    it raises, the stream raises the same error.
+
+    Each re-read goes through a :class:`~shardline.discovery.subscription.RecordFeed`, so the
+    events follow the discovery contract: an instance becoming a member (``Online`` with an
+    address, see :func:`instance_record`) is ``worker-added``; a member whose record changed
+    (address, replicaset, tier) is ``worker-updated``; a member that is no longer ``Online``,
+    lost its address or was deleted is ``worker-dropped``; nothing else produces an event, so
+    an unchanged re-read yields nothing. ``filter(metadata)`` restricts the members, for
+    instance to one tier (``lambda m: m.extra["tier"] == "default"``).
+
+    Usable as ``WorkerProxy(discovery=TopologyDiscovery(...), ...)``. Like every subscription
+    it survives a cancelled wait, so a proxy may be stopped and started on it again; call
+    ``aclose()`` when done with it (that also stops iterating the source). Use it from one
+    event loop.
+
+    Implementation notes:
+        The topology has no counter that moves when an instance or a replicaset changes
+        (``epoch(tier)`` moves with bucket maps only), so a re-read cannot be skipped: each
+        one copies the instances and replicasets out of the topology (one read lock each) and
+        walks them, O(instances). Instances and replicasets are immutable values that the
+        topology replaces on every change, so an instance whose object and replicaset object
+        are the ones of the previous re-read keeps its previous record without building a new
+        one. Items of a source are applied by a task of this stream; a re-read waits until
+        that task yields to the event loop, so a burst of items the source had ready (a whole
+        poll) costs one re-read.
+    """
+
+    def __init__(
+        self,
+        origin: Topology | AsyncIterable[Any],
+        *,
+        topology: Topology | None = None,
+        interval: float | _Default | None = _DEFAULT,
+        filter: Callable[[WorkerMetadata], bool] | None = None,
+        apply: TopologyApply | None = None,
+    ) -> None:
+        if isinstance(origin, Topology):
+            if topology is not None and topology is not origin:
+                raise ValueError("a topology is given twice: as the origin and as topology=")
+            if apply is not None:
+                raise ValueError("apply= applies a source's items; a topology has no source")
+            self._topology = origin
+            self._source: AsyncIterable[Any] | None = None
+            period = DEFAULT_INTERVAL if isinstance(interval, _Default) else interval
+        elif isinstance(origin, AsyncIterable):
+            self._topology = Topology() if topology is None else topology
+            self._source = origin
+            period = None if isinstance(interval, _Default) else interval
+        else:
+            raise TypeError(
+                "TopologyDiscovery follows a Topology or an async iterable of topology events,"
+                f" not {type(origin).__name__}"
+            )
+        if period is not None and not period > 0:
+            raise ValueError(f"interval must be positive (or None), got {period}")
+        self._interval = period
+        self._apply = apply if apply is not None else Topology.apply
+        self._wake = asyncio.Event()
+        self._last: dict[str, tuple[Instance, Replicaset | None, WorkerMetadata | None]] = {}
+        self._replicas: dict[str, tuple[uuid.UUID, ...]] = {}
+        self._invalid: Counter[str] = Counter()
+        feed = RecordFeed(filter)
+        self._records = feed
+        super().__init__(self._stream(), feed)
+
+    @property
+    def topology(self) -> Topology:
+        """The topology this stream reads (the one a source's items are applied to)."""
+        return self._topology
+
+    @property
+    def records(self) -> Mapping[uuid.UUID, WorkerMetadata]:
+        """The members as of the last re-read, by uid (what the stream has handed out or is
+        about to)."""
+        return self._records.shown
+
+    @property
+    def skipped(self) -> Mapping[str, int]:
+        """Items skipped: ``"invalid-event"`` counts the source's items the topology refused."""
+        return self._invalid
+
+    def replicas(self, replicaset_uuid: str) -> tuple[uuid.UUID, ...]:
+        """The uids of the members of ``replicaset_uuid`` as of the last re-read, ordered by
+        uid; empty for an unknown replicaset. O(1): built by each re-read.
+
+        Made for ``BucketLoadBalancer(..., replicas=discovery.replicas)``."""
+        return self._replicas.get(replicaset_uuid, _NO_REPLICAS)
+
+    def refresh(self) -> None:
+        """Asks for a re-read of the topology as soon as the stream is next waited on."""
+        self._wake.set()
+
+    def _reread(self) -> list[DiscoveryEvent]:
+        """Re-reads the topology's instances: the events that bring the subscriber up to date."""
+        instances = self._topology.instances
+        replicasets = self._topology.replicasets
+        last = self._last
+        seen: dict[str, tuple[Instance, Replicaset | None, WorkerMetadata | None]] = {}
+        current: dict[uuid.UUID, WorkerMetadata] = {}
+        for text, instance in instances.items():
+            rs_uuid = instance.replicaset_uuid
+            replicaset = None if rs_uuid is None else replicasets.get(rs_uuid)
+            before = last.get(text)
+            if before is not None and before[0] is instance and before[1] is replicaset:
+                record = before[2]
+            else:
+                record = instance_record(instance, replicaset)
+            seen[text] = (instance, replicaset, record)
+            if record is not None:
+                current[record.uid] = record
+        self._last = seen
+        events = self._records.resync(current)
+        members: dict[str, list[uuid.UUID]] = {}
+        for uid, record in self._records.shown.items():
+            rs_uuid = record.extra["replicaset_uuid"]
+            if rs_uuid is not None:
+                members.setdefault(rs_uuid, []).append(uid)
+        self._replicas = {rs: tuple(sorted(uids)) for rs, uids in members.items()}
+        return events
+
+    async def _stream(self) -> AsyncGenerator[DiscoveryEvent, None]:
+        pump: asyncio.Task[None] | None = None
+        if self._source is not None:
+            pump = asyncio.create_task(self._pump(self._source))
+            pump.add_done_callback(lambda _: self._wake.set())
+        try:
+            while True:
+                self._wake.clear()
+                for event in self._reread():
+                    yield event
+                if pump is not None and pump.done() and not self._wake.is_set():
+                    pump.result()  # the source's error, if it failed
+                    return
+                if self._wake.is_set():
+                    continue
+                if self._interval is None:
+                    await self._wake.wait()
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self._interval)
+        finally:
+            if pump is not None and not pump.done():
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+
+    async def _pump(self, source: AsyncIterable[Any]) -> None:
+        """Applies the source's items to the topology, waking the stream after each."""
+        topology, apply = self._topology, self._apply
+        async for item in source:
+            try:
+                applied = apply(topology, item)
+                if inspect.isawaitable(applied):
+                    await applied
+            except InvalidEvent as error:
+                self._invalid["invalid-event"] += 1
+                logger.warning("skipped a topology event the topology refused: %s", error)
+            self._wake.set()
