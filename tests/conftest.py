@@ -54,3 +54,19 @@ def etcd() -> Iterator[EtcdServer]:
         yield server
     finally:
         server.close()
+
+
+from pg_server import PgServer  # noqa: E402  (appended with the fixture below)
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PgServer]:
+    """A real PostgreSQL on a free loopback port (`tests/pg_server.py`); a test that cannot have
+    it fails, never skips. Tests share the server: each takes its own database with
+    `pg.create_database()` (or its own server, if it restarts or reconfigures it)."""
+    server = PgServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()

@@ -1,0 +1,317 @@
+"""A real PostgreSQL for the tests: one server on a free loopback port, its data in a temporary
+folder, stopped (and the folder removed) by :meth:`PgServer.close`.
+
+The binaries come from ``$SHARDLINE_PG_BIN`` (a directory holding ``initdb`` and ``postgres``),
+else from the newest ``/usr/lib/postgresql/<version>/bin`` (Debian's layout; ``make servers``
+installs the ``postgresql`` package), else from ``PATH``. PostgreSQL refuses to run as root, so
+when the tests run as root ``initdb`` and ``postgres`` run as the ``postgres`` system user
+(``$SHARDLINE_PG_USER`` names another), with the temporary folder handed over to it.
+
+The server listens on 127.0.0.1 only, plus a unix socket inside the temporary folder (never
+``/var/run``). TCP connections authenticate with a password (SCRAM); the socket trusts the
+local user. The bootstrap superuser is ``shardline`` with password ``shardline``; :attr:`dsn`
+connects as it. Durability is turned off (``fsync``, ``synchronous_commit``,
+``full_page_writes``): the data is thrown away anyway, and a start takes well under a second.
+
+Anything that keeps the server from starting raises :class:`PgUnavailable` with the reason and
+the end of the server's log: tests that need PostgreSQL fail, they never skip.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+SUPERUSER = "shardline"
+PASSWORD = "shardline"
+
+_database_names = itertools.count(1)
+
+
+class PgUnavailable(RuntimeError):
+    """PostgreSQL could not be found or started."""
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", path.parent.name)) or (0,)
+
+
+def find_bin_dir() -> Path:
+    """The directory holding ``initdb`` and ``postgres``; raises :class:`PgUnavailable`."""
+    configured = os.environ.get("SHARDLINE_PG_BIN")
+    if configured:
+        candidates = [Path(configured)]
+    else:
+        candidates = sorted(
+            (p for p in Path("/usr/lib/postgresql").glob("*/bin") if p.is_dir()),
+            key=_version_key,
+            reverse=True,
+        )
+        on_path = shutil.which("initdb")
+        if on_path:
+            candidates.append(Path(on_path).parent)
+    for directory in candidates:
+        if all(os.access(directory / tool, os.X_OK) for tool in ("initdb", "postgres")):
+            return directory
+    where = configured or "/usr/lib/postgresql/*/bin or PATH"
+    raise PgUnavailable(
+        f"no initdb and postgres executables in {where}; `make servers` installs PostgreSQL"
+        " (or set $SHARDLINE_PG_BIN)"
+    )
+
+
+def _free_port() -> int:
+    # another process may take it before the server does: start() notices and picks another
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PgServer:
+    """One PostgreSQL server; ``start()``, ``stop()`` and ``restart()`` keep its port and data.
+
+    ``settings`` are extra ``postgresql.conf`` parameters (name → value), passed on the
+    server's command line.
+    """
+
+    def __init__(self, *, settings: Mapping[str, str] | None = None) -> None:
+        self.bin_dir = find_bin_dir()
+        self.settings = dict(settings or {})
+        self.directory = Path(tempfile.mkdtemp(prefix="shardline-pg-"))
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self._account = self._system_account()
+        if self._account is not None:
+            os.chown(self.directory, self._account.pw_uid, self._account.pw_gid)
+
+    # where and how to connect
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.directory / "socket"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "postgres.log"
+
+    @property
+    def dsn(self) -> str:
+        """The superuser's DSN for the ``postgres`` database, over TCP with its password."""
+        return self.dsn_for("postgres")
+
+    def dsn_for(
+        self, database: str, *, user: str = SUPERUSER, password: str | None = PASSWORD
+    ) -> str:
+        dsn = f"host=127.0.0.1 port={self.port} dbname={database} user={user}"
+        if password is not None:
+            dsn += f" password={password}"
+        return dsn + " connect_timeout=5"
+
+    def create_database(self, name: str | None = None) -> str:
+        """Creates an empty database (default: a fresh unique name) and returns its DSN."""
+        name = name or f"test_{os.getpid()}_{next(_database_names)}"
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return self.dsn_for(name)
+
+    @contextmanager
+    def connect(self, database: str = "postgres") -> Iterator[psycopg.Connection[Any]]:
+        """A superuser connection in autocommit mode, closed on exit."""
+        with psycopg.connect(self.dsn_for(database), autocommit=True) as connection:
+            yield connection
+
+    # running as another user when root
+
+    @staticmethod
+    def _system_account() -> pwd.struct_passwd | None:
+        if os.geteuid() != 0:
+            return None
+        name = os.environ.get("SHARDLINE_PG_USER", "postgres")
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            raise PgUnavailable(
+                f"the tests run as root and PostgreSQL refuses to; there is no {name!r} system"
+                " user to run it as (install the postgresql package, or set $SHARDLINE_PG_USER)"
+            ) from None
+
+    def _popen_kwargs(self) -> dict[str, Any]:
+        if self._account is None:
+            return {}
+        return {
+            "user": self._account.pw_uid,
+            "group": self._account.pw_gid,
+            "extra_groups": [],
+            "cwd": self.directory,
+            "env": {**os.environ, "HOME": str(self.directory), "USER": self._account.pw_name},
+        }
+
+    def _make_dir(self, path: Path) -> None:
+        path.mkdir(mode=0o700, exist_ok=True)
+        if self._account is not None:
+            os.chown(path, self._account.pw_uid, self._account.pw_gid)
+
+    # life cycle
+
+    def _initdb(self) -> None:
+        password_file = self.directory / "password"
+        password_file.write_text(PASSWORD + "\n")
+        if self._account is not None:
+            os.chown(password_file, self._account.pw_uid, self._account.pw_gid)
+        command = [
+            str(self.bin_dir / "initdb"),
+            f"--pgdata={self.data_dir}",
+            f"--username={SUPERUSER}",
+            f"--pwfile={password_file}",
+            "--auth-host=scram-sha-256",
+            "--auth-local=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, timeout=120, check=False, **self._popen_kwargs()
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise PgUnavailable(f"{command[0]} could not be run: {error}") from error
+        finally:
+            password_file.unlink(missing_ok=True)
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr).decode(errors="replace")
+            tail = "\n".join(output.splitlines()[-20:])
+            raise PgUnavailable(f"initdb exited with status {done.returncode}:\n{tail}")
+        # loopback only: TCP from 127.0.0.1 with a password, the socket for the local user
+        (self.data_dir / "pg_hba.conf").write_text(
+            "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+        )
+
+    def _command(self) -> list[str]:
+        settings = {
+            "listen_addresses": "127.0.0.1",
+            "port": str(self.port),
+            "unix_socket_directories": str(self.socket_dir),
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "100",
+            "shared_buffers": "32MB",
+            "log_min_messages": "warning",
+            **self.settings,
+        }
+        command = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
+        for name, value in settings.items():
+            command += ["-c", f"{name}={value}"]
+        return command
+
+    def start(self) -> None:
+        """Initialises the data directory on first use, starts the server and waits until it
+        accepts connections; a first start that finds its port taken retries on a new one."""
+        for attempt in range(3):
+            try:
+                self._start_once()
+                return
+            except PgUnavailable as error:
+                taken = "could not bind" in str(error) or "already in use" in str(error)
+                if not taken or attempt == 2:
+                    raise
+                self.port = _free_port()
+
+    def _start_once(self) -> None:
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
+        self._make_dir(self.socket_dir)
+        with self.log.open("ab") as log:
+            if self._account is not None:
+                os.chown(self.log, self._account.pw_uid, self._account.pw_gid)
+            try:
+                self.process = subprocess.Popen(
+                    self._command(), stdout=log, stderr=subprocess.STDOUT, **self._popen_kwargs()
+                )
+            except OSError as error:
+                raise PgUnavailable(
+                    f"{self.bin_dir / 'postgres'} could not be run: {error}"
+                ) from error
+        deadline = time.monotonic() + START_TIMEOUT
+        last_error = "not tried"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise PgUnavailable(
+                    f"postgres exited with status {self.process.returncode}:\n{self._log_tail()}"
+                )
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=2):
+                    return
+            except psycopg.OperationalError as error:
+                last_error = str(error).strip()
+            time.sleep(0.02)
+        self.stop()
+        raise PgUnavailable(
+            f"postgres not accepting connections within {START_TIMEOUT} s ({last_error}):\n"
+            f"{self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Stops the server (a fast shutdown: clients are disconnected)."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        for signum in (signal.SIGINT, signal.SIGQUIT):
+            process.send_signal(signum)
+            try:
+                process.wait(STOP_TIMEOUT)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        process.kill()
+        process.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def terminate_backends(self, database: str, *, application_name: str | None = None) -> int:
+        """Terminates the other sessions connected to ``database`` (optionally only those with
+        ``application_name``) with ``pg_terminate_backend``; returns how many."""
+        query = (
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()"
+        )
+        params: list[str] = [database]
+        if application_name is not None:
+            query += " AND application_name = %s"
+            params.append(application_name)
+        with self.connect() as connection:
+            row = connection.execute(query, params).fetchone()
+        return int(row[0]) if row else 0
