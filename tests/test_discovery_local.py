@@ -30,20 +30,23 @@ from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 from shardline.pool.metadata import WorkerMetadata
 
-HEARTBEAT = 0.05
-LIVENESS = 0.25
-# the fault tests leave room for a second process's scheduling on a loaded machine
-FAULT_HEARTBEAT = 0.1
-FAULT_LIVENESS = 0.3
-BOUND = FAULT_LIVENESS + FAULT_HEARTBEAT
-SLACK = 0.3
+# Short enough for a quick suite, long enough that a loaded machine stalling a process for a
+# moment does not get it presumed dead. Tests not about liveness keep the defaults (1 s, 5 s).
+HEARTBEAT = 0.1
+LIVENESS = 0.5
+BOUND = LIVENESS + HEARTBEAT
+SLACK = 0.4
+SHORT = (HEARTBEAT, LIVENESS)
 
 PUBLISHER = Path(__file__).with_name("local_publisher.py")
 
 
 def local(directory: Path, namespace: str, **settings: Any) -> LocalDiscovery:
-    options: dict[str, Any] = {"heartbeat": HEARTBEAT, "liveness_timeout": LIVENESS}
-    return LocalDiscovery(namespace, directory=directory, **{**options, **settings})
+    return LocalDiscovery(namespace, directory=directory, **settings)
+
+
+def short_lived(directory: Path, namespace: str) -> LocalDiscovery:
+    return local(directory, namespace, heartbeat=HEARTBEAT, liveness_timeout=LIVENESS)
 
 
 class TestLocalDiscovery(DiscoveryContract):
@@ -57,7 +60,13 @@ class TestLocalDiscovery(DiscoveryContract):
 
 @asynccontextmanager
 async def publisher_process(
-    directory: Path, namespace: str, *, first: int = 1, count: int = 1, versions: int = 1
+    directory: Path,
+    namespace: str,
+    *,
+    first: int = 1,
+    count: int = 1,
+    versions: int = 1,
+    liveness: tuple[float, float] = (1.0, 5.0),
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """A process that has published its workers and keeps them alive until its stdin closes."""
     process = await asyncio.create_subprocess_exec(
@@ -66,7 +75,7 @@ async def publisher_process(
         str(directory),
         namespace,
         *("--first", str(first), "--count", str(count), "--versions", str(versions)),
-        *("--heartbeat", str(FAULT_HEARTBEAT), "--liveness", str(FAULT_LIVENESS)),
+        *("--heartbeat", str(liveness[0]), "--liveness", str(liveness[1])),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -93,13 +102,13 @@ def uids(events: list[DiscoveryEvent]) -> set[tuple[str, uuid.UUID]]:
 
 def test_a_killed_publisher_is_dropped_within_the_liveness_bound(tmp_path: Path) -> None:
     async def scenario() -> None:
-        discovery = local(tmp_path, "killed", heartbeat=FAULT_HEARTBEAT)
+        discovery = short_lived(tmp_path, "killed")
         subscription = discovery.subscribe()
-        async with publisher_process(tmp_path, "killed", count=3) as process:
+        async with publisher_process(tmp_path, "killed", count=3, liveness=SHORT) as process:
             added = await take(subscription, 3)
             assert {event.metadata.pid for event in added} == {process.pid}
             # alive, it keeps its records well past the timeout
-            assert await quiet(subscription, 3 * FAULT_LIVENESS)
+            assert await quiet(subscription, 3 * LIVENESS)
             process.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             dropped = await take(subscription, 3)
@@ -113,9 +122,9 @@ def test_a_killed_publisher_is_dropped_within_the_liveness_bound(tmp_path: Path)
 
 def test_a_stalled_publisher_is_dropped_then_restored_when_it_resumes(tmp_path: Path) -> None:
     async def scenario() -> None:
-        discovery = local(tmp_path, "stalled", heartbeat=FAULT_HEARTBEAT)
+        discovery = short_lived(tmp_path, "stalled")
         subscription = discovery.subscribe()
-        async with publisher_process(tmp_path, "stalled", count=2) as process:
+        async with publisher_process(tmp_path, "stalled", count=2, liveness=SHORT) as process:
             await take(subscription, 2)
             process.send_signal(signal.SIGSTOP)
             try:
@@ -161,11 +170,11 @@ def test_a_subscriber_started_after_a_publisher_died_replays_none_of_its_workers
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with publisher_process(tmp_path, "dead", count=3) as process:
+        async with publisher_process(tmp_path, "dead", count=3, liveness=SHORT) as process:
             process.send_signal(signal.SIGKILL)
             await process.wait()
         # nobody was watching while its heartbeat lapsed
-        await asyncio.sleep(FAULT_LIVENESS + FAULT_HEARTBEAT)
+        await asyncio.sleep(LIVENESS + HEARTBEAT)
         discovery = local(tmp_path, "dead")
         survivor = worker(9)
         await discovery.publisher.publish("worker-added", survivor)

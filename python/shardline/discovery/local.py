@@ -47,7 +47,9 @@ class LocalDiscovery:
     ``poll_interval`` bounds the delay where they are not, or when a wake-up is lost. A
     subscriber that falls more than ``log_retention`` changes behind (it stopped reading)
     catches up by re-reading every record and receives exactly the differences, intermediate
-    versions coalesced.
+    versions coalesced. A stored record a subscriber cannot read is skipped and counted in
+    ``Subscription.skipped``; for that subscriber the worker is then absent (dropped, if it
+    was shown).
 
     Liveness: a publisher that has published heartbeats every ``heartbeat`` seconds. One that
     stops (killed, or stalled) for longer than its ``liveness_timeout`` is presumed dead, and

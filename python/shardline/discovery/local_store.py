@@ -28,7 +28,7 @@ Rules:
 - A publisher that writes or beats and finds its row gone was presumed dead while stalled: it
   registers again under the same id and its orphans return to ``records`` (and to the log).
   Any write of a uid discards that uid's orphan, so a record someone replaced or withdrew in
-  the meantime is not brought back. Orphans older than an hour are discarded.
+  the meantime is not brought back. Each reap discards orphans older than an hour.
 - Writers trim the log to its last ``log_retention`` entries (in steps, so the cost is
   amortised over the writes); a reader whose position is below ``trimmed_through`` lost entries
   and re-reads ``records`` whole instead.
@@ -85,7 +85,7 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS orphans_by_owner ON orphans (owner)",
 )
 
-# (uid, data or None when withdrawn) at position seq of the log
+# (seq, uid, data): one entry of the log; data is None when the record was withdrawn
 Change = tuple[int, bytes, bytes | None]
 
 
@@ -176,16 +176,15 @@ class LocalStore:
             with self._write():
                 self._register(publisher)
 
-    def withdraw(self, publisher: Registration) -> int:
-        """Withdraws the records ``publisher`` owns and forgets it; returns how many."""
+    def withdraw(self, publisher: Registration) -> None:
+        """Withdraws the records ``publisher`` owns and forgets it."""
         publisher.live = False
         if publisher.id is None:
-            return 0
+            return
         with self._write():
-            count = self._withdraw_owned(publisher.id)
+            self._withdraw_owned(publisher.id)
             self._db.execute("DELETE FROM orphans WHERE owner = ?", (publisher.id,))
             self._db.execute("DELETE FROM publishers WHERE id = ?", (publisher.id,))
-        return count
 
     def reap(self) -> None:
         """Withdraws the records of every publisher whose heartbeat lapsed."""
