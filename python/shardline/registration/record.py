@@ -35,9 +35,13 @@ class RecordStore(Protocol):
     - ``report(service, False, owner)`` is dropped when a record exists and its owner is not
       ``owner`` (a departed replica's late deregistration cannot override its successor);
       otherwise the record becomes ``Record(owner, False)``. It returns whether it was applied.
+      A retraction carries no address (``ValueError`` if given one).
     - ``get(service)`` is the record or ``None``; ``clear(service)`` removes it (undeploy).
-    - ``watch(services)`` yields ``(service, record or None)`` for each of ``services``: first
-      its current state, then every change.
+    - ``watch(services)`` yields ``(service, record or None)`` for each of ``services``: when
+      first iterated, the current state of each (in the order given, duplicates once), then
+      every change, never repeating what it last yielded for a service; ``aclose()`` ends it.
+
+    Arguments are checked before anything is written (``ValueError`` naming the value).
     """
 
     async def claim(self, service: str, owner: str | None) -> None: ...

@@ -1,0 +1,49 @@
+"""Checks of the arguments the registration API shares, each raising ``ValueError`` naming the
+value it refuses (the same messages from every store)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+__all__ = ["check_owner", "check_seconds", "check_service", "check_services"]
+
+
+def check_service(service: object) -> str:
+    """``service`` if it is a non-empty str."""
+    if not isinstance(service, str) or not service:
+        raise ValueError(f"service must be a non-empty str, got {service!r}")
+    return service
+
+
+def check_owner(owner: object) -> str | None:
+    """``owner`` if it is a str or None."""
+    if owner is not None and not isinstance(owner, str):
+        raise ValueError(f"owner must be a str or None, got {owner!r}")
+    return owner
+
+
+def check_services(services: object) -> tuple[str, ...]:
+    """The names in ``services`` in the order given, each once. A bare str is refused: it is a
+    collection of characters, never what the caller meant."""
+    if isinstance(services, str | bytes) or not isinstance(services, Collection):
+        raise ValueError(f"services must be a collection of service names, got {services!r}")
+    names = tuple(dict.fromkeys(check_service(service) for service in services))
+    if not names:
+        raise ValueError("services must name at least one service, got none")
+    return names
+
+
+def check_seconds(name: str, value: object, *, zero: bool = False) -> float:
+    """``value`` as a float if it is a finite number of seconds, positive (or also zero when
+    ``zero``); ``name`` is the argument named in the error."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        wanted = "a finite number of seconds" + (", 0 or more" if zero else " above 0")
+        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+    return float(value)
