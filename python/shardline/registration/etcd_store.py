@@ -7,9 +7,9 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Collection, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc.aio
 from aetcd import rpc
@@ -25,9 +25,23 @@ logger = logging.getLogger("shardline.registration.etcd")
 SCHEMA_VERSION = 1
 MAX_VALUE_BYTES = 4096
 
+_T = TypeVar("_T")
+
 
 def _backoff(failures: int) -> float:
     return float(min(0.05 * 2**failures, 1.0))
+
+
+async def _on_stream(step: Awaitable[_T]) -> _T:
+    """``step`` (a read or write of a stream); the channel closed under it by another task
+    (which grpc reports as a cancellation of this one) raises ``ConnectionError`` instead."""
+    try:
+        return await step
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # this task is being cancelled
+        raise ConnectionError("the channel was closed under the watch") from None
 
 
 def _check_service(service: object) -> str:
@@ -352,9 +366,9 @@ class EtcdRecordStore:
                     create = rpc.WatchCreateRequest(
                         key=start, range_end=end, start_revision=revision + 1
                     )
-                    await watch.write(rpc.WatchRequest(create_request=create))
+                    await _on_stream(watch.write(rpc.WatchRequest(create_request=create)))
                     while True:
-                        response = await watch.read()
+                        response = await _on_stream(watch.read())
                         if response is grpc.aio.EOF:
                             raise ConnectionError("etcd ended the watch stream")
                         if response.compact_revision:
