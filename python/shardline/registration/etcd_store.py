@@ -16,6 +16,7 @@ from aetcd import rpc
 
 from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe
 from shardline.errors import InvalidRecord
+from shardline.registration.checks import check_owner, check_service, check_services
 from shardline.registration.record import Record
 
 __all__ = ["MAX_VALUE_BYTES", "SCHEMA_VERSION", "EtcdRecordStore"]
@@ -42,18 +43,6 @@ async def _on_stream(step: Awaitable[_T]) -> _T:
         if task is not None and task.cancelling():
             raise  # this task is being cancelled
         raise ConnectionError("the channel was closed under the watch") from None
-
-
-def _check_service(service: object) -> str:
-    if not isinstance(service, str) or not service:
-        raise ValueError(f"service must be a non-empty str, got {service!r}")
-    return service
-
-
-def _check_owner(owner: object) -> str | None:
-    if owner is not None and not isinstance(owner, str):
-        raise ValueError(f"owner must be a str or None, got {owner!r}")
-    return owner
 
 
 def _encode(service: str, record: Record) -> bytes:
@@ -208,14 +197,14 @@ class EtcdRecordStore:
 
     def key(self, service: str) -> bytes:
         """The etcd key holding ``service``'s record."""
-        return self.prefix + _check_service(service).encode()
+        return self.prefix + check_service(service).encode()
 
     # writes
 
     async def claim(self, service: str, owner: str | None) -> None:
         """Replaces the record with ``Record(owner, registered=False)``, unconditionally."""
         key = self.key(service)
-        value = _encode(service, Record(owner=_check_owner(owner), registered=False))
+        value = _encode(service, Record(owner=check_owner(owner), registered=False))
         await self._put(key, value)
 
     async def report(
@@ -225,7 +214,7 @@ class EtcdRecordStore:
         the record becomes ``Record(owner, False)`` unless it exists and belongs to another
         owner; returns whether it was applied."""
         key = self.key(service)
-        _check_owner(owner)
+        check_owner(owner)
         if not isinstance(registered, bool):
             raise ValueError(f"registered must be a bool, got {registered!r}")
         if address is not None and not isinstance(address, str):
@@ -316,11 +305,7 @@ class EtcdRecordStore:
 
     def watch(self, services: Collection[str]) -> AsyncIterator[tuple[str, Record | None]]:
         """The current state of each of ``services``, then every change (see the class)."""
-        if isinstance(services, str | bytes) or not isinstance(services, Collection):
-            raise ValueError(f"services must be a collection of service names, got {services!r}")
-        names = tuple(dict.fromkeys(_check_service(service) for service in services))
-        if not names:
-            raise ValueError("services must name at least one service, got none")
+        names = check_services(services)
         return self._follow(names)
 
     def _readable(self, service: str, kv: Any) -> Record | None:
