@@ -383,6 +383,24 @@ def test_a_watch_ends_when_its_store_closes(etcd: EtcdServer) -> None:
     asyncio.run(scenario())
 
 
+def test_a_watch_outlives_its_channel_closed_by_another_calls_failover(
+    etcd: EtcdServer,
+) -> None:
+    async def scenario(store: EtcdRecordStore) -> None:
+        watch = store.watch(["app"])
+        assert await take(watch, 1) == [("app", None)]
+        waiting = asyncio.ensure_future(anext(watch))
+        await asyncio.sleep(0.1)
+        # what a call that failed with UNAVAILABLE does: the shared channel is closed, and
+        # grpc cancels the watch's stream on it
+        connection = store._connection
+        await connection.recover(await connection.stubs(), ConnectionError("lost"))
+        await store.report("app", True, OLD, "a:1")
+        assert await asyncio.wait_for(waiting, WAIT) == ("app", Record(OLD, True, "a:1"))
+
+    with_store(etcd, scenario)
+
+
 def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

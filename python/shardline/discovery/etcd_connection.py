@@ -12,15 +12,15 @@ import asyncio
 import logging
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 from aetcd import rpc
 
-__all__ = ["EtcdConnection", "Stubs", "describe", "parse_endpoints"]
+__all__ = ["EtcdConnection", "Stubs", "describe", "parse_endpoints", "stream_step"]
 
 logger = logging.getLogger("shardline.discovery.etcd")
 
@@ -50,6 +50,25 @@ _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
 )
+
+
+_T = TypeVar("_T")
+
+
+async def stream_step(step: Awaitable[_T]) -> _T:
+    """Awaits ``step``, a read or write of a stream (a watch, a keep-alive). When another task
+    closes the channel under the stream (``recover`` after its own call failed, or
+    ``aclose``), grpc cancels the stream's call, which reaches the reader as
+    ``asyncio.CancelledError`` although its task was not cancelled: that raises
+    ``ConnectionError`` instead, a stream failure to hand to ``recover``. A cancellation of the
+    awaiting task itself propagates unchanged."""
+    try:
+        return await step
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise ConnectionError("the channel was closed under the stream") from None
 
 
 def describe(error: BaseException) -> str:

@@ -7,14 +7,14 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc.aio
 from aetcd import rpc
 
-from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe
+from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe, stream_step
 from shardline.errors import InvalidRecord
 from shardline.registration.checks import check_owner, check_service, check_services
 from shardline.registration.record import Record
@@ -26,23 +26,9 @@ logger = logging.getLogger("shardline.registration.etcd")
 SCHEMA_VERSION = 1
 MAX_VALUE_BYTES = 4096
 
-_T = TypeVar("_T")
-
 
 def _backoff(failures: int) -> float:
     return float(min(0.05 * 2**failures, 1.0))
-
-
-async def _on_stream(step: Awaitable[_T]) -> _T:
-    """``step`` (a read or write of a stream); the channel closed under it by another task
-    (which grpc reports as a cancellation of this one) raises ``ConnectionError`` instead."""
-    try:
-        return await step
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise  # this task is being cancelled
-        raise ConnectionError("the channel was closed under the watch") from None
 
 
 def _encode(service: str, record: Record) -> bytes:
@@ -351,9 +337,9 @@ class EtcdRecordStore:
                     create = rpc.WatchCreateRequest(
                         key=start, range_end=end, start_revision=revision + 1
                     )
-                    await _on_stream(watch.write(rpc.WatchRequest(create_request=create)))
+                    await stream_step(watch.write(rpc.WatchRequest(create_request=create)))
                     while True:
-                        response = await _on_stream(watch.read())
+                        response = await stream_step(watch.read())
                         if response is grpc.aio.EOF:
                             raise ConnectionError("etcd ended the watch stream")
                         if response.compact_revision:
