@@ -2,8 +2,11 @@
 
 ``shardline demo`` replays topology events against an in-process :class:`shardline.Topology`,
 with no server: by default the built-in seed cases, or a scenario file given with ``--scenario``
-(format: ``docs/demo.md``). Then it runs a :class:`shardline.WorkerProxy` over in-process
-discovery and workers that join, move to a new address and leave while tasks are dispatched.
+(format: ``docs/demo.md``). Then it runs a :class:`shardline.WorkerProxy` over real worker
+processes (``shardline worker``, gRPC on loopback) announced through ``LocalDiscovery`` in a
+private temporary directory, or through etcd with ``--etcd URL``: workers join, one moves to a
+new address, one is killed and one leaves while tasks keep flowing. ``--in-process`` runs that
+part with in-process discovery and workers instead (no sockets, no processes, no grpcio).
 ``--part`` runs only one of the two.
 
 ``shardline worker --namespace NS --address HOST:PORT`` runs one worker process serving the demo
@@ -22,24 +25,29 @@ import argparse
 import asyncio
 import importlib.metadata
 import logging
+import math
 import os
 import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 
 from shardline.demo import (
+    PlainPoolView,
+    PoolDemoError,
+    PoolView,
     Replay,
+    RichPoolView,
     ScenarioError,
     load_scenario,
     parse_scenario,
     render_plain,
-    render_pool_plain,
-    render_pool_rich,
     render_rich,
     run_pool_demo,
+    run_process_pool_demo,
     seed_cases,
 )
 from shardline.demo.pool import BALANCERS
@@ -62,8 +70,11 @@ def _parser() -> argparse.ArgumentParser:
             "Build a topology in-process, replay topology events step by step, route a stream"
             " of keyed requests after each step, and show each tier's bucket map, the requests"
             " per master, and how many requests found no route while a map was cleared. Then"
-            " run a worker pool over in-process discovery: workers join, move to a new address"
-            " and leave while tasks are dispatched; show the tasks per worker and address."
+            " run a worker pool over real worker processes announced through LocalDiscovery"
+            " (or etcd with --etcd): workers join, one moves to a new address, one is killed"
+            " and one leaves while tasks keep flowing; show the pool, the tasks per worker,"
+            " address and process, the failures retried elsewhere, and whether any task"
+            " reached a superseded address."
         ),
     )
     demo.add_argument(
@@ -77,6 +88,23 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(BALANCERS),
         default="round-robin",
         help="the pool part's balancer (default: round-robin)",
+    )
+    backend = demo.add_mutually_exclusive_group()
+    backend.add_argument(
+        "--etcd",
+        metavar="URL",
+        help=(
+            "run the pool part's workers over the etcd at URL (e.g. http://127.0.0.1:2379)"
+            " instead of LocalDiscovery"
+        ),
+    )
+    backend.add_argument(
+        "--in-process",
+        action="store_true",
+        help=(
+            "run the pool part in-process: simulated discovery and workers, no sockets or"
+            " processes (and no grpcio needed)"
+        ),
     )
     demo.add_argument(
         "--scenario",
@@ -132,10 +160,71 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="SECONDS",
         help="how long calls in flight may take to finish on shutdown (default: 5)",
     )
+    worker.add_argument(
+        "--weight",
+        type=_weight,
+        metavar="W",
+        help="a weight for WeightedRoundRobinLoadBalancer, as the record's extra 'weight'",
+    )
+    worker.add_argument(
+        "--heartbeat",
+        type=float,
+        metavar="SECONDS",
+        help="LocalDiscovery only: how often the worker's liveness is renewed (default: 1)",
+    )
+    worker.add_argument(
+        "--liveness-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=(
+            "LocalDiscovery only: how long after its last heartbeat a worker that died is"
+            " dropped (default: 5; at least twice the heartbeat)"
+        ),
+    )
+    worker.add_argument(
+        "--ttl",
+        type=int,
+        metavar="SECONDS",
+        help=(
+            "etcd only: the TTL of the lease the record is attached to, i.e. how long a worker"
+            " that died stays registered (default: 10; etcd may grant more)"
+        ),
+    )
     worker.set_defaults(run=_worker)
 
 
+def _weight(text: str) -> int | float:
+    """A positive, finite weight; an integer stays an int in the record."""
+    try:
+        weight: int | float = int(text)
+    except ValueError:
+        try:
+            weight = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(weight) or weight <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number, got {text!r}")
+    return weight
+
+
 def _worker(args: argparse.Namespace) -> int:
+    local_only = [
+        option
+        for option, value in (
+            ("--heartbeat", args.heartbeat),
+            ("--liveness-timeout", args.liveness_timeout),
+        )
+        if value is not None
+    ]
+    if args.etcd is not None and local_only:
+        print(
+            f"shardline worker: error: {local_only[0]} applies to LocalDiscovery, not --etcd",
+            file=sys.stderr,
+        )
+        return 2
+    if args.etcd is None and args.ttl is not None:
+        print("shardline worker: error: --ttl applies to --etcd only", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
@@ -162,7 +251,12 @@ async def _serve_worker(args: argparse.Namespace) -> int:
     try:
         try:
             server = await serve(
-                DEMO_HANDLERS, args.address, discovery, uid=args.uid, version=_version()
+                DEMO_HANDLERS,
+                args.address,
+                discovery,
+                uid=args.uid,
+                version=_version(),
+                extra=None if args.weight is None else {"weight": args.weight},
             )
         except (OSError, ValueError) as error:
             print(f"shardline worker: error: {error}", file=sys.stderr)
@@ -181,10 +275,17 @@ def _worker_discovery(args: argparse.Namespace) -> Discovery:
     if args.etcd is None:
         from shardline.discovery.local import LocalDiscovery
 
-        return LocalDiscovery(args.namespace)
+        liveness: dict[str, Any] = {}
+        if args.heartbeat is not None:
+            liveness["heartbeat"] = args.heartbeat
+        if args.liveness_timeout is not None:
+            liveness["liveness_timeout"] = args.liveness_timeout
+        return LocalDiscovery(args.namespace, **liveness)
     from shardline.discovery.etcd import EtcdDiscovery
 
-    return EtcdDiscovery([args.etcd], args.namespace)
+    if args.ttl is None:
+        return EtcdDiscovery([args.etcd], args.namespace)
+    return EtcdDiscovery([args.etcd], args.namespace, ttl=args.ttl)
 
 
 def _version() -> str:
@@ -202,6 +303,17 @@ def _demo(args: argparse.Namespace) -> int:
             "shardline demo: error: --scenario and --keys need the topology part", file=sys.stderr
         )
         return 2
+    if not pool and (args.etcd is not None or args.in_process):
+        print("shardline demo: error: --etcd and --in-process need the pool part", file=sys.stderr)
+        return 2
+    if pool and not args.in_process and (missing := _missing_modules(args.etcd)):
+        print(
+            f"shardline demo: error: the worker-pool part runs real worker processes and needs"
+            f" {' and '.join(missing)}: pip install 'shardline[{'etcd' if args.etcd else 'grpc'}]',"
+            " or run it with --in-process",
+            file=sys.stderr,
+        )
+        return 1
     try:
         if not topology:
             scenario = None
@@ -225,17 +337,32 @@ def _demo(args: argparse.Namespace) -> int:
                 render_rich(Replay(scenario), console)
             out.flush()
         if pool:
-            run = run_pool_demo(args.balancer)
-            if console is None:
-                render_pool_plain(run, out)
+            view: PoolView = PlainPoolView(out) if console is None else RichPoolView(console)
+            if args.in_process:
+                run_pool_demo(args.balancer, view=view)
             else:
-                render_pool_rich(run, console)
+                run_process_pool_demo(args.balancer, etcd=args.etcd, view=view)
             out.flush()
+    except PoolDemoError as error:
+        print(f"shardline demo: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        # every worker process is stopped and the temporary directory removed by now
+        print("shardline demo: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader (e.g. `| head`) has seen enough; point stdout at /dev/null so the
         # interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
     return 0
+
+
+def _missing_modules(etcd: str | None) -> list[str]:
+    """The modules the real-process pool part needs that cannot be imported."""
+    import importlib.util
+
+    wanted = {"grpc": "grpcio"} if etcd is None else {"grpc": "grpcio", "aetcd": "aetcd"}
+    return [name for module, name in wanted.items() if importlib.util.find_spec(module) is None]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

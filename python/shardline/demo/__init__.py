@@ -1,10 +1,17 @@
 """The ``shardline demo`` command's parts: scenario files, the built-in seed cases, the replay
 driver over the public :class:`shardline.Topology` API, and its plain and ``rich`` views; and the
-worker-pool scenario over the public :class:`shardline.WorkerProxy` API, with its views.
+worker-pool scenario over the public :class:`shardline.WorkerProxy` API (real worker processes by
+default, or in-process), with its views.
 """
 
-from shardline.demo.pool import PoolRun, run_pool_demo
-from shardline.demo.pool_view import render_pool_plain, render_pool_rich
+from shardline.demo.pool import PoolDemoError, PoolRun, PoolView, run_pool_demo
+from shardline.demo.pool_processes import run_process_pool_demo
+from shardline.demo.pool_view import (
+    PlainPoolView,
+    RichPoolView,
+    render_pool_plain,
+    render_pool_rich,
+)
 from shardline.demo.replay import Clearing, MasterRequests, Replay, StepReport, TierState
 from shardline.demo.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 from shardline.demo.seed_cases import seed_cases
@@ -13,8 +20,12 @@ from shardline.demo.view import render_plain, render_rich
 __all__ = [
     "Clearing",
     "MasterRequests",
+    "PlainPoolView",
+    "PoolDemoError",
     "PoolRun",
+    "PoolView",
     "Replay",
+    "RichPoolView",
     "Scenario",
     "ScenarioError",
     "StepReport",
@@ -26,5 +37,6 @@ __all__ = [
     "render_pool_rich",
     "render_rich",
     "run_pool_demo",
+    "run_process_pool_demo",
     "seed_cases",
 ]

@@ -1,10 +1,14 @@
-"""The worker-pool part of ``shardline demo``: a :class:`shardline.WorkerProxy` over in-process
-discovery and in-process workers, driven through a scripted scenario.
+"""The worker-pool part of ``shardline demo``: the report every pool driver produces, the
+streaming interface its views implement, and the in-process driver (``--in-process``): a
+:class:`shardline.WorkerProxy` over in-process discovery and in-process workers.
 
-Nothing opens a socket: a worker's address is a label such as ``127.0.0.1:7001``, and its
-connection is an object whose ``dispatch`` returns which worker, at which address, served the
-task. The scenario runs in phases; each phase sends its discovery events, waits until the proxy's
-pool shows them, then dispatches its tasks one after another through the proxy:
+The default driver, with real worker processes over gRPC and ``LocalDiscovery`` or etcd, is
+:mod:`shardline.demo.pool_processes`; both produce a :class:`PoolRun`.
+
+In-process, nothing opens a socket: a worker's address is a label such as ``127.0.0.1:7001``,
+and its connection is an object whose ``dispatch`` returns which worker, at which address,
+served the task. The scenario runs in phases; each phase sends its discovery events, waits until
+the proxy's pool shows them, then dispatches its tasks one after another through the proxy:
 
 1. workers w1, w2 and w3 join (the proxy starts with a quorum of 3);
 2. w2 moves to a new address (``worker-updated``);
@@ -26,7 +30,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from shardline import (
     DiscoveryEvent,
@@ -42,7 +46,9 @@ __all__ = [
     "AddressRow",
     "InProcessDiscovery",
     "PhaseReport",
+    "PoolDemoError",
     "PoolRun",
+    "PoolView",
     "Served",
     "run_pool_demo",
 ]
@@ -121,17 +127,33 @@ class _Connection:
         return Served(task, self._cluster.names[self._uid], self._uid, self._address, superseded)
 
 
+Status = Literal["pooled", "superseded", "left"]
+
+
 @dataclass(frozen=True, slots=True)
 class AddressRow:
     """One worker at one address after a phase: ``pooled`` (the proxy's current record),
-    ``superseded`` (the worker has moved to another address) or ``left`` (the worker left)."""
+    ``superseded`` (the worker has moved to another address) or ``left`` (the worker left).
+
+    ``tasks`` were answered there during the phase, ``tasks_so_far`` since the start.
+    ``failures`` counts the dispatches there that failed transiently during the phase (the
+    proxy went on to the next worker the balancer offered) and ``superseded`` the tasks sent
+    there during the
+    phase while it was no longer its worker's registered address. With real processes, ``pid``
+    is the process the record names and ``process`` its state (``running``, ``exited 0``,
+    ``killed (SIGKILL)``); in-process both are ``None``.
+    """
 
     name: str
     uid: uuid.UUID
     address: str
-    status: Literal["pooled", "superseded", "left"]
+    status: Status
     tasks: int
     tasks_so_far: int
+    pid: int | None = None
+    process: str | None = None
+    failures: int = 0
+    superseded: int = 0
 
     @property
     def short_uid(self) -> str:
@@ -140,7 +162,12 @@ class AddressRow:
 
 @dataclass(frozen=True, slots=True)
 class PhaseReport:
-    """Phase ``number`` (1-based): its events, the balancer, the tasks and where they went."""
+    """Phase ``number`` (1-based): what happened (``events``, one line each), the balancer, the
+    tasks answered and where, and after it, what the proxy's pool held (``pool``, one line per
+    worker; empty in-process, where the rows say it all). ``retried``: dispatches that failed
+    transiently, after which the proxy went on to the next worker; ``failed``: tasks that
+    failed altogether; ``superseded``: tasks sent to a superseded address. ``notes`` are
+    measured facts about the phase, one line each."""
 
     number: int
     description: str
@@ -148,20 +175,49 @@ class PhaseReport:
     balancer: str
     tasks: int
     rows: tuple[AddressRow, ...]
+    pool: tuple[str, ...] = ()
+    retried: int = 0
+    failed: int = 0
+    superseded: int = 0
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
 class PoolRun:
-    """The whole pool scenario: each phase's report, then the totals."""
+    """A whole pool scenario: what ran it (``header`` lines; ``processes`` if real worker
+    processes), each phase's report as it ends (``phase_count`` in all), then the totals.
+    ``pids`` maps an address to the process that served there, for real processes."""
 
     balancer: str
+    header: tuple[str, ...] = ()
+    processes: bool = False
+    phase_count: int = 0
     phases: list[PhaseReport] = field(default_factory=list)
     per_address: Counter[tuple[str, str]] = field(default_factory=Counter)
+    pids: dict[str, int] = field(default_factory=dict)
     superseded: int = 0
+    retried: int = 0
+    failed: int = 0
 
     @property
     def total(self) -> int:
         return self.per_address.total()
+
+
+class PoolView(Protocol):
+    """Shows a pool run as it goes: ``header`` once the run knows what it runs on, ``phase``
+    as each phase ends, ``summary`` at the end."""
+
+    def header(self, run: PoolRun) -> None: ...
+
+    def phase(self, run: PoolRun, phase: PhaseReport) -> None: ...
+
+    def summary(self, run: PoolRun) -> None: ...
+
+
+class PoolDemoError(RuntimeError):
+    """The pool part could not run (a worker that would not start, a change that never
+    reached the proxy…); the message says what and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +267,25 @@ async def _settle(proxy: WorkerProxy, cluster: _Cluster) -> None:
     raise RuntimeError("the proxy did not apply the discovery events")
 
 
-async def _run(balancer: LoadBalancerLike) -> PoolRun:
+HEADER = (
+    "Worker pool: a WorkerProxy over in-process discovery and in-process workers"
+    " (--in-process: addresses are labels; no socket is opened, no process started)",
+)
+
+
+async def _run(balancer: LoadBalancerLike, view: PoolView | None) -> PoolRun:
     balancer_name = type(balancer).__name__
-    result = PoolRun(balancer_name)
+    result = PoolRun(
+        balancer_name,
+        header=(
+            *HEADER,
+            f"balancer: {balancer_name}; the tasks of each phase are dispatched after the proxy"
+            " has applied its discovery events",
+        ),
+        phase_count=len(PHASES),
+    )
+    if view is not None:
+        view.header(result)
     cluster = _Cluster()
     discovery = InProcessDiscovery()
     seen: dict[tuple[uuid.UUID, str], str] = {}  # (uid, address) → worker name, in order
@@ -239,10 +311,12 @@ async def _run(balancer: LoadBalancerLike) -> PoolRun:
         nonlocal task_number
         await _settle(proxy, cluster)
         counts: Counter[tuple[uuid.UUID, str]] = Counter()
+        stale: Counter[tuple[uuid.UUID, str]] = Counter()
         for _ in range(phase.tasks):
             task_number += 1
             served: Served = await proxy.dispatch(f"task-{task_number}")
             counts[served.uid, served.address] += 1
+            stale[served.uid, served.address] += served.superseded
             result.per_address[served.name, served.address] += 1
             result.superseded += served.superseded
         pooled = {(m.uid, m.address) for m in proxy.workers}
@@ -250,7 +324,7 @@ async def _run(balancer: LoadBalancerLike) -> PoolRun:
         rows = []
         for (uid, address), name in sorted(seen.items(), key=lambda item: item[1]):
             if (uid, address) in pooled:
-                status: Literal["pooled", "superseded", "left"] = "pooled"
+                status: Status = "pooled"
             elif uid in pooled_uids:
                 status = "superseded"
             else:
@@ -263,11 +337,21 @@ async def _run(balancer: LoadBalancerLike) -> PoolRun:
                     status,
                     counts[uid, address],
                     result.per_address[name, address],
+                    superseded=stale[uid, address],
                 )
             )
-        result.phases.append(
-            PhaseReport(number, phase.description, events, balancer_name, phase.tasks, tuple(rows))
+        report = PhaseReport(
+            number,
+            phase.description,
+            events,
+            balancer_name,
+            phase.tasks,
+            tuple(rows),
+            superseded=stale.total(),
         )
+        result.phases.append(report)
+        if view is not None:
+            view.phase(result, report)
 
     first_events = send(first)  # queued before the proxy starts: it waits for the quorum of 3
     proxy = WorkerProxy(
@@ -282,10 +366,13 @@ async def _run(balancer: LoadBalancerLike) -> PoolRun:
         for number, phase in enumerate(rest, 2):
             await dispatch(number, phase, send(phase))
     discovery.close()
+    if view is not None:
+        view.summary(result)
     return result
 
 
-def run_pool_demo(balancer: str = "round-robin") -> PoolRun:
-    """Runs the pool scenario with the balancer named ``balancer`` (a key of
-    :data:`BALANCERS`) on a fresh event loop, and returns what it recorded."""
-    return asyncio.run(_run(BALANCERS[balancer]()))
+def run_pool_demo(balancer: str = "round-robin", *, view: PoolView | None = None) -> PoolRun:
+    """Runs the in-process pool scenario with the balancer named ``balancer`` (a key of
+    :data:`BALANCERS`) on a fresh event loop, showing it on ``view`` as it goes if given, and
+    returns what it recorded."""
+    return asyncio.run(_run(BALANCERS[balancer](), view))
