@@ -793,6 +793,10 @@ def check_real_run(run: RealRun) -> None:
     )
 
     # Nothing left behind: no process, no file, nothing in the runtime directory.
+    assert (
+        f"  the worker processes still running were sent SIGTERM: w2 pid {new.pid} exited 0,"
+        f" w4 pid {w4.pid} exited 0"
+    ) in summary
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

@@ -186,7 +186,8 @@ class PhaseReport:
 class PoolRun:
     """A whole pool scenario: what ran it (``header`` lines; ``processes`` if real worker
     processes), each phase's report as it ends (``phase_count`` in all), then the totals.
-    ``pids`` maps an address to the process that served there, for real processes."""
+    ``pids`` maps an address to the process that served there, for real processes, and
+    ``closing`` says how the processes still running at the end were stopped."""
 
     balancer: str
     header: tuple[str, ...] = ()
@@ -198,6 +199,7 @@ class PoolRun:
     superseded: int = 0
     retried: int = 0
     failed: int = 0
+    closing: str = ""
 
     @property
     def total(self) -> int:

@@ -128,6 +128,7 @@ class _Address:
     failures: int = 0
     reasons: Counter[str] = field(default_factory=Counter)  # of the phase's failures
     superseded: int = 0
+    tasks_when_superseded: int | None = None  # ``tasks`` when the proxy got the change
 
 
 @dataclass(slots=True)
@@ -152,7 +153,9 @@ class _LogToPhase(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._demo.event(f"log {record.levelname.lower()} {record.name}: {record.getMessage()}")
+            # the temporary directory's path says nothing and makes the line long
+            message = record.getMessage().replace(str(self._demo.directory), "<tmp>")
+            self._demo.event(f"log {record.levelname.lower()} {record.name}: {message}")
         except Exception:
             self.handleError(record)
 
@@ -238,6 +241,11 @@ class _Demo:
         soon as this yields it, so ``registry`` is what the proxy's pool was built from."""
         async for event in subscription:
             metadata = event.metadata
+            previous = self.registry.get(metadata.uid)
+            if previous is not None and (event.type == "worker-dropped" or previous != metadata):
+                superseded = self.addresses.get((previous.uid, previous.address))
+                if superseded is not None:
+                    superseded.tasks_when_superseded = superseded.tasks
             if event.type == "worker-dropped":
                 self.registry.pop(metadata.uid, None)
             else:
@@ -346,7 +354,7 @@ class _Demo:
             arguments += ["--etcd", self.etcd, "--ttl", str(self.settings.ttl)]
         log = self.directory / f"{name}-{len(self.workers) + 1}.log"
         with log.open("wb") as stderr:
-            process = await asyncio.create_subprocess_exec(
+            process = await _start(
                 sys.executable,
                 "-m",
                 "shardline",
@@ -375,7 +383,12 @@ class _Demo:
                 f"worker {name} (pid {worker.pid}) {worker.state} before it was ready;"
                 f" its log:\n{worker.log_tail()}"
             )
-        worker.record = decode_record(line.rstrip(b"\n"))
+        try:
+            worker.record = decode_record(line.rstrip(b"\n"))
+        except ValueError as error:
+            raise PoolDemoError(
+                f"worker {name} (pid {worker.pid}) printed {line!r}, not its record: {error}"
+            ) from None
         self.event(f"{name} ready: pid {worker.pid} serves at {worker.record.address}")
         return worker
 
@@ -463,7 +476,10 @@ class _Demo:
             superseded=sum(row.superseded for row in rows),
             notes=(
                 *phase.notes,
-                *(f"{count} tasks failed: {why}" for why, count in phase.failed.most_common()),
+                *(
+                    f"{count} task{'' if count == 1 else 's'} failed: {why}"
+                    for why, count in phase.failed.most_common()
+                ),
             ),
         )
         self.run.phases.append(report)
@@ -510,7 +526,10 @@ class _Demo:
     async def _main(self) -> PoolRun:
         if self.view is not None:
             self.view.header(self.run)
-        discovery = self.open_discovery()
+        try:
+            discovery = self.open_discovery()
+        except (OSError, ValueError) as error:
+            raise PoolDemoError(f"cannot open discovery: {error}") from None
         subscription = discovery.subscribe()
         stream = self.mirror(subscription)
         proxy = WorkerProxy(
@@ -534,8 +553,15 @@ class _Demo:
                 await subscription.aclose()
             for connection in list(self.connections):
                 connection.close()
+            running = [w for w in self.workers if w.process.returncode is None]
             await asyncio.gather(
-                *(self.signal(w, signal.SIGTERM) for w in self.workers), return_exceptions=True
+                *(self.signal(w, signal.SIGTERM) for w in running), return_exceptions=True
+            )
+            self.run.closing = (
+                "the worker processes still running were sent SIGTERM: "
+                + ", ".join(f"{w.name} pid {w.pid} {w.state}" for w in running)
+                if running
+                else "no worker process was left running"
             )
             await discovery.aclose()
             await asyncio.sleep(0.01)  # lets the channels' closing tasks finish
@@ -572,7 +598,6 @@ class _Demo:
             s.timeout,
         )
         old = self.addresses[w2.uid, _at(w2)]
-        before = old.tasks
         self.event(f"SIGTERM to the old w2 process (pid {w2.pid})")
         await self.signal(w2, signal.SIGTERM)
         self.event(f"old w2 process {w2.state}")
@@ -582,17 +607,24 @@ class _Demo:
             if not old.superseded
             else f"{old.superseded} of them sent after the proxy got the update"
         )
+        in_flight = old.tasks - (old.tasks_when_superseded or 0)
         self.phase.notes.append(
             f"the old w2 process answered {old.tasks} tasks in this phase, {sent_after}"
-            f" ({old.tasks - before} of them still in flight when it arrived)"
+            f" ({in_flight} of them still in flight when it came)"
         )
         registered = self.registry.get(w2.uid)
-        kept = registered is not None and registered.pid == moved.pid
-        self.phase.notes.append(
-            f"w2's record {'still names' if kept else 'no longer names'} the new process"
-            f" (pid {moved.pid}) after the old one {w2.state}: the old process withdrew"
-            f" {'nothing, as the record was no longer its own' if kept else 'it'}"
-        )
+        if registered is not None and registered.pid == moved.pid:
+            self.phase.notes.append(
+                f"w2's record still names the new process (pid {moved.pid}) after the old one"
+                f" {w2.state}: the old process withdrew nothing, as the record was no longer"
+                " its own"
+            )
+        else:
+            now = "gone" if registered is None else f"names pid {registered.pid}"
+            self.phase.notes.append(
+                f"w2's record is {now} after the old process {w2.state}, where it should still"
+                f" name the new process (pid {moved.pid})"
+            )
         self.end(proxy)
 
         self.begin(3, "w4 joins")
@@ -640,6 +672,13 @@ class _Demo:
         )
         await self.dwell()
         self.end(proxy)
+
+
+async def _start(*command: str, **options: Any) -> asyncio.subprocess.Process:
+    try:
+        return await asyncio.create_subprocess_exec(*command, **options)
+    except OSError as error:
+        raise PoolDemoError(f"cannot start {' '.join(command[:4])}: {error}") from None
 
 
 def _reason(error: TransientRpcError) -> str:

@@ -75,6 +75,8 @@ def _summary(run: PoolRun) -> list[str]:
             f"dispatches that failed transiently and went on to the next worker: {run.retried}"
         )
         lines.append(f"tasks failed: {run.failed}")
+    if run.closing:
+        lines.append(run.closing)
     lines.append(f"tasks sent to a superseded address: {run.superseded}")
     return lines
 
