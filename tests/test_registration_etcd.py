@@ -26,9 +26,12 @@ from etcd_relay import Relay
 from etcd_server import EtcdServer, make_certificates
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from registration_contract import KeeperContract, RecordStoreContract
 
+from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
+from shardline.discovery import DiscoveryEvent
 from shardline.errors import InvalidRecord
-from shardline.registration import Record, RecordStore
+from shardline.registration import Record, RecordStore, RegistrationDiscovery
 from shardline.registration.etcd_store import MAX_VALUE_BYTES, EtcdRecordStore
 
 WAIT = 20.0
@@ -63,107 +66,29 @@ async def quiet(watch: AsyncIterator[tuple[str, Record | None]], seconds: float 
     raise AssertionError(f"unexpected change {item}")
 
 
-def test_it_is_a_record_store(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        assert isinstance(store, RecordStore)
+class EtcdStores:
+    """Each test's store: a new EtcdRecordStore on the module's etcd, on a namespace of its
+    own."""
 
-    with_store(etcd, scenario)
+    @pytest.fixture(autouse=True)
+    def _server(self, etcd: EtcdServer) -> None:
+        self.endpoint = etcd.endpoint
+
+    async def make_store(self) -> RecordStore:
+        return EtcdRecordStore([self.endpoint], namespace())
 
 
-# -- the record rules of the issue, one test each ---------------------------------------------
+class TestEtcdRecordStore(EtcdStores, RecordStoreContract):
+    """The record rules of issue 5 and the watch, on a real etcd."""
+
+
+class TestKeeperOnEtcdRecordStore(EtcdStores, KeeperContract):
+    """Scenario 8: the keeper and reader scenarios 1-7 with EtcdRecordStore on a real etcd."""
+
+
+# -- what is particular to etcd ---------------------------------------------------------------
 
 OLD, NEW = "old", "new"
-
-
-def test_never_reported_is_none(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        assert await store.get("app") is None
-
-    with_store(etcd, scenario)
-
-
-def test_untagged_false_then_true_round_trips(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        assert await store.report("app", False, None) is True
-        assert await store.get("app") == Record(None, False)
-        assert await store.report("app", True, None, "10.0.0.1:80") is True
-        assert await store.get("app") == Record(None, True, "10.0.0.1:80")
-
-    with_store(etcd, scenario)
-
-
-def test_clear_leaves_none(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        await store.report("app", True, OLD, "10.0.0.1:80")
-        await store.clear("app")
-        assert await store.get("app") is None
-        await store.clear("app")  # clearing nothing is fine
-        assert await store.get("app") is None
-
-    with_store(etcd, scenario)
-
-
-def test_a_claim_takes_over_and_the_departed_owners_retraction_is_dropped(
-    etcd: EtcdServer,
-) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        await store.report("app", True, OLD, "10.0.0.1:80")
-        await store.claim("app", NEW)
-        assert await store.get("app") == Record(NEW, False)
-        await store.report("app", True, NEW, "10.0.0.2:80")
-        assert await store.report("app", False, OLD) is False
-        assert await store.get("app") == Record(NEW, True, "10.0.0.2:80")
-
-    with_store(etcd, scenario)
-
-
-def test_the_owner_can_retract_its_own(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        await store.report("app", True, NEW, "10.0.0.2:80")
-        assert await store.report("app", False, NEW) is True
-        assert await store.get("app") == Record(NEW, False)
-        assert await store.report("app", False, NEW) is True  # again: already so
-        assert await store.get("app") == Record(NEW, False)
-
-    with_store(etcd, scenario)
-
-
-def test_a_successor_registers_after_its_predecessor_retracted(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        await store.report("app", True, OLD, "10.0.0.1:80")
-        assert await store.report("app", False, OLD) is True
-        await store.claim("app", NEW)
-        await store.report("app", True, NEW, "10.0.0.2:80")
-        assert await store.get("app") == Record(NEW, True, "10.0.0.2:80")
-
-    with_store(etcd, scenario)
-
-
-def test_untagged_true_then_untagged_false_is_false(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        await store.report("app", True, None, "10.0.0.1:80")
-        assert await store.report("app", False, None) is True
-        assert await store.get("app") == Record(None, False)
-
-    with_store(etcd, scenario)
-
-
-def test_an_untagged_successor_claims_from_a_tagged_one_and_retracts(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        await store.report("app", True, OLD, "10.0.0.1:80")
-        await store.claim("app", None)
-        assert await store.report("app", False, None) is True
-        assert await store.get("app") == Record(None, False)
-
-    with_store(etcd, scenario)
-
-
-def test_a_retraction_of_an_absent_record_applies(etcd: EtcdServer) -> None:
-    async def scenario(store: EtcdRecordStore) -> None:
-        assert await store.report("app", False, OLD) is True
-        assert await store.get("app") == Record(OLD, False)
-
-    with_store(etcd, scenario)
 
 
 def test_records_are_per_service_and_per_namespace(etcd: EtcdServer) -> None:
@@ -399,6 +324,71 @@ def test_a_watch_outlives_its_channel_closed_by_another_calls_failover(
         assert await asyncio.wait_for(waiting, WAIT) == ("app", Record(OLD, True, "a:1"))
 
     with_store(etcd, scenario)
+
+
+class Instant:
+    """A connection that answers at once with the address it was made for."""
+
+    def __init__(self, metadata: WorkerMetadata) -> None:
+        self.address = metadata.address
+
+    async def dispatch(self, task: Any, *, timeout: float | None = None) -> str:
+        return self.address
+
+
+def test_scenario9_a_proxy_fed_by_registration_discovery_follows_the_record_on_etcd(
+    etcd: EtcdServer,
+) -> None:
+    """The proxy follows records another process's store writes: it stops dispatching to a
+    service on the first event after its record turns False, and resumes once it is True."""
+
+    async def scenario() -> None:
+        ns = namespace()
+        async with (
+            EtcdRecordStore([etcd.endpoint], ns) as replicas,
+            EtcdRecordStore([etcd.endpoint], ns) as followed,
+        ):
+            await replicas.report("app", True, OLD, "10.0.0.1:80")
+            discovery = RegistrationDiscovery(followed, ["app", "other"])
+            events: list[DiscoveryEvent] = []
+
+            async def recorded() -> AsyncIterator[DiscoveryEvent]:
+                async for event in discovery.subscribe():
+                    events.append(event)
+                    yield event
+
+            async def after_event(proxy: WorkerProxy, count: int, addresses: set[str]) -> None:
+                """Until the ``count``th event has come and the pool reflects it."""
+                async with asyncio.timeout(WAIT):
+                    while len(events) < count or {w.address for w in proxy.workers} != addresses:
+                        await asyncio.sleep(0.005)
+                assert len(events) == count
+
+            try:
+                async with WorkerProxy(discovery=recorded(), connect=Instant) as proxy:
+                    assert await proxy.dispatch("task") == "10.0.0.1:80"
+                    await replicas.claim("app", NEW)  # a successor's claim: False
+                    await after_event(proxy, 2, set())
+                    assert events[1].type == "worker-dropped"
+                    with pytest.raises(NoWorkersAvailable):
+                        await proxy.dispatch("task")
+                    await replicas.report("app", True, OLD, "10.0.0.1:80")  # the probe heals
+                    await after_event(proxy, 3, {"10.0.0.1:80"})
+                    assert events[2].type == "worker-added"
+                    assert await proxy.dispatch("task") == "10.0.0.1:80"
+                    await replicas.report("app", True, NEW, "10.0.0.2:80")
+                    await after_event(proxy, 4, {"10.0.0.2:80"})
+                    assert events[3].type == "worker-updated"
+                    assert await proxy.dispatch("task") == "10.0.0.2:80"
+                    await replicas.clear("app")
+                    await after_event(proxy, 5, set())
+                    assert events[4].type == "worker-dropped"
+                    with pytest.raises(NoWorkersAvailable):
+                        await proxy.dispatch("task")
+            finally:
+                await discovery.aclose()
+
+    asyncio.run(scenario())
 
 
 def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_again(
