@@ -482,3 +482,25 @@ def test_a_bad_event_type_is_refused_by_name(etcd: EtcdServer) -> None:
             await discovery.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_subscription_outlives_its_channel_closed_by_another_calls_failover(
+    etcd: EtcdServer,
+) -> None:
+    async def scenario() -> None:
+        discovery = EtcdDiscovery([etcd.endpoint], namespace())
+        try:
+            subscription = discovery.subscribe()
+            waiting = asyncio.ensure_future(anext(subscription))
+            await asyncio.sleep(0.2)
+            # what a call that failed with UNAVAILABLE does: the shared channel is closed, and
+            # grpc cancels the watch's stream on it
+            connection = discovery._connection
+            await connection.recover(await connection.stubs(), ConnectionError("lost"))
+            await discovery.publisher.publish("worker-added", worker(1))
+            event = await asyncio.wait_for(waiting, 20)
+            assert (event.type, event.metadata) == ("worker-added", worker(1))
+        finally:
+            await discovery.aclose()
+
+    asyncio.run(scenario())

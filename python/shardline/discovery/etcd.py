@@ -14,7 +14,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe
+from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe, stream_step
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
@@ -127,8 +127,10 @@ class _EtcdPublisher:
                 call = stubs.lease.LeaseKeepAlive(metadata=stubs.metadata)
                 try:
                     while lease is not None:
-                        await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
-                        reply = await asyncio.wait_for(call.read(), self._connection.timeout)
+                        await stream_step(call.write(rpc.LeaseKeepAliveRequest(ID=lease)))
+                        reply = await asyncio.wait_for(
+                            stream_step(call.read()), self._connection.timeout
+                        )
                         if reply is grpc.aio.EOF:
                             raise ConnectionError("etcd ended the lease keep-alive stream")
                         if failures:
@@ -336,9 +338,9 @@ class EtcdDiscovery:
                             range_end=_prefix_end(self.prefix),
                             start_revision=revision + 1,
                         )
-                        await watch.write(rpc.WatchRequest(create_request=create))
+                        await stream_step(watch.write(rpc.WatchRequest(create_request=create)))
                         while True:
-                            response = await watch.read()
+                            response = await stream_step(watch.read())
                             if response is grpc.aio.EOF:
                                 raise ConnectionError("etcd ended the watch stream")
                             if response.compact_revision:
