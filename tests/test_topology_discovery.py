@@ -19,6 +19,7 @@ from shardline import (
     InstanceEvent,
     ReplicasetEvent,
     Topology,
+    UnknownTier,
     WorkerMetadata,
     WorkerProxy,
 )
@@ -218,6 +219,12 @@ class Source:
     def end(self) -> None:
         self.queue.put_nowait(None)
 
+    resyncs = 0
+
+    def resync(self) -> None:
+        """What a TopologySource does when its consumer's topology refused an item."""
+        self.resyncs += 1
+
     def fail(self, error: BaseException) -> None:
         self.queue.put_nowait(error)
 
@@ -254,13 +261,37 @@ def test_a_source_is_applied_to_the_topology_and_followed(topology: Topology) ->
             source.send(ReplicasetEvent("replace", rs_uuid(5)))  # a new replicaset needs a tier
             source.send(InstanceEvent("replace", inst_uuid(1), current_state="Offline"))
             assert changes(await drain(discovery)) == [("worker-dropped", inst_uuid(1))]
-            assert discovery.skipped == {"invalid-event": 1}
+            assert discovery.skipped == {"rejected": 1}
+            assert source.resyncs == 1
             # the source ends: one last re-read, then the stream ends
             source.send(InstanceEvent("delete", inst_uuid(2)))
             source.end()
             assert changes(await drain(discovery)) == [("worker-dropped", inst_uuid(2))]
             with pytest.raises(StopAsyncIteration):
                 await asyncio.wait_for(anext(discovery), WAIT)
+        finally:
+            await discovery.aclose()
+
+    run(scenario)
+
+
+def test_a_custom_apply_and_an_unknown_tier(topology: Topology) -> None:
+    applied: list[Any] = []
+
+    def apply(target: Topology, item: Any) -> None:
+        if item == "unmappable":
+            raise UnknownTier("tier 'nope' has no bucket count")
+        applied.append(item)
+        target.apply(item)
+
+    async def scenario() -> None:
+        source = Source("unmappable", *replicaset_events(1))
+        discovery = TopologyDiscovery(source, topology=topology, apply=apply)
+        try:
+            assert changes(await drain(discovery)) == [("worker-added", inst_uuid(1))]
+            assert applied == replicaset_events(1)
+            assert discovery.skipped == {"rejected": 1}
+            assert source.resyncs == 1
         finally:
             await discovery.aclose()
 

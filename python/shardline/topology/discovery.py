@@ -20,7 +20,7 @@ from typing import Any, Final
 from shardline._core import Instance, Replicaset, Topology
 from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.subscription import RecordFeed, Subscription
-from shardline.errors import InvalidEvent
+from shardline.errors import InvalidEvent, UnknownTier
 from shardline.pool.metadata import WorkerMetadata
 
 __all__ = ["TopologyDiscovery", "instance_record"]
@@ -84,10 +84,12 @@ class TopologyDiscovery(Subscription):
     ``apply`` accepts): it iterates the source itself, applies each item to ``topology`` (a
     new empty one when not given; see :attr:`topology`) with ``apply(topology, item)``
     (``Topology.apply`` by default), and re-reads the instances after every burst of items.
-    An item the topology refuses (``InvalidEvent``) is logged, counted in ``skipped`` under
-    ``"invalid-event"`` and skipped; it never ends the stream. ``interval`` adds periodic
-    re-reads (default: none). When the source ends, the stream ends after a last re-read; when
-    it raises, the stream raises the same error.
+    An item the topology refuses (``InvalidEvent``, ``UnknownTier``) is logged, counted in
+    ``skipped`` under ``"rejected"`` and skipped, and the source's ``resync()`` is called if it
+    has one (so its next item rebuilds the view, as ``TopologySource.run`` does); it never
+    ends the stream. This stream is then the source's one consumer, in place of its ``run``.
+    ``interval`` adds periodic re-reads (default: none). When the source ends, the stream ends
+    after a last re-read; when it raises, the stream raises the same error.
 
     Each re-read goes through a :class:`~shardline.discovery.subscription.RecordFeed`, so the
     events follow the discovery contract: an instance becoming a member (``Online`` with an
@@ -147,7 +149,7 @@ class TopologyDiscovery(Subscription):
         self._wake = asyncio.Event()
         self._last: dict[str, tuple[Instance, Replicaset | None, WorkerMetadata | None]] = {}
         self._replicas: dict[str, tuple[uuid.UUID, ...]] = {}
-        self._invalid: Counter[str] = Counter()
+        self._rejected: Counter[str] = Counter()
         feed = RecordFeed(filter)
         self._records = feed
         super().__init__(self._stream(), feed)
@@ -165,8 +167,8 @@ class TopologyDiscovery(Subscription):
 
     @property
     def skipped(self) -> Mapping[str, int]:
-        """Items skipped: ``"invalid-event"`` counts the source's items the topology refused."""
-        return self._invalid
+        """Items skipped: ``"rejected"`` counts the source's items the topology refused."""
+        return self._rejected
 
     def replicas(self, replicaset_uuid: str) -> tuple[uuid.UUID, ...]:
         """The uids of the members of ``replicaset_uuid`` as of the last re-read, ordered by
@@ -236,12 +238,15 @@ class TopologyDiscovery(Subscription):
     async def _pump(self, source: AsyncIterable[Any]) -> None:
         """Applies the source's items to the topology, waking the stream after each."""
         topology, apply = self._topology, self._apply
+        resync = getattr(source, "resync", None)
         async for item in source:
             try:
                 applied = apply(topology, item)
                 if inspect.isawaitable(applied):
                     await applied
-            except InvalidEvent as error:
-                self._invalid["invalid-event"] += 1
-                logger.warning("skipped a topology event the topology refused: %s", error)
+            except (InvalidEvent, UnknownTier) as error:
+                self._rejected["rejected"] += 1
+                logger.warning("the topology refused %s: %s", type(item).__name__, error)
+                if callable(resync):
+                    resync()
             self._wake.set()
