@@ -135,6 +135,15 @@ class PgServer:
             connection.execute(f'CREATE DATABASE "{name}"')
         return self.dsn_for(name)
 
+    def create_schema(self, name: str | None = None, *, database: str = "postgres") -> str:
+        """Creates an empty schema (default: a fresh unique name) and returns a DSN whose
+        ``search_path`` is that schema: unqualified tables and functions land there. Much
+        cheaper than a database (a millisecond against up to a second under load)."""
+        name = name or f"test_{os.getpid()}_{next(_database_names)}"
+        with self.connect(database) as connection:
+            connection.execute(f'CREATE SCHEMA "{name}"')
+        return self.dsn_for(database) + f" options='-c search_path={name}'"
+
     @contextmanager
     def connect(self, database: str = "postgres") -> Iterator[psycopg.Connection[Any]]:
         """A superuser connection in autocommit mode, closed on exit."""
@@ -166,6 +175,16 @@ class PgServer:
             "cwd": self.directory,
             "env": {**os.environ, "HOME": str(self.directory), "USER": self._account.pw_name},
         }
+
+    def install_file(self, source: Path, name: str) -> Path:
+        """Copies ``source`` into the server's folder as ``name``, readable by the server's
+        account only (as PostgreSQL wants a TLS key), and returns its path."""
+        target = self.directory / name
+        shutil.copyfile(source, target)
+        target.chmod(0o600)
+        if self._account is not None:
+            os.chown(target, self._account.pw_uid, self._account.pw_gid)
+        return target
 
     def _make_dir(self, path: Path) -> None:
         path.mkdir(mode=0o700, exist_ok=True)

@@ -1,0 +1,495 @@
+"""``PollingSource``: the topology read from Picodata's system tables over pgwire, on a timer.
+
+This is the only module that imports psycopg (the ``pg`` extra); shardline works without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.string import TextLoader
+
+from shardline._core import Topology
+from shardline.errors import InvalidEvent, UnknownTier
+from shardline.topology.sources.changes import BucketSnapshot, TopologyChange, TopologySnapshot
+from shardline.topology.sources.membership import (
+    ADDRESSES_OF_TYPE_QUERY,
+    ADDRESSES_QUERY,
+    INSTANCES_QUERY,
+    REPLICASETS_QUERY,
+    TIERS_QUERY,
+    CatalogError,
+    Membership,
+)
+from shardline.topology.sources.source import TopologySource
+from shardline.topology.sources.state import FailureReason
+
+__all__ = ["BUCKETS_QUERY", "PollingSource"]
+
+BUCKETS_QUERY = "SELECT _pico_bucket(%s) AS buckets"
+
+Rows = list[tuple[Any, ...]]
+
+
+class _Failure(Exception):
+    """One part of a poll failed; ``fatal``: the connection is unusable, stop the poll."""
+
+    def __init__(self, reason: FailureReason, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.fatal = fatal
+
+
+class PollingSource(TopologySource):
+    """The topology of a Picodata cluster, polled over one pgwire connection.
+
+    Each poll reads ``_pico_tier``, ``_pico_replicaset``, ``_pico_instance`` and
+    ``_pico_peer_address``, then ``SELECT _pico_bucket($1) AS buckets`` for each tier, and
+    hands out what changed since the previous poll: replicasets, then instances (those that
+    vanished as ``"delete"`` events), then a :class:`BucketSnapshot` per tier carrying the JSON
+    text undecoded (the topology recognises an unchanged one in microseconds). The first poll
+    on each connection hands out one :class:`TopologySnapshot` instead, which rebuilds the
+    view from scratch — so after a reconnect, to the same server or another one, the view is
+    whatever that server says.
+
+    A poll changes nothing it did not fully read. If the tables cannot all be read (no
+    connection, connection lost, timeout, an error, a malformed row, a result over the
+    bounds), the poll hands out nothing. If they can, they are handed out, and so is every
+    tier whose bucket map was read and is valid; a tier whose ``_pico_bucket`` raised (as
+    during a rebalance) or returned an unusable map keeps its map. Each failure is counted
+    by reason in :attr:`state`; a failed poll is retried after ``retry`` seconds, doubling up
+    to ``interval``. The source never clears a map by itself.
+
+    Args:
+        dsn: a libpq connection string or URI; credentials and TLS (``sslmode``,
+            ``sslrootcert``, …) go here or in ``connect_kwargs``.
+        interval: seconds between polls.
+        tiers: the tiers to follow (default: every tier in ``_pico_tier``); replicasets and
+            instances of other tiers are left out.
+        timeout: seconds a poll (connecting included) may take.
+        retry: seconds before the first retry of a failed poll.
+        min_interval: the least time between the starts of two polls that :meth:`trigger`
+            asked for; :meth:`refresh` does not wait for it.
+        address_type: the ``_pico_peer_address.connection_type`` whose address an instance
+            gets (``None``: the table has no such column, take its only address).
+        max_rows: the most rows accepted from one table.
+        max_payload: the longest ``_pico_bucket`` text accepted, in characters.
+        connect_kwargs: passed to ``psycopg.AsyncConnection.connect`` (``autocommit`` is
+            always on; ``application_name`` defaults to ``"shardline"``).
+
+    Raises ``ValueError`` naming the argument for an invalid one.
+
+    Implementation notes:
+        Statements run in autocommit mode, one after the other, so each sees the latest
+        committed catalog; Picodata's system tables are not read in one transaction. Rows
+        are validated whole into a :class:`~shardline.topology.sources.membership.Membership`
+        before anything is handed out; the previous poll's membership is the baseline the
+        events are computed from. A bucket map whose text differs from the last one accepted
+        for its tier is validated by applying it to a private :class:`Topology`, the same
+        code that will apply it, so an invalid map is never handed out. ``json`` columns are
+        read as text, so the map's text reaches the topology undecoded whatever type the
+        server gives ``_pico_bucket``.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        interval: float = 1.0,
+        tiers: Iterable[str] | None = None,
+        timeout: float = 5.0,
+        retry: float = 0.1,
+        min_interval: float = 0.05,
+        address_type: str | None = "pgproto",
+        max_rows: int = 100_000,
+        max_payload: int = 16 << 20,
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
+        try:
+            given = conninfo_to_dict(dsn)
+        except psycopg.Error as error:
+            raise ValueError(f"dsn is not a valid connection string: {error}") from None
+        self._interval = _seconds("interval", interval)
+        self._timeout = _seconds("timeout", timeout)
+        self._retry = _seconds("retry", retry)
+        self._min_interval = _seconds("min_interval", min_interval, zero=True)
+        self._scope = _tier_names(tiers)
+        if address_type is not None and (not isinstance(address_type, str) or not address_type):
+            raise ValueError(f"address_type must be a non-empty str or None, got {address_type!r}")
+        self._address_type = address_type
+        self._max_rows = _count("max_rows", max_rows)
+        self._max_payload = _count("max_payload", max_payload)
+        kwargs = dict(connect_kwargs or {})
+        if not all(isinstance(key, str) for key in kwargs):
+            raise ValueError(f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}")
+        managed = sorted(key for key in ("autocommit", "row_factory") if key in kwargs)
+        if managed:
+            raise ValueError(f"connect_kwargs must not set {', '.join(managed)}: the source does")
+        if "application_name" not in kwargs and "application_name" not in given:
+            kwargs["application_name"] = "shardline"
+        self._dsn = dsn
+        self._connect_kwargs = kwargs
+        super().__init__(f"PollingSource({_where(given)})")
+
+        self._connection: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
+        self._baseline: Membership | None = None
+        self._tier_config: dict[str, int] | None = None
+        self._accepted: dict[str, str | bytes] = {}
+        self._checker: Topology | None = None
+        self._checker_tiers: dict[str, int] = {}
+
+        self._closed = False
+        self._iterating = False
+        self._wake = asyncio.Event()
+        self._triggered = False
+        self._urgent = False
+        self._started = 0
+        self._last_start = -math.inf
+        self._failed_in_a_row = 0
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+
+    # the TopologySource interface
+
+    def __aiter__(self) -> AsyncIterator[TopologyChange]:
+        if self._closed:
+            raise RuntimeError(f"{self._recorder.name} is closed")
+        if self._iterating:
+            raise RuntimeError(f"{self._recorder.name} is already being iterated")
+        self._iterating = True
+        return self._changes()
+
+    async def refresh(self) -> bool:
+        """Polls now, without waiting for ``interval`` or ``min_interval``; returns once the
+        poll's changes have been handed out (under :meth:`run`: applied), True if the poll
+        read everything and the topology accepted it. Raises RuntimeError if nothing
+        iterates the source."""
+        if self._closed:
+            raise RuntimeError(f"{self._recorder.name} is closed")
+        if not self._iterating:
+            raise RuntimeError(
+                f"nothing runs {self._recorder.name}: call run(topology) or iterate it first"
+            )
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._started + 1, future))
+        self._urgent = True
+        self._wake.set()
+        return await future
+
+    def trigger(self) -> None:
+        """Asks for a poll as soon as ``min_interval`` has passed since the last one started."""
+        self._triggered = True
+        self._wake.set()
+
+    def resync(self) -> None:
+        self._baseline = None
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._wake.set()
+        self._finish_waiters(None)
+        await self._disconnect()
+
+    # the poll loop
+
+    async def _changes(self) -> AsyncIterator[TopologyChange]:
+        try:
+            delay = 0.0
+            while True:
+                await self._sleep(delay)
+                if self._closed:
+                    return
+                self._triggered = self._urgent = False
+                self._started += 1
+                cycle, rejections = self._started, self._rejections
+                self._last_start = asyncio.get_running_loop().time()
+                changes, complete = await self._poll()
+                if self._closed:
+                    return
+                for change in changes:
+                    self._recorder.events_emitted += 1
+                    yield change
+                ok = complete and self._rejections == rejections
+                if ok:
+                    self._recorder.refreshed()
+                    self._failed_in_a_row = 0
+                    delay = self._interval
+                else:
+                    self._failed_in_a_row += 1
+                    delay = min(self._interval, self._retry * 2 ** (self._failed_in_a_row - 1))
+                self._finish_waiters(cycle, ok)
+        finally:
+            self._iterating = False
+            self._finish_waiters(None)
+            await self._disconnect()
+
+    async def _sleep(self, delay: float) -> None:
+        """Waits ``delay`` seconds, less if triggered (not before ``min_interval`` since the
+        last start), none if a refresh is asked for or the source closes."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        while not (self._closed or self._urgent):
+            if self._triggered:
+                due = min(due, self._last_start + self._min_interval)
+            now = loop.time()
+            if now >= due:
+                return
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), due - now)
+
+    def _finish_waiters(self, cycle: int | None, ok: bool = False) -> None:
+        """Resolves the refresh() calls that ``cycle`` answers (all of them for None)."""
+        waiting = []
+        for target, future in self._waiters:
+            if cycle is None or target <= cycle:
+                if not future.done():
+                    future.set_result(ok)
+            else:
+                waiting.append((target, future))
+        self._waiters = waiting
+
+    # one poll
+
+    async def _poll(self) -> tuple[list[TopologyChange], bool]:
+        self._recorder.attempts += 1
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        try:
+            connection = await self._connect(deadline)
+            membership = await self._read_membership(connection, deadline)
+        except _Failure as failure:
+            await self._failed(failure)
+            return [], False
+
+        complete = True
+        config = self._tier_config if self._tier_config is not None else dict(membership.tiers)
+        for name in sorted(self._scope or ()):
+            if name not in membership.tiers:
+                complete = False
+                self._recorder.failure(
+                    FailureReason.UNKNOWN_TIER, f"tier {name!r} is not in _pico_tier"
+                )
+        payloads: dict[str, str | bytes] = {}
+        for tier, count in sorted(membership.tiers.items()):
+            if config.get(tier) != count:
+                complete = False
+                self._recorder.failure(
+                    FailureReason.UNKNOWN_TIER,
+                    f"tier {tier!r} (bucket_count {count}) is not in the tier configuration"
+                    f" set at the first poll ({config.get(tier)}); its buckets are not followed",
+                )
+                continue
+            try:
+                payloads[tier] = await self._read_buckets(connection, tier, config, deadline)
+            except _Failure as failure:
+                complete = False
+                await self._failed(failure)
+                if failure.fatal:
+                    break
+
+        changes: list[TopologyChange] = []
+        buckets = [BucketSnapshot(tier, payload) for tier, payload in payloads.items()]
+        if self._baseline is None:
+            replicasets, instances = membership.events()
+            changes.append(
+                TopologySnapshot(
+                    tiers=config,
+                    replicasets=replicasets,
+                    instances=instances,
+                    buckets=tuple(buckets),
+                    scope=self._scope,
+                )
+            )
+            self._tier_config = config
+        else:
+            changes.extend(membership.events_since(self._baseline))
+            changes.extend(buckets)
+        self._baseline = membership
+        return changes, complete
+
+    async def _failed(self, failure: _Failure) -> None:
+        self._recorder.failure(failure.reason, str(failure))
+        if failure.fatal:
+            await self._disconnect()
+
+    async def _connect(self, deadline: float) -> psycopg.AsyncConnection[tuple[Any, ...]]:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        await self._disconnect()
+        try:
+            async with asyncio.timeout_at(deadline):
+                connection = await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True, **self._connect_kwargs
+                )
+        except TimeoutError:
+            raise _Failure(
+                FailureReason.CONNECT, f"no connection within {self._timeout} s", fatal=True
+            ) from None
+        except psycopg.Error as error:
+            raise _Failure(FailureReason.CONNECT, _message(error), fatal=True) from None
+        # the bucket map's text must reach the topology undecoded, whatever its SQL type
+        for name in ("json", "jsonb"):
+            connection.adapters.register_loader(name, TextLoader)
+        self._connection = connection
+        self._baseline = None  # a new connection: rebuild the view from a full poll
+        self._recorder.connected(f"{connection.info.host}:{connection.info.port}")
+        return connection
+
+    async def _disconnect(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._recorder.disconnected()
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    async def _fetch(
+        self,
+        connection: psycopg.AsyncConnection[tuple[Any, ...]],
+        query: str,
+        params: tuple[Any, ...] | None,
+        deadline: float,
+        *,
+        what: str,
+        error_reason: FailureReason = FailureReason.QUERY,
+    ) -> Rows:
+        try:
+            async with asyncio.timeout_at(deadline):
+                cursor = await connection.execute(query, params)
+                rows = await cursor.fetchmany(self._max_rows + 1)
+        except TimeoutError:
+            raise _Failure(
+                FailureReason.TIMEOUT, f"{what}: no answer within {self._timeout} s", fatal=True
+            ) from None
+        except psycopg.Error as error:
+            if connection.closed:
+                raise _Failure(
+                    FailureReason.CONNECTION_LOST, f"{what}: {_message(error)}", fatal=True
+                ) from None
+            raise _Failure(error_reason, f"{what}: {_message(error)}") from None
+        if len(rows) > self._max_rows:
+            raise _Failure(
+                FailureReason.TOO_LARGE, f"{what}: more than max_rows={self._max_rows} rows"
+            )
+        return rows
+
+    async def _read_membership(
+        self, connection: psycopg.AsyncConnection[tuple[Any, ...]], deadline: float
+    ) -> Membership:
+        tiers = await self._fetch(connection, TIERS_QUERY, None, deadline, what="_pico_tier")
+        replicasets = await self._fetch(
+            connection, REPLICASETS_QUERY, None, deadline, what="_pico_replicaset"
+        )
+        instances = await self._fetch(
+            connection, INSTANCES_QUERY, None, deadline, what="_pico_instance"
+        )
+        if self._address_type is None:
+            addresses = await self._fetch(
+                connection, ADDRESSES_QUERY, None, deadline, what="_pico_peer_address"
+            )
+        else:
+            addresses = await self._fetch(
+                connection,
+                ADDRESSES_OF_TYPE_QUERY,
+                (self._address_type,),
+                deadline,
+                what="_pico_peer_address",
+            )
+        try:
+            return Membership.from_rows(tiers, replicasets, instances, addresses, scope=self._scope)
+        except CatalogError as error:
+            raise _Failure(error.reason, str(error)) from None
+
+    async def _read_buckets(
+        self,
+        connection: psycopg.AsyncConnection[tuple[Any, ...]],
+        tier: str,
+        config: Mapping[str, int],
+        deadline: float,
+    ) -> str | bytes:
+        what = f"_pico_bucket({tier!r})"
+        rows = await self._fetch(
+            connection,
+            BUCKETS_QUERY,
+            (tier,),
+            deadline,
+            what=what,
+            error_reason=FailureReason.BUCKETS,
+        )
+        if len(rows) != 1 or len(rows[0]) != 1:
+            raise _Failure(FailureReason.MALFORMED_BUCKETS, f"{what}: not one value")
+        payload = rows[0][0]
+        if not isinstance(payload, str | bytes):
+            raise _Failure(
+                FailureReason.MALFORMED_BUCKETS,
+                f"{what}: expected JSON text, got {type(payload).__name__}",
+            )
+        if len(payload) > self._max_payload:
+            raise _Failure(
+                FailureReason.TOO_LARGE,
+                f"{what}: {len(payload)} characters, over max_payload={self._max_payload}",
+            )
+        if self._accepted.get(tier) != payload:
+            try:
+                self._check(tier, payload, config)
+            except (InvalidEvent, UnknownTier) as error:
+                raise _Failure(FailureReason.MALFORMED_BUCKETS, f"{what}: {error}") from None
+            self._accepted[tier] = payload
+        return payload
+
+    def _check(self, tier: str, payload: str | bytes, config: Mapping[str, int]) -> None:
+        """Validates the map with the code that will apply it, on a private topology."""
+        if self._checker is None or self._checker_tiers != config:
+            self._checker = Topology()
+            self._checker.apply_tiers(config)
+            self._checker_tiers = dict(config)
+            self._accepted.clear()
+        self._checker.apply_bucket_snapshot(tier, payload)
+
+
+def _message(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0] if text else text
+
+
+def _where(conninfo: Mapping[str, Any]) -> str:
+    host = conninfo.get("host") or conninfo.get("hostaddr") or "localhost"
+    port = conninfo.get("port")
+    return f"{host}:{port}" if port else str(host)
+
+
+def _seconds(name: str, value: float, *, zero: bool = False) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        sign = "non-negative" if zero else "positive"
+        raise ValueError(f"{name} must be a {sign} finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def _tier_names(tiers: Iterable[str] | None) -> frozenset[str] | None:
+    if tiers is None:
+        return None
+    if isinstance(tiers, str | bytes):
+        raise ValueError(f"tiers must be an iterable of tier names, not a single {tiers!r}")
+    names = frozenset(tiers)
+    bad = sorted(repr(name) for name in names if not isinstance(name, str) or not name)
+    if bad or not names:
+        raise ValueError(f"tiers must be non-empty tier names, got {sorted(map(repr, names))}")
+    return names

@@ -1,0 +1,113 @@
+"""The interface every topology source implements: :class:`TopologySource`."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Self
+
+from shardline._core import Topology
+from shardline.errors import InvalidEvent, UnknownTier
+from shardline.topology.sources.changes import TopologyChange, apply_change
+from shardline.topology.sources.state import FailureReason, SourceState, StateRecorder
+
+__all__ = ["TopologySource"]
+
+logger = logging.getLogger("shardline.topology.sources")
+
+
+class TopologySource(ABC):
+    """Where a :class:`shardline.Topology` learns the cluster from.
+
+    A source is an async iterable of :data:`~shardline.topology.sources.TopologyChange`:
+    iterating it connects, reads the cluster and hands out what changed, in the order the
+    topology must apply it (replicasets, then instances, then bucket maps), until
+    :meth:`aclose`. The first item after each (re)connection is a
+    :class:`~shardline.topology.sources.TopologySnapshot` that rebuilds the view from scratch;
+    items after it are incremental. Only one consumer may iterate a source at a time.
+
+    :meth:`run` is that consumer for one topology: it applies every item with
+    :func:`~shardline.topology.sources.apply_change`. :meth:`refresh` reads the cluster now and
+    returns once what it read has been handed out — under :meth:`run`, applied; :meth:`trigger`
+    only asks for an early read. :attr:`state` reports how the source is doing.
+
+    A failure never ends the iteration: it is counted in :attr:`state` by
+    :class:`~shardline.topology.sources.FailureReason`, logged on
+    ``shardline.topology.sources``, and retried. A source never clears a bucket map on its
+    own; a map is cleared only by the topology's rules, applying what the cluster said.
+
+    Use a source on one event loop; ``async with source:`` closes it on exit.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._recorder = StateRecorder(name)
+        self._rejections = 0
+
+    @property
+    def state(self) -> SourceState:
+        """A snapshot of the source's health and counters."""
+        return self._recorder.snapshot()
+
+    @abstractmethod
+    def __aiter__(self) -> AsyncIterator[TopologyChange]:
+        """The changes, from a fresh snapshot on; raises RuntimeError if the source is already
+        being iterated or is closed."""
+
+    @abstractmethod
+    async def refresh(self) -> bool:
+        """Reads the cluster now; returns once the result has been handed out (under
+        :meth:`run`: applied), True if everything was read and accepted. Raises RuntimeError
+        if nothing iterates the source."""
+
+    @abstractmethod
+    def trigger(self) -> None:
+        """Asks for an early read of the cluster (e.g. after a routing miss); returns at once."""
+
+    @abstractmethod
+    def resync(self) -> None:
+        """Makes the next item handed out a full :class:`TopologySnapshot`, for a consumer
+        whose topology no longer holds what the source handed out."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Stops the source: an iteration in progress ends, :meth:`refresh` calls waiting
+        return False, and the connection is closed. Idempotent."""
+
+    async def run(self, topology: Topology) -> None:
+        """Applies every change this source hands out to ``topology``, until the source is
+        closed (or the task running this is cancelled).
+
+        A change the topology refuses (``InvalidEvent``, ``UnknownTier``) is counted as
+        ``rejected`` and logged; the source then hands out a full snapshot at its next read,
+        so the topology converges again.
+        """
+        changes = self.__aiter__()
+        try:
+            async for change in changes:
+                try:
+                    applied = apply_change(topology, change)
+                except (InvalidEvent, UnknownTier) as error:
+                    self._rejections += 1
+                    self._recorder.failure(
+                        FailureReason.REJECTED, f"{type(change).__name__} refused: {error}"
+                    )
+                    self.resync()
+                else:
+                    self._recorder.events_applied += applied
+        finally:
+            close = getattr(changes, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,126 @@
+"""How a topology source is doing: :class:`SourceState`, and the reasons it counts failures by."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+__all__ = ["FailureReason", "SourceState", "StateRecorder"]
+
+logger = logging.getLogger("shardline.topology.sources")
+
+
+class FailureReason(StrEnum):
+    """Why a refresh (or part of one) failed; :attr:`SourceState.failures` counts by these."""
+
+    CONNECT = "connect"
+    """No connection could be made (refused, unreachable, authentication, TLS)."""
+    CONNECTION_LOST = "connection-lost"
+    """The connection broke during a refresh (the server went away, the session was killed)."""
+    TIMEOUT = "timeout"
+    """The server did not answer within the source's timeout."""
+    QUERY = "query-error"
+    """The server answered a catalog query with an error."""
+    BUCKETS = "bucket-error"
+    """``_pico_bucket(tier)`` raised, e.g. while a rebalance is in progress."""
+    MALFORMED_ROW = "malformed-row"
+    """A catalog row is not in the expected shape (type, uuid, duplicate, missing column)."""
+    MALFORMED_BUCKETS = "malformed-buckets"
+    """A tier's bucket map is unusable (not JSON, not an array, bad ranges, overlaps)."""
+    TOO_LARGE = "too-large"
+    """A result is over the source's bounds (rows per table, payload size, text length)."""
+    UNKNOWN_TIER = "unknown-tier"
+    """The catalog's tiers changed after the topology's tier configuration was set, or a tier
+    asked for is not in the catalog."""
+    REJECTED = "rejected"
+    """The topology refused a change the source handed out."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """A snapshot of a source's health, for a status display and for metrics.
+
+    ``last_refresh`` is the wall-clock time (``time.time()``) of the last refresh that read and
+    handed out everything (``None`` before the first); ``refreshes`` counts such refreshes and
+    ``attempts`` every one. ``failures`` counts failures by :class:`FailureReason` value (a
+    refresh that fails in two ways counts twice); ``last_failure`` describes the latest.
+    ``events_emitted`` counts what the source handed out, ``events_applied`` the changes
+    :meth:`~shardline.topology.sources.TopologySource.run` made to its topology (a change that
+    the topology already held is not counted). ``server`` names the server the source is
+    connected to (``None`` when it is not), ``connects`` counts the connections made.
+    """
+
+    connected: bool
+    server: str | None
+    last_refresh: float | None
+    refreshes: int
+    attempts: int
+    failures: Mapping[str, int]
+    last_failure: str | None
+    events_emitted: int
+    events_applied: int
+    connects: int
+
+
+class StateRecorder:
+    """The mutable counters behind :class:`SourceState`, kept by a source.
+
+    Failures are logged on ``shardline.topology.sources``: a warning when a reason starts
+    failing, debug while it keeps failing, info once a refresh succeeds again.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.server: str | None = None
+        self.last_refresh: float | None = None
+        self.refreshes = 0
+        self.attempts = 0
+        self.failures: Counter[str] = Counter()
+        self.last_failure: str | None = None
+        self.events_emitted = 0
+        self.events_applied = 0
+        self.connects = 0
+        self._failing: set[str] = set()
+
+    def snapshot(self) -> SourceState:
+        return SourceState(
+            connected=self.server is not None,
+            server=self.server,
+            last_refresh=self.last_refresh,
+            refreshes=self.refreshes,
+            attempts=self.attempts,
+            failures=MappingProxyType(dict(self.failures)),
+            last_failure=self.last_failure,
+            events_emitted=self.events_emitted,
+            events_applied=self.events_applied,
+            connects=self.connects,
+        )
+
+    def connected(self, server: str) -> None:
+        self.server = server
+        self.connects += 1
+        logger.info("%s: connected to %s", self.name, server)
+
+    def disconnected(self) -> None:
+        self.server = None
+
+    def failure(self, reason: FailureReason, message: str) -> None:
+        self.failures[reason.value] += 1
+        self.last_failure = f"{reason.value}: {message}"
+        if reason.value in self._failing:
+            logger.debug("%s: %s (still failing)", self.name, self.last_failure)
+        else:
+            self._failing.add(reason.value)
+            logger.warning("%s: %s", self.name, self.last_failure)
+
+    def refreshed(self) -> None:
+        self.refreshes += 1
+        self.last_refresh = time.time()
+        if self._failing:
+            logger.info("%s: refreshed again after %s", self.name, ", ".join(sorted(self._failing)))
+            self._failing.clear()

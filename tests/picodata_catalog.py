@@ -1,0 +1,459 @@
+"""A PostgreSQL stand-in for the part of Picodata's catalog a topology driver reads.
+
+:func:`install` creates, in one database, the tables and the ``_pico_bucket(text)`` function;
+:class:`Catalog` changes them the way a cluster would (each method is one committed
+transaction, or joins the one opened by :meth:`Catalog.transaction`) and reads back what a
+driver should conclude (:meth:`Catalog.expected`), straight from the tables with its own SQL.
+
+Assumptions about Picodata (system tables as documented for 25.5; ``_pico_bucket`` as the
+Picodata driver's design shows it):
+
+- Column names and meanings are Picodata's: ``_pico_tier(name, bucket_count, …)``,
+  ``_pico_replicaset(name, uuid, tier, current_master_name, target_master_name, weight,
+  weight_origin, state, …)``, ``_pico_instance(name, uuid, raft_id, replicaset_name,
+  replicaset_uuid, current_state, target_state, failure_domain, tier, …)``,
+  ``_pico_peer_address(raft_id, address, connection_type)``. Only the columns a driver reads
+  or a test changes are kept; version counters and vclocks are left out.
+- Picodata's column types differ from PostgreSQL's. Uuids and names are ``text``; Picodata's
+  *array* and *map* columns (``current_state``, ``target_state``, ``failure_domain``) are
+  ``text`` holding JSON, e.g. ``'["Online", 1]'``, so a test can also store a malformed value.
+- A replicaset's master is named by instance *name* (``current_master_name``), not uuid.
+- ``_pico_peer_address`` keeps one row per instance and connection type; clients connect to
+  the ``'pgproto'`` address (an ``'iproto'`` row is kept as well).
+- Expelling a replicaset removes its rows and its instances' rows (Picodata keeps expelled
+  instances with ``current_state`` ``["Expelled", n]``; a driver sees either as "gone" or
+  "not online"; the tests need the rows gone to exercise delete events).
+- ``_pico_bucket(tier)`` returns one JSON *text*: an array of objects with the keys
+  ``bucket_id_start``, ``target_replicaset_uuid``, ``tier_name``, ``state``, ``bucket_id_end``,
+  ``current_replicaset_uuid``, ordered by ``bucket_id_start`` (so an unchanged map gives an
+  identical text, as a poll of a quiet cluster does); ``[]`` for a tier without buckets. An
+  unknown tier raises ``sbroad: _pico_bucket: tier '<name>' doesn't exist``. The ranges live
+  in ``_test_bucket``, a table Picodata does not have.
+- A rebalance makes ``_pico_bucket(tier)`` raise until it settles: :meth:`Catalog.fail_buckets`
+  stores the error in ``_test_bucket_fault``, which also holds a delay (to kill a connection
+  mid-poll) and a raw replacement payload (to serve malformed JSON).
+- Transactions: a driver may read the tables in separate statements; the tests commit their
+  changes between polls, so every poll sees one committed state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+SCHEMA = """
+CREATE TABLE _pico_tier (
+    name text PRIMARY KEY,
+    replication_factor integer NOT NULL DEFAULT 1,
+    can_vote boolean NOT NULL DEFAULT true,
+    bucket_count integer NOT NULL,
+    is_default boolean NOT NULL DEFAULT false
+);
+CREATE TABLE _pico_replicaset (
+    name text PRIMARY KEY,
+    uuid text NOT NULL UNIQUE,
+    current_master_name text,
+    target_master_name text,
+    tier text NOT NULL,
+    weight double precision NOT NULL DEFAULT 1,
+    weight_origin text NOT NULL DEFAULT 'auto',
+    state text NOT NULL DEFAULT 'ready'
+);
+CREATE TABLE _pico_instance (
+    name text PRIMARY KEY,
+    uuid text NOT NULL UNIQUE,
+    raft_id bigint NOT NULL UNIQUE,
+    replicaset_name text NOT NULL,
+    replicaset_uuid text NOT NULL,
+    current_state text NOT NULL,
+    target_state text NOT NULL,
+    failure_domain text NOT NULL DEFAULT '{}',
+    tier text NOT NULL,
+    picodata_version text NOT NULL DEFAULT '25.5.0'
+);
+CREATE TABLE _pico_peer_address (
+    raft_id bigint NOT NULL,
+    address text NOT NULL,
+    connection_type text NOT NULL,
+    PRIMARY KEY (raft_id, connection_type)
+);
+CREATE TABLE _test_bucket (
+    tier_name text NOT NULL,
+    bucket_id_start integer NOT NULL,
+    bucket_id_end integer NOT NULL,
+    current_replicaset_uuid text NOT NULL,
+    target_replicaset_uuid text NOT NULL,
+    state text NOT NULL DEFAULT 'active',
+    PRIMARY KEY (tier_name, bucket_id_start)
+);
+CREATE TABLE _test_bucket_fault (
+    tier_name text PRIMARY KEY,
+    message text,
+    delay double precision,
+    payload text
+);
+CREATE FUNCTION _pico_bucket(tier text) RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    fault record;
+    result text;
+BEGIN
+    SELECT * INTO fault FROM _test_bucket_fault f WHERE f.tier_name = tier;
+    IF FOUND THEN
+        IF fault.delay IS NOT NULL THEN
+            PERFORM pg_sleep(fault.delay);
+        END IF;
+        IF fault.message IS NOT NULL THEN
+            RAISE EXCEPTION '%', fault.message;
+        END IF;
+        IF fault.payload IS NOT NULL THEN
+            RETURN fault.payload;
+        END IF;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM _pico_tier t WHERE t.name = tier) THEN
+        RAISE EXCEPTION 'sbroad: _pico_bucket: tier ''%'' doesn''t exist', tier;
+    END IF;
+    SELECT json_agg(json_build_object(
+               'bucket_id_start', b.bucket_id_start,
+               'target_replicaset_uuid', b.target_replicaset_uuid,
+               'tier_name', b.tier_name,
+               'state', b.state,
+               'bucket_id_end', b.bucket_id_end,
+               'current_replicaset_uuid', b.current_replicaset_uuid)
+           ORDER BY b.bucket_id_start)::text
+      INTO result
+      FROM _test_bucket b WHERE b.tier_name = tier;
+    RETURN coalesce(result, '[]');
+END
+$$;
+"""
+
+TABLES = (
+    "_pico_tier",
+    "_pico_replicaset",
+    "_pico_instance",
+    "_pico_peer_address",
+    "_test_bucket",
+    "_test_bucket_fault",
+)
+
+_EXPECTED_QUERY = """
+SELECT json_build_object(
+    'tiers', (SELECT json_agg(json_build_array(name, bucket_count)) FROM _pico_tier),
+    'replicasets', (
+        SELECT json_agg(json_build_array(r.uuid, r.tier, m.uuid))
+        FROM _pico_replicaset r LEFT JOIN _pico_instance m ON m.name = r.current_master_name),
+    'instances', (
+        SELECT json_agg(json_build_array(
+            i.uuid, i.replicaset_uuid, i.current_state::json->>0, p.address))
+        FROM _pico_instance i LEFT JOIN _pico_peer_address p
+        ON p.raft_id = i.raft_id AND p.connection_type = 'pgproto'),
+    'buckets', (
+        SELECT json_agg(json_build_array(
+            tier_name, bucket_id_start, bucket_id_end, current_replicaset_uuid)
+            ORDER BY tier_name, bucket_id_start)
+        FROM _test_bucket))
+"""
+
+REBALANCE_ERROR = "sbroad: _pico_bucket: rebalance in progress"
+
+_NAMESPACE = uuid.UUID("5d3c1b7e-0c55-4a59-9a51-6a8f0e0a6c11")
+
+
+def name_uuid(name: str) -> str:
+    """A stable uuid for a replicaset or instance name."""
+    return str(uuid.uuid5(_NAMESPACE, name))
+
+
+def install(connection: psycopg.Connection[Any]) -> None:
+    """Creates the catalog's tables and ``_pico_bucket`` in the connection's database."""
+    with connection.transaction():
+        connection.execute(SCHEMA)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a driver should conclude from the catalog: the topology's observable state."""
+
+    tiers: dict[str, int]
+    replicasets: dict[str, tuple[str, str | None]]  # uuid -> (tier, master instance uuid)
+    instances: dict[str, tuple[str | None, str | None, str | None]]  # uuid -> (rs, state, addr)
+    maps: dict[str, list[tuple[int, int, str]]]  # tier -> ranges
+
+
+class Catalog:
+    """Changes the catalog in one database; each method commits (see :meth:`transaction`)."""
+
+    def __init__(self, dsn: str, *, create: bool = True) -> None:
+        self.dsn = dsn
+        self.connection = psycopg.connect(dsn, autocommit=True)
+        if create:
+            install(self.connection)
+        self._port = 4000
+
+    @property
+    def schema(self) -> str:
+        """The schema the catalog lives in (the first of the DSN's ``search_path``)."""
+        name: str = self._rows("SELECT current_schema()")[0][0]
+        return name
+
+    @property
+    def database(self) -> str:
+        name: str = self._rows("SELECT current_database()")[0][0]
+        return name
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Groups the changes made inside into one committed transaction (inside another
+        one, it joins it: no savepoint, so a helper costs no extra round trips)."""
+        if self.connection.info.transaction_status != TransactionStatus.IDLE:
+            yield
+            return
+        with self.connection.transaction():
+            yield
+
+    def _run(self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
+        with self.transaction():
+            self.connection.execute(query, params)
+
+    def _rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.connection.execute(query, params).fetchall()
+
+    def reset(self) -> None:
+        """Empties every table (a fresh cluster)."""
+        self._run("TRUNCATE " + ", ".join(TABLES))
+
+    # tiers, replicasets, instances
+
+    def add_tier(self, name: str, bucket_count: int) -> None:
+        self._run(
+            "INSERT INTO _pico_tier (name, bucket_count, is_default) VALUES (%s, %s, %s)",
+            (name, bucket_count, name == "default"),
+        )
+
+    def add_replicaset(
+        self,
+        name: str,
+        tier: str = "default",
+        *,
+        uuid: str | None = None,
+        instances: int = 1,
+        instance_uuids: Sequence[str] = (),
+        weight: float = 1.0,
+    ) -> str:
+        """Adds a replicaset with its instances (Online, with pgproto and iproto addresses);
+        the first instance is its master. Returns the replicaset's uuid."""
+        rs_uuid = uuid or name_uuid(name)
+        with self.transaction():
+            self.connection.execute(
+                "INSERT INTO _pico_replicaset (name, uuid, current_master_name,"
+                " target_master_name, tier, weight) VALUES (%s, %s, %s, %s, %s, %s)",
+                (name, rs_uuid, f"{name}_1", f"{name}_1", tier, weight),
+            )
+            for n in range(1, max(instances, len(instance_uuids)) + 1):
+                given = instance_uuids[n - 1] if n <= len(instance_uuids) else None
+                self.add_instance(f"{name}_{n}", name, uuid=given)
+        return rs_uuid
+
+    def add_instance(
+        self, name: str, replicaset: str, *, uuid: str | None = None, state: str = "Online"
+    ) -> str:
+        """Adds an instance to the replicaset named ``replicaset``; returns its uuid."""
+        instance_uuid = uuid or name_uuid(name)
+        self._port += 1
+        with self.transaction():
+            row = self._rows(
+                "SELECT uuid, tier, (SELECT coalesce(max(raft_id), 0) + 1 FROM _pico_instance)"
+                " FROM _pico_replicaset WHERE name = %s",
+                (replicaset,),
+            )
+            rs_uuid, tier, raft_id = row[0]
+            state_json = f'["{state}", 1]'
+            self.connection.execute(
+                "INSERT INTO _pico_instance (name, uuid, raft_id, replicaset_name,"
+                " replicaset_uuid, current_state, target_state, tier)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (name, instance_uuid, raft_id, replicaset, rs_uuid, state_json, state_json, tier),
+            )
+            self.connection.execute(
+                "INSERT INTO _pico_peer_address (raft_id, address, connection_type) VALUES"
+                " (%s, %s, 'pgproto'), (%s, %s, 'iproto')",
+                (raft_id, f"127.0.0.1:{self._port}", raft_id, f"127.0.0.1:{self._port + 10000}"),
+            )
+        return instance_uuid
+
+    def expel_replicaset(self, name: str) -> None:
+        """Removes the replicaset and its instances (move its buckets away first)."""
+        with self.transaction():
+            self.connection.execute(
+                "DELETE FROM _pico_peer_address WHERE raft_id IN"
+                " (SELECT raft_id FROM _pico_instance WHERE replicaset_name = %s)",
+                (name,),
+            )
+            self.connection.execute(
+                "DELETE FROM _pico_instance WHERE replicaset_name = %s", (name,)
+            )
+            self.connection.execute("DELETE FROM _pico_replicaset WHERE name = %s", (name,))
+
+    def expel_instance(self, name: str) -> None:
+        with self.transaction():
+            self.connection.execute(
+                "DELETE FROM _pico_peer_address WHERE raft_id ="
+                " (SELECT raft_id FROM _pico_instance WHERE name = %s)",
+                (name,),
+            )
+            self.connection.execute("DELETE FROM _pico_instance WHERE name = %s", (name,))
+
+    def switch_master(self, replicaset: str, instance: str) -> None:
+        self._run(
+            "UPDATE _pico_replicaset SET current_master_name = %s, target_master_name = %s"
+            " WHERE name = %s",
+            (instance, instance, replicaset),
+        )
+
+    def set_state(self, instance: str, state: str, incarnation: int = 2) -> None:
+        self._run(
+            "UPDATE _pico_instance SET current_state = %s WHERE name = %s",
+            (f'["{state}", {incarnation}]', instance),
+        )
+
+    def set_raw(self, table: str, column: str, value: Any, where: str, key: Any) -> None:
+        """Stores any value, malformed ones included: ``UPDATE table SET column = value WHERE
+        where = key``."""
+        self._run(f"UPDATE {table} SET {column} = %s WHERE {where} = %s", (value, key))
+
+    def set_address(self, instance: str, address: str, connection_type: str = "pgproto") -> None:
+        self._run(
+            "UPDATE _pico_peer_address SET address = %s WHERE connection_type = %s AND raft_id ="
+            " (SELECT raft_id FROM _pico_instance WHERE name = %s)",
+            (address, connection_type, instance),
+        )
+
+    def set_weight(self, replicaset: str, weight: float) -> None:
+        self._run(
+            "UPDATE _pico_replicaset SET weight = %s, weight_origin = 'user' WHERE name = %s",
+            (weight, replicaset),
+        )
+
+    # buckets
+
+    def set_buckets(self, tier: str, ranges: Sequence[tuple[int, int, str]]) -> None:
+        """Makes ``ranges`` ((start, end, replicaset uuid), inclusive) the tier's whole map."""
+        with self.transaction():
+            self.connection.execute("DELETE FROM _test_bucket WHERE tier_name = %s", (tier,))
+            with self.connection.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO _test_bucket (tier_name, bucket_id_start, bucket_id_end,"
+                    " current_replicaset_uuid, target_replicaset_uuid) VALUES (%s, %s, %s, %s, %s)",
+                    [(tier, start, end, owner, owner) for start, end, owner in ranges],
+                )
+
+    def rebalance(self, tier: str) -> list[tuple[int, int, str]]:
+        """Spreads the tier's buckets over its replicasets (in name order) in proportion to
+        their weights, as contiguous ranges; returns the new map."""
+        count = self._rows("SELECT bucket_count FROM _pico_tier WHERE name = %s", (tier,))[0][0]
+        members = self._rows(
+            "SELECT uuid, weight FROM _pico_replicaset WHERE tier = %s AND weight > 0"
+            " ORDER BY name",
+            (tier,),
+        )
+        ranges = spread(count, [(rs, float(weight)) for rs, weight in members])
+        self.set_buckets(tier, ranges)
+        return ranges
+
+    def fail_buckets(self, tier: str, message: str = REBALANCE_ERROR) -> None:
+        """``_pico_bucket(tier)`` raises ``message`` until :meth:`heal_buckets`."""
+        self._fault(tier, message=message)
+
+    def delay_buckets(self, tier: str, seconds: float) -> None:
+        """``_pico_bucket(tier)`` sleeps ``seconds`` before answering."""
+        self._fault(tier, delay=seconds)
+
+    def serve_raw_buckets(self, tier: str, payload: str) -> None:
+        """``_pico_bucket(tier)`` returns ``payload`` as it is (e.g. malformed JSON)."""
+        self._fault(tier, payload=payload)
+
+    def heal_buckets(self, tier: str) -> None:
+        self._run("DELETE FROM _test_bucket_fault WHERE tier_name = %s", (tier,))
+
+    def _fault(
+        self,
+        tier: str,
+        *,
+        message: str | None = None,
+        delay: float | None = None,
+        payload: str | None = None,
+    ) -> None:
+        self._run(
+            "INSERT INTO _test_bucket_fault (tier_name, message, delay, payload)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT (tier_name) DO UPDATE SET"
+            " message = excluded.message, delay = excluded.delay, payload = excluded.payload",
+            (tier, message, delay, payload),
+        )
+
+    # what a driver should conclude
+
+    def expected(self) -> Expected:
+        """The committed catalog, as the topology should hold it after a successful poll (one
+        query, so it reads one committed state)."""
+        document = self._rows(_EXPECTED_QUERY)[0][0]
+        tiers = {name: count for name, count in document["tiers"] or []}
+        maps: dict[str, list[tuple[int, int, str]]] = {tier: [] for tier in tiers}
+        for tier, start, end, owner in document["buckets"] or []:
+            maps.setdefault(tier, []).append((start, end, owner))
+        return Expected(
+            tiers=tiers,
+            replicasets={rs: (tier, master) for rs, tier, master in document["replicasets"] or []},
+            instances={
+                i: (rs, state, address) for i, rs, state, address in document["instances"] or []
+            },
+            maps=maps,
+        )
+
+    def pico_bucket(self, tier: str) -> str:
+        """What ``SELECT _pico_bucket(tier)`` returns right now."""
+        value: str = self._rows("SELECT _pico_bucket(%s)", (tier,))[0][0]
+        return value
+
+
+def spread(count: int, weights: Sequence[tuple[str, float]]) -> list[tuple[int, int, str]]:
+    """``count`` buckets as contiguous ranges, in the given order, sized by weight."""
+    total = sum(weight for _, weight in weights)
+    ranges: list[tuple[int, int, str]] = []
+    start, cumulative = 1, 0.0
+    for index, (owner, weight) in enumerate(weights):
+        cumulative += weight
+        end = count if index == len(weights) - 1 else round(count * cumulative / total)
+        if end >= start:
+            ranges.append((start, end, owner))
+            start = end + 1
+    return ranges
+
+
+def topology_state(topology: Any) -> Expected:
+    """The same view of a :class:`shardline.Topology`, for comparing with :meth:`expected`."""
+    return Expected(
+        tiers=dict(topology.tiers),
+        replicasets={
+            rs.uuid: (rs.tier, rs.current_master_uuid) for rs in topology.replicasets.values()
+        },
+        instances={
+            i.uuid: (i.replicaset_uuid, i.current_state, i.address)
+            for i in topology.instances.values()
+        },
+        maps={tier: list(ranges) for tier, ranges in topology.bucket_maps.items()},
+    )

@@ -1,0 +1,154 @@
+"""PollingSource across server faults: a restart, a server down, a reconnect to a different
+server (a multi-host DSN), and TLS. These tests start a second PostgreSQL of their own (with
+TLS on), since they stop and restart it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import rs_uuid
+from etcd_server import make_certificates
+from pg_server import PgServer
+from picodata_catalog import Catalog, topology_state
+from test_topology_polling import owners, run_polled, seed_tier, started
+
+from shardline import Topology
+from shardline.topology.sources import PollingSource
+
+
+@dataclass(frozen=True)
+class TlsServer:
+    server: PgServer
+    ca: Path
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
+    """A PostgreSQL of this module's own, serving TLS (and plain TCP) with a throwaway CA."""
+    certificates = make_certificates(tmp_path_factory.mktemp("pg-tls"))
+    server = PgServer()
+    try:
+        server.settings.update(
+            ssl="on",
+            ssl_cert_file=str(server.install_file(certificates.server_cert, "server.crt")),
+            ssl_key_file=str(server.install_file(certificates.server_key, "server.key")),
+        )
+        server.start()
+        yield TlsServer(server, certificates.ca)
+    finally:
+        server.close()
+
+
+def test_the_server_restarted(tls: TlsServer) -> None:
+    tls_pg = tls.server
+    dsn = tls_pg.create_schema()
+    with Catalog(dsn) as catalog:
+        seed_tier(catalog, 3)
+
+    async def scenario(topology: Topology, source: PollingSource) -> None:
+        await started(source)
+        assert await source.refresh()
+        await asyncio.to_thread(tls_pg.stop)
+        # down: every poll fails, and the view stays as it was (never cleared)
+        assert not await source.refresh()
+        assert not await source.refresh()
+        failures = source.state.failures
+        assert failures.get("connection-lost", 0) + failures.get("connect", 0) >= 2
+        assert not source.state.connected
+        assert owners(topology, 1, 1001, 2001) == ["r1", "r2", "r3"]
+        await asyncio.to_thread(tls_pg.start)
+        with Catalog(dsn, create=False) as catalog:
+            with catalog.transaction():
+                catalog.expel_replicaset("r2")
+                catalog.rebalance("default")
+            assert await source.refresh()
+            assert topology_state(topology) == catalog.expected()
+        assert source.state.connected
+        assert source.state.connects == 2
+        assert owners(topology, 1500, 1501) == ["r1", "r3"]
+
+    run_polled(dsn, scenario, retry=0.05, timeout=2)
+
+
+def test_a_reconnect_to_a_different_server_rebuilds_the_view(pg: PgServer, tls: TlsServer) -> None:
+    """Two servers hold different catalogs under one schema name; the DSN lists both. When
+    the first goes away the source lands on the second, and the view becomes the second's:
+    what only the first had is deleted, not kept."""
+    tls_pg = tls.server
+    schema = f"twin_{id(pg)}"
+    first = Catalog(tls_pg.create_schema(schema))
+    second = Catalog(pg.create_schema(schema))
+    try:
+        seed_tier(first, 3)
+        with second.transaction():
+            second.add_tier("default", 3000)
+            second.add_replicaset("r1", uuid=rs_uuid(1))
+            second.add_replicaset("r4", uuid=rs_uuid(4))
+            second.rebalance("default")
+        dsn = (
+            f"host=127.0.0.1,127.0.0.1 port={tls_pg.port},{pg.port} dbname=postgres"
+            f" user=shardline password=shardline options='-c search_path={schema}'"
+            " connect_timeout=2"
+        )
+
+        async def scenario(topology: Topology, source: PollingSource) -> None:
+            await started(source)
+            assert await source.refresh()
+            assert source.state.server == f"127.0.0.1:{tls_pg.port}"
+            assert owners(topology, 1, 1001, 2001) == ["r1", "r2", "r3"]
+            await asyncio.to_thread(tls_pg.stop)
+            for _ in range(5):
+                if await source.refresh():
+                    break
+            assert source.state.server == f"127.0.0.1:{pg.port}"
+            assert topology_state(topology) == second.expected()
+            assert set(topology.replicasets) == {rs_uuid(1), rs_uuid(4)}
+            assert owners(topology, 1, 1501) == ["r1", "r4"]
+
+        try:
+            run_polled(dsn, scenario, retry=0.05, timeout=3)
+        finally:
+            tls_pg.start()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
+    tls_pg, ca = tls.server, tls.ca
+    dsn = tls_pg.create_schema()
+    with Catalog(dsn) as catalog:
+        seed_tier(catalog, 1)
+    name = f"tls-{id(ca)}"
+
+    async def verified(topology: Topology, source: PollingSource) -> None:
+        await started(source)
+        assert await source.refresh()
+        assert owners(topology, 1) == ["r1"]
+        with tls_pg.connect() as admin:
+            row = admin.execute(
+                "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)"
+                " WHERE a.application_name = %s",
+                (name,),
+            ).fetchone()
+        assert row == (True,)
+
+    run_polled(
+        f"{dsn} sslmode=verify-full sslrootcert={ca}",
+        verified,
+        connect_kwargs={"application_name": name},
+    )
+
+    async def refused(topology: Topology, source: PollingSource) -> None:
+        await started(source)
+        assert not await source.refresh()
+        assert source.state.failures["connect"] >= 1
+        assert "certificate" in (source.state.last_failure or "")
+
+    # the server's own certificate is not a CA: verification fails
+    wrong = tls_pg.directory / "server.crt"
+    run_polled(f"{dsn} sslmode=verify-full sslrootcert={wrong}", refused, retry=0.05)
