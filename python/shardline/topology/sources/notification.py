@@ -1,0 +1,1052 @@
+"""``NotificationSource``: the topology pushed by the cluster as event documents, applied in raft
+order.
+
+The transport is a small adapter (:class:`NotificationTransport`): it connects, subscribes, reads
+a snapshot and then hands over the documents pushed after it. :mod:`.pg_notify` is the one over
+PostgreSQL ``LISTEN``/``NOTIFY`` the tests use; a Picodata one replaces it once Picodata pushes
+topology notifications. Nothing here does I/O or imports psycopg.
+
+The document format (JSON, UTF-8)
+=================================
+
+An *event document* is one ADR event::
+
+    {"op": "replace" | "delete",
+     "map": {...},                       # the fields of one EventInstance / EventReplicaset /
+                                         # EventBuckets, told apart by their keys (below)
+     "timestamp": 1767225600.25,         # optional, number or string; informational only
+     "raft": {"term": 3, "index": 1042}} # the raft entry the change was committed in
+
+``map`` is an *EventBuckets* if it has ``bucket_id``: ``{"tier", "bucket_id": {"start", "end"},
+"current_replicaset_uuid", "state"?}``; else an *EventInstance* if it has ``instance_uuid``:
+``{"instance_uuid", "replicaset_uuid"?, "current_state"?, "address"?}``; else an
+*EventReplicaset* if it has ``replicaset_uuid``: ``{"replicaset_uuid", "tier"?,
+"current_master_uuid"?}``. In a ``"replace"`` a field that is absent or ``null`` is left
+unchanged. Unknown keys are ignored, so fields can be added without breaking readers.
+
+The *snapshot document* is the whole topology at one raft position::
+
+    {"raft": {"term": 3, "index": 1040},
+     "timestamp": ...,                   # optional
+     "tiers": {"default": 3000, ...},    # tier name -> bucket count
+     "replicasets": [{EventReplicaset map}, ...],   # every replicaset (with its tier)
+     "instances": [{EventInstance map}, ...],       # every instance
+     "buckets": [{EventBuckets map}, ...]}          # every bucket range of every tier
+
+It holds every change up to and including its position, and nothing after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import math
+import re
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, TypeAlias
+
+from shardline._core import Topology
+from shardline.errors import InvalidEvent, UnknownTier
+from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
+from shardline.topology.sources.changes import (
+    BucketSnapshot,
+    TopologyChange,
+    TopologySnapshot,
+    apply_change,
+)
+from shardline.topology.sources.source import TopologySource
+from shardline.topology.sources.state import FailureReason
+
+__all__ = [
+    "DeliveryStats",
+    "DocumentError",
+    "EventDocument",
+    "NotificationSession",
+    "NotificationSource",
+    "NotificationTransport",
+    "RaftPosition",
+    "SnapshotDocument",
+    "TopologyEvent",
+    "TransportError",
+    "clear_topology",
+    "parse_event_document",
+    "parse_snapshot_document",
+]
+
+logger = logging.getLogger("shardline.topology.sources")
+
+TopologyEvent: TypeAlias = InstanceEvent | ReplicasetEvent | BucketEvent
+
+MAX_TEXT: Final = 1024
+"""Longest name, state, address or tier text accepted in a document."""
+
+MAX_BUCKET_ID: Final = 2**32 - 1
+
+DEFAULT_MAX_DOCUMENT: Final = 8000
+"""Default bound on an event document, in bytes: what PostgreSQL's ``NOTIFY`` accepts. The
+largest valid event (every text at :data:`MAX_TEXT`) is about 3.3 KB, so no event needs
+chunking."""
+
+DEFAULT_MAX_SNAPSHOT: Final = 64 << 20
+"""Default bound on a snapshot document, in bytes."""
+
+_SEEN_LIMIT: Final = 4096
+"""How many recently handed-out events are remembered to recognise a redelivery."""
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+# ---------------------------------------------------------------------------------------------
+# documents
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class RaftPosition:
+    """Where a change sits in the cluster's raft log; positions compare as ``(term, index)``."""
+
+    term: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.term}:{self.index}"
+
+
+class DocumentError(ValueError):
+    """A document that cannot be used; ``reason`` is the :class:`FailureReason` it counts as."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class EventDocument:
+    """One decoded event document: the event and the raft position it was committed at."""
+
+    position: RaftPosition
+    event: TopologyEvent
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotDocument:
+    """One decoded snapshot document: the whole topology at ``position``.
+
+    ``buckets`` maps every tier of ``tiers`` to its ranges (empty for a tier without any).
+    """
+
+    position: RaftPosition
+    tiers: Mapping[str, int]
+    replicasets: tuple[ReplicasetEvent, ...]
+    instances: tuple[InstanceEvent, ...]
+    buckets: Mapping[str, tuple[BucketEvent, ...]]
+
+
+def parse_event_document(
+    document: str | bytes, *, max_size: int = DEFAULT_MAX_DOCUMENT
+) -> EventDocument:
+    """Decodes and validates one event document (the format is in the module docstring).
+
+    Raises :class:`DocumentError`: ``too-large`` for a document over ``max_size`` bytes,
+    ``malformed-row`` for anything else wrong, naming the field. Uuids come out canonical
+    (lower case, hyphenated), so equal events compare equal.
+    """
+    body = _load(document, max_size, "event document")
+    position = _position(body)
+    op = body.get("op")
+    if op not in ("replace", "delete"):
+        raise _malformed(f"'op' must be 'replace' or 'delete', got {_show(op)}")
+    fields = body.get("map")
+    if not isinstance(fields, dict):
+        raise _malformed(f"'map' must be an object, got {_show(fields)}")
+    _timestamp(body)
+    kind = _kind(fields)
+    event: TopologyEvent
+    if kind == "buckets":
+        event = _bucket_event(fields, op)
+    elif kind == "instance":
+        event = _instance_event(fields, op)
+    else:
+        event = _replicaset_event(fields, op)
+    return EventDocument(position, event)
+
+
+def parse_snapshot_document(
+    document: str | bytes, *, max_size: int = DEFAULT_MAX_SNAPSHOT
+) -> SnapshotDocument:
+    """Decodes and validates a snapshot document (the format is in the module docstring).
+
+    Besides each entry's fields, checks that uuids are unique, every replicaset names its
+    tier, and every bucket range lies in a listed tier, within its bucket count, without
+    overlapping another. Raises :class:`DocumentError` (``too-large``, ``malformed-row``, or
+    ``malformed-buckets`` for the ranges).
+    """
+    body = _load(document, max_size, "snapshot document")
+    position = _position(body)
+    _timestamp(body)
+    tiers = body.get("tiers")
+    if not isinstance(tiers, dict):
+        raise _malformed(f"snapshot 'tiers' must be an object, got {_show(tiers)}")
+    counts: dict[str, int] = {}
+    for name, count in tiers.items():
+        _check_text("tiers", name)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BUCKET_ID:
+            raise _malformed(f"tier {name!r} has bucket count {_show(count)}")
+        counts[name] = count
+
+    replicasets: dict[str, ReplicasetEvent] = {}
+    for fields in _entries(body, "replicasets"):
+        event = _replicaset_event(fields, "replace")
+        if event.tier is None:
+            raise _malformed(f"snapshot replicaset {event.replicaset_uuid} has no 'tier'")
+        if replicasets.setdefault(event.replicaset_uuid, event) is not event:
+            raise _malformed(f"snapshot lists replicaset {event.replicaset_uuid} twice")
+    instances: dict[str, InstanceEvent] = {}
+    for fields in _entries(body, "instances"):
+        instance = _instance_event(fields, "replace")
+        if instances.setdefault(instance.instance_uuid, instance) is not instance:
+            raise _malformed(f"snapshot lists instance {instance.instance_uuid} twice")
+    ranges: dict[str, list[BucketEvent]] = {name: [] for name in counts}
+    for fields in _entries(body, "buckets"):
+        bucket = _bucket_event(fields, "replace")
+        if bucket.tier not in ranges:
+            raise DocumentError(
+                FailureReason.MALFORMED_BUCKETS,
+                f"snapshot range [{bucket.start}, {bucket.end}] is in tier {bucket.tier!r},"
+                " which is not in 'tiers'",
+            )
+        ranges[bucket.tier].append(bucket)
+    buckets: dict[str, tuple[BucketEvent, ...]] = {}
+    for tier, tier_ranges in ranges.items():
+        tier_ranges.sort(key=lambda b: b.start)
+        for before, after in itertools.pairwise(tier_ranges):
+            if after.start <= before.end:
+                raise DocumentError(
+                    FailureReason.MALFORMED_BUCKETS,
+                    f"snapshot ranges [{before.start}, {before.end}] and"
+                    f" [{after.start}, {after.end}] of tier {tier!r} overlap",
+                )
+        if tier_ranges and tier_ranges[-1].end > counts[tier]:
+            last = tier_ranges[-1]
+            raise DocumentError(
+                FailureReason.MALFORMED_BUCKETS,
+                f"snapshot range [{last.start}, {last.end}] is beyond the bucket count"
+                f" {counts[tier]} of tier {tier!r}",
+            )
+        buckets[tier] = tuple(tier_ranges)
+    return SnapshotDocument(
+        position=position,
+        tiers=counts,
+        replicasets=tuple(replicasets.values()),
+        instances=tuple(instances.values()),
+        buckets=buckets,
+    )
+
+
+def _load(document: str | bytes, max_size: int, what: str) -> dict[str, Any]:
+    if isinstance(document, str):
+        size = len(document) if document.isascii() else len(document.encode())
+    elif isinstance(document, bytes | bytearray):
+        size = len(document)
+    else:
+        raise _malformed(f"{what} must be str or bytes, got {type(document).__name__}")
+    if size > max_size:
+        raise DocumentError(
+            FailureReason.TOO_LARGE, f"{what} of {size} bytes is over the limit of {max_size}"
+        )
+    try:
+        body = json.loads(document)
+    except (ValueError, RecursionError) as error:
+        raise _malformed(f"{what} is not JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise _malformed(f"{what} must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _malformed(message: str) -> DocumentError:
+    return DocumentError(FailureReason.MALFORMED_ROW, message)
+
+
+def _show(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:80] + "…"
+
+
+def _position(body: Mapping[str, Any]) -> RaftPosition:
+    raft = body.get("raft")
+    if not isinstance(raft, dict):
+        raise _malformed(f"'raft' must be an object {{term, index}}, got {_show(raft)}")
+    parts = []
+    for name in ("term", "index"):
+        value = raft.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise _malformed(f"'raft.{name}' must be a non-negative int, got {_show(value)}")
+        parts.append(value)
+    return RaftPosition(parts[0], parts[1])
+
+
+def _timestamp(body: Mapping[str, Any]) -> None:
+    value = body.get("timestamp")
+    if value is None or isinstance(value, str):
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _malformed(f"'timestamp' must be a number or a string, got {_show(value)}")
+
+
+def _kind(fields: Mapping[str, Any]) -> str:
+    if "bucket_id" in fields:
+        if "instance_uuid" in fields:
+            raise _malformed("'map' has both 'bucket_id' and 'instance_uuid'")
+        return "buckets"
+    if "instance_uuid" in fields:
+        return "instance"
+    if "replicaset_uuid" in fields:
+        return "replicaset"
+    raise _malformed(
+        "'map' is none of EventBuckets (bucket_id), EventInstance (instance_uuid) or"
+        f" EventReplicaset (replicaset_uuid): keys {sorted(map(str, fields))[:8]}"
+    )
+
+
+def _check_text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _malformed(f"'{name}' must be a non-empty string, got {_show(value)}")
+    if len(value) > MAX_TEXT:
+        raise _malformed(f"'{name}' of length {len(value)} is over the limit of {MAX_TEXT}")
+    return value
+
+
+def _text(fields: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = fields.get(name)
+    if value is None and not required:
+        return None
+    return _check_text(name, value)
+
+
+def _uuid(fields: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = fields.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, str) and _CANONICAL_UUID.match(value):
+        return value
+    if isinstance(value, str) and len(value) <= 64:
+        with contextlib.suppress(ValueError):
+            return str(uuid.UUID(value))
+    raise _malformed(f"'{name}' must be a UUID string, got {_show(value)}")
+
+
+def _bound(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BUCKET_ID:
+        raise _malformed(f"'bucket_id.{name}' must be a bucket id (int >= 1), got {_show(value)}")
+    return value
+
+
+def _bucket_event(fields: Mapping[str, Any], op: Op) -> BucketEvent:
+    ids = fields.get("bucket_id")
+    if not isinstance(ids, dict):
+        raise _malformed(f"'bucket_id' must be an object {{start, end}}, got {_show(ids)}")
+    start, end = _bound(ids.get("start"), "start"), _bound(ids.get("end"), "end")
+    if start > end:
+        raise _malformed(f"bucket range start {start} is greater than end {end}")
+    tier = _text(fields, "tier", required=True)
+    owner = _uuid(fields, "current_replicaset_uuid", required=True)
+    state = _text(fields, "state") or "active"
+    assert tier is not None
+    assert owner is not None
+    return BucketEvent(tier, start, end, owner, state=state, op=op)
+
+
+def _instance_event(fields: Mapping[str, Any], op: Op) -> InstanceEvent:
+    key = _uuid(fields, "instance_uuid", required=True)
+    assert key is not None
+    if op == "delete":
+        return InstanceEvent("delete", key)
+    return InstanceEvent(
+        "replace",
+        key,
+        replicaset_uuid=_uuid(fields, "replicaset_uuid"),
+        current_state=_text(fields, "current_state"),
+        address=_text(fields, "address"),
+    )
+
+
+def _replicaset_event(fields: Mapping[str, Any], op: Op) -> ReplicasetEvent:
+    key = _uuid(fields, "replicaset_uuid", required=True)
+    assert key is not None
+    if op == "delete":
+        return ReplicasetEvent("delete", key)
+    return ReplicasetEvent(
+        "replace",
+        key,
+        tier=_text(fields, "tier"),
+        current_master_uuid=_uuid(fields, "current_master_uuid"),
+    )
+
+
+def _entries(body: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    entries = body.get(name, [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise _malformed(f"snapshot '{name}' must be an array of objects")
+    return entries
+
+
+# ---------------------------------------------------------------------------------------------
+# the transport
+
+
+class TransportError(Exception):
+    """A transport failed; ``reason`` is the :class:`FailureReason` it counts as (``connect``,
+    ``connection-lost``, ``timeout``, ``query-error``)."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class NotificationSession(Protocol):
+    """One subscription: the snapshot read after subscribing, then the documents pushed since.
+
+    ``documents()`` yields every document the subscription received, in delivery order,
+    starting with those that arrived while the snapshot was read (the source drops the ones the
+    snapshot already holds); it raises :class:`TransportError` when the subscription breaks
+    and ends only if the stream ends. Called once per session. ``aclose()`` is idempotent and
+    may be called while ``documents()`` is being iterated by another task.
+    """
+
+    @property
+    def server(self) -> str:
+        """Where the session is connected, for :attr:`SourceState.server`."""
+        ...
+
+    @property
+    def snapshot(self) -> str | bytes:
+        """The snapshot document, read *after* the subscription was in place."""
+        ...
+
+    def documents(self) -> AsyncIterator[str | bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class NotificationTransport(Protocol):
+    """Connects to the cluster and subscribes to its topology documents.
+
+    ``connect()`` must subscribe first and read the snapshot second, so that no document
+    committed between the two is lost; it raises :class:`TransportError` if it cannot, and
+    leaves nothing open if it raises or is cancelled. ``name`` describes the target for logs.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def connect(self) -> NotificationSession: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# the source
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryStats:
+    """What happened to the documents a :class:`NotificationSource` received.
+
+    ``received`` counts event documents; each ends as exactly one of ``handed_out`` (newer
+    than everything before it, or part of the last raft entry), ``duplicates`` (a redelivery,
+    or at or below the snapshot's position), ``stale`` (older than the last event handed out
+    and never seen: ignored, and a re-read of the snapshot is scheduled), ``skipped``
+    (malformed, too large, or about a tier outside the tier configuration: also counted in
+    :attr:`SourceState.failures`). ``snapshots`` counts snapshots handed out; ``position``
+    is the raft position of what was handed out last (``None`` before the first snapshot);
+    ``last_event`` the wall-clock time an event was last handed out.
+    """
+
+    received: int
+    handed_out: int
+    duplicates: int
+    stale: int
+    skipped: int
+    snapshots: int
+    position: RaftPosition | None
+    last_event: float | None
+
+
+@dataclass(slots=True)
+class _Counters:
+    received: int = 0
+    handed_out: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    skipped: int = 0
+    snapshots: int = 0
+    last_event: float | None = None
+
+
+class _End:
+    """The session's stream ended."""
+
+
+_WAKE: Final = object()
+"""Put in a session's queue to make the stream loop look at its flags."""
+
+_END: Final = _End()
+
+
+@dataclass(slots=True)
+class _Session:
+    session: NotificationSession
+    queue: asyncio.Queue[object]
+    reader: asyncio.Task[None] | None = None
+    started: float = 0.0
+    timer: asyncio.TimerHandle | None = field(default=None)
+
+
+class NotificationSource(TopologySource):
+    """The topology of a cluster that pushes its changes as event documents.
+
+    Each connection subscribes, reads a snapshot (replicasets, instances, every tier's bucket
+    map) and hands it out as a :class:`TopologySnapshot`; then it hands out one event per
+    document, in raft order. A document at or below the snapshot's position, or a redelivery
+    of one already handed out, is ignored. A document older than the last one handed out
+    (delivered out of order) is ignored too, and, since the view may now lack what it said,
+    the snapshot is read again (not sooner than ``min_resync_interval`` after the last one).
+    Several documents at the same raft position (one entry changing several things) are all
+    handed out.
+
+    A malformed or oversized document, or a bucket range of a tier the tier configuration
+    lacks or beyond its bucket count, is skipped, logged and counted in :attr:`state` (and
+    :attr:`deliveries`); it never ends the stream. A lost connection, a failed connect or an
+    unusable snapshot is counted by reason and retried after ``retry`` seconds, doubling up to
+    ``max_retry``. The tier configuration is the first snapshot's; a tier that later appears
+    (or changes its bucket count) is counted as ``unknown-tier`` and its buckets are not
+    followed.
+
+    :meth:`run` clears the topology before applying each snapshot (:func:`clear_topology`), so
+    after a reconnect nothing the previous connection left survives: the topology holds
+    exactly the new snapshot. :meth:`refresh` reads the snapshot again now and waits until it
+    is applied; :meth:`trigger` asks for that not sooner than ``min_resync_interval`` after
+    the last snapshot.
+
+    Args:
+        dsn: a libpq connection string for the PostgreSQL ``LISTEN``/``NOTIFY`` transport
+            (:class:`~shardline.topology.sources.pg_notify.PgNotifyTransport`, which needs the
+            ``pg`` extra); exclusive with ``transport``.
+        transport: any :class:`NotificationTransport` (e.g. Picodata's, once it pushes).
+        channel, snapshot_query, ping_interval, connect_kwargs: passed to the PostgreSQL
+            transport (only with ``dsn``): the channel to ``LISTEN`` on (default
+            ``shardline_topology``), the query returning the snapshot document (default
+            ``SELECT shardline_topology_snapshot()``), the seconds of silence after which the
+            connection is checked, and extra ``psycopg`` connect arguments.
+        timeout: seconds a connection (subscribing and reading the snapshot) may take.
+        retry, max_retry: seconds before the first retry of a failed connection, and the cap
+            of its doubling.
+        min_resync_interval: the least time between the starts of two connections that
+            :meth:`trigger` or an out-of-order document asked for.
+        max_document: the largest event document accepted, in bytes.
+        max_snapshot: the largest snapshot document accepted, in bytes.
+        max_queue: how many received documents may wait to be handed out before the
+            transport is paused.
+
+    Raises ``ValueError`` naming the argument for an invalid one.
+
+    Implementation notes:
+        A reader task per connection moves documents from the transport into a bounded
+        queue; the iteration takes them from there, so :meth:`trigger`, :meth:`refresh` and
+        :meth:`aclose` can interrupt a quiet stream by queueing a wake-up. Order is decided
+        on the decoded event: the position handed out last, the snapshot's position, and the
+        last 4,096 ``(position, event)`` pairs handed out (an older pair that fell out of
+        that window counts as stale, which costs a re-read, never a wrong view). A re-read
+        is a new session — subscribe, then snapshot — so it cannot lose a document either.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        transport: NotificationTransport | None = None,
+        channel: str | None = None,
+        snapshot_query: str | None = None,
+        ping_interval: float | None = None,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        timeout: float = 5.0,
+        retry: float = 0.1,
+        max_retry: float = 2.0,
+        min_resync_interval: float = 1.0,
+        max_document: int = DEFAULT_MAX_DOCUMENT,
+        max_snapshot: int = DEFAULT_MAX_SNAPSHOT,
+        max_queue: int = 10_000,
+    ) -> None:
+        self._timeout = _seconds("timeout", timeout)
+        self._retry = _seconds("retry", retry)
+        self._max_retry = _seconds("max_retry", max_retry)
+        if self._max_retry < self._retry:
+            raise ValueError(f"max_retry ({max_retry!r}) must not be less than retry ({retry!r})")
+        self._min_resync_interval = _seconds("min_resync_interval", min_resync_interval, zero=True)
+        self._max_document = _count("max_document", max_document)
+        self._max_snapshot = _count("max_snapshot", max_snapshot)
+        self._max_queue = _count("max_queue", max_queue)
+        if transport is None:
+            if dsn is None:
+                raise ValueError("give a dsn or a transport")
+            from shardline.topology.sources.pg_notify import PgNotifyTransport
+
+            pg_options: dict[str, Any] = {
+                "channel": channel,
+                "snapshot_query": snapshot_query,
+                "ping_interval": ping_interval,
+            }
+            transport = PgNotifyTransport(
+                dsn,
+                timeout=timeout,
+                connect_kwargs=connect_kwargs,
+                **{key: value for key, value in pg_options.items() if value is not None},
+            )
+        else:
+            given = [
+                name
+                for name, value in (
+                    ("dsn", dsn),
+                    ("channel", channel),
+                    ("snapshot_query", snapshot_query),
+                    ("ping_interval", ping_interval),
+                    ("connect_kwargs", connect_kwargs),
+                )
+                if value is not None
+            ]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} configure the PostgreSQL transport: not with transport="
+                )
+            if not callable(getattr(transport, "connect", None)):
+                raise ValueError(f"transport must have a connect() method, got {transport!r}")
+        self._transport = transport
+        super().__init__(f"NotificationSource({transport.name})")
+
+        self._tier_config: dict[str, int] | None = None
+        self._position: RaftPosition | None = None
+        self._snapshot_position: RaftPosition | None = None
+        self._seen: OrderedDict[tuple[RaftPosition, TopologyEvent], None] = OrderedDict()
+        self._counters = _Counters()
+
+        self._closed = False
+        self._iterating = False
+        self._wake = asyncio.Event()
+        self._current: _Session | None = None
+        self._connecting: asyncio.Task[NotificationSession] | None = None
+        self._resync_now = False
+        self._resync_wanted = False
+        self._urgent = False
+        self._started = 0
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+
+    # what the source reports
+
+    @property
+    def position(self) -> RaftPosition | None:
+        """The raft position of the last snapshot or event handed out (``None`` before the
+        first snapshot): under :meth:`run`, how far the topology has caught up."""
+        return self._position
+
+    @property
+    def deliveries(self) -> DeliveryStats:
+        """What happened to the documents received (see :class:`DeliveryStats`)."""
+        c = self._counters
+        return DeliveryStats(
+            received=c.received,
+            handed_out=c.handed_out,
+            duplicates=c.duplicates,
+            stale=c.stale,
+            skipped=c.skipped,
+            snapshots=c.snapshots,
+            position=self._position,
+            last_event=c.last_event,
+        )
+
+    # the TopologySource interface
+
+    def __aiter__(self) -> AsyncIterator[TopologyChange]:
+        if self._closed:
+            raise RuntimeError(f"{self._recorder.name} is closed")
+        if self._iterating:
+            raise RuntimeError(f"{self._recorder.name} is already being iterated")
+        self._iterating = True
+        return self._changes()
+
+    async def refresh(self) -> bool:
+        """Reads the snapshot again now (a new connection); returns once it has been handed
+        out (under :meth:`run`: applied), True if it was read and accepted, False if that
+        connection failed or the source closed. Raises RuntimeError if nothing iterates the
+        source."""
+        if self._closed:
+            raise RuntimeError(f"{self._recorder.name} is closed")
+        if not self._iterating:
+            raise RuntimeError(
+                f"nothing runs {self._recorder.name}: call run(topology) or iterate it first"
+            )
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._started + 1, future))
+        self._resync_now = self._urgent = True
+        self._poke()
+        return await future
+
+    def trigger(self) -> None:
+        """Asks for a re-read of the snapshot, not sooner than ``min_resync_interval`` after
+        the last one started; returns at once."""
+        self._resync_wanted = True
+        self._poke()
+
+    def resync(self) -> None:
+        self._resync_now = True
+        self._poke()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._poke()
+        self._finish_waiters(None)
+        if self._connecting is not None:
+            self._connecting.cancel()
+        current = self._current
+        if current is not None:
+            await _close_session(current)
+
+    async def run(self, topology: Topology) -> None:
+        """Applies every change this source hands out to ``topology``, until the source is
+        closed (or the task running this is cancelled).
+
+        Before each :class:`TopologySnapshot` the topology is cleared (:func:`clear_topology`),
+        so it then holds exactly the snapshot. A change the topology refuses is counted as
+        ``rejected`` and logged, and the snapshot is read again.
+        """
+        changes = self.__aiter__()
+        try:
+            async for change in changes:
+                try:
+                    applied = 0
+                    if isinstance(change, TopologySnapshot):
+                        applied += clear_topology(topology)
+                    applied += apply_change(topology, change)
+                except (InvalidEvent, UnknownTier) as error:
+                    self._rejections += 1
+                    self._recorder.failure(
+                        FailureReason.REJECTED, f"{type(change).__name__} refused: {error}"
+                    )
+                    self.resync()
+                else:
+                    self._recorder.events_applied += applied
+        finally:
+            close = getattr(changes, "aclose", None)
+            if close is not None:
+                await close()
+
+    # the connection loop
+
+    async def _changes(self) -> AsyncIterator[TopologyChange]:
+        loop = asyncio.get_running_loop()
+        failed = 0
+        try:
+            while not self._closed:
+                if failed:
+                    await self._pause(min(self._max_retry, self._retry * 2 ** (failed - 1)))
+                    if self._closed:
+                        return
+                self._started += 1
+                attempt = self._started
+                self._resync_now = self._resync_wanted = self._urgent = False
+                self._recorder.attempts += 1
+                session = await self._connect()
+                if session is None:
+                    failed += 1
+                    self._finish_waiters(attempt, False)
+                    continue
+                current = _Session(session, asyncio.Queue(self._max_queue), started=loop.time())
+                self._current = current
+                try:
+                    snapshot = self._read_snapshot(session)
+                    if snapshot is None:
+                        failed += 1
+                        self._finish_waiters(attempt, False)
+                        continue
+                    rejections = self._rejections
+                    self._recorder.events_emitted += 1
+                    yield snapshot
+                    if self._closed:
+                        return
+                    if self._rejections != rejections:
+                        failed += 1
+                        self._finish_waiters(attempt, False)
+                        continue
+                    failed = 0
+                    self._recorder.refreshed()
+                    self._finish_waiters(attempt, True)
+                    current.reader = asyncio.create_task(self._read(current))
+                    while not self._closed and not self._resync_due(current):
+                        item = await current.queue.get()
+                        if item is _WAKE:
+                            continue
+                        if isinstance(item, TransportError):
+                            self._recorder.failure(item.reason, str(item))
+                            failed = 1
+                            break
+                        if isinstance(item, _End):
+                            self._recorder.failure(
+                                FailureReason.CONNECTION_LOST, "the notification stream ended"
+                            )
+                            failed = 1
+                            break
+                        assert isinstance(item, str | bytes)
+                        change = self._accept(item)
+                        if change is not None:
+                            self._recorder.events_emitted += 1
+                            yield change
+                finally:
+                    self._current = None
+                    await _close_session(current)
+                    self._recorder.disconnected()
+        finally:
+            self._iterating = False
+            self._finish_waiters(None)
+
+    async def _connect(self) -> NotificationSession | None:
+        """A new session, or None (the failure counted); None too if the source closed."""
+        connecting = asyncio.ensure_future(self._connect_in_time())
+        self._connecting = connecting
+        try:
+            return await connecting
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed and connecting.cancelled() and not (task and task.cancelling()):
+                return None
+            raise
+        except TransportError as error:
+            self._recorder.failure(error.reason, str(error))
+            return None
+        finally:
+            self._connecting = None
+
+    async def _connect_in_time(self) -> NotificationSession:
+        try:
+            async with asyncio.timeout(self._timeout):
+                session = await self._transport.connect()
+        except TimeoutError:
+            raise TransportError(
+                FailureReason.TIMEOUT,
+                f"no connection and snapshot within {self._timeout} s",
+            ) from None
+        if self._closed:
+            with contextlib.suppress(Exception):
+                await session.aclose()
+            raise asyncio.CancelledError
+        self._recorder.connected(session.server)
+        return session
+
+    def _read_snapshot(self, session: NotificationSession) -> TopologySnapshot | None:
+        """The session's snapshot as a change to hand out, or None (the failure counted)."""
+        try:
+            document = parse_snapshot_document(session.snapshot, max_size=self._max_snapshot)
+        except DocumentError as error:
+            self._recorder.failure(error.reason, f"unusable snapshot: {error}")
+            return None
+        if self._tier_config is None:
+            self._tier_config = dict(document.tiers)
+        config = self._tier_config
+        followed = []
+        for tier, ranges in sorted(document.buckets.items()):
+            if config.get(tier) == document.tiers[tier]:
+                followed.append(BucketSnapshot(tier, ranges))
+            else:
+                self._recorder.failure(
+                    FailureReason.UNKNOWN_TIER,
+                    f"tier {tier!r} (bucket_count {document.tiers[tier]}) is not in the tier"
+                    f" configuration set by the first snapshot ({config.get(tier)});"
+                    " its buckets are not followed",
+                )
+        followed.extend(
+            BucketSnapshot(tier, ()) for tier in sorted(set(config) - set(document.tiers))
+        )
+        if self._position is not None and document.position < self._position:
+            logger.info(
+                "%s: the new snapshot is at %s, behind %s handed out before: rebuilding from it",
+                self._recorder.name,
+                document.position,
+                self._position,
+            )
+        self._position = self._snapshot_position = document.position
+        self._seen.clear()
+        self._counters.snapshots += 1
+        return TopologySnapshot(
+            tiers=dict(config),
+            replicasets=document.replicasets,
+            instances=document.instances,
+            buckets=tuple(followed),
+        )
+
+    def _accept(self, document: str | bytes) -> TopologyEvent | None:
+        """The event to hand out for one received document, or None (counted why)."""
+        counters = self._counters
+        counters.received += 1
+        try:
+            decoded = parse_event_document(document, max_size=self._max_document)
+        except DocumentError as error:
+            counters.skipped += 1
+            self._recorder.failure(error.reason, f"document skipped: {error}")
+            return None
+        position, event = decoded.position, decoded.event
+        if isinstance(event, BucketEvent):
+            count = (self._tier_config or {}).get(event.tier)
+            if count is None or event.end > count:
+                counters.skipped += 1
+                reason, why = (
+                    (FailureReason.UNKNOWN_TIER, "is not in the tier configuration")
+                    if count is None
+                    else (FailureReason.MALFORMED_BUCKETS, f"has bucket_count {count}")
+                )
+                self._recorder.failure(
+                    reason,
+                    f"document at {position} skipped: range [{event.start}, {event.end}]"
+                    f" of tier {event.tier!r}, which {why}",
+                )
+                return None
+        key = (position, event)
+        assert self._position is not None
+        assert self._snapshot_position is not None
+        if position <= self._snapshot_position or key in self._seen:
+            counters.duplicates += 1
+            return None
+        if position < self._position:
+            counters.stale += 1
+            logger.info(
+                "%s: a document at %s arrived after %s: ignored, the snapshot will be read again",
+                self._recorder.name,
+                position,
+                self._position,
+            )
+            self._resync_wanted = True
+            return None
+        self._seen[key] = None
+        if len(self._seen) > _SEEN_LIMIT:
+            self._seen.popitem(last=False)
+        self._position = position
+        counters.handed_out += 1
+        counters.last_event = time.time()
+        return event
+
+    async def _read(self, current: _Session) -> None:
+        """Moves the session's documents into its queue (the reader task)."""
+        queue = current.queue
+        try:
+            async for document in current.session.documents():
+                await queue.put(document)
+            await queue.put(_END)
+        except TransportError as error:
+            await queue.put(error)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a transport's own bug must not hang the stream
+            await queue.put(
+                TransportError(FailureReason.CONNECTION_LOST, f"{type(error).__name__}: {error}")
+            )
+
+    def _resync_due(self, current: _Session) -> bool:
+        if self._resync_now:
+            return True
+        if not self._resync_wanted:
+            return False
+        loop = asyncio.get_running_loop()
+        due = current.started + self._min_resync_interval
+        if loop.time() >= due:
+            return True
+        if current.timer is None:
+            current.timer = loop.call_at(due, self._poke)
+        return False
+
+    def _poke(self) -> None:
+        """Wakes the loop wherever it waits."""
+        self._wake.set()
+        current = self._current
+        if current is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                current.queue.put_nowait(_WAKE)
+
+    async def _pause(self, delay: float) -> None:
+        """Waits ``delay`` seconds, less if :meth:`refresh` asks or the source closes."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        while not (self._closed or self._urgent):
+            now = loop.time()
+            if now >= due:
+                return
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), due - now)
+
+    def _finish_waiters(self, attempt: int | None, ok: bool = False) -> None:
+        """Resolves the refresh() calls that ``attempt`` answers (all of them for None)."""
+        waiting = []
+        for target, future in self._waiters:
+            if attempt is None or target <= attempt:
+                if not future.done():
+                    future.set_result(ok)
+            else:
+                waiting.append((target, future))
+        self._waiters = waiting
+
+
+async def _close_session(current: _Session) -> None:
+    if current.timer is not None:
+        current.timer.cancel()
+    reader, current.reader = current.reader, None
+    if reader is not None:
+        reader.cancel()
+        with contextlib.suppress(BaseException):
+            await reader
+    with contextlib.suppress(Exception):
+        await current.session.aclose()
+
+
+def clear_topology(topology: Topology) -> int:
+    """Empties ``topology`` of instances, replicasets and bucket ranges, keeping its tier
+    configuration; returns how many changes that took (0 if it was empty).
+
+    Implementation notes:
+        :class:`Topology` has no ``clear()``: this deletes every instance, then every
+        replicaset (which clears its tier's map), then applies an empty bucket snapshot to
+        every tier whose map still holds ranges (ranges owned by replicasets the topology
+        never knew). Each step is atomic, the whole is not: another thread may observe the
+        topology half-cleared — never holding anything it did not hold before.
+    """
+    changes = 0
+    for key in topology.instances:
+        topology.apply(InstanceEvent("delete", key))
+        changes += 1
+    for key in topology.replicasets:
+        topology.apply(ReplicasetEvent("delete", key))
+        changes += 1
+    for tier, ranges in topology.bucket_maps.items():
+        if ranges:
+            topology.apply_bucket_snapshot(tier, ())
+            changes += 1
+    return changes
+
+
+def _seconds(name: str, value: float, *, zero: bool = False) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        sign = "non-negative" if zero else "positive"
+        raise ValueError(f"{name} must be a {sign} finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value

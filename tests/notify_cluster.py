@@ -1,0 +1,251 @@
+"""A cluster that pushes topology notifications, stood in for by PostgreSQL ``LISTEN``/``NOTIFY``.
+
+The design (see ``shardline/topology/sources/pg_notify.py``): every change is one transaction
+that takes the next raft position under a row lock, stores the snapshot document of the state
+after it, and sends the change's event document with ``pg_notify``. The source ``LISTEN``\\ s,
+then reads the snapshot with ``SELECT shardline_topology_snapshot(channel)``.
+
+Here the "cluster state" is a reference :class:`shardline.Topology` that the publisher applies
+each event to in raft order, so the snapshot at a position is exactly what in-order application
+of every event up to it gives — the state a source must converge to. Each test (or Hypothesis
+example) uses its own channel, which keys its own row of ``shardline_topology_state``, so one
+database serves a whole module.
+
+Schema:
+
+- ``shardline_topology_state(channel, term, index, document)``: the snapshot document of each
+  channel's cluster and its raft position.
+- ``shardline_topology_snapshot(channel)``: that document (``STABLE``: one statement snapshot).
+- ``shardline_topology_snapshot_after(channel, seconds)``: sleeps, *then* reads (each statement
+  of a ``VOLATILE`` plpgsql function sees what committed before it began): changes committed
+  during the sleep are in the snapshot *and* queued to the listener.
+- ``shardline_topology_snapshot_then(channel, seconds)``: reads, *then* sleeps: changes
+  committed during the sleep are only queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from notify_documents import Event, event_document, snapshot_document
+
+from shardline import Topology
+from shardline.topology.sources.notification import NotificationSource
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS shardline_topology_state (
+    channel text PRIMARY KEY,
+    term bigint NOT NULL,
+    index bigint NOT NULL,
+    document text NOT NULL
+);
+CREATE OR REPLACE FUNCTION shardline_topology_snapshot(wanted text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT document FROM shardline_topology_state WHERE channel = wanted
+$$;
+CREATE OR REPLACE FUNCTION shardline_topology_snapshot_after(wanted text, seconds float8)
+RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_sleep(seconds);
+    RETURN (SELECT document FROM shardline_topology_state WHERE channel = wanted);
+END
+$$;
+CREATE OR REPLACE FUNCTION shardline_topology_snapshot_then(wanted text, seconds float8)
+RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    found text;
+BEGIN
+    SELECT document INTO found FROM shardline_topology_state WHERE channel = wanted;
+    PERFORM pg_sleep(seconds);
+    RETURN found;
+END
+$$;
+"""
+
+_channels = itertools.count(1)
+
+
+def fresh_channel() -> str:
+    return f"topology_{os.getpid()}_{next(_channels)}"
+
+
+def install(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(SCHEMA)
+
+
+class NotifyCluster:
+    """The publishing side of one channel; each method is one or more committed transactions."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        tiers: dict[str, int] | None = None,
+        channel: str | None = None,
+        term: int = 1,
+    ) -> None:
+        self.dsn = dsn
+        self.channel = channel or fresh_channel()
+        self.connection = psycopg.connect(dsn, autocommit=True)
+        self.reference = Topology()
+        self.reference.apply_tiers(tiers or {"default": 3000})
+        self.term, self.index = term, 0
+        self.connection.execute(
+            "INSERT INTO shardline_topology_state (channel, term, index, document)"
+            " VALUES (%s, %s, %s, %s)",
+            (self.channel, self.term, self.index, self.snapshot()),
+        )
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> NotifyCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # what a source connects with
+
+    @property
+    def snapshot_query(self) -> str:
+        return f"SELECT shardline_topology_snapshot('{self.channel}')"
+
+    def source(self, **options: Any) -> NotificationSource:
+        """A source on this channel, with short retries and no resync rate limit."""
+        settings: dict[str, Any] = {
+            "channel": self.channel,
+            "snapshot_query": self.snapshot_query,
+            "timeout": 5.0,
+            "retry": 0.02,
+            "max_retry": 0.2,
+            "min_resync_interval": 0.0,
+            **options,
+        }
+        return NotificationSource(self.dsn, **settings)
+
+    def snapshot(self) -> str:
+        return snapshot_document(self.reference, self.term, self.index)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return (self.term, self.index)
+
+    # changes
+
+    def publish(self, *events: Event, notify: bool = True, same_entry: bool = False) -> list[str]:
+        """Commits ``events`` in one transaction, each at the next raft position (all at one
+        position with ``same_entry``), and notifies each unless ``notify`` is False (the
+        documents are returned, e.g. to deliver them later, out of order)."""
+        documents = []
+        with self.connection.transaction():
+            # the row lock orders concurrent publishers: positions increase in commit order
+            row = self.connection.execute(
+                "SELECT term, index FROM shardline_topology_state WHERE channel = %s FOR UPDATE",
+                (self.channel,),
+            ).fetchone()
+            assert row == (self.term, self.index)
+            if same_entry:
+                self.index += 1
+            for event in events:
+                if not same_entry:
+                    self.index += 1
+                self.reference.apply(event)
+                document = event_document(event, self.term, self.index, timestamp=time.time())
+                documents.append(document)
+                if notify:
+                    self.connection.execute("SELECT pg_notify(%s, %s)", (self.channel, document))
+            self._store()
+        return documents
+
+    def new_term(self) -> None:
+        """A leader change: later entries carry the next term (indices keep increasing)."""
+        with self.connection.transaction():
+            self.term += 1
+            self._store()
+
+    def notify(self, *documents: str) -> None:
+        """Sends each document as it is, each in its own transaction (PostgreSQL drops an
+        identical payload repeated within one), without touching the state."""
+        for document in documents:
+            self.connection.execute("SELECT pg_notify(%s, %s)", (self.channel, document))
+
+    def _store(self) -> None:
+        self.connection.execute(
+            "UPDATE shardline_topology_state SET term = %s, index = %s, document = %s"
+            " WHERE channel = %s",
+            (self.term, self.index, self.snapshot(), self.channel),
+        )
+
+
+def view(topology: Topology) -> tuple[Any, ...]:
+    """What a caller can observe of a topology, epochs left out."""
+    return (
+        topology.tiers,
+        {k: (r.tier, r.current_master_uuid) for k, r in topology.replicasets.items()},
+        {k: (i.replicaset_uuid, i.current_state, i.address) for k, i in topology.instances.items()},
+        {tier: ranges for tier, ranges in topology.bucket_maps.items() if ranges},
+    )
+
+
+def masters(topology: Topology, tier: str = "default") -> list[str | None]:
+    """``find_bucket_master`` of every bucket of ``tier``, as instance uuids."""
+    found = []
+    for bucket in range(1, topology.tiers[tier] + 1):
+        master = topology.find_bucket_master(tier, bucket)
+        found.append(None if master is None else master.uuid)
+    return found
+
+
+def expected_masters(count: int, ranges: Iterable[tuple[int, int, str | None]]) -> list[str | None]:
+    """Bucket -> master uuid for ``ranges`` of (start, end, master uuid), None elsewhere."""
+    found: list[str | None] = [None] * count
+    for start, end, master in ranges:
+        found[start - 1 : end] = [master] * (end - start + 1)
+    return found
+
+
+async def until(
+    predicate: Callable[[], bool], *, timeout: float = 10.0, what: str = "condition"
+) -> None:
+    """Waits until ``predicate()`` holds (checked every millisecond)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
+async def caught_up(source: NotificationSource, position: tuple[int, int]) -> None:
+    """Waits until the source has handed out (under ``run``: applied) ``position``."""
+
+    def reached() -> bool:
+        at = source.position
+        return at is not None and (at.term, at.index) >= position
+
+    await until(reached, what=f"position {position} (at {source.position})")
+
+
+@asynccontextmanager
+async def running(source: NotificationSource, topology: Topology) -> AsyncIterator[None]:
+    """Runs ``source`` into ``topology`` for the block; closes it and checks ``run`` ended."""
+    task = asyncio.create_task(source.run(topology))
+    try:
+        yield
+    finally:
+        await source.aclose()
+        await asyncio.wait_for(task, 5)
+
+
+def deliver_in_order(
+    cluster: NotifyCluster, documents: Sequence[str], order: Sequence[int]
+) -> None:
+    cluster.notify(*(documents[i] for i in order))

@@ -1,0 +1,855 @@
+"""NotificationSource against a real PostgreSQL standing in for a cluster that pushes topology
+events (``LISTEN``/``NOTIFY``; the design is in tests/notify_cluster.py).
+
+The seed's three cases as notification streams with ``find_bucket_master`` checked after each
+step; redelivered, out-of-order and malformed documents; the snapshot/stream boundary; a killed
+connection and a restarted server; any delivery order against in-order application
+(Hypothesis); the document format on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from conftest import inst_uuid, rs_uuid
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from notify_cluster import (
+    NotifyCluster,
+    caught_up,
+    expected_masters,
+    install,
+    masters,
+    running,
+    until,
+    view,
+)
+from notify_documents import Event, event_document, snapshot_document
+from pg_server import PgServer
+from strategies import TIERS, valid_events
+
+from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from shardline.topology.sources.notification import (
+    DocumentError,
+    NotificationSource,
+    RaftPosition,
+    TransportError,
+    clear_topology,
+    parse_event_document,
+    parse_snapshot_document,
+)
+from shardline.topology.sources.state import FailureReason
+
+R = {n: rs_uuid(n) for n in range(1, 10)}
+I = {n: inst_uuid(n) for n in range(1, 10)}  # noqa: E741  (the master instance of Rn)
+
+
+@pytest.fixture(scope="module")
+def notify_dsn(pg: PgServer) -> str:
+    """One database for the module; each test publishes on a channel of its own."""
+    dsn = pg.create_database()
+    install(dsn)
+    return dsn
+
+
+@pytest.fixture
+def cluster(notify_dsn: str) -> Iterator[NotifyCluster]:
+    with NotifyCluster(notify_dsn) as cluster:
+        yield cluster
+
+
+def add(n: int, tier: str = "default") -> list[Event]:
+    """Replicaset Rn and its master In, in the seed's order."""
+    return [
+        ReplicasetEvent("replace", R[n], tier=tier, current_master_uuid=I[n]),
+        InstanceEvent(
+            "replace", I[n], replicaset_uuid=R[n], current_state="Online", address=f"h{n}:1"
+        ),
+    ]
+
+
+def buckets(*ranges: tuple[int, int, int]) -> list[Event]:
+    """Bucket events (start, end, n): buckets start..end held by Rn."""
+    return [BucketEvent("default", start, end, R[n]) for start, end, n in ranges]
+
+
+def served(*ranges: tuple[int, int, int]) -> list[str | None]:
+    """What find_bucket_master should answer for every bucket: In for start..end, else None."""
+    return expected_masters(3000, [(start, end, I[n]) for start, end, n in ranges])
+
+
+# the seed's three cases
+
+
+SEED_CASES = {
+    "expel R2": (
+        [*add(1), *add(2), *add(3), *buckets((1, 1000, 1), (1001, 2000, 2), (2001, 3000, 3))],
+        [
+            # replicaset event: R2 deleted -> the tier's map is cleared
+            ([ReplicasetEvent("delete", R[2])], []),
+            ([InstanceEvent("delete", I[2])], []),
+            (buckets((1, 1500, 1)), [(1, 1500, 1)]),
+            (buckets((1501, 3000, 3)), [(1, 1500, 1), (1501, 3000, 3)]),
+        ],
+    ),
+    "add R3": (
+        [*add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2))],
+        [
+            # replicaset event: R3 new in the tier -> cleared until its bucket events
+            (add(3)[:1], []),
+            (add(3)[1:], []),
+            (buckets((1, 1000, 1)), [(1, 1000, 1)]),
+            (buckets((1001, 2000, 2)), [(1, 1000, 1), (1001, 2000, 2)]),
+            (buckets((2001, 3000, 3)), [(1, 1000, 1), (1001, 2000, 2), (2001, 3000, 3)]),
+        ],
+    ),
+    "change weights": (
+        [*add(1), *add(2), *add(3), *buckets((1, 1000, 1), (1001, 2000, 2), (2001, 3000, 3))],
+        [
+            # no replicaset event; R1 1-750 overlaps R1 1-1000 -> cleared, then applied
+            (buckets((1, 750, 1)), [(1, 750, 1)]),
+            (buckets((751, 1500, 2)), [(1, 750, 1), (751, 1500, 2)]),
+            (buckets((1501, 3000, 3)), [(1, 750, 1), (751, 1500, 2), (1501, 3000, 3)]),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SEED_CASES, ids=list(SEED_CASES))
+def test_seed_cases_as_notification_streams(cluster: NotifyCluster, case: str) -> None:
+    initial, steps = SEED_CASES[case]
+    cluster.publish(*initial)
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source()
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            assert view(topology) == view(cluster.reference)
+            before = [(s, e, int(o[-1])) for s, e, o in cluster.reference.ranges("default")]
+            assert masters(topology) == served(*before)
+            for events, answers in steps:
+                cluster.publish(*events)
+                await caught_up(source, cluster.position)
+                assert masters(topology) == served(*answers), events
+                assert view(topology) == view(cluster.reference)
+            deliveries = source.deliveries
+            assert deliveries.handed_out == sum(len(events) for events, _ in steps)
+            assert (deliveries.duplicates, deliveries.stale, deliveries.skipped) == (0, 0, 0)
+            state = source.state
+            assert state.connects == state.refreshes == 1
+            assert not state.failures
+
+    asyncio.run(scenario())
+
+
+# ordering by raft position
+
+
+def test_redelivered_documents_are_ignored(cluster: NotifyCluster) -> None:
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source()
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            covered = cluster.publish(*add(2), notify=False)  # before the next snapshot
+            assert await source.refresh()
+            documents = cluster.publish(*buckets((1, 1500, 1), (1501, 3000, 2)))
+            await caught_up(source, cluster.position)
+            epoch = topology.epoch("default")
+            applied = source.state.events_applied
+            # each copy in a transaction of its own, so PostgreSQL delivers every one
+            cluster.notify(*documents, documents[0], *covered, documents[1])
+            cluster.publish(InstanceEvent("replace", I[1], current_state="Offline"))
+            await caught_up(source, cluster.position)
+            assert topology.epoch("default") == epoch
+            assert source.state.events_applied == applied + 1
+            assert source.deliveries.duplicates == 6
+            assert source.deliveries.handed_out == 3
+            assert view(topology) == view(cluster.reference)
+
+    asyncio.run(scenario())
+
+
+def test_an_older_document_is_ignored_and_the_snapshot_read_again(cluster: NotifyCluster) -> None:
+    cluster.publish(*add(1), *add(2), *buckets((1, 3000, 1)))
+
+    async def scenario() -> None:
+        topology = Topology()
+        # no automatic re-read for a minute: the late document's effect is visibly missing
+        source = cluster.source(min_resync_interval=60.0)
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            readdressed, moved = cluster.publish(
+                InstanceEvent("replace", I[2], address="h2:2"),
+                *buckets((1, 1500, 1)),
+                notify=False,
+            )
+            cluster.notify(moved, readdressed)  # raft order: readdressed, then moved
+            await until(lambda: source.deliveries.stale == 1, what="the late document")
+            assert topology.instances[I[2]].address == "h2:1"  # the older event was not applied
+            assert topology.ranges("default") == [(1, 1500, R[1])]
+            assert source.deliveries.snapshots == 1
+            assert await source.refresh()
+            assert view(topology) == view(cluster.reference)
+            assert topology.instances[I[2]].address == "h2:2"
+
+        # with the default behaviour the re-read follows at once
+        topology = Topology()
+        source = cluster.source()
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            first, second = cluster.publish(*buckets((1, 1000, 1), (1001, 3000, 2)), notify=False)
+            cluster.notify(second, first)
+            await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
+            await until(lambda: view(topology) == view(cluster.reference), what="convergence")
+            assert source.deliveries.stale == 1
+
+    asyncio.run(scenario())
+
+
+def test_several_documents_of_one_raft_entry_and_a_new_term(cluster: NotifyCluster) -> None:
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source()
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            one_entry = cluster.publish(
+                *add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2)), same_entry=True
+            )
+            await caught_up(source, cluster.position)
+            assert source.deliveries.handed_out == 6
+            assert view(topology) == view(cluster.reference)
+            cluster.new_term()
+            cluster.publish(ReplicasetEvent("replace", R[1], current_master_uuid=I[2]))
+            cluster.notify(*one_entry)  # an older term: all redeliveries
+            cluster.publish(ReplicasetEvent("replace", R[1], current_master_uuid=I[1]))
+            await caught_up(source, cluster.position)
+            assert source.position == RaftPosition(2, 3)
+            assert source.deliveries.duplicates == 6
+            assert source.deliveries.stale == 0
+            assert view(topology) == view(cluster.reference)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("function", "in_snapshot"),
+    [("shardline_topology_snapshot_after", True), ("shardline_topology_snapshot_then", False)],
+)
+def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
+    pg: PgServer, cluster: NotifyCluster, function: str, in_snapshot: bool
+) -> None:
+    """Changes committed while the snapshot is being read: if the snapshot holds them their
+    notifications are dropped, if not they are applied — either way each counts once."""
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+    name = f"boundary-{cluster.channel}"
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source(
+            snapshot_query=f"SELECT {function}('{cluster.channel}', 0.3)",
+            connect_kwargs={"application_name": name},
+        )
+        async with running(source, topology):
+            await asyncio.to_thread(_wait_for_query, pg, name, function)
+            cluster.publish(*add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
+            await caught_up(source, cluster.position)
+            assert view(topology) == view(cluster.reference)
+            deliveries = source.deliveries
+            if in_snapshot:
+                assert (deliveries.duplicates, deliveries.handed_out) == (4, 0)
+            else:
+                assert (deliveries.duplicates, deliveries.handed_out) == (0, 4)
+            assert deliveries.snapshots == 1
+
+    asyncio.run(scenario())
+
+
+def _wait_for_query(pg: PgServer, application_name: str, fragment: str) -> None:
+    deadline = time.monotonic() + 10
+    with pg.connect() as connection:
+        while time.monotonic() < deadline:
+            row = connection.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                " AND state = 'active' AND query LIKE %s",
+                (application_name, f"%{fragment}%"),
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.002)
+    raise AssertionError(f"no session ran {fragment!r}")
+
+
+# malformed documents
+
+
+def _raw(term: int, index: int, **body: Any) -> str:
+    return json.dumps({"raft": {"term": term, "index": index}, **body})
+
+
+def test_malformed_documents_are_skipped_counted_and_the_stream_goes_on(
+    cluster: NotifyCluster,
+) -> None:
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+    t, i = cluster.position
+    good = {"replicaset_uuid": R[1]}
+    bad = {
+        "not JSON": "{oops",
+        "not an object": "[1, 2]",
+        "no raft": json.dumps({"op": "replace", "map": good}),
+        "negative index": _raw(t, -1, op="replace", map=good),
+        "bool term": json.dumps({"op": "replace", "map": good, "raft": {"term": True, "index": 1}}),
+        "unknown op": _raw(t, i + 1, op="upsert", map=good),
+        "no map": _raw(t, i + 1, op="replace"),
+        "map of nothing known": _raw(t, i + 1, op="replace", map={"name": "r1"}),
+        "bad uuid": _raw(t, i + 1, op="replace", map={"replicaset_uuid": "r1"}),
+        "start > end": _raw(
+            t,
+            i + 1,
+            op="replace",
+            map={
+                "tier": "default",
+                "bucket_id": {"start": 9, "end": 3},
+                "current_replicaset_uuid": R[1],
+            },
+        ),
+        "bad timestamp": _raw(t, i + 1, op="replace", map=good, timestamp=[1]),
+        "empty state": _raw(
+            t, i + 1, op="replace", map={"instance_uuid": I[1], "current_state": ""}
+        ),
+    }
+    beyond = _raw(
+        t,
+        i + 1,
+        op="replace",
+        map={
+            "tier": "default",
+            "bucket_id": {"start": 1, "end": 3001},
+            "current_replicaset_uuid": R[1],
+        },
+    )
+    unknown_tier = _raw(
+        t,
+        i + 1,
+        op="replace",
+        map={
+            "tier": "elsewhere",
+            "bucket_id": {"start": 1, "end": 10},
+            "current_replicaset_uuid": R[1],
+        },
+    )
+    oversized = _raw(t, i + 1, op="replace", map=good, padding="x" * 1500)
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source(max_document=1200)
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            cluster.notify(*bad.values(), beyond, unknown_tier, oversized)
+            cluster.publish(*buckets((1, 2000, 1)))
+            await caught_up(source, cluster.position)
+            assert topology.ranges("default") == [(1, 2000, R[1])]
+            state = source.state
+            assert dict(state.failures) == {
+                "malformed-row": len(bad),
+                "malformed-buckets": 1,
+                "unknown-tier": 1,
+                "too-large": 1,
+            }
+            assert state.connects == 1  # the stream never stopped
+            assert source.deliveries.skipped == len(bad) + 3
+            assert source.deliveries.handed_out == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_document_the_topology_refuses_is_rejected_and_the_snapshot_read_again(
+    cluster: NotifyCluster,
+) -> None:
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source()
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            t, i = cluster.position
+            # well formed, but a replicaset the topology does not know needs its tier
+            cluster.notify(_raw(t, i + 1, op="replace", map={"replicaset_uuid": R[7]}))
+            await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
+            assert source.state.failures == {"rejected": 1}
+            assert view(topology) == view(cluster.reference)
+
+    asyncio.run(scenario())
+
+
+def test_an_unusable_snapshot_is_counted_and_retried(cluster: NotifyCluster) -> None:
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+    good = cluster.snapshot()
+    overlapping = json.loads(good)
+    overlapping["buckets"].append(overlapping["buckets"][0])
+
+    def store(document: str) -> None:
+        cluster.connection.execute(
+            "UPDATE shardline_topology_state SET document = %s WHERE channel = %s",
+            (document, cluster.channel),
+        )
+
+    async def scenario() -> None:
+        topology = Topology()
+        store("{not json")
+        source = cluster.source()
+        async with running(source, topology):
+            await until(lambda: source.state.failures.get("malformed-row", 0) >= 2)
+            store(json.dumps(overlapping))
+            await until(lambda: source.state.failures.get("malformed-buckets", 0) >= 2)
+            assert source.deliveries.snapshots == 0
+            assert not topology.replicasets
+            store(good)
+            await caught_up(source, cluster.position)
+            assert view(topology) == view(cluster.reference)
+
+        # a snapshot query that finds nothing is a query error
+        source = cluster.source(snapshot_query="SELECT shardline_topology_snapshot('nowhere')")
+        async with running(source, Topology()):
+            await until(lambda: source.state.failures.get("query-error", 0) >= 2)
+
+    asyncio.run(scenario())
+
+
+# connections
+
+
+def test_a_killed_connection_rebuilds_from_the_new_snapshot(
+    pg: PgServer, cluster: NotifyCluster
+) -> None:
+    cluster.publish(*add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
+    cluster.publish(InstanceEvent("replace", I[9], replicaset_uuid=R[2], current_state="Online"))
+    name = f"killed-{cluster.channel}"
+    database = cluster.connection.info.dbname
+
+    async def scenario() -> None:
+        topology = Topology()
+        # something the cluster never said: gone after the first snapshot
+        topology.apply_tiers({"default": 3000})
+        topology.apply(ReplicasetEvent("replace", R[8], tier="default"))
+        source = cluster.source(connect_kwargs={"application_name": name})
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            assert view(topology) == view(cluster.reference)
+            epoch = topology.epoch("default")
+            # changes whose notifications are lost: R2 expelled with its instances; R1
+            # re-registered without a known master and given every bucket
+            cluster.publish(
+                ReplicasetEvent("delete", R[2]),
+                InstanceEvent("delete", I[2]),
+                InstanceEvent("delete", I[9]),
+                ReplicasetEvent("delete", R[1]),
+                ReplicasetEvent("replace", R[1], tier="default"),
+                *buckets((1, 3000, 1)),
+                notify=False,
+            )
+            assert await asyncio.to_thread(pg.terminate_backends, database, application_name=name)
+            await caught_up(source, cluster.position)
+            assert view(topology) == view(cluster.reference)
+            # nothing stale survives: not R2, not I9, and not R1's old master
+            assert set(topology.replicasets) == {R[1]}
+            assert set(topology.instances) == {I[1]}
+            assert topology.replicasets[R[1]].current_master_uuid is None
+            assert masters(topology) == served()
+            assert topology.epoch("default") > epoch
+            state = source.state
+            assert state.failures == {"connection-lost": 1}
+            assert (state.connects, state.refreshes, state.connected) == (2, 2, True)
+
+    asyncio.run(scenario())
+
+
+def test_a_restarted_server_is_reconnected_and_the_view_rebuilt() -> None:
+    server = PgServer()
+    try:
+        server.start()
+        dsn = server.create_database()
+        install(dsn)
+        with NotifyCluster(dsn) as cluster:
+            cluster.publish(*add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
+
+            async def scenario() -> None:
+                topology = Topology()
+                source = cluster.source()
+                async with running(source, topology):
+                    await caught_up(source, cluster.position)
+                    cluster.publish(
+                        ReplicasetEvent("delete", R[2]), *buckets((1, 3000, 1)), notify=False
+                    )
+                    expected = view(cluster.reference)
+                    cluster.close()
+                    await asyncio.to_thread(server.restart)
+                    await until(lambda: source.deliveries.snapshots == 2, what="the reconnect")
+                    assert view(topology) == expected
+                    assert R[2] not in topology.replicasets
+                    state = source.state
+                    assert state.failures["connection-lost"] == 1
+                    assert state.connected
+                    assert state.connects == 2
+
+            asyncio.run(scenario())
+    finally:
+        server.close()
+
+
+def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
+    cluster.publish(*add(1))
+
+    async def scenario() -> None:
+        source = cluster.source(min_resync_interval=0.3)
+        with pytest.raises(RuntimeError, match="nothing runs"):
+            await source.refresh()
+        topology = Topology()
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            with pytest.raises(RuntimeError, match="already being iterated"):
+                source.__aiter__()
+            assert await source.refresh()
+            assert source.deliveries.snapshots == 2
+            loop = asyncio.get_running_loop()
+            asked = loop.time()
+            source.trigger()
+            source.trigger()
+            await until(lambda: source.deliveries.snapshots == 3, what="the triggered re-read")
+            assert loop.time() - asked >= 0.25  # not sooner than min_resync_interval
+            await asyncio.sleep(0.05)
+            assert source.deliveries.snapshots == 3  # two triggers, one re-read
+        with pytest.raises(RuntimeError, match="closed"):
+            source.__aiter__()
+
+        # closing while the snapshot is being read ends run() at once
+        slow = cluster.source(
+            snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}', 5)"
+        )
+        task = asyncio.create_task(slow.run(Topology()))
+        await until(lambda: slow.state.attempts == 1)
+        await asyncio.sleep(0.05)
+        await slow.aclose()
+        await asyncio.wait_for(task, 2)
+        assert not slow.state.connected
+
+    asyncio.run(scenario())
+
+
+def test_a_server_that_is_not_there_is_a_connect_failure(pg: PgServer) -> None:
+    async def scenario() -> None:
+        source = NotificationSource(
+            pg.dsn_for("no_such_database"), retry=0.01, max_retry=0.02, timeout=2.0
+        )
+        async with running(source, Topology()):
+            await until(lambda: source.state.failures.get("connect", 0) >= 3)
+            assert source.position is None
+
+    asyncio.run(scenario())
+
+
+# any delivery order converges to in-order application
+
+
+@st.composite
+def deliveries(draw: st.DrawFn) -> tuple[list[Event], list[int]]:
+    """Events, and an order to deliver their documents in: each at least once, some twice,
+    mostly in raft order with a few neighbours swapped."""
+    events = draw(st.lists(valid_events, min_size=1, max_size=10))
+    n = len(events)
+    order = sorted([*range(n), *draw(st.lists(st.integers(0, n - 1), max_size=n))])
+    for swap in draw(st.lists(st.integers(0, max(0, len(order) - 2)), max_size=3)):
+        if swap + 1 < len(order):
+            order[swap], order[swap + 1] = order[swap + 1], order[swap]
+    return events, order
+
+
+def _in_order(order: list[int]) -> bool:
+    """True if no document is first delivered after a later one."""
+    highest = -1
+    seen: set[int] = set()
+    for index in order:
+        if index not in seen and index < highest:
+            return False
+        seen.add(index)
+        highest = max(highest, index)
+    return True
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(drawn=deliveries())
+def test_any_delivery_order_converges_to_in_order_application(
+    notify_dsn: str, drawn: tuple[list[Event], list[int]]
+) -> None:
+    events, order = drawn
+    barrier = InstanceEvent("replace", I[9], current_state="Online")
+
+    async def scenario(cluster: NotifyCluster) -> None:
+        topology = Topology()
+        source = cluster.source()
+        async with running(source, topology):
+            await caught_up(source, cluster.position)
+            documents = cluster.publish(*events, notify=False)
+            cluster.notify(*(documents[i] for i in order))
+            cluster.publish(barrier)
+            await caught_up(source, cluster.position)
+            await until(lambda: view(topology) == view(cluster.reference), what="convergence")
+            found = source.deliveries
+            if _in_order(order):
+                assert found.snapshots == 1
+                assert found.handed_out == len(events) + 1
+                assert found.duplicates == len(order) - len(events)
+                assert found.stale == 0
+            else:
+                assert found.stale >= 1
+                assert found.snapshots >= 2
+
+    with NotifyCluster(notify_dsn, tiers=TIERS) as cluster:
+        asyncio.run(scenario(cluster))
+
+
+# the format, without a server
+
+
+@given(event=valid_events, term=st.integers(0, 2**40), index=st.integers(0, 2**40))
+def test_documents_decode_to_the_event_they_describe(event: Event, term: int, index: int) -> None:
+    decoded = parse_event_document(event_document(event, term, index))
+    assert decoded.position == RaftPosition(term, index)
+    expected: Event = event
+    # a delete names only its subject; the decoder drops the other fields
+    if event.op == "delete" and isinstance(event, InstanceEvent):
+        expected = InstanceEvent("delete", event.instance_uuid)
+    elif event.op == "delete" and isinstance(event, ReplicasetEvent):
+        expected = ReplicasetEvent("delete", event.replicaset_uuid)
+    assert decoded.event == expected
+
+
+def test_a_snapshot_document_decodes_to_the_topology_it_describes() -> None:
+    reference = Topology()
+    reference.apply_tiers({"default": 3000, "empty": 10})
+    for event in [*add(1), *add(2), *buckets((1001, 3000, 2), (1, 1000, 1))]:
+        reference.apply(event)
+    decoded = parse_snapshot_document(snapshot_document(reference, 4, 2))
+    assert decoded.position == RaftPosition(4, 2)
+    assert decoded.tiers == {"default": 3000, "empty": 10}
+    assert [e.start for e in decoded.buckets["default"]] == [1, 1001]
+    assert decoded.buckets["empty"] == ()
+    rebuilt = Topology()
+    rebuilt.apply_tiers(decoded.tiers)
+    for event in (*decoded.replicasets, *decoded.instances):
+        rebuilt.apply(event)
+    for tier, ranges in decoded.buckets.items():
+        rebuilt.apply_bucket_snapshot(tier, ranges)
+    assert view(rebuilt) == view(reference)
+
+
+def test_uuids_come_out_canonical_and_unknown_fields_are_ignored() -> None:
+    document = _raw(
+        1,
+        2,
+        op="replace",
+        map={
+            "instance_uuid": I[1].upper(),
+            "replicaset_uuid": "{" + R[1] + "}",
+            "current_state": "Online",
+            "address": None,
+            "future_field": [1, 2],
+        },
+        later="ignored",
+    )
+    decoded = parse_event_document(document)
+    assert decoded.event == InstanceEvent("replace", I[1], R[1], "Online", None)
+
+
+@pytest.mark.parametrize(
+    ("document", "reason", "message"),
+    [
+        ('{"raft": {"term": 1, "index": 1}', "malformed-row", "not JSON"),
+        (_raw(1, 1, op="replace", map={"instance_uuid": I[1], "bucket_id": {}}), "malformed-row",
+         "both"),
+        (_raw(1, 1, op="replace", map={"replicaset_uuid": R[1], "tier": "x" * 1025}),
+         "malformed-row", "over the limit"),
+        (_raw(1, 1, op="replace", map={"tier": "t", "current_replicaset_uuid": R[1],
+                                        "bucket_id": {"start": 0, "end": 3}}),
+         "malformed-row", "bucket_id.start"),
+        (_raw(1, 1, op="replace", map={"tier": "t", "current_replicaset_uuid": R[1],
+                                        "bucket_id": [1, 3]}),
+         "malformed-row", "'bucket_id' must be an object"),
+        (_raw(1, 1, op="replace", map={"tier": "t", "bucket_id": {"start": 1, "end": 3}}),
+         "malformed-row", "current_replicaset_uuid"),
+        ("[" * 5000 + "]" * 5000, "too-large", "over the limit"),
+        (b"\xff\xfe", "malformed-row", "not JSON"),
+    ],
+)  # fmt: skip
+def test_malformed_event_documents_name_what_is_wrong(
+    document: str | bytes, reason: str, message: str
+) -> None:
+    with pytest.raises(DocumentError, match=message) as raised:
+        parse_event_document(document)
+    assert raised.value.reason == FailureReason(reason)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tiers": []}, "'tiers' must be an object"),
+        ({"tiers": {"default": 0}}, "bucket count 0"),
+        ({"replicasets": [{"replicaset_uuid": R[1]}]}, "has no 'tier'"),
+        ({"replicasets": [{"replicaset_uuid": R[1], "tier": "default"}] * 2}, "twice"),
+        ({"instances": [{"instance_uuid": I[1]}] * 2}, "twice"),
+        ({"instances": {"instance_uuid": I[1]}}, "array of objects"),
+        (
+            {"buckets": [{"tier": "t", "bucket_id": {"start": 1, "end": 2},
+                          "current_replicaset_uuid": R[1]}]},
+            "not in 'tiers'",
+        ),
+        (
+            {"buckets": [{"tier": "default", "bucket_id": {"start": 1, "end": 3001},
+                          "current_replicaset_uuid": R[1]}]},
+            "beyond the bucket count",
+        ),
+        ({"raft": {"term": 1}}, "raft.index"),
+    ],
+)  # fmt: skip
+def test_malformed_snapshots_name_what_is_wrong(change: dict[str, Any], message: str) -> None:
+    body: dict[str, Any] = {
+        "raft": {"term": 1, "index": 1},
+        "tiers": {"default": 3000},
+        "replicasets": [],
+        "instances": [],
+        "buckets": [],
+        **change,
+    }
+    with pytest.raises(DocumentError, match=message):
+        parse_snapshot_document(json.dumps(body))
+
+
+def test_clear_topology_empties_everything_but_the_tier_configuration() -> None:
+    topology = Topology()
+    topology.apply_tiers({"default": 3000})
+    for event in [*add(1), *buckets((1, 3000, 1))]:
+        topology.apply(event)
+    topology.apply(BucketEvent("default", 1, 10, R[5]))  # ranges of a replicaset never known
+    topology.apply(BucketEvent("loose", 1, 10, R[5]))
+    # an instance, a replicaset (whose delete clears "default"), and the tier nobody owns
+    assert clear_topology(topology) == 3
+    assert view(topology) == ({"default": 3000}, {}, {}, {})
+    assert clear_topology(topology) == 0
+
+
+# the transport is an adapter: any object with connect() will do
+
+
+class _Session:
+    def __init__(
+        self, snapshot: str, documents: list[str | Exception], *, hold: bool = False
+    ) -> None:
+        self.server = "memory"
+        self.snapshot = snapshot
+        self._documents = documents
+        self._hold = hold
+        self.closed = False
+
+    async def documents(self) -> AsyncIterator[str | bytes]:
+        for document in self._documents:
+            if isinstance(document, Exception):
+                raise document
+            yield document
+        if self._hold:
+            await asyncio.Event().wait()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class _Transport:
+    name = "memory"
+
+    def __init__(self, sessions: list[_Session | Exception]) -> None:
+        self.sessions = sessions
+        self.opened: list[_Session] = []
+
+    async def connect(self) -> _Session:
+        if not self.sessions:
+            await asyncio.sleep(3600)
+        session = self.sessions.pop(0)
+        if isinstance(session, Exception):
+            raise session
+        self.opened.append(session)
+        return session
+
+
+def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
+    reference = Topology()
+    reference.apply_tiers({"default": 3000})
+    for event in add(1):
+        reference.apply(event)
+    first = snapshot_document(reference, 1, 2)
+    moved = BucketEvent("default", 1, 3000, R[1])
+    reference.apply(moved)
+    second = snapshot_document(reference, 1, 3)
+    transport = _Transport(
+        [
+            TransportError(FailureReason.CONNECT, "refused"),
+            _Session(first, [event_document(moved, 1, 3), "{"]),  # then the stream ends
+            _Session(second, [RuntimeError("a bug in the transport")]),
+            _Session(second, [], hold=True),
+        ]
+    )
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = NotificationSource(transport=transport, retry=0.01, max_retry=0.01)
+        async with running(source, topology):
+            await until(lambda: source.deliveries.snapshots == 3)
+            assert view(topology) == view(reference)
+            assert dict(source.state.failures) == {
+                "connect": 1,
+                "malformed-row": 1,
+                "connection-lost": 2,  # the end of a stream, and the transport's bug
+            }
+            assert [session.closed for session in transport.opened] == [True, True, False]
+        assert transport.opened[-1].closed
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "give a dsn or a transport"),
+        ({"dsn": 5}, "dsn must be a str"),
+        ({"dsn": "nonsense"}, "not a valid connection string"),
+        ({"dsn": "host=x", "channel": ""}, "channel"),
+        ({"dsn": "host=x", "channel": "é" * 40}, "channel"),
+        ({"dsn": "host=x", "snapshot_query": " "}, "snapshot_query"),
+        ({"dsn": "host=x", "ping_interval": 0}, "ping_interval"),
+        ({"dsn": "host=x", "connect_kwargs": {"autocommit": False}}, "autocommit"),
+        ({"dsn": "host=x", "timeout": -1}, "timeout"),
+        ({"dsn": "host=x", "retry": float("nan")}, "retry"),
+        ({"dsn": "host=x", "retry": 1.0, "max_retry": 0.5}, "max_retry"),
+        ({"dsn": "host=x", "min_resync_interval": -0.1}, "min_resync_interval"),
+        ({"dsn": "host=x", "max_document": 0}, "max_document"),
+        ({"dsn": "host=x", "max_snapshot": True}, "max_snapshot"),
+        ({"dsn": "host=x", "max_queue": 1.5}, "max_queue"),
+        ({"transport": _Transport([]), "channel": "c"}, "channel configure"),
+        ({"transport": _Transport([]), "dsn": "host=x"}, "dsn configure"),
+        ({"transport": object()}, "connect"),
+    ],
+)
+def test_arguments_are_validated(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        NotificationSource(**kwargs)
