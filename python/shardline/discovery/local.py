@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.local_doorbell import Doorbell
-from shardline.discovery.local_store import Batch, LocalStore, Registration, connect
+from shardline.discovery.local_store import Batch, LocalStore, Registration, connect, head
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
 from shardline.discovery.subscription import RecordFeed, Subscription
@@ -76,12 +76,13 @@ class LocalDiscovery:
     it re-reads all records only when it subscribes or has fallen behind the trimmed log.
 
     Each handle that subscribes listens on a doorbell, a named pipe that writers poke after
-    each commit (:mod:`shardline.discovery.local_doorbell`), and also checks
-    ``PRAGMA data_version`` on a connection of its own every ``poll_interval``: a look at the
-    WAL index in shared memory (about 5 us, never waiting for a lock) that moves whenever
-    anyone commits. The log is read only when that value moved. Every other SQLite call runs
-    on one worker thread per handle, which also keeps a handle's operations in the order they
-    were made.
+    each commit that logged a change (:mod:`shardline.discovery.local_doorbell`). Woken, or
+    every ``poll_interval`` in any case, a subscription compares the log's last position with
+    its own, on a connection of the handle's own that never waits for a lock (one indexed
+    read, tens of microseconds), and reads the log on the worker thread only when it moved;
+    heartbeats, which do not touch the log, wake nobody. Every other SQLite call runs on one
+    worker thread per handle, which also keeps a handle's operations in the order they were
+    made.
     """
 
     def __init__(
@@ -168,8 +169,6 @@ class LocalDiscovery:
             yield event
         position = batch.head
         while not self._closed:
-            rung = None if doorbell is None else doorbell.rung
-            version = self._data_version()
             await self._reap_if_due()
             if self._closed:
                 return
@@ -185,7 +184,7 @@ class LocalDiscovery:
                     yield event
                 if len(batch.changes) == _BATCH:
                     continue
-            await self._changed(version, doorbell, rung)
+            await self._changed(position, doorbell)
 
     def _events(self, batch: Batch, feed: RecordFeed) -> list[DiscoveryEvent]:
         events: list[DiscoveryEvent] = []
@@ -208,24 +207,23 @@ class LocalDiscovery:
             events.extend(feed.remove(uid) if found is None else feed.put(found))
         return events
 
-    async def _changed(
-        self, version: int | None, doorbell: Doorbell | None, rung: asyncio.Event | None
-    ) -> None:
-        """Returns once the database may have moved past ``version``, or a reap is due."""
+    async def _changed(self, position: int, doorbell: Doorbell | None) -> None:
+        """Returns once the log may have moved past ``position``, or a reap is due."""
         loop = asyncio.get_running_loop()
         while not self._closed:
-            current = self._data_version()
-            if current is None or current != version:
+            # taken before looking, so that a change committed after the look still wakes us
+            rung = None if doorbell is None else doorbell.rung
+            head = self._head()
+            if head is None or head != position:
                 return
             delay = min(self._poll_interval, self._next_reap - loop.time())
             if delay <= 0:
                 return
-            if doorbell is None or rung is None:
+            if rung is None:
                 await asyncio.sleep(delay)
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(rung.wait(), delay)
-            rung = doorbell.rung
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(rung.wait(), delay)
 
     def _listen(self) -> Doorbell | None:
         """This handle's doorbell, opened by its first subscription."""
@@ -242,10 +240,10 @@ class LocalDiscovery:
                 )
         return self._doorbell
 
-    def _data_version(self) -> int | None:
-        """Moves whenever another connection commits; ``None`` when it cannot be read now."""
+    def _head(self) -> int | None:
+        """The position of the log's last entry; ``None`` when it cannot be read at once."""
         try:
-            return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
+            return head(self._watch)
         except sqlite3.OperationalError as error:
             if not _busy(error):
                 raise

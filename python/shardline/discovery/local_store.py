@@ -48,7 +48,7 @@ from typing import Any
 
 from shardline.discovery.local_doorbell import ring
 
-__all__ = ["Batch", "LocalStore", "Registration"]
+__all__ = ["Batch", "LocalStore", "Registration", "connect", "head"]
 
 logger = logging.getLogger("shardline.discovery.local")
 
@@ -286,9 +286,7 @@ class LocalStore:
         return Batch(self._head() if head is None else head, [], records)
 
     def _head(self) -> int:
-        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'")
-        found = row.fetchone()
-        return 0 if found is None else int(found[0])
+        return head(self._db)
 
     def _meta(self, key: str) -> Any:
         return self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
@@ -330,6 +328,12 @@ class LocalStore:
             yield
         finally:
             self._db.execute("COMMIT")
+
+
+def head(db: sqlite3.Connection) -> int:
+    """The ``seq`` of the last entry ever logged (0 before the first)."""
+    found = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+    return 0 if found is None else int(found[0])
 
 
 def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
