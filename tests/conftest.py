@@ -8,8 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 from etcd_server import EtcdServer
+from hypothesis import settings
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology
+
+# Property tests check behaviour, not speed: on a shared, loaded machine a per-example deadline
+# only produces flaky failures.
+settings.register_profile("shardline", deadline=None)
+settings.load_profile("shardline")
 
 
 def rs_uuid(n: int) -> str:
