@@ -1,10 +1,13 @@
 """Reachability records that reconverge on the truth: a replica re-asserts its service's record
 after each successful probe, so a successor that never came up cannot pin it wrong.
 
-:class:`RecordStore` is the contract (:class:`MemoryRecordStore` within one process);
+:class:`RecordStore` is the contract (:class:`MemoryRecordStore` within one process,
+``EtcdRecordStore`` across machines: the ``etcd`` extra, imported on first use);
 :class:`RegistrationKeeper` keeps a record from a replica's side; :func:`advertised_address`
 reads one; :class:`RegistrationDiscovery` turns records into pool events.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from shardline.registration.clock import Clock, MonotonicClock
 from shardline.registration.discovery import (
@@ -17,11 +20,13 @@ from shardline.registration.memory_store import MemoryRecordStore
 from shardline.registration.reader import Liveness, advertised_address
 from shardline.registration.record import Record, RecordStore
 
-# EtcdRecordStore (etcd_store.py, needing the etcd extra) is wired in separately.
+if TYPE_CHECKING:
+    from shardline.registration.etcd_store import EtcdRecordStore
 
 __all__ = [
     "SERVICE_UID_NAMESPACE",
     "Clock",
+    "EtcdRecordStore",
     "Liveness",
     "MemoryRecordStore",
     "MonotonicClock",
@@ -32,3 +37,12 @@ __all__ = [
     "advertised_address",
     "service_uid",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
+    if name == "EtcdRecordStore":
+        from shardline.registration.etcd_store import EtcdRecordStore
+
+        return EtcdRecordStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
