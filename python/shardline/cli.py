@@ -14,9 +14,12 @@ handlers of :mod:`shardline.transport.demo_handlers` over gRPC, announced throug
 ``LocalDiscovery(NS)`` (or ``EtcdDiscovery([URL], NS)`` with ``--etcd URL``). Once it serves and
 its record is published it prints that record on stdout as one line of JSON, in the discovery
 record schema (:mod:`shardline.discovery.record`), so a parent process can wait for that line.
-SIGTERM or SIGINT withdraws the record, lets calls in flight finish (``--grace`` seconds at
-most) and exits with status 0. A worker that cannot start (an address it cannot serve, a
-namespace or etcd that refuses it) says why on stderr and exits with status 1.
+``--heartbeat`` and ``--liveness-timeout`` (LocalDiscovery) or ``--ttl`` (etcd) set how soon a
+worker that dies without withdrawing is dropped; ``--weight`` puts a weight in the record's
+``extra`` for the weighted balancer. SIGTERM or SIGINT withdraws the record, lets calls in
+flight finish (``--grace`` seconds at most) and exits with status 0. A worker that cannot start
+(an address it cannot serve, a namespace or etcd that refuses it) says why on stderr and exits
+with status 1; options of the other backend are refused with status 2.
 """
 
 from __future__ import annotations
