@@ -16,11 +16,12 @@ Schema:
 - ``shardline_topology_state(channel, term, index, document)``: the snapshot document of each
   channel's cluster and its raft position.
 - ``shardline_topology_snapshot(channel)``: that document (``STABLE``: one statement snapshot).
-- ``shardline_topology_snapshot_after(channel, seconds)``: sleeps, *then* reads (each statement
-  of a ``VOLATILE`` plpgsql function sees what committed before it began): changes committed
-  during the sleep are in the snapshot *and* queued to the listener.
-- ``shardline_topology_snapshot_then(channel, seconds)``: reads, *then* sleeps: changes
-  committed during the sleep are only queued.
+- ``shardline_topology_snapshot_after(channel, lock)``: waits for the advisory lock ``lock``
+  (which a test holds: :meth:`NotifyCluster.holding`), *then* reads — each statement of a
+  ``VOLATILE`` plpgsql function sees what committed before it began — so changes committed
+  while it waits are in the snapshot *and* queued to the listener.
+- ``shardline_topology_snapshot_then(channel, lock)``: reads, *then* waits for the lock:
+  changes committed while it waits are only queued.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
@@ -50,20 +51,20 @@ CREATE OR REPLACE FUNCTION shardline_topology_snapshot(wanted text) RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT document FROM shardline_topology_state WHERE channel = wanted
 $$;
-CREATE OR REPLACE FUNCTION shardline_topology_snapshot_after(wanted text, seconds float8)
+CREATE OR REPLACE FUNCTION shardline_topology_snapshot_after(wanted text, lock bigint)
 RETURNS text LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    PERFORM pg_sleep(seconds);
+    PERFORM pg_advisory_xact_lock_shared(lock);
     RETURN (SELECT document FROM shardline_topology_state WHERE channel = wanted);
 END
 $$;
-CREATE OR REPLACE FUNCTION shardline_topology_snapshot_then(wanted text, seconds float8)
+CREATE OR REPLACE FUNCTION shardline_topology_snapshot_then(wanted text, lock bigint)
 RETURNS text LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     found text;
 BEGIN
     SELECT document INTO found FROM shardline_topology_state WHERE channel = wanted;
-    PERFORM pg_sleep(seconds);
+    PERFORM pg_advisory_xact_lock_shared(lock);
     RETURN found;
 END
 $$;
@@ -94,6 +95,8 @@ class NotifyCluster:
     ) -> None:
         self.dsn = dsn
         self.channel = channel or fresh_channel()
+        self.lock = next(_channels)
+        self._held = False
         self.connection = psycopg.connect(dsn, autocommit=True)
         self.reference = Topology()
         self.reference.apply_tiers(tiers or {"default": 3000})
@@ -134,6 +137,32 @@ class NotifyCluster:
 
     def snapshot(self) -> str:
         return snapshot_document(self.reference, self.term, self.index)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Holds the advisory lock the ``_after`` / ``_then`` snapshot functions wait for,
+        until :meth:`release` or the end of the block."""
+        self.connection.execute("SELECT pg_advisory_lock(%s)", (self.lock,))
+        self._held = True
+        try:
+            yield
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.connection.execute("SELECT pg_advisory_unlock(%s)", (self.lock,))
+
+    def waiting_sessions(self, application_name: str) -> int:
+        """How many sessions named ``application_name`` wait for :meth:`holding`'s lock."""
+        row = self.connection.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objid = %s"
+            " AND a.application_name = %s",
+            (self.lock, application_name),
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     @property
     def position(self) -> tuple[int, int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -245,7 +244,7 @@ def test_several_documents_of_one_raft_entry_and_a_new_term(cluster: NotifyClust
     [("shardline_topology_snapshot_after", True), ("shardline_topology_snapshot_then", False)],
 )
 def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
-    pg: PgServer, cluster: NotifyCluster, function: str, in_snapshot: bool
+    cluster: NotifyCluster, function: str, in_snapshot: bool
 ) -> None:
     """Changes committed while the snapshot is being read: if the snapshot holds them their
     notifications are dropped, if not they are applied — either way each counts once."""
@@ -255,37 +254,25 @@ def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
     async def scenario() -> None:
         topology = Topology()
         source = cluster.source(
-            snapshot_query=f"SELECT {function}('{cluster.channel}', 0.3)",
+            snapshot_query=f"SELECT {function}('{cluster.channel}', {cluster.lock})",
             connect_kwargs={"application_name": name},
         )
-        async with running(source, topology):
-            await asyncio.to_thread(_wait_for_query, pg, name, function)
-            cluster.publish(*add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
-            await caught_up(source, cluster.position)
-            assert view(topology) == view(cluster.reference)
-            deliveries = source.deliveries
-            if in_snapshot:
-                assert (deliveries.duplicates, deliveries.handed_out) == (4, 0)
-            else:
-                assert (deliveries.duplicates, deliveries.handed_out) == (0, 4)
-            assert deliveries.snapshots == 1
+        with cluster.holding():
+            async with running(source, topology):
+                # LISTEN is in force: the snapshot query waits for the lock
+                await until(lambda: cluster.waiting_sessions(name) == 1, what="the snapshot")
+                cluster.publish(*add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
+                cluster.release()
+                await caught_up(source, cluster.position)
+                assert view(topology) == view(cluster.reference)
+                deliveries = source.deliveries
+                if in_snapshot:
+                    assert (deliveries.duplicates, deliveries.handed_out) == (4, 0)
+                else:
+                    assert (deliveries.duplicates, deliveries.handed_out) == (0, 4)
+                assert deliveries.snapshots == 1
 
     asyncio.run(scenario())
-
-
-def _wait_for_query(pg: PgServer, application_name: str, fragment: str) -> None:
-    deadline = time.monotonic() + 10
-    with pg.connect() as connection:
-        while time.monotonic() < deadline:
-            row = connection.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                " AND state = 'active' AND query LIKE %s",
-                (application_name, f"%{fragment}%"),
-            ).fetchone()
-            if row and row[0]:
-                return
-            time.sleep(0.002)
-    raise AssertionError(f"no session ran {fragment!r}")
 
 
 # malformed documents
@@ -533,14 +520,18 @@ def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
 
         # closing while the snapshot is being read ends run() at once
         slow = cluster.source(
-            snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}', 5)"
+            snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
+            f" {cluster.lock})",
+            connect_kwargs={"application_name": f"slow-{cluster.channel}"},
         )
-        task = asyncio.create_task(slow.run(Topology()))
-        await until(lambda: slow.state.attempts == 1)
-        await asyncio.sleep(0.05)
-        await slow.aclose()
-        await asyncio.wait_for(task, 2)
+        with cluster.holding():
+            task = asyncio.create_task(slow.run(Topology()))
+            await until(lambda: cluster.waiting_sessions(f"slow-{cluster.channel}") == 1)
+            await slow.aclose()
+            await asyncio.wait_for(task, 2)
         assert not slow.state.connected
+        assert slow.state.attempts == 1
+        assert not slow.state.failures
 
     asyncio.run(scenario())
 
@@ -586,7 +577,7 @@ def _in_order(order: list[int]) -> bool:
 
 
 @settings(
-    max_examples=25,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -624,6 +615,7 @@ def test_any_delivery_order_converges_to_in_order_application(
 # the format, without a server
 
 
+@settings(max_examples=50)
 @given(event=valid_events, term=st.integers(0, 2**40), index=st.integers(0, 2**40))
 def test_documents_decode_to_the_event_they_describe(event: Event, term: int, index: int) -> None:
     decoded = parse_event_document(event_document(event, term, index))

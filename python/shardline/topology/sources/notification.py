@@ -90,9 +90,9 @@ MAX_TEXT: Final = 1024
 MAX_BUCKET_ID: Final = 2**32 - 1
 
 DEFAULT_MAX_DOCUMENT: Final = 8000
-"""Default bound on an event document, in bytes: what PostgreSQL's ``NOTIFY`` accepts. The
-largest valid event (every text at :data:`MAX_TEXT`) is about 3.3 KB, so no event needs
-chunking."""
+"""Default bound on an event document, in bytes: what PostgreSQL's ``NOTIFY`` accepts. An event
+carries one instance, replicaset or bucket range: a few hundred bytes with real names, at most
+about 2.3 KB with ASCII texts at :data:`MAX_TEXT`; so an event is never chunked."""
 
 DEFAULT_MAX_SNAPSHOT: Final = 64 << 20
 """Default bound on a snapshot document, in bytes."""
@@ -528,7 +528,9 @@ class NotificationSource(TopologySource):
 
     :meth:`run` clears the topology before applying each snapshot (:func:`clear_topology`), so
     after a reconnect nothing the previous connection left survives: the topology holds
-    exactly the new snapshot. :meth:`refresh` reads the snapshot again now and waits until it
+    exactly the new snapshot. (:func:`apply_change` alone would keep a replicaset's master
+    that the snapshot no longer names; a consumer iterating the source itself should clear
+    too.) :meth:`refresh` reads the snapshot again now and waits until it
     is applied; :meth:`trigger` asks for that not sooner than ``min_resync_interval`` after
     the last snapshot.
 

@@ -10,10 +10,12 @@ The design over PostgreSQL
 
 - **Events**: one event document per notification on one channel (default
   ``shardline_topology``; quoted, so case-sensitive). ``NOTIFY`` payloads are limited to 8,000
-  bytes, and an ADR event carries one instance, one replicaset or one bucket range — at most
-  about 3.3 KB with every text at its limit — so an event is never chunked. A publisher with
-  more to say at one raft position (one entry changing several things) sends several
-  notifications with that position, each a whole event.
+  bytes, and an ADR event carries one instance, one replicaset or one bucket range — a few
+  hundred bytes with real names, about 2.3 KB with ASCII texts at their 1,024-character limit
+  — so an event is never chunked. A publisher with more to say at one raft position (one
+  entry changing several things) sends several notifications with that position, each a
+  whole event. (PostgreSQL refuses a larger payload at ``pg_notify``, so the publisher learns
+  of it; the source also skips and counts any document over ``max_document``.)
 - **Snapshot**: ``snapshot_query`` (default ``SELECT shardline_topology_snapshot()``) returns
   the snapshot document as one ``text`` or ``json`` value: the whole topology with the raft
   position it is at.
