@@ -24,6 +24,12 @@ from shardline import (
     WorkerProxy,
 )
 from shardline.topology.discovery import TopologyDiscovery, instance_record
+from shardline.topology.sources import (
+    BucketSnapshot,
+    TopologyChange,
+    TopologySnapshot,
+    TopologySource,
+)
 
 T = TypeVar("T")
 WAIT = 10.0
@@ -359,6 +365,103 @@ def test_closing_stops_iterating_the_source(topology: Topology) -> None:
     run(scenario)
 
 
+class QueueSource(TopologySource):
+    """A minimal TopologySource handing out what the test queues; ``aclose()`` ends it."""
+
+    def __init__(self, *changes: Any) -> None:
+        super().__init__("QueueSource")
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.resyncs = 0
+        for change in changes:
+            self.queue.put_nowait(change)
+
+    def __aiter__(self) -> AsyncIterator[TopologyChange]:
+        return self._changes()
+
+    async def _changes(self) -> AsyncIterator[TopologyChange]:
+        while (change := await self.queue.get()) is not None:
+            yield change
+
+    async def refresh(self) -> bool:
+        return True
+
+    def trigger(self) -> None:
+        pass
+
+    def resync(self) -> None:
+        self.resyncs += 1
+
+    async def aclose(self) -> None:
+        self.queue.put_nowait(None)
+
+
+async def take(discovery: TopologyDiscovery, count: int) -> list[tuple[str, str]]:
+    return changes([await asyncio.wait_for(anext(discovery), WAIT) for _ in range(count)])
+
+
+def test_a_topology_source_is_run_as_it_runs_itself(topology: Topology) -> None:
+    async def scenario() -> None:
+        snapshot = TopologySnapshot(
+            tiers={"default": 3000, "other": 3000},
+            replicasets=(replicaset_events(1)[0],),
+            instances=(replicaset_events(1)[1],),
+            buckets=(BucketSnapshot("default", [BucketEvent("default", 1, 3000, rs_uuid(1))]),),
+        )
+        source = QueueSource(snapshot)
+        discovery = TopologyDiscovery(source, topology=topology, interval=0.01)
+        try:
+            assert await take(discovery, 1) == [("worker-added", inst_uuid(1))]
+            assert topology.route("default", "k") is not None
+            applied = source.state.events_applied
+            assert applied > 0  # counted by the source's own run()
+            source.queue.put_nowait(replicaset_events(2)[0])
+            source.queue.put_nowait(replicaset_events(2)[1])
+            assert await take(discovery, 1) == [("worker-added", inst_uuid(2))]
+            # refused by the topology: the source's run counts it and asks itself to resync
+            source.queue.put_nowait(ReplicasetEvent("replace", rs_uuid(5)))
+            source.queue.put_nowait(InstanceEvent("delete", inst_uuid(1)))
+            assert await take(discovery, 1) == [("worker-dropped", inst_uuid(1))]
+            assert source.state.failures == {"rejected": 1}
+            assert source.resyncs == 1
+            assert discovery.skipped == {}
+            # nothing applied: the check at the interval re-reads nothing
+            rereads = 0
+            reread = discovery._reread
+
+            def counted() -> list[DiscoveryEvent]:
+                nonlocal rereads
+                rereads += 1
+                return reread()
+
+            discovery._reread = counted  # type: ignore[method-assign]
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(anext(discovery), 0.1)
+            assert rereads == 0
+            # the source closed: run() returns, the stream ends after a last re-read
+            source.queue.put_nowait(InstanceEvent("delete", inst_uuid(2)))
+            await source.aclose()
+            assert await take(discovery, 1) == [("worker-dropped", inst_uuid(2))]
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(anext(discovery), WAIT)
+        finally:
+            await discovery.aclose()
+
+    run(scenario)
+
+
+def test_a_topology_source_with_apply_is_iterated_directly(topology: Topology) -> None:
+    async def scenario() -> None:
+        source = QueueSource(*replicaset_events(1))
+        discovery = TopologyDiscovery(source, topology=topology, apply=Topology.apply)
+        try:
+            assert changes(await drain(discovery)) == [("worker-added", inst_uuid(1))]
+            assert source.state.events_applied == 0  # run() was not used
+        finally:
+            await discovery.aclose()
+
+    run(scenario)
+
+
 def test_a_source_without_a_topology_gets_a_new_one() -> None:
     async def scenario() -> None:
         discovery = TopologyDiscovery(Source())
@@ -380,6 +483,8 @@ def test_refusals(topology: Topology) -> None:
         TopologyDiscovery(topology, topology=Topology())
     with pytest.raises(ValueError, match="apply"):
         TopologyDiscovery(topology, apply=Topology.apply)
+    with pytest.raises(ValueError, match="interval"):
+        TopologyDiscovery(QueueSource(), interval=None)
 
 
 def test_instance_record_needs_online_and_an_address() -> None:

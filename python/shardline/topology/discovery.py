@@ -22,6 +22,8 @@ from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.errors import InvalidEvent, UnknownTier
 from shardline.pool.metadata import WorkerMetadata
+from shardline.topology.sources.changes import apply_change
+from shardline.topology.sources.source import TopologySource
 
 __all__ = ["TopologyDiscovery", "instance_record"]
 
@@ -30,8 +32,11 @@ logger = logging.getLogger("shardline.topology.discovery")
 DEFAULT_INTERVAL: Final = 1.0
 """Seconds between two re-reads of a topology given without a source."""
 
+DEFAULT_CHECK_INTERVAL: Final = 0.05
+"""Seconds between two checks of a running ``TopologySource``'s ``events_applied``."""
+
 TopologyApply = Callable[[Topology, Any], object]
-"""How one item of a source is applied to the topology (``Topology.apply`` by default)."""
+"""How one item of a source is applied to the topology (``apply_change`` by default)."""
 
 _NO_REPLICAS: tuple[uuid.UUID, ...] = ()
 
@@ -79,17 +84,27 @@ class TopologyDiscovery(Subscription):
     reads the topology's instances at once, then again every ``interval`` seconds (1 s by
     default; ``None``: only when asked) and whenever :meth:`refresh` is called.
 
-    ``TopologyDiscovery(source, topology=...)`` follows a *source*, an async iterable of
-    topology events (``InstanceEvent``, ``ReplicasetEvent``, ``BucketEvent``, or whatever
-    ``apply`` accepts): it iterates the source itself, applies each item to ``topology`` (a
-    new empty one when not given; see :attr:`topology`) with ``apply(topology, item)``
-    (``Topology.apply`` by default), and re-reads the instances after every burst of items.
-    An item the topology refuses (``InvalidEvent``, ``UnknownTier``) is logged, counted in
-    ``skipped`` under ``"rejected"`` and skipped, and the source's ``resync()`` is called if it
-    has one (so its next item rebuilds the view, as ``TopologySource.run`` does); it never
-    ends the stream. This stream is then the source's one consumer, in place of its ``run``.
-    ``interval`` adds periodic re-reads (default: none). When the source ends, the stream ends
-    after a last re-read; when it raises, the stream raises the same error.
+    ``TopologyDiscovery(source, topology=...)`` follows a *source* and applies what it hands
+    out to ``topology`` (a new empty one when not given; see :attr:`topology`). This stream is
+    then the source's one consumer: do not also run or iterate the source elsewhere.
+
+    - A :class:`~shardline.topology.sources.TopologySource` (``PollingSource``,
+      ``NotificationSource``) is run as it runs itself, ``source.run(topology)``, so its own
+      rules (a snapshot clearing the topology first, rejections counted in its ``state`` and
+      answered with a resync) hold. Its ``state.events_applied`` is checked every
+      ``interval`` seconds (default 0.05 s), and the instances are re-read when it moved.
+    - Any other async iterable of topology changes (``InstanceEvent``, ``ReplicasetEvent``,
+      ``BucketEvent``, ``BucketSnapshot``, ``TopologySnapshot``) — or a ``TopologySource``
+      when ``apply`` is given — is iterated by this stream, which applies each item with
+      ``apply(topology, item)`` (default :func:`~shardline.topology.sources.apply_change`)
+      and re-reads the instances after every burst of items. An item the topology refuses
+      (``InvalidEvent``, ``UnknownTier``) is logged, counted in ``skipped`` under
+      ``"rejected"`` and skipped, and the source's ``resync()`` is called if it has one; it
+      never ends the stream. ``interval`` adds periodic re-reads (default: none).
+
+    When the source ends (or ``run`` returns, the source being closed), the stream ends after a
+    last re-read; when it raises, the stream raises the same error. ``aclose()`` stops running
+    or iterating the source but does not close it.
 
     Each re-read goes through a :class:`~shardline.discovery.subscription.RecordFeed`, so the
     events follow the discovery contract: an instance becoming a member (``Online`` with an
@@ -113,7 +128,10 @@ class TopologyDiscovery(Subscription):
         are the ones of the previous re-read keeps its previous record without building a new
         one. Items of a source are applied by a task of this stream; a re-read waits until
         that task yields to the event loop, so a burst of items the source had ready (a whole
-        poll) costs one re-read.
+        poll) costs one re-read. A ``TopologySource``'s ``run`` gives no signal when it has
+        applied something, hence the check of its counter at an interval: a change reaches
+        the pool up to ``interval`` seconds after it reached the topology (``refresh()``
+        re-reads at once).
     """
 
     def __init__(
@@ -125,14 +143,21 @@ class TopologyDiscovery(Subscription):
         filter: Callable[[WorkerMetadata], bool] | None = None,
         apply: TopologyApply | None = None,
     ) -> None:
+        self._source: AsyncIterable[Any] | None = None
+        self._runner: TopologySource | None = None
         if isinstance(origin, Topology):
             if topology is not None and topology is not origin:
                 raise ValueError("a topology is given twice: as the origin and as topology=")
             if apply is not None:
                 raise ValueError("apply= applies a source's items; a topology has no source")
             self._topology = origin
-            self._source: AsyncIterable[Any] | None = None
             period = DEFAULT_INTERVAL if isinstance(interval, _Default) else interval
+        elif isinstance(origin, TopologySource) and apply is None:
+            self._topology = Topology() if topology is None else topology
+            self._runner = origin
+            period = DEFAULT_CHECK_INTERVAL if isinstance(interval, _Default) else interval
+            if period is None:
+                raise ValueError("a TopologySource is followed by checking it at an interval")
         elif isinstance(origin, AsyncIterable):
             self._topology = Topology() if topology is None else topology
             self._source = origin
@@ -145,7 +170,8 @@ class TopologyDiscovery(Subscription):
         if period is not None and not period > 0:
             raise ValueError(f"interval must be positive (or None), got {period}")
         self._interval = period
-        self._apply = apply if apply is not None else Topology.apply
+        self._apply = apply if apply is not None else apply_change
+        self._applied_seen = -1
         self._wake = asyncio.Event()
         self._last: dict[str, tuple[Instance, Replicaset | None, WorkerMetadata | None]] = {}
         self._replicas: dict[str, tuple[uuid.UUID, ...]] = {}
@@ -209,26 +235,41 @@ class TopologyDiscovery(Subscription):
         self._replicas = {rs: tuple(sorted(uids)) for rs, uids in members.items()}
         return events
 
+    def _runner_moved(self) -> bool:
+        """Whether the source run by this stream applied something since the last re-read."""
+        assert self._runner is not None
+        return self._runner.state.events_applied != self._applied_seen
+
     async def _stream(self) -> AsyncGenerator[DiscoveryEvent, None]:
         pump: asyncio.Task[None] | None = None
-        if self._source is not None:
+        if self._runner is not None:
+            pump = asyncio.create_task(self._runner.run(self._topology))
+        elif self._source is not None:
             pump = asyncio.create_task(self._pump(self._source))
+        if pump is not None:
             pump.add_done_callback(lambda _: self._wake.set())
         try:
+            reread = True
             while True:
-                self._wake.clear()
-                for event in self._reread():
-                    yield event
+                if reread:
+                    self._wake.clear()
+                    if self._runner is not None:
+                        self._applied_seen = self._runner.state.events_applied
+                    for event in self._reread():
+                        yield event
                 if pump is not None and pump.done() and not self._wake.is_set():
                     pump.result()  # the source's error, if it failed
                     return
+                reread = True
                 if self._wake.is_set():
                     continue
                 if self._interval is None:
                     await self._wake.wait()
-                else:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), self._interval)
+                    continue
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._interval)
+                except TimeoutError:
+                    reread = self._runner is None or self._runner_moved()
         finally:
             if pump is not None and not pump.done():
                 pump.cancel()
