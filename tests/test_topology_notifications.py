@@ -518,6 +518,12 @@ def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
         with pytest.raises(RuntimeError, match="closed"):
             source.__aiter__()
 
+        # refresh() right after starting run(): the first connection answers it
+        eager = cluster.source()
+        async with running(eager, Topology()):
+            assert await eager.refresh()
+            assert eager.deliveries.snapshots == 1
+
         # closing while the snapshot is being read ends run() at once
         slow = cluster.source(
             snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"

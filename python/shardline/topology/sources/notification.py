@@ -530,9 +530,9 @@ class NotificationSource(TopologySource):
     after a reconnect nothing the previous connection left survives: the topology holds
     exactly the new snapshot. (:func:`apply_change` alone would keep a replicaset's master
     that the snapshot no longer names; a consumer iterating the source itself should clear
-    too.) :meth:`refresh` reads the snapshot again now and waits until it
-    is applied; :meth:`trigger` asks for that not sooner than ``min_resync_interval`` after
-    the last snapshot.
+    too.) :meth:`refresh` reads the snapshot again now (a new connection) and waits until it
+    is applied; :meth:`trigger` asks for that, not sooner than ``min_resync_interval`` after
+    the current connection was made.
 
     Args:
         dsn: a libpq connection string for the PostgreSQL ``LISTEN``/``NOTIFY`` transport
@@ -683,22 +683,26 @@ class NotificationSource(TopologySource):
         """Reads the snapshot again now (a new connection); returns once it has been handed
         out (under :meth:`run`: applied), True if it was read and accepted, False if that
         connection failed or the source closed. Raises RuntimeError if nothing iterates the
-        source."""
+        source (a :meth:`run` task created just before is given the chance to start)."""
         if self._closed:
             raise RuntimeError(f"{self._recorder.name} is closed")
+        target = self._started + 1  # the first connection to start after this call
+        if not self._iterating:
+            await asyncio.sleep(0)  # a run() task created just before gets to start
         if not self._iterating:
             raise RuntimeError(
                 f"nothing runs {self._recorder.name}: call run(topology) or iterate it first"
             )
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((self._started + 1, future))
-        self._resync_now = self._urgent = True
-        self._poke()
+        self._waiters.append((target, future))
+        if self._started < target:
+            self._resync_now = self._urgent = True
+            self._poke()
         return await future
 
     def trigger(self) -> None:
         """Asks for a re-read of the snapshot, not sooner than ``min_resync_interval`` after
-        the last one started; returns at once."""
+        the current connection was made; returns at once."""
         self._resync_wanted = True
         self._poke()
 
