@@ -8,6 +8,7 @@ re-exports it with the events, errors and tools around it.
 from shardline._core import bucket_id
 from shardline.balancers import (
     AffinityLoadBalancer,
+    BucketLoadBalancer,
     LeastLoadedLoadBalancer,
     LoadBalancerLike,
     RoundRobinLoadBalancer,
@@ -34,11 +35,13 @@ from shardline.topology import (
     Replicaset,
     ReplicasetEvent,
     Topology,
+    TopologyDiscovery,
 )
 
 __all__ = [
     "AffinityLoadBalancer",
     "BucketEvent",
+    "BucketLoadBalancer",
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
@@ -55,6 +58,7 @@ __all__ = [
     "RpcError",
     "ShardlineError",
     "Topology",
+    "TopologyDiscovery",
     "TransientRpcError",
     "UnhashableKey",
     "UnknownTier",

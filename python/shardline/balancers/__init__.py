@@ -1,6 +1,7 @@
 """Balancers: they order candidate workers by uid; the proxy dispatches."""
 
 from shardline.balancers.affinity import AffinityLoadBalancer
+from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
 from shardline.balancers.protocol import LoadBalancerLike
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
@@ -8,6 +9,7 @@ from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
 
 __all__ = [
     "AffinityLoadBalancer",
+    "BucketLoadBalancer",
     "LeastLoadedLoadBalancer",
     "LoadBalancerLike",
     "RoundRobinLoadBalancer",

@@ -1,6 +1,9 @@
-"""The cluster topology: instances, replicasets, per-tier bucket maps, and routing."""
+"""The cluster topology: instances, replicasets, per-tier bucket maps, routing, and the cluster's
+instances as pool members (:class:`TopologyDiscovery`). Sources that feed it from a live
+cluster are in :mod:`shardline.topology.sources`."""
 
 from shardline._core import Instance, Replicaset, Topology
+from shardline.topology.discovery import TopologyDiscovery, instance_record
 from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
 
 __all__ = [
@@ -11,4 +14,6 @@ __all__ = [
     "Replicaset",
     "ReplicasetEvent",
     "Topology",
+    "TopologyDiscovery",
+    "instance_record",
 ]
