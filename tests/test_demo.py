@@ -752,7 +752,10 @@ def check_real_run(run: RealRun) -> None:
     w1 = by_pid[first["w1"].pid]
     assert (w1.status, w1.process) == ("left", "killed (SIGKILL)")
     assert w1.failures > 0
-    assert re.search(rf"failed transiently \({w1.failures} UNAVAILABLE\)", block)
+    reasons = re.search(r"dispatches to it failed transiently \(([^)]*)\)", block)[1]
+    counts = dict(reversed(part.split(" ", 1)) for part in reasons.split(", "))
+    assert sum(map(int, counts.values())) == w1.failures
+    assert int(counts["UNAVAILABLE"]) > 0
     assert f"the proxy got worker-dropped w1 {w1.uid} at {w1.address}" in block
     dropped = float(re.search(r"w1's record was dropped ([\d.]+) s after the SIGKILL", block)[1])
     assert 0.3 < dropped < 15
@@ -787,6 +790,9 @@ def check_real_run(run: RealRun) -> None:
     assert f"  worker processes that answered: 5 (pids {', '.join(map(str, sorted(pids)))})" in (
         summary
     )
+    # the phases account for every task and every transient failure
+    tasks = sum(r.tasks for n in range(1, 6) for r in run.phase(n)[1])
+    assert f"  total tasks: {tasks}" in summary
     retried = sum(r.failures for n in range(1, 6) for r in run.phase(n)[1])
     assert (
         f"  dispatches that failed transiently and went on to the next worker: {retried}" in summary

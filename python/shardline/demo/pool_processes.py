@@ -486,6 +486,11 @@ class _Demo:
         if self.view is not None:
             self.view.phase(self.run, report)
 
+    async def stop_callers(self, stop: asyncio.Event) -> None:
+        """Lets each caller finish its task in flight, then dispatch no more."""
+        stop.set()
+        await asyncio.gather(*self.callers, return_exceptions=True)
+
     async def call(self, proxy: WorkerProxy, stop: asyncio.Event) -> None:
         from shardline.transport import Task
 
@@ -543,9 +548,7 @@ class _Demo:
         try:
             await self.scenario(proxy, stop)
         finally:
-            stop.set()
-            if self.callers:
-                await asyncio.gather(*self.callers, return_exceptions=True)
+            await self.stop_callers(stop)
             await proxy.stop()
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
@@ -646,14 +649,15 @@ class _Demo:
             bound + s.timeout,
         )
         dropped_after = time.monotonic() - killed_at
+        await self.dwell()
+        # counted at the end of the phase: a call in flight to w1 when it was dropped fails after
         at_w1 = self.addresses[w1.uid, _at(w1)]
         reasons = ", ".join(f"{n} {why}" for why, n in at_w1.reasons.most_common())
         self.phase.notes.append(
-            f"w1's record was dropped {dropped_after:.2f} s after the SIGKILL; until then"
+            f"w1's record was dropped {dropped_after:.2f} s after the SIGKILL; in this phase"
             f" {at_w1.failures} dispatches to it failed transiently ({reasons or 'none'}),"
-            " and the proxy went on to the next worker the balancer offered"
+            " and each time the proxy went on to the next worker the balancer offered"
         )
-        await self.dwell()
         self.end(proxy)
 
         self.begin(5, "w3 leaves gracefully (SIGTERM)")
@@ -671,6 +675,8 @@ class _Demo:
             f" SIGTERM; the process: {w3.state}"
         )
         await self.dwell()
+        # the last tasks in flight count in the last phase
+        await self.stop_callers(stop)
         self.end(proxy)
 
 
