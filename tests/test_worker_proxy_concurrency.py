@@ -8,9 +8,9 @@ import uuid
 from typing import Any
 
 from test_pool_context import worker
-from test_worker_proxy import Stream
+from test_worker_proxy import Stream, added
 
-from shardline import WorkerMetadata, WorkerProxy
+from shardline import NoWorkersAvailable, TransientRpcError, WorkerMetadata, WorkerProxy
 
 
 class Fleet:
@@ -87,3 +87,38 @@ def test_dispatches_during_churn_use_current_connections_and_none_is_lost() -> N
     assert sorted(task for task, _ in fleet.served) == list(range(400))
     assert len({uid for _, uid in fleet.served}) > 3, "the churning workers served some tasks"
     assert any(len(c) > 1 for c in fleet.serving_connections.values()), "refreshes raced dispatches"
+
+
+def test_concurrent_round_robin_calls_offer_every_worker_before_giving_up() -> None:
+    """Four callers share the rotation and one of four workers always fails transiently: a call
+    that started at the failing worker finds the rotation back at its boundary while the
+    others took the healthy workers, and must go on to one of them rather than give up."""
+
+    class Flaky:
+        def __init__(self, metadata: WorkerMetadata) -> None:
+            self.failing = metadata.uid == worker(1).uid
+
+        async def dispatch(self, task: Any, *, timeout: float | None = None) -> str:
+            await asyncio.sleep(0)
+            if self.failing:
+                raise TransientRpcError("unavailable")
+            return "served"
+
+    async def scenario() -> tuple[int, int]:
+        stream = Stream(*(added(n) for n in range(1, 5)))
+        served = given_up = 0
+        async with WorkerProxy(discovery=stream, connect=Flaky, quorum=4) as proxy:
+
+            async def caller() -> None:
+                nonlocal served, given_up
+                for _ in range(200):
+                    try:
+                        await proxy.dispatch("task")
+                        served += 1
+                    except NoWorkersAvailable:
+                        given_up += 1
+
+            await asyncio.gather(*(caller() for _ in range(4)))
+        return served, given_up
+
+    assert asyncio.run(scenario()) == (800, 0)

@@ -27,11 +27,13 @@ class RoundRobinLoadBalancer:
     """Offers the context's workers in admission order, resuming where the last call stopped.
 
     A call ends when the task succeeds, or when the rotation comes back to the worker it started
-    with (the *boundary*), so it offers each pooled worker once. Concurrent calls on the same
-    context share the rotation, so they start at different workers. A worker refreshed
-    mid-rotation keeps its place (candidates are uids); a worker that has left the pool is
-    skipped; if the boundary itself leaves, the next candidate becomes the boundary (a departed
-    uid never recurs), so every call ends, possibly after offering some workers a second time.
+    with (the *boundary*) once it has offered as many workers as are pooled, so it offers each
+    pooled worker once and never one twice. Concurrent calls on the same context share the
+    rotation, so they start at different workers; a call whose candidates failed goes on past
+    the boundary, skipping the workers it already offered, while concurrent calls took some of
+    the others from the rotation. A worker refreshed mid-rotation keeps its place (candidates
+    are uids); a worker that has left the pool is skipped; if the boundary itself leaves, the
+    next candidate becomes the boundary (a departed uid never recurs), so every call ends.
     Works with any context that has a ``workers`` mapping.
 
     Implementation notes:
@@ -50,12 +52,14 @@ class RoundRobinLoadBalancer:
         pooled: Container[uuid.UUID]
         snapshot: Callable[[], Sequence[uuid.UUID]]
         if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
-            pooled, snapshot = context, context.uids
+            pooled, snapshot, size = context, context.uids, context.__len__
         else:
             workers = context.workers
-            pooled, snapshot = workers, lambda: list(workers)
+            pooled, snapshot, size = workers, lambda: list(workers), workers.__len__
         rotation = self._rotations.of(context)
         boundary: uuid.UUID | None = None
+        # the candidates that failed, kept from the first failure on: a success costs nothing
+        failed: set[uuid.UUID] | None = None
         while True:
             # inlined, not a method of _Rotation: a Python call would be a third of the cost
             cursor, order = rotation.cursor, rotation.order
@@ -67,8 +71,10 @@ class RoundRobinLoadBalancer:
             uid = order[cursor]
             rotation.cursor = cursor + 1
             # `is not None` first: UUID.__eq__ is Python code, slow even against None
-            if boundary is not None and uid == boundary:
-                return
+            if boundary is not None and (uid == boundary or (failed is not None and uid in failed)):
+                if failed is None or len(failed) >= size():
+                    return
+                continue  # concurrent calls took workers this call has not offered yet
             if uid not in pooled:
                 continue
             if boundary is None or boundary not in pooled:
@@ -76,6 +82,9 @@ class RoundRobinLoadBalancer:
             try:
                 served = yield uid
             except Exception:  # the candidate failed: offer the next one
+                if failed is None:
+                    failed = set()
+                failed.add(uid)
                 continue
             if served is not None:
                 return
