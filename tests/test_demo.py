@@ -820,12 +820,6 @@ def test_default_demo_runs_real_worker_processes_over_local_discovery(real_run: 
     check_real_run(real_run)
 
 
-@pytest.mark.xfail(
-    reason="RoundRobinLoadBalancer shares its rotation between concurrent calls, so a call"
-    " whose worker failed can reach its boundary uid before it has offered the other workers:"
-    " NoWorkersAvailable while one worker of four is unreachable",
-    strict=False,
-)
 def test_no_task_fails_while_a_worker_is_killed(real_run: RealRun) -> None:
     assert real_run.returncode == 0, real_run.err
     assert "  tasks failed: 0" in real_run.summary
