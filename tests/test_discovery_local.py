@@ -37,6 +37,8 @@ LIVENESS = 0.5
 BOUND = LIVENESS + HEARTBEAT
 SLACK = 0.4
 SHORT = (HEARTBEAT, LIVENESS)
+# a handle that, unless woken, looks at the log only every 4 s (to poll, or to check liveness)
+SELDOM = {"poll_interval": 4.0, "heartbeat": 4.0, "liveness_timeout": 10.0}
 
 PUBLISHER = Path(__file__).with_name("local_publisher.py")
 
@@ -313,8 +315,7 @@ def kinds_and_pids(events: list[DiscoveryEvent]) -> list[tuple[str, int, int]]:
 
 def test_subscribers_are_woken_at_once_rather_than_at_the_next_poll(tmp_path: Path) -> None:
     async def scenario() -> list[float]:
-        # without the doorbell, this subscriber would look for changes only every 2 s
-        subscriber = local(tmp_path, "bell", poll_interval=2.0, heartbeat=2.0, liveness_timeout=5)
+        subscriber = local(tmp_path, "bell", **SELDOM)
         other = local(tmp_path, "bell")
         subscription = subscriber.subscribe()
         await other.publisher.publish("worker-added", worker(1))
@@ -332,12 +333,12 @@ def test_subscribers_are_woken_at_once_rather_than_at_the_next_poll(tmp_path: Pa
         return delays
 
     delays = sorted(asyncio.run(scenario()))
-    assert delays[2] < 0.3, delays
+    assert delays[2] < 1.0, delays
 
 
 def test_a_change_written_without_a_wake_up_is_noticed_by_polling(tmp_path: Path) -> None:
     async def scenario() -> float:
-        discovery = local(tmp_path, "polled", poll_interval=0.02, heartbeat=2.0, liveness_timeout=5)
+        discovery = local(tmp_path, "polled", **{**SELDOM, "poll_interval": 0.02})
         subscription = discovery.subscribe()
         await discovery.publisher.publish("worker-added", worker(1))
         await take(subscription, 1)
@@ -350,7 +351,6 @@ def test_a_change_written_without_a_wake_up_is_noticed_by_polling(tmp_path: Path
         await discovery.aclose()
         return noticed
 
-    # well before the next check for lapsed publishers (every 2 s) would have read the log
     assert asyncio.run(scenario()) < 1.0
 
 
@@ -371,8 +371,8 @@ def test_a_doorbell_left_by_a_dead_process_is_removed(tmp_path: Path) -> None:
 
 def test_a_closed_handle_ends_its_subscriptions_and_refuses_work(tmp_path: Path) -> None:
     async def scenario() -> None:
-        # polls and checks rarely: only the close itself can end the wait in time
-        discovery = local(tmp_path, "closed", poll_interval=5.0, heartbeat=2.0, liveness_timeout=5)
+        # only the close itself can end the wait in time
+        discovery = local(tmp_path, "closed", **SELDOM)
         other = local(tmp_path, "closed")
         subscription = discovery.subscribe()
         await other.publisher.publish("worker-added", worker(1))
@@ -381,7 +381,7 @@ def test_a_closed_handle_ends_its_subscriptions_and_refuses_work(tmp_path: Path)
         await asyncio.sleep(0.05)
         await discovery.aclose()
         with pytest.raises(StopAsyncIteration):
-            await asyncio.wait_for(waiting, 1.0)
+            await asyncio.wait_for(waiting, 2.0)
         await other.aclose()
         with pytest.raises(RuntimeError, match=r"LocalDiscovery\('closed'\) is closed"):
             discovery.subscribe()

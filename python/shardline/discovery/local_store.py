@@ -231,7 +231,9 @@ class LocalStore:
                 "SELECT seq, uid, data FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
                 (position, limit),
             ).fetchall()
-        return Batch(changes[-1][0] if changes else position, changes)
+        # all read up to head, unless the limit stopped short (a gap left by a hand-made delete
+        # must not keep a reader looking for entries that are not there)
+        return Batch(head if len(changes) < limit else changes[-1][0], changes)
 
     # -- internals ---------------------------------------------------------------------------
 
