@@ -642,6 +642,30 @@ impl Topology {
         Ok(self.state.read().tier(tier)?.map.epoch())
     }
 
+    /// Forgets every instance, replicaset and bucket range, as one change: readers see the
+    /// whole view or none of it. The tier configuration stays. A source calls this before
+    /// rebuilding from a fresh snapshot (after a reconnect). Returns whether anything was known.
+    fn clear(&self) -> bool {
+        let (instances, replicasets, had_ranges) = {
+            let mut state = self.state.write();
+            let mut had_ranges = false;
+            for tier in &mut state.tiers {
+                had_ranges |= !tier.map.ranges().is_empty();
+                tier.map.clear();
+                tier.masters = OnceLock::new();
+                tier.last_payload = None;
+            }
+            (
+                std::mem::take(&mut state.instances),
+                std::mem::take(&mut state.replicasets),
+                had_ranges,
+            )
+        };
+        // the objects are released when they go out of scope here, after the write lock, which
+        // readers are waiting on
+        had_ranges || !instances.is_empty() || !replicasets.is_empty()
+    }
+
     /// Applies an `InstanceEvent`, a `ReplicasetEvent` or a `BucketEvent`.
     fn apply(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = event.py();

@@ -158,3 +158,24 @@ def test_bad_text_is_rejected_and_the_old_map_stays(
         seeded.apply_bucket_snapshot("default", text)
     assert seeded.ranges("default") == before
     assert seeded.epoch("default") == epoch
+
+
+def test_clear_forgets_everything_but_the_tier_configuration_in_one_change(
+    seeded: Topology,
+) -> None:
+    text = json.dumps(SEED_ROWS)
+    assert seeded.apply_bucket_snapshot("default", text)
+    epoch, tiers = seeded.epoch("default"), seeded.tiers
+    assert seeded.clear()
+    assert (seeded.instances, seeded.replicasets) == ({}, {})
+    assert seeded.ranges("default") == []
+    assert seeded.route("default", "user:42") is None
+    assert seeded.epoch("default") > epoch  # the map changed: decisions made on it are stale
+    assert seeded.tiers == tiers
+    assert not seeded.clear()  # nothing left to forget
+    # the remembered poll text went with the map: the same text rebuilds it
+    for n in (1, 2, 3):
+        add_replicaset(seeded, n)
+    assert seeded.apply_bucket_snapshot("default", text)
+    assert seeded.owner("default", 1500) == rs_uuid(2)
+    assert seeded.route("default", "user:42") is not None
