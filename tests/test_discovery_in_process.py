@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import AsyncGenerator
 
 import pytest
 from discovery_contract import DiscoveryContract, take
 from test_pool_context import worker
 
-from shardline.discovery import Discovery, InProcessDiscovery
+from shardline.discovery import Discovery, DiscoveryEvent, InProcessDiscovery, Subscription
+from shardline.discovery.subscription import RecordFeed
 
 
 class TestInProcessDiscovery(DiscoveryContract):
@@ -55,3 +57,28 @@ def test_a_cancelled_wait_loses_no_event_and_keeps_the_subscription() -> None:
         return [event.type for event in events]
 
     assert asyncio.run(scenario()) == ["worker-added", "worker-dropped"]
+
+
+def test_a_stream_ending_under_a_cancelled_wait_reports_nothing_unretrieved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        ended = asyncio.Event()
+
+        async def stream() -> AsyncGenerator[DiscoveryEvent, None]:
+            await ended.wait()
+            return
+            yield  # an async generator that ends without an event
+
+        subscription = Subscription(stream(), RecordFeed())
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(subscription), 0.05)
+        ended.set()  # the stream ends while nobody waits for it
+        for _ in range(3):
+            await asyncio.sleep(0)
+        del subscription
+        gc.collect()
+
+    asyncio.run(scenario())
+    gc.collect()
+    assert "never retrieved" not in caplog.text

@@ -116,6 +116,7 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
     async def __anext__(self) -> DiscoveryEvent:
         if self._next is None:
             self._next = asyncio.ensure_future(self._events.__anext__())
+            self._next.add_done_callback(_observed)
         pending = self._next
         try:
             return await asyncio.shield(pending)
@@ -130,3 +131,10 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                 await pending
         await self._events.aclose()
+
+
+def _observed(step: asyncio.Future[DiscoveryEvent]) -> None:
+    """Marks the step's outcome as seen: a step whose waiter was cancelled may end (the stream
+    closing) with nobody awaiting it, which asyncio would report as never retrieved."""
+    if not step.cancelled():
+        step.exception()
