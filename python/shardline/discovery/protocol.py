@@ -40,7 +40,9 @@ class Discovery(Protocol):
     worker the filter accepts as ``worker-added``, then streams changes. For each uid, events
     arrive in publication order; a replaced record arrives as one ``worker-updated`` (never as
     a drop and an add), and a record replaced by an identical one produces no event. A record
-    entering the filter arrives as ``worker-added``, one leaving it as ``worker-dropped``.
+    entering the filter arrives as ``worker-added``, one leaving it as ``worker-dropped``. A
+    record this subscriber cannot read (see :mod:`shardline.discovery.record`) is skipped,
+    logged and counted, and counts as absent: a worker shown before is dropped.
     Subscriptions are independent of each other.
     """
 
