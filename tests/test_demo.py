@@ -879,3 +879,254 @@ def test_worker_weight_must_be_positive(capsys: pytest.CaptureFixture[str], weig
         main(["worker", "--namespace", "n", "--address", "127.0.0.1:0", "--weight", weight])
     assert exit_info.value.code == 2
     assert "--weight" in capsys.readouterr().err
+
+
+# --- the registration part (--part registration): a replica swap whose replacement never comes up
+
+REGISTRATION_EVENT = re.compile(r"^  - +(?P<time>\d+\.\d) s  (?P<events>.+)$")
+REGISTRATION_STATE = re.compile(
+    r"^ +record: (?P<record>.+?); advertised_address: (?P<advertised>\S+);"
+    r" the proxy got (?P<got>.+?); a dispatch now: (?P<dispatch>.+)$"
+)
+SERVING = "owner a-1, registered True, address 10.0.1.1:8080"
+CLAIMED = "owner b-2, registered False, no address"
+NOBODY = "failed, NoWorkersAvailable (app is not in the pool)"
+
+
+@dataclass(frozen=True)
+class RegistrationRow:
+    time: float
+    events: str
+    record: str
+    advertised: str
+    got: str
+    dispatch: str
+
+
+def registration_timeline(output: str, number: int) -> tuple[str, list[RegistrationRow]]:
+    """Timeline ``number`` of the registration part: its block and its rows."""
+    match = re.search(
+        rf"^Registration timeline {number}/2, .*?(?=^Registration timeline |^Registration: )",
+        output,
+        re.M | re.S,
+    )
+    assert match, f"no registration timeline {number} in the output:\n{output}"
+    rows, event = [], None
+    for line in match.group(0).splitlines():
+        if found := REGISTRATION_EVENT.match(line):
+            event = found
+        elif (state := REGISTRATION_STATE.match(line)) and event is not None:
+            rows.append(
+                RegistrationRow(
+                    float(event["time"]),
+                    event["events"],
+                    state["record"],
+                    state["advertised"],
+                    state["got"],
+                    state["dispatch"],
+                )
+            )
+            event = None
+    return match.group(0), rows
+
+
+def test_registration_part_runs_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_demo(capsys, "--plain", "--part", "registration")
+    assert (status, err) == (0, "")  # the keeper's warnings are shown in the timeline
+    assert not ANSI.search(out)
+    assert "Step " not in out
+    assert "Pool phase" not in out
+    assert "time is virtual: the keepers sleep on an injected clock" in out
+    assert len(re.findall(r"^Registration timeline \d/2, ", out, re.M)) == 2
+    assert re.search(r"^Registration: 240 s of virtual time per run; both runs took", out, re.M)
+    # the same output as the driver's, but for the real time it took
+    assert re.sub(r"took \S+ s", "", out) == re.sub(
+        r"took \S+ s", "", run_demo(capsys, "--plain", "--part", "registration")[1]
+    )
+
+
+def test_registration_comes_between_the_topology_and_the_pool_parts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = run_demo(capsys, "--plain", "--in-process")
+    assert status == 0
+    assert (
+        out.index("Map clearings")
+        < out.index("Registration timeline 1/2")
+        < out.index("Registration timeline 2/2")
+        < out.index("Worker pool: ")
+    )
+
+
+def test_the_record_goes_false_at_the_claim_and_heals_on_the_next_probe(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, out, _ = run_demo(capsys, "--plain", "--part", "registration")
+    block, rows = registration_timeline(out, 1)
+    assert "the library's RegistrationKeeper" in block
+    by_time = {row.time: row for row in rows}
+    assert sorted(by_time) == [0.0, 60.0, 61.0, 91.0, 120.0, 121.0, 130.0, 180.0, 240.0]
+
+    first = by_time[0.0]
+    assert first.events.startswith("A (a-1): starts, claims the record, register() returned")
+    assert (first.record, first.advertised) == (SERVING, "10.0.1.1:8080")
+    assert (first.got, first.dispatch) == ("worker-added 10.0.1.1:8080", "served by A")
+
+    # B's claim turns the record False while A serves: advertised_address says None and the
+    # proxy drops the service, one event after the claim
+    claim = by_time[61.0]
+    assert claim.events.startswith("B (b-2): starts, claims the record (a wrong False")
+    assert "register() refused: client already exists and is active" in claim.events
+    assert (claim.record, claim.advertised, claim.got, claim.dispatch) == (
+        CLAIMED,
+        "None",
+        "worker-dropped",
+        NOBODY,
+    )
+    assert "next attempt in 30.0 s" in block  # the keeper's own warning, shown in the timeline
+
+    # A's next probe re-asserts True: the record heals, and the proxy and the reader follow
+    heal = by_time[120.0]
+    assert heal.events == (
+        "A (a-1): probe() answered: still served, reports True: the record heals,"
+        " 59.0 s after B's claim"
+    )
+    assert (heal.record, heal.advertised, heal.got, heal.dispatch) == (
+        SERVING,
+        "10.0.1.1:8080",
+        "worker-added 10.0.1.1:8080",
+        "served by A",
+    )
+    for row in rows:
+        wrong = 61.0 <= row.time < 120.0
+        assert row.record == (CLAIMED if wrong else SERVING), row
+        assert row.advertised == ("None" if wrong else "10.0.1.1:8080"), row
+        assert row.dispatch == (NOBODY if wrong else "served by A"), row
+    assert by_time[130.0].events.startswith("B (b-2): killed (it never deregisters")
+
+    window = re.search(
+        r"^  wrong-False window: (\S+) s, from B's claim at 61\.0 s until A's report True after"
+        r" its probe at 120\.0 s healed the record; within the bound: probe interval 60 s"
+        r" \+ tick 5 s = 65 s, and within one probe interval \(60 s\)$",
+        block,
+        re.M,
+    )
+    assert window, block
+    assert float(window[1]) == 59.0 <= 60 + 5
+    assert (
+        "  the proxy (fed by RegistrationDiscovery): worker-dropped at 61.0 s;"
+        " worker-added again at 120.0 s\n"
+    ) in block
+    assert (
+        "  requests to app through the proxy, one per virtual second: 240; served by A: 181;"
+        " failed with NoWorkersAvailable while A served and the record said False: 59\n"
+    ) in block
+
+
+def test_the_pre_fix_contrast_stays_false(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_demo(capsys, "--plain", "--part", "registration")
+    block, rows = registration_timeline(out, 2)
+    assert "for contrast, the seed's pre-fix behaviour (a model, not library code)" in block
+    assert [row.time for row in rows] == [0.0, 60.0, 61.0, 91.0, 120.0, 121.0, 130.0, 180.0, 240.0]
+    for row in rows:
+        wrong = row.time >= 61.0
+        assert row.record == (CLAIMED if wrong else SERVING), row
+        assert row.advertised == ("None" if wrong else "10.0.1.1:8080"), row
+        assert row.dispatch == (NOBODY if wrong else "served by A"), row
+        if row.time in (60.0, 120.0, 180.0, 240.0):
+            # A's probes succeed and assert nothing
+            assert row.events == (
+                "A (a-1): probe() answered: still served, reports nothing"
+                " (pre-fix: only a registration does)"
+            )
+    assert (
+        "  wrong-False window: still open at the end of the run (240.0 s), 179.0 s after B's"
+        " claim at 61.0 s, while A served all along: nothing will ever write True again\n"
+    ) in block
+    assert "worker-dropped at 61.0 s; never added again\n" in block
+    assert (
+        "  requests to app through the proxy, one per virtual second: 240; served by A: 61;"
+        " failed with NoWorkersAvailable while A served and the record said False: 179\n"
+    ) in block
+
+
+@pytest.mark.parametrize(
+    ("tick", "claim_at"),
+    [(5.0, 1.0), (5.0, 59.5), (5.0, 60.0), (5.0, 60.5), (5.0, 100.0), (7.0, 64.0), (7.0, 10.0)],
+)
+def test_the_wrong_false_window_stays_within_the_bound(tick: float, claim_at: float) -> None:
+    from shardline.demo import run_registration_demo
+
+    run = run_registration_demo(
+        tick=tick, claim_at=claim_at, killed_at=claim_at + 40, end=claim_at + 200, contrast=False
+    )
+    assert run.contrast is None
+    timeline = run.fixed
+    [window] = timeline.windows
+    assert window.start == claim_at
+    assert window.opened_by == "B's claim"
+    assert window.closed_by == "A's report True after its probe"
+    assert window.length is not None
+    assert 0 < window.length <= run.bound == run.probe_interval + tick
+    # the proxy followed: dropped at the claim, added back when the record healed
+    assert timeline.dropped_at == [claim_at]
+    assert timeline.added_at == [0.0, window.end]
+    assert timeline.failed_otherwise == 0
+    assert timeline.failed_while_wrong <= int(window.length) + 1
+    assert timeline.served + timeline.failed_while_wrong == timeline.requests
+    # advertised_address and a dispatch through the proxy follow the record, row by row, and
+    # the record says False only within the window
+    for row in timeline.rows:
+        assert row.record is not None
+        registered = row.record.registered
+        assert row.advertised == ("10.0.1.1:8080" if registered else None), row
+        assert row.served_by == ("A" if registered else None), row
+        assert registered or window.start <= row.time < window.end, row
+
+
+def test_a_tick_that_misses_the_probe_time_still_heals_within_the_bound() -> None:
+    # tick 7 s: A's probes fall due at 60 s and 120 s but run at the next ticks (63 s, 126 s):
+    # a claim just after the first one is wrong for more than a probe interval, never longer
+    # than a probe interval plus a tick
+    from shardline.demo import run_registration_demo
+
+    run = run_registration_demo(tick=7.0, claim_at=64.0, killed_at=100.0, end=200.0)
+    [window] = run.fixed.windows
+    assert (window.start, window.end) == (64.0, 126.0)
+    assert run.probe_interval < 62.0 <= run.bound
+    assert run.contrast is not None
+    [open_window] = run.contrast.windows
+    assert (open_window.start, open_window.end) == (64.0, None)
+
+
+def test_registration_rich_view_shows_the_timelines() -> None:
+    from shardline.demo import render_registration_rich, run_registration_demo
+
+    buffer = io.StringIO()
+    run = run_registration_demo()
+    render_registration_rich(run, Console(file=buffer, width=140, force_terminal=False))
+    text = buffer.getvalue()
+    assert "Registration timeline 1/2, with the fix" in text
+    assert "Registration timeline 2/2, for contrast" in text
+    assert "┏" in text
+    assert re.search(r"│\s+61\.0 s │ B \(b-2\): starts, claims the record", text)
+    assert "b-2, False, -" in text
+    assert "NoWorkersAvailable" in text
+    assert "nothing will" in text
+    # virtual time: minutes of keeper time in well under the couple of seconds allowed
+    assert run.elapsed < 5.0
+
+
+def test_registration_part_refuses_the_other_parts_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run_demo(capsys, "--part", "registration", "--in-process")
+    assert (status, out) == (2, "")
+    assert "--etcd and --in-process need the pool part" in err
+    status, out, err = run_demo(capsys, "--part", "registration", "--keys", "5")
+    assert (status, out) == (2, "")
+    assert "--scenario and --keys need the topology part" in err
+    from shardline.demo import run_registration_demo
+
+    with pytest.raises(ValueError, match="claim_at"):
+        run_registration_demo(claim_at=0.0)

@@ -7,7 +7,9 @@ processes (``shardline worker``, gRPC on loopback) announced through ``LocalDisc
 private temporary directory, or through etcd with ``--etcd URL``: workers join, one moves to a
 new address, one is killed and one leaves while tasks keep flowing. ``--in-process`` runs that
 part with in-process discovery and workers instead (no sockets, no processes, no grpcio).
-``--part`` runs only one of the two.
+Between the two, the registration part (in-process, on virtual time) swaps a service's replica
+for one that never comes up and shows the reachability record heal on the serving replica's
+next probe (:mod:`shardline.demo.registration`). ``--part`` runs only one of the three.
 
 ``shardline worker --namespace NS --address HOST:PORT`` runs one worker process serving the demo
 handlers of :mod:`shardline.transport.demo_handlers` over gRPC, announced through
@@ -42,15 +44,19 @@ from shardline.demo import (
     PlainPoolView,
     PoolDemoError,
     PoolView,
+    RegistrationDemoError,
     Replay,
     RichPoolView,
     ScenarioError,
     load_scenario,
     parse_scenario,
     render_plain,
+    render_registration_plain,
+    render_registration_rich,
     render_rich,
     run_pool_demo,
     run_process_pool_demo,
+    run_registration_demo,
     seed_cases,
 )
 from shardline.demo.pool import BALANCERS
@@ -73,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
             "Build a topology in-process, replay topology events step by step, route a stream"
             " of keyed requests after each step, and show each tier's bucket map, the requests"
             " per master, and how many requests found no route while a map was cleared. Then"
+            " swap a service's replica for one that never comes up, on virtual time, and show"
+            " its reachability record turn False at the replacement's claim and heal on the"
+            " serving replica's next probe (with the pre-fix behaviour for contrast). Then"
             " run a worker pool over real worker processes announced through LocalDiscovery"
             " (or etcd with --etcd): workers join, one moves to a new address, one is killed"
             " and one leaves while tasks keep flowing; show the pool, the tasks per worker,"
@@ -82,9 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--part",
-        choices=["all", "topology", "pool"],
+        choices=["all", "topology", "registration", "pool"],
         default="all",
-        help="which part to run (default: all, the topology part first)",
+        help="which part to run (default: all: topology, registration, then pool)",
     )
     demo.add_argument(
         "--balancer",
@@ -301,6 +310,7 @@ def _version() -> str:
 
 def _demo(args: argparse.Namespace) -> int:
     topology, pool = args.part in ("all", "topology"), args.part in ("all", "pool")
+    registration = args.part in ("all", "registration")
     if not topology and (args.scenario is not None or args.keys is not None):
         print(
             "shardline demo: error: --scenario and --keys need the topology part", file=sys.stderr
@@ -339,6 +349,12 @@ def _demo(args: argparse.Namespace) -> int:
             else:
                 render_rich(Replay(scenario), console)
             out.flush()
+        if registration:
+            if console is None:
+                render_registration_plain(run_registration_demo(), out)
+            else:
+                render_registration_rich(run_registration_demo(), console)
+            out.flush()
         if pool:
             view: PoolView = PlainPoolView(out) if console is None else RichPoolView(console)
             if args.in_process:
@@ -346,7 +362,7 @@ def _demo(args: argparse.Namespace) -> int:
             else:
                 run_process_pool_demo(args.balancer, etcd=args.etcd, view=view)
             out.flush()
-    except PoolDemoError as error:
+    except (PoolDemoError, RegistrationDemoError) as error:
         print(f"shardline demo: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -1,7 +1,8 @@
 """The ``shardline demo`` command's parts: scenario files, the built-in seed cases, the replay
 driver over the public :class:`shardline.Topology` API, and its plain and ``rich`` views; and the
 worker-pool scenario over the public :class:`shardline.WorkerProxy` API (real worker processes by
-default, or in-process), with its views.
+default, or in-process), with its views; and the registration part: a replica swap whose
+replacement never comes up, over :mod:`shardline.registration`, with its views.
 """
 
 from shardline.demo.pool import PoolDemoError, PoolRun, PoolView, run_pool_demo
@@ -11,6 +12,15 @@ from shardline.demo.pool_view import (
     RichPoolView,
     render_pool_plain,
     render_pool_rich,
+)
+from shardline.demo.registration import (
+    RegistrationDemoError,
+    RegistrationRun,
+    run_registration_demo,
+)
+from shardline.demo.registration_view import (
+    render_registration_plain,
+    render_registration_rich,
 )
 from shardline.demo.replay import Clearing, MasterRequests, Replay, StepReport, TierState
 from shardline.demo.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
@@ -24,6 +34,8 @@ __all__ = [
     "PoolDemoError",
     "PoolRun",
     "PoolView",
+    "RegistrationDemoError",
+    "RegistrationRun",
     "Replay",
     "RichPoolView",
     "Scenario",
@@ -35,8 +47,11 @@ __all__ = [
     "render_plain",
     "render_pool_plain",
     "render_pool_rich",
+    "render_registration_plain",
+    "render_registration_rich",
     "render_rich",
     "run_pool_demo",
     "run_process_pool_demo",
+    "run_registration_demo",
     "seed_cases",
 ]
