@@ -136,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_demo)
     _add_worker_command(commands)
+    _add_inspect_command(commands)
     return parser
 
 
@@ -382,6 +383,167 @@ def _missing_modules(etcd: str | None) -> list[str]:
 
     wanted = {"grpc": "grpcio"} if etcd is None else {"grpc": "grpcio", "aetcd": "aetcd"}
     return [name for module, name in wanted.items() if importlib.util.find_spec(module) is None]
+
+
+def _add_inspect_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    inspect = commands.add_parser(
+        "inspect",
+        help="poll a Picodata cluster once over pgwire and print its topology",
+        description=(
+            "Connect to DSN (a libpq connection string or URI; credentials and TLS options go"
+            " in it), poll the system tables and _pico_bucket(tier) once, as PollingSource"
+            " does, and print the tiers, replicasets, instances and bucket ranges. Exits with"
+            " status 1 if any part could not be read (each failure is printed on stderr)."
+            " Needs the pg extra (psycopg)."
+        ),
+    )
+    inspect.add_argument("dsn", metavar="DSN", help="where to connect, e.g. postgresql://…")
+    inspect.add_argument(
+        "--tier",
+        action="append",
+        dest="tiers",
+        metavar="TIER",
+        help="show only this tier (repeatable; default: every tier)",
+    )
+    inspect.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the poll may take, connecting included (default: 10)",
+    )
+    inspect.add_argument(
+        "--plain",
+        action="store_true",
+        help="plain text even on a terminal (the default when stdout is not one)",
+    )
+    inspect.set_defaults(run=_inspect)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None:
+        print(
+            "shardline inspect: error: needs psycopg: pip install 'shardline[pg]'", file=sys.stderr
+        )
+        return 1
+    from shardline.topology import Topology
+    from shardline.topology.sources import SourceState
+    from shardline.topology.sources.polling import PollingSource
+
+    async def poll_once() -> tuple[Topology, SourceState, bool]:
+        topology = Topology()
+        source = PollingSource(
+            args.dsn, interval=3600.0, tiers=args.tiers, timeout=args.timeout, retry=3600.0
+        )
+        task = asyncio.create_task(source.run(topology))
+        try:
+            complete = await source.refresh()
+            state = source.state
+        finally:
+            await source.aclose()
+            await task
+        return topology, state, complete
+
+    # failures are summed up below; the source's own warnings would repeat them
+    logging.getLogger("shardline.topology.sources").addHandler(logging.NullHandler())
+
+    try:
+        topology, state, complete = asyncio.run(poll_once())
+    except ValueError as error:
+        print(f"shardline inspect: error: {error}", file=sys.stderr)
+        return 2
+    for reason, count in sorted(state.failures.items()):
+        print(f"shardline inspect: {reason} ({count}x)", file=sys.stderr)
+    if state.last_failure is not None:
+        print(f"shardline inspect: last failure: {state.last_failure}", file=sys.stderr)
+    if not complete and not (topology.tiers or topology.replicasets):
+        return 1
+    out = sys.stdout
+    tables = _inspect_tables(
+        topology.tiers, topology.replicasets, topology.instances, topology.bucket_maps
+    )
+    title = (
+        f"{state.server or '(not connected)'}: one poll,"
+        f" {'complete' if complete else 'INCOMPLETE (see the failures above)'}"
+    )
+    if args.plain or not out.isatty():
+        print(title, file=out)
+        for name, header, rows in tables:
+            print(f"\n{name}", file=out)
+            lines = [list(header), *([str(cell) for cell in row] for row in rows)]
+            widths = [max(len(line[n]) for line in lines) for n in range(len(header))]
+            for line in lines:
+                cells = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+                print("  ".join(cells).rstrip(), file=out)
+    else:
+        from rich.table import Table
+
+        console = Console(file=out)
+        console.print(f"[bold]{title}[/bold]")
+        for name, header, rows in tables:
+            table = Table(title=name, title_justify="left")
+            for column in header:
+                table.add_column(column, no_wrap=True)
+            for row in rows:
+                table.add_row(*map(str, row))
+            console.print(table)
+    return 0 if complete else 1
+
+
+def _inspect_tables(
+    tier_counts: dict[str, int],
+    replicasets: dict[str, Any],
+    instances: dict[str, Any],
+    maps: dict[str, list[tuple[int, int, str]]],
+) -> list[tuple[str, list[str], list[list[object]]]]:
+    """A topology's parts as tables: (title, header, rows) for tiers, replicasets, instances
+    and bucket ranges."""
+
+    def address(uuid: str | None) -> str:
+        instance = instances.get(uuid) if uuid is not None else None
+        return (instance.address or "-") if instance is not None else "-"
+
+    tiers: list[list[object]] = []
+    for tier, count in sorted(tier_counts.items()):
+        ranges = maps.get(tier, [])
+        mapped = sum(end - start + 1 for start, end, _ in ranges)
+        members = sum(1 for rs in replicasets.values() if rs.tier == tier)
+        tiers.append([tier, count, len(ranges), f"{mapped}/{count}", members])
+    rs_rows: list[list[object]] = []
+    for rs in sorted(replicasets.values(), key=lambda r: (r.tier, r.uuid)):
+        members_of = [i for i in instances.values() if i.replicaset_uuid == rs.uuid]
+        online = sum(1 for i in members_of if i.is_online)
+        master = rs.current_master_uuid
+        rs_rows.append(
+            [rs.uuid, rs.tier, master or "-", address(master), f"{online}/{len(members_of)}"]
+        )
+    instance_rows: list[list[object]] = []
+    for i in sorted(instances.values(), key=lambda i: (i.replicaset_uuid or "", i.uuid)):
+        owner = replicasets.get(i.replicaset_uuid) if i.replicaset_uuid else None
+        is_master = owner is not None and owner.current_master_uuid == i.uuid
+        instance_rows.append(
+            [
+                i.uuid,
+                i.replicaset_uuid or "-",
+                i.current_state or "-",
+                i.address or "-",
+                "master" if is_master else "",
+            ]
+        )
+    range_rows: list[list[object]] = []
+    for tier in sorted(maps):
+        for start, end, owner_uuid in maps[tier]:
+            owner = replicasets.get(owner_uuid)
+            master = owner.current_master_uuid if owner is not None else None
+            range_rows.append([tier, f"{start}-{end}", owner_uuid, address(master)])
+    return [
+        ("tiers", ["tier", "buckets", "ranges", "mapped", "replicasets"], tiers),
+        ("replicasets", ["replicaset", "tier", "master", "master address", "online"], rs_rows),
+        ("instances", ["instance", "replicaset", "state", "address", "role"], instance_rows),
+        ("bucket ranges", ["tier", "buckets", "replicaset", "master address"], range_rows),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

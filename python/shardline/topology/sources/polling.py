@@ -152,6 +152,8 @@ class PollingSource(TopologySource):
         self._triggered = False
         self._urgent = False
         self._started = 0
+        self._finished = 0
+        self._last_ok = False
         self._last_start = -math.inf
         self._failed_in_a_row = 0
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
@@ -170,17 +172,24 @@ class PollingSource(TopologySource):
         """Polls now, without waiting for ``interval`` or ``min_interval``; returns once the
         poll's changes have been handed out (under :meth:`run`: applied), True if the poll
         read everything and the topology accepted it. Raises RuntimeError if nothing
-        iterates the source."""
+        iterates the source (a :meth:`run` task created just before is given the chance to
+        start)."""
         if self._closed:
             raise RuntimeError(f"{self._recorder.name} is closed")
+        target = self._started + 1  # the first poll to start after this call
+        if not self._iterating:
+            await asyncio.sleep(0)  # a run() task created just before gets to start
         if not self._iterating:
             raise RuntimeError(
                 f"nothing runs {self._recorder.name}: call run(topology) or iterate it first"
             )
+        if self._finished >= target:  # it started and finished meanwhile
+            return self._last_ok
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((self._started + 1, future))
-        self._urgent = True
-        self._wake.set()
+        self._waiters.append((target, future))
+        if self._started < target:
+            self._urgent = True
+            self._wake.set()
         return await future
 
     def trigger(self) -> None:
@@ -247,6 +256,8 @@ class PollingSource(TopologySource):
 
     def _finish_waiters(self, cycle: int | None, ok: bool = False) -> None:
         """Resolves the refresh() calls that ``cycle`` answers (all of them for None)."""
+        if cycle is not None:
+            self._finished, self._last_ok = cycle, ok
         waiting = []
         for target, future in self._waiters:
             if cycle is None or target <= cycle:
