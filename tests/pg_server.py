@@ -93,11 +93,11 @@ class PgServer:
 
     def __init__(self, *, settings: Mapping[str, str] | None = None) -> None:
         self.bin_dir = find_bin_dir()
+        self._account = self._system_account()
         self.settings = dict(settings or {})
         self.directory = Path(tempfile.mkdtemp(prefix="shardline-pg-"))
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
-        self._account = self._system_account()
         if self._account is not None:
             os.chown(self.directory, self._account.pw_uid, self._account.pw_gid)
 

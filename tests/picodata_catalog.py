@@ -32,6 +32,8 @@ Picodata driver's design shows it):
 - A rebalance makes ``_pico_bucket(tier)`` raise until it settles: :meth:`Catalog.fail_buckets`
   stores the error in ``_test_bucket_fault``, which also holds a delay (to kill a connection
   mid-poll) and a raw replacement payload (to serve malformed JSON).
+- ``_test_bucket``, ``_test_bucket_fault`` and the ``_test_*`` functions (which add an
+  instance with the next raft id, and spread a tier's buckets by weight) are the tests' own.
 - Transactions: a driver may read the tables in separate statements; the tests commit their
   changes between polls, so every poll sees one committed state.
 """
@@ -45,7 +47,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 SCHEMA = """
 CREATE TABLE _pico_tier (
@@ -131,6 +132,38 @@ BEGIN
     RETURN coalesce(result, '[]');
 END
 $$;
+CREATE FUNCTION _test_add_instance(_name text, _replicaset text, _uuid text, _state text,
+                                   _port integer) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO _pico_instance (name, uuid, raft_id, replicaset_name, replicaset_uuid,
+                                current_state, target_state, tier)
+    SELECT _name, _uuid, (SELECT coalesce(max(raft_id), 0) + 1 FROM _pico_instance), r.name,
+           r.uuid, json_build_array(_state, 1)::text, json_build_array(_state, 1)::text, r.tier
+      FROM _pico_replicaset r WHERE r.name = _replicaset;
+    INSERT INTO _pico_peer_address (raft_id, address, connection_type)
+    SELECT i.raft_id, a.address, a.kind
+      FROM _pico_instance i,
+           (VALUES ('127.0.0.1:' || _port, 'pgproto'),
+                   ('127.0.0.1:' || (_port + 10000), 'iproto')) AS a(address, kind)
+     WHERE i.name = _name;
+$$;
+CREATE FUNCTION _test_rebalance(_tier text) RETURNS void LANGUAGE sql AS $$
+    DELETE FROM _test_bucket WHERE tier_name = _tier;
+    INSERT INTO _test_bucket (tier_name, bucket_id_start, bucket_id_end,
+                              current_replicaset_uuid, target_replicaset_uuid)
+    SELECT _tier, start_id, end_id, uuid, uuid
+      FROM (SELECT uuid, lag(end_id, 1, 0) OVER (ORDER BY n) + 1 AS start_id, end_id
+              FROM (SELECT r.uuid, row_number() OVER w AS n,
+                           CASE WHEN row_number() OVER w = count(*) OVER ()
+                                THEN t.bucket_count
+                                ELSE round(t.bucket_count * (sum(r.weight) OVER w)
+                                           / (sum(r.weight) OVER ()))::integer
+                           END AS end_id
+                      FROM _pico_replicaset r JOIN _pico_tier t ON t.name = r.tier
+                     WHERE r.tier = _tier AND r.weight > 0
+                    WINDOW w AS (ORDER BY r.name ROWS BETWEEN UNBOUNDED PRECEDING
+                                 AND CURRENT ROW)) AS ends) AS ranges
+     WHERE end_id >= start_id;
+$$;
 """
 
 TABLES = (
@@ -187,14 +220,25 @@ class Expected:
 
 
 class Catalog:
-    """Changes the catalog in one database; each method commits (see :meth:`transaction`)."""
+    """Changes the catalog in one database; each method commits, or joins the transaction of
+    an enclosing :meth:`transaction` block.
+
+    Changes are sent as late and as few as possible: a block's statements travel as one
+    message at its end (``BEGIN; …; COMMIT``, one round trip), unless a read inside the block
+    needs them earlier. The helpers that need the catalog's data (raft ids, weights, bucket
+    counts) are SQL functions, so no change needs a read first.
+    """
 
     def __init__(self, dsn: str, *, create: bool = True) -> None:
         self.dsn = dsn
-        self.connection = psycopg.connect(dsn, autocommit=True)
+        # client-side binding: statements with their values inlined can travel together
+        self.connection = psycopg.connect(dsn, autocommit=True, cursor_factory=psycopg.ClientCursor)
         if create:
             install(self.connection)
         self._port = 4000
+        self._depth = 0
+        self._pending: list[str] = []
+        self._begun = False
 
     @property
     def schema(self) -> str:
@@ -218,19 +262,40 @@ class Catalog:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Groups the changes made inside into one committed transaction (inside another
-        one, it joins it: no savepoint, so a helper costs no extra round trips)."""
-        if self.connection.info.transaction_status != TransactionStatus.IDLE:
+        """Groups the changes made inside into one committed transaction (nested blocks join
+        the outermost one); an exception inside leaves the catalog as it was."""
+        self._depth += 1
+        try:
             yield
-            return
-        with self.connection.transaction():
-            yield
+        except BaseException:
+            if self._depth == 1:
+                self._pending = []
+                if self._begun:
+                    self._begun = False
+                    self.connection.execute("ROLLBACK")
+            raise
+        else:
+            if self._depth == 1:
+                statements, self._pending = self._pending, []
+                if self._begun:
+                    self._begun = False
+                    self.connection.execute(";".join([*statements, "COMMIT"]))
+                elif statements:
+                    self.connection.execute(";".join(["BEGIN", *statements, "COMMIT"]))
+        finally:
+            self._depth -= 1
 
     def _run(self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
         with self.transaction():
-            self.connection.execute(query, params)
+            self._pending.append(self.connection.cursor().mogrify(query, params))
 
     def _rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        if self._depth:  # inside a block, a read sees the block's changes so far
+            statements, self._pending = self._pending, []
+            if not self._begun:
+                statements.insert(0, "BEGIN")
+                self._begun = True
+            self.connection.execute(";".join(statements))
         return self.connection.execute(query, params).fetchall()
 
     def reset(self) -> None:
@@ -259,7 +324,7 @@ class Catalog:
         the first instance is its master. Returns the replicaset's uuid."""
         rs_uuid = uuid or name_uuid(name)
         with self.transaction():
-            self.connection.execute(
+            self._run(
                 "INSERT INTO _pico_replicaset (name, uuid, current_master_name,"
                 " target_master_name, tier, weight) VALUES (%s, %s, %s, %s, %s, %s)",
                 (name, rs_uuid, f"{name}_1", f"{name}_1", tier, weight),
@@ -272,51 +337,35 @@ class Catalog:
     def add_instance(
         self, name: str, replicaset: str, *, uuid: str | None = None, state: str = "Online"
     ) -> str:
-        """Adds an instance to the replicaset named ``replicaset``; returns its uuid."""
+        """Adds an instance to the replicaset named ``replicaset`` (the next raft id, a pgproto
+        and an iproto address); returns its uuid."""
         instance_uuid = uuid or name_uuid(name)
         self._port += 1
-        with self.transaction():
-            row = self._rows(
-                "SELECT uuid, tier, (SELECT coalesce(max(raft_id), 0) + 1 FROM _pico_instance)"
-                " FROM _pico_replicaset WHERE name = %s",
-                (replicaset,),
-            )
-            rs_uuid, tier, raft_id = row[0]
-            state_json = f'["{state}", 1]'
-            self.connection.execute(
-                "INSERT INTO _pico_instance (name, uuid, raft_id, replicaset_name,"
-                " replicaset_uuid, current_state, target_state, tier)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (name, instance_uuid, raft_id, replicaset, rs_uuid, state_json, state_json, tier),
-            )
-            self.connection.execute(
-                "INSERT INTO _pico_peer_address (raft_id, address, connection_type) VALUES"
-                " (%s, %s, 'pgproto'), (%s, %s, 'iproto')",
-                (raft_id, f"127.0.0.1:{self._port}", raft_id, f"127.0.0.1:{self._port + 10000}"),
-            )
+        self._run(
+            "SELECT _test_add_instance(%s, %s, %s, %s, %s)",
+            (name, replicaset, instance_uuid, state, self._port),
+        )
         return instance_uuid
 
     def expel_replicaset(self, name: str) -> None:
         """Removes the replicaset and its instances (move its buckets away first)."""
         with self.transaction():
-            self.connection.execute(
+            self._run(
                 "DELETE FROM _pico_peer_address WHERE raft_id IN"
                 " (SELECT raft_id FROM _pico_instance WHERE replicaset_name = %s)",
                 (name,),
             )
-            self.connection.execute(
-                "DELETE FROM _pico_instance WHERE replicaset_name = %s", (name,)
-            )
-            self.connection.execute("DELETE FROM _pico_replicaset WHERE name = %s", (name,))
+            self._run("DELETE FROM _pico_instance WHERE replicaset_name = %s", (name,))
+            self._run("DELETE FROM _pico_replicaset WHERE name = %s", (name,))
 
     def expel_instance(self, name: str) -> None:
         with self.transaction():
-            self.connection.execute(
+            self._run(
                 "DELETE FROM _pico_peer_address WHERE raft_id ="
                 " (SELECT raft_id FROM _pico_instance WHERE name = %s)",
                 (name,),
             )
-            self.connection.execute("DELETE FROM _pico_instance WHERE name = %s", (name,))
+            self._run("DELETE FROM _pico_instance WHERE name = %s", (name,))
 
     def switch_master(self, replicaset: str, instance: str) -> None:
         self._run(
@@ -354,26 +403,21 @@ class Catalog:
     def set_buckets(self, tier: str, ranges: Sequence[tuple[int, int, str]]) -> None:
         """Makes ``ranges`` ((start, end, replicaset uuid), inclusive) the tier's whole map."""
         with self.transaction():
-            self.connection.execute("DELETE FROM _test_bucket WHERE tier_name = %s", (tier,))
-            with self.connection.cursor() as cursor:
-                cursor.executemany(
+            self._run("DELETE FROM _test_bucket WHERE tier_name = %s", (tier,))
+            if ranges:
+                starts, ends, owners = (list(column) for column in zip(*ranges, strict=True))
+                self._run(
                     "INSERT INTO _test_bucket (tier_name, bucket_id_start, bucket_id_end,"
-                    " current_replicaset_uuid, target_replicaset_uuid) VALUES (%s, %s, %s, %s, %s)",
-                    [(tier, start, end, owner, owner) for start, end, owner in ranges],
+                    " current_replicaset_uuid, target_replicaset_uuid) SELECT %s, s, e, o, o"
+                    " FROM unnest(%s::int[], %s::int[], %s::text[]) AS u(s, e, o)",
+                    (tier, starts, ends, owners),
                 )
 
-    def rebalance(self, tier: str) -> list[tuple[int, int, str]]:
-        """Spreads the tier's buckets over its replicasets (in name order) in proportion to
-        their weights, as contiguous ranges; returns the new map."""
-        count = self._rows("SELECT bucket_count FROM _pico_tier WHERE name = %s", (tier,))[0][0]
-        members = self._rows(
-            "SELECT uuid, weight FROM _pico_replicaset WHERE tier = %s AND weight > 0"
-            " ORDER BY name",
-            (tier,),
-        )
-        ranges = spread(count, [(rs, float(weight)) for rs, weight in members])
-        self.set_buckets(tier, ranges)
-        return ranges
+    def rebalance(self, tier: str) -> None:
+        """Spreads the tier's buckets over its replicasets of positive weight, in name order,
+        as contiguous ranges sized in proportion to the weights (range ends rounded half to
+        even); :meth:`expected` shows the result."""
+        self._run("SELECT _test_rebalance(%s)", (tier,))
 
     def fail_buckets(self, tier: str, message: str = REBALANCE_ERROR) -> None:
         """``_pico_bucket(tier)`` raises ``message`` until :meth:`heal_buckets`."""
@@ -428,20 +472,6 @@ class Catalog:
         """What ``SELECT _pico_bucket(tier)`` returns right now."""
         value: str = self._rows("SELECT _pico_bucket(%s)", (tier,))[0][0]
         return value
-
-
-def spread(count: int, weights: Sequence[tuple[str, float]]) -> list[tuple[int, int, str]]:
-    """``count`` buckets as contiguous ranges, in the given order, sized by weight."""
-    total = sum(weight for _, weight in weights)
-    ranges: list[tuple[int, int, str]] = []
-    start, cumulative = 1, 0.0
-    for index, (owner, weight) in enumerate(weights):
-        cumulative += weight
-        end = count if index == len(weights) - 1 else round(count * cumulative / total)
-        if end >= start:
-            ranges.append((start, end, owner))
-            start = end + 1
-    return ranges
 
 
 def topology_state(topology: Any) -> Expected:

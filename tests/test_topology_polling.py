@@ -200,7 +200,11 @@ def test_seed_case_expel_a_replicaset(catalog: Catalog) -> None:
     def rebalance_done() -> None:
         with catalog.transaction():
             catalog.heal_buckets("default")
-            assert catalog.rebalance("default") == [(1, 1500, rs_uuid(1)), (1501, 3000, rs_uuid(3))]
+            catalog.rebalance("default")
+        assert catalog.expected().maps["default"] == [
+            (1, 1500, rs_uuid(1)),
+            (1501, 3000, rs_uuid(3)),
+        ]
 
     def r1_and_r3_share_the_buckets(topology: Topology, changes: list[TopologyChange]) -> None:
         assert kinds(changes) == ["BucketSnapshot"]
@@ -233,11 +237,12 @@ def test_seed_case_add_a_replicaset(catalog: Catalog) -> None:
     def rebalance_done() -> None:
         with catalog.transaction():
             catalog.heal_buckets("default")
-            assert catalog.rebalance("default") == [
-                (1, 1000, rs_uuid(1)),
-                (1001, 2000, rs_uuid(2)),
-                (2001, 3000, rs_uuid(3)),
-            ]
+            catalog.rebalance("default")
+        assert catalog.expected().maps["default"] == [
+            (1, 1000, rs_uuid(1)),
+            (1001, 2000, rs_uuid(2)),
+            (2001, 3000, rs_uuid(3)),
+        ]
 
     def three_thirds(topology: Topology, changes: list[TopologyChange]) -> None:
         assert kinds(changes) == ["BucketSnapshot"]
@@ -274,11 +279,12 @@ def test_seed_case_change_weights(catalog: Catalog) -> None:
     def rebalance_done() -> None:
         with catalog.transaction():
             catalog.heal_buckets("default")
-            assert catalog.rebalance("default") == [
-                (1, 750, rs_uuid(1)),
-                (751, 1500, rs_uuid(2)),
-                (1501, 3000, rs_uuid(3)),
-            ]
+            catalog.rebalance("default")
+        assert catalog.expected().maps["default"] == [
+            (1, 750, rs_uuid(1)),
+            (751, 1500, rs_uuid(2)),
+            (1501, 3000, rs_uuid(3)),
+        ]
 
     def quarter_quarter_half(topology: Topology, changes: list[TopologyChange]) -> None:
         assert kinds(changes) == ["BucketSnapshot"]
@@ -413,6 +419,51 @@ def test_a_tier_added_after_the_first_poll_is_reported_not_followed(catalog: Cat
         assert rs_uuid(3) in topology.replicasets
 
     run_polled(catalog.dsn, scenario)
+
+
+def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(catalog: Catalog) -> None:
+    seed_tier(catalog, 2)
+    with catalog.transaction():
+        catalog._run("ALTER FUNCTION _pico_bucket(text) RENAME TO _pico_bucket_text")
+        catalog._run(
+            "CREATE FUNCTION _pico_bucket(tier text) RETURNS json LANGUAGE sql STABLE"
+            " AS $$ SELECT _pico_bucket_text(tier)::json $$"
+        )
+
+    async def main() -> list[TopologyChange]:
+        topology, handed_out = Topology(), []
+        async with PollingSource(catalog.dsn, interval=60) as source:
+            async for change in source:
+                apply_change(topology, change)
+                handed_out.append(change)
+                break
+        assert owners(topology, 1, 3000) == ["r1", "r2"]
+        return handed_out
+
+    (snapshot,) = asyncio.run(main())
+    assert isinstance(snapshot, TopologySnapshot)
+    assert [type(b.payload) for b in snapshot.buckets] == [str]
+
+
+def test_address_type_chooses_the_address(catalog: Catalog) -> None:
+    seed_tier(catalog, 1)
+
+    async def iproto(topology: Topology, source: PollingSource) -> None:
+        await started(source)
+        assert await source.refresh()
+        address = topology.instances[name_uuid("r1_1")].address
+        assert address is not None
+        assert int(address.rsplit(":", 1)[1]) > 10_000  # the catalog's iproto ports
+
+    run_polled(catalog.dsn, iproto, address_type="iproto")
+
+    async def ambiguous(topology: Topology, source: PollingSource) -> None:
+        await started(source)
+        assert not await source.refresh()
+        assert "two addresses" in (source.state.last_failure or "")
+
+    # without a connection_type filter, an instance with two addresses is ambiguous
+    run_polled(catalog.dsn, ambiguous, address_type=None)
 
 
 # failed and partial polls
