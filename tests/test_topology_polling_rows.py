@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -192,3 +194,13 @@ def test_bucket_maps_of_tiers_the_topology_cannot_hold_are_reported_after_the_re
         apply_change(topology, change)
     assert topology.ranges("default") == [(1, 3000, rs_uuid(1))]
     assert set(topology.replicasets) == {rs_uuid(1), rs_uuid(2)}
+
+
+def test_shardline_loads_without_psycopg() -> None:
+    probe = (
+        "import sys, shardline, shardline.topology.sources, shardline.cli;"
+        "from shardline.topology.sources import TopologySource, apply_change;"
+        "print('psycopg' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

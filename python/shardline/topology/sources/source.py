@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -14,8 +13,6 @@ from shardline.topology.sources.changes import TopologyChange, apply_change
 from shardline.topology.sources.state import FailureReason, SourceState, StateRecorder
 
 __all__ = ["TopologySource"]
-
-logger = logging.getLogger("shardline.topology.sources")
 
 
 class TopologySource(ABC):
