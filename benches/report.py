@@ -89,6 +89,16 @@ def tables(
         out.append(f"#### {group}\n")
         header = f"| implementation | median {unit} | IQR | min | rounds | others' CPU |"
         rule = "| --- | ---: | ---: | ---: | ---: | ---: |"
+        # per-sample latency distributions and throughput, where a benchmark recorded them
+        # (bench_discovery.py, bench_transport.py): in the same unit as the median
+        extras = [
+            (key, title)
+            for key, title in EXTRA_COLUMNS
+            if any(key in b["extra_info"] for b in benches)
+        ]
+        for _, title in extras:
+            header += f" {title} |"
+            rule += " ---: |"
         if floor is not None:
             header += " x floor |"
             rule += " ---: |"
@@ -104,6 +114,8 @@ def tables(
                 f" {fmt(ns(bench, 'min') / scale)} | {bench['stats']['rounds']} |"
                 f" {others(bench)} |"
             )
+            for key, _ in extras:
+                row += f" {extra_cell(bench['extra_info'].get(key), key, scale)} |"
             if floor is not None:
                 row += f" {median / floor:.2f} |"
             if peer is not None:
@@ -111,6 +123,25 @@ def tables(
             out.append(row)
         out.append("")
     return out, stats, busy
+
+
+EXTRA_COLUMNS = [
+    ("p50_ns", "p50 of samples"),
+    ("p99_ns", "p99 of samples"),
+    ("calls_per_s", "calls/s"),
+    ("client_cpu", "client's CPU"),
+    ("servers_cpu", "servers' CPU"),
+]
+
+
+def extra_cell(value: float | None, key: str, scale: float) -> str:
+    if value is None:
+        return ""
+    if key.endswith("_ns"):
+        return fmt(value / scale)
+    if key == "calls_per_s":
+        return f"{value:,.0f}"
+    return f"{value:.2f}"
 
 
 Goal = tuple[str, str, str, str, str, float]  # text, group, ours, theirs, kind, bound
