@@ -44,6 +44,11 @@ class Certificates:
     client_cert: Path
     client_key: Path
 
+    def client_options(self) -> dict[str, Path]:
+        """The TLS arguments of an etcd handle that trusts the CA and shows the client
+        certificate."""
+        return {"ca_cert": self.ca, "cert_key": self.client_key, "cert_cert": self.client_cert}
+
 
 def make_certificates(directory: Path) -> Certificates:
     """Generates the files with ``openssl`` (a second or so for the P-256 keys)."""
@@ -88,7 +93,8 @@ def _free_ports(count: int) -> list[int]:
 
 
 class EtcdServer:
-    """One etcd member; ``start()``, ``stop()`` and ``restart()`` keep its ports and data.
+    """One etcd member; ``start()``, ``stop()`` and ``restart()`` keep its ports and data;
+    ``with EtcdServer() as server`` starts it and closes it afterwards.
 
     With ``certificates`` it serves clients over TLS and requires a client certificate signed
     by the CA. Heartbeat and election are shortened so that a restart elects itself in a few
@@ -109,6 +115,17 @@ class EtcdServer:
         self.client_port, self.peer_port, self.metrics_port = _free_ports(3)
         self.process: subprocess.Popen[bytes] | None = None
         self._root_password: str | None = None
+
+    def __enter__(self) -> EtcdServer:
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # a failed start leaves its data folder and maybe a process behind
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def endpoint(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from discovery_contract import DiscoveryContract, kinds, quiet, take
-from etcd_relay import Relay
+from etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
 from etcd_server import EtcdServer, make_certificates
 from test_pool_context import worker
 
@@ -37,12 +37,9 @@ def namespace() -> str:
 
 @pytest.fixture(scope="module")
 def etcd() -> Iterator[EtcdServer]:
-    server = EtcdServer()
-    try:
-        server.start()
+    # this module's own: its tests restart etcd
+    with EtcdServer() as server:
         yield server
-    finally:
-        server.close()
 
 
 class TestEtcdDiscovery(DiscoveryContract):
@@ -52,16 +49,6 @@ class TestEtcdDiscovery(DiscoveryContract):
 
     async def make(self, namespace: str) -> Discovery:
         return EtcdDiscovery([self.endpoint], namespace, ttl=5)
-
-
-class Instant:
-    """A connection that answers at once with the address it was made for."""
-
-    def __init__(self, metadata: WorkerMetadata) -> None:
-        self.address = metadata.address
-
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> str:
-        return self.address
 
 
 async def recorded(subscription: Subscription, log: list[DiscoveryEvent]) -> AsyncIterator[Any]:
@@ -138,31 +125,29 @@ def test_compaction_past_the_subscribers_revision_relists_and_emits_exactly_the_
 
     async def scenario() -> list[DiscoveryEvent]:
         ns = namespace()
-        relay = Relay(etcd.client_port)
-        await relay.start()
-        subscriber = EtcdDiscovery([relay.endpoint], ns, timeout=2)
-        publisher = EtcdDiscovery([etcd.endpoint], ns)
-        try:
-            subscription = subscriber.subscribe()
-            for n in range(1, 6):
-                await publisher.publisher.publish("worker-added", worker(n))
-            await take(subscription, 5)
-            relay.cut()
-            publish = publisher.publisher.publish
-            await publish("worker-dropped", worker(1))
-            await publish("worker-updated", worker(2, address="10.0.0.2:2"))
-            await publish("worker-added", worker(6))
-            await publish("worker-updated", worker(3, pid=999))
-            await publish("worker-updated", worker(3))  # back to what the subscriber has
-            etcd.compact()
-            relay.restore()
-            events = await take(subscription, 3)
-            assert await quiet(subscription, 0.5)
-            return events
-        finally:
-            await publisher.aclose()
-            await subscriber.aclose()
-            await relay.aclose()
+        async with relay_to(etcd) as relay:
+            subscriber = EtcdDiscovery([relay.endpoint], ns, timeout=2)
+            publisher = EtcdDiscovery([etcd.endpoint], ns)
+            try:
+                subscription = subscriber.subscribe()
+                for n in range(1, 6):
+                    await publisher.publisher.publish("worker-added", worker(n))
+                await take(subscription, 5)
+                relay.cut()
+                publish = publisher.publisher.publish
+                await publish("worker-dropped", worker(1))
+                await publish("worker-updated", worker(2, address="10.0.0.2:2"))
+                await publish("worker-added", worker(6))
+                await publish("worker-updated", worker(3, pid=999))
+                await publish("worker-updated", worker(3))  # back to what the subscriber has
+                etcd.compact()
+                relay.restore()
+                events = await take(subscription, 3)
+                assert await quiet(subscription, 0.5)
+                return events
+            finally:
+                await publisher.aclose()
+                await subscriber.aclose()
 
     events = asyncio.run(scenario())
     assert sorted(kinds(events)) == sorted(
@@ -222,9 +207,7 @@ def test_a_publisher_killed_by_sigkill_is_dropped_when_its_lease_expires(etcd: E
 
 
 def test_credentials_pass_through_wrong_ones_fail_and_a_restart_logs_in_again() -> None:
-    server = EtcdServer()
-    try:
-        server.start()
+    with EtcdServer() as server:
         server.enable_auth(root_password="root-secret")
         server.add_user("worker", "right", readwrite_prefix=b"/shardline/")
         server.add_user("stranger", "pw", readwrite_prefix=None)
@@ -262,23 +245,14 @@ def test_credentials_pass_through_wrong_ones_fail_and_a_restart_logs_in_again() 
                 await discovery.aclose()
 
         asyncio.run(scenario())
-    finally:
-        server.close()
 
 
 def test_tls_settings_pass_through(tmp_path: Path) -> None:
     certificates = make_certificates(tmp_path)
-    server = EtcdServer(certificates=certificates)
-    try:
-        server.start()
+    with EtcdServer(certificates=certificates) as server:
 
         async def scenario() -> None:
-            discovery = EtcdDiscovery(
-                [server.endpoint], "tls",
-                ca_cert=certificates.ca,
-                cert_key=certificates.client_key,
-                cert_cert=certificates.client_cert,
-            )  # fmt: skip
+            discovery = EtcdDiscovery([server.endpoint], "tls", **certificates.client_options())
             without_client_certificate = EtcdDiscovery(
                 [server.endpoint], "tls", ca_cert=certificates.ca, timeout=1
             )
@@ -295,8 +269,6 @@ def test_tls_settings_pass_through(tmp_path: Path) -> None:
                 await discovery.aclose()
 
         asyncio.run(scenario())
-    finally:
-        server.close()
 
 
 def test_a_burst_of_10000_changes_across_1000_workers_converges_while_dispatching(
@@ -357,36 +329,34 @@ def test_a_publisher_whose_lease_lapsed_registers_again_but_never_over_a_newer_o
 ) -> None:
     async def scenario() -> None:
         ns = namespace()
-        relay = Relay(etcd.client_port)
-        await relay.start()
-        cut_off = EtcdDiscovery([relay.endpoint], ns, ttl=1, timeout=2)
-        other = EtcdDiscovery([etcd.endpoint], ns)
-        try:
-            subscription = other.subscribe()
-            await cut_off.publisher.publish("worker-added", worker(1))
-            await cut_off.publisher.publish("worker-added", worker(2))
-            await take(subscription, 2)
-            relay.cut()
-            assert sorted(kinds(await take(subscription, 2))) == sorted(
-                ("worker-dropped", worker(n).uid, worker(n).address) for n in (1, 2)
-            )
-            taken_over = worker(2, address="10.0.0.2:2")
-            await other.publisher.publish("worker-added", taken_over)
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-added", taken_over.uid, taken_over.address)
-            ]
-            relay.restore()
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-added", worker(1).uid, worker(1).address)
-            ]
-            await cut_off.publisher.aclose()  # withdraws worker 1, which it owns again, only
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-dropped", worker(1).uid, worker(1).address)
-            ]
-        finally:
-            await cut_off.aclose()
-            await other.aclose()
-            await relay.aclose()
+        async with relay_to(etcd) as relay:
+            cut_off = EtcdDiscovery([relay.endpoint], ns, ttl=1, timeout=2)
+            other = EtcdDiscovery([etcd.endpoint], ns)
+            try:
+                subscription = other.subscribe()
+                await cut_off.publisher.publish("worker-added", worker(1))
+                await cut_off.publisher.publish("worker-added", worker(2))
+                await take(subscription, 2)
+                relay.cut()
+                assert sorted(kinds(await take(subscription, 2))) == sorted(
+                    ("worker-dropped", worker(n).uid, worker(n).address) for n in (1, 2)
+                )
+                taken_over = worker(2, address="10.0.0.2:2")
+                await other.publisher.publish("worker-added", taken_over)
+                assert kinds(await take(subscription, 1)) == [
+                    ("worker-added", taken_over.uid, taken_over.address)
+                ]
+                relay.restore()
+                assert kinds(await take(subscription, 1)) == [
+                    ("worker-added", worker(1).uid, worker(1).address)
+                ]
+                await cut_off.publisher.aclose()  # withdraws worker 1, which it owns again, only
+                assert kinds(await take(subscription, 1)) == [
+                    ("worker-dropped", worker(1).uid, worker(1).address)
+                ]
+            finally:
+                await cut_off.aclose()
+                await other.aclose()
 
     asyncio.run(scenario())
 
@@ -450,21 +420,7 @@ def test_a_dead_endpoint_is_passed_over_for_the_next(etcd: EtcdServer) -> None:
 
 @pytest.mark.parametrize(
     ("arguments", "named"),
-    [
-        ({"endpoints": []}, "at least one"),
-        ({"endpoints": ["127.0.0.1"]}, "'127.0.0.1'"),
-        ({"endpoints": ["ftp://127.0.0.1:2379"]}, "'ftp://127.0.0.1:2379'"),
-        ({"endpoints": "127.0.0.1:2379,localhost:x"}, "'localhost:x'"),
-        ({"namespace": ""}, "''"),
-        ({"namespace": "a/b"}, "'a/b'"),
-        ({"ttl": 0}, "0"),
-        ({"ttl": 1.5}, "1.5"),
-        ({"timeout": -1}, "-1"),
-        ({"username": "worker"}, "username and password"),
-        ({"cert_key": "key.pem"}, "cert_key and cert_cert"),
-        ({"ca_cert": "/nonexistent/ca.pem"}, "'/nonexistent/ca.pem'"),
-        ({"endpoints": ["http://127.0.0.1:2379"], "ca_cert": __file__}, "plain http"),
-    ],
+    [*BAD_CONNECTION_ARGUMENTS, ({"ttl": 0}, "0"), ({"ttl": 1.5}, "1.5")],
 )
 def test_bad_arguments_are_refused_by_name(arguments: dict[str, Any], named: str) -> None:
     given: dict[str, Any] = {"endpoints": ["127.0.0.1:2379"], "namespace": "ns", **arguments}
@@ -493,10 +449,7 @@ def test_a_subscription_outlives_its_channel_closed_by_another_calls_failover(
             subscription = discovery.subscribe()
             waiting = asyncio.ensure_future(anext(subscription))
             await asyncio.sleep(0.2)
-            # what a call that failed with UNAVAILABLE does: the shared channel is closed, and
-            # grpc cancels the watch's stream on it
-            connection = discovery._connection
-            await connection.recover(await connection.stubs(), ConnectionError("lost"))
+            await fail_over(discovery._connection)
             await discovery.publisher.publish("worker-added", worker(1))
             event = await asyncio.wait_for(waiting, 20)
             assert (event.type, event.metadata) == ("worker-added", worker(1))

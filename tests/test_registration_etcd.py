@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 from aetcd import rpc
-from etcd_relay import Relay
+from etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
 from etcd_server import EtcdServer, make_certificates
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from registration_contract import KeeperContract, RecordStoreContract
+from registration_contract import KeeperContract, RecordStoreContract, take
 
-from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
+from shardline import NoWorkersAvailable, WorkerProxy
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import InvalidRecord
 from shardline.registration import Record, RecordStore, RegistrationDiscovery
@@ -52,10 +52,6 @@ def with_store(
             return await scenario(store)
 
     return asyncio.run(main())
-
-
-async def take(watch: AsyncIterator[tuple[str, Record | None]], count: int) -> list[Any]:
-    return [await asyncio.wait_for(anext(watch), WAIT) for _ in range(count)]
 
 
 async def quiet(watch: AsyncIterator[tuple[str, Record | None]], seconds: float = 0.3) -> bool:
@@ -197,21 +193,7 @@ def test_an_unreadable_value_is_absent_to_a_watch_drops_a_retraction_and_yields_
 # -- arguments --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("arguments", "named"),
-    [
-        ({"endpoints": []}, "at least one"),
-        ({"endpoints": ["127.0.0.1"]}, "'127.0.0.1'"),
-        ({"endpoints": "127.0.0.1:2379,localhost:x"}, "'localhost:x'"),
-        ({"namespace": ""}, "''"),
-        ({"namespace": "a/b"}, "'a/b'"),
-        ({"namespace": None}, "None"),
-        ({"timeout": 0}, "0"),
-        ({"username": "replica"}, "username and password"),
-        ({"cert_key": "key.pem"}, "cert_key and cert_cert"),
-        ({"ca_cert": "/nonexistent/ca.pem"}, "'/nonexistent/ca.pem'"),
-    ],
-)
+@pytest.mark.parametrize(("arguments", "named"), BAD_CONNECTION_ARGUMENTS)
 def test_bad_store_arguments_are_refused_by_name(arguments: dict[str, Any], named: str) -> None:
     given_: dict[str, Any] = {"endpoints": ["127.0.0.1:2379"], "namespace": "ns", **arguments}
     with pytest.raises(ValueError, match=re.escape(named)):
@@ -316,24 +298,11 @@ def test_a_watch_outlives_its_channel_closed_by_another_calls_failover(
         assert await take(watch, 1) == [("app", None)]
         waiting = asyncio.ensure_future(anext(watch))
         await asyncio.sleep(0.1)
-        # what a call that failed with UNAVAILABLE does: the shared channel is closed, and
-        # grpc cancels the watch's stream on it
-        connection = store._connection
-        await connection.recover(await connection.stubs(), ConnectionError("lost"))
+        await fail_over(store._connection)
         await store.report("app", True, OLD, "a:1")
         assert await asyncio.wait_for(waiting, WAIT) == ("app", Record(OLD, True, "a:1"))
 
     with_store(etcd, scenario)
-
-
-class Instant:
-    """A connection that answers at once with the address it was made for."""
-
-    def __init__(self, metadata: WorkerMetadata) -> None:
-        self.address = metadata.address
-
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> str:
-        return self.address
 
 
 def test_scenario9_a_proxy_fed_by_registration_discovery_follows_the_record_on_etcd(
@@ -395,9 +364,7 @@ def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_a
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "shardline.registration.etcd")
-    server = EtcdServer()
-    try:
-        server.start()
+    with EtcdServer() as server:
         server.enable_auth(root_password="root-secret")
         server.add_user("replica", "right", readwrite_prefix=b"/shardline/")
         server.add_user("stranger", "pw", readwrite_prefix=None)
@@ -448,8 +415,6 @@ def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_a
                 assert seen == expected
 
         asyncio.run(scenario())
-    finally:
-        server.close()
     assert "resuming after revision" in caplog.text
     assert "resumed after revision" in caplog.text
 
@@ -461,30 +426,26 @@ def test_compaction_past_the_watch_lists_again_and_yields_only_the_differences(
 
     async def scenario() -> list[Any]:
         ns = namespace()
-        relay = Relay(etcd.client_port)
-        await relay.start()
-        try:
-            async with (
-                EtcdRecordStore([relay.endpoint], ns, timeout=2) as reader,
-                EtcdRecordStore([etcd.endpoint], ns) as writer,
-            ):
-                for service in ("a", "b", "c"):
-                    await writer.report(service, True, OLD, f"{service}:1")
-                watch = reader.watch(["a", "b", "c", "d"])
-                await take(watch, 4)
-                relay.cut()
-                await writer.claim("a", NEW)
-                await writer.clear("b")
-                await writer.claim("c", NEW)
-                await writer.report("c", True, OLD, "c:1")  # back to what the watch has
-                await writer.report("d", True, NEW, "d:1")
-                etcd.compact()
-                relay.restore()
-                changes = await take(watch, 3)
-                assert await quiet(watch, 0.5)
-                return changes
-        finally:
-            await relay.aclose()
+        async with (
+            relay_to(etcd) as relay,
+            EtcdRecordStore([relay.endpoint], ns, timeout=2) as reader,
+            EtcdRecordStore([etcd.endpoint], ns) as writer,
+        ):
+            for service in ("a", "b", "c"):
+                await writer.report(service, True, OLD, f"{service}:1")
+            watch = reader.watch(["a", "b", "c", "d"])
+            await take(watch, 4)
+            relay.cut()
+            await writer.claim("a", NEW)
+            await writer.clear("b")
+            await writer.claim("c", NEW)
+            await writer.report("c", True, OLD, "c:1")  # back to what the watch has
+            await writer.report("d", True, NEW, "d:1")
+            etcd.compact()
+            relay.restore()
+            changes = await take(watch, 3)
+            assert await quiet(watch, 0.5)
+            return changes
 
     assert sorted(asyncio.run(scenario()), key=lambda change: change[0]) == [
         ("a", Record(NEW, False)),
@@ -496,30 +457,21 @@ def test_compaction_past_the_watch_lists_again_and_yields_only_the_differences(
 
 def test_tls_settings_pass_through(tmp_path: Path) -> None:
     certificates = make_certificates(tmp_path)
-    server = EtcdServer(certificates=certificates)
-    try:
-        server.start()
+    with EtcdServer(certificates=certificates) as server:
 
         async def scenario() -> None:
             async with (
-                EtcdRecordStore(
-                    [server.endpoint], "tls",
-                    ca_cert=certificates.ca,
-                    cert_key=certificates.client_key,
-                    cert_cert=certificates.client_cert,
-                ) as store,
+                EtcdRecordStore([server.endpoint], "tls", **certificates.client_options()) as store,
                 EtcdRecordStore(
                     [server.endpoint], "tls", ca_cert=certificates.ca, timeout=1
                 ) as without_client_certificate,
-            ):  # fmt: skip
+            ):
                 await store.report("app", True, OLD, "a:1")
                 assert await store.get("app") == Record(OLD, True, "a:1")
                 with pytest.raises(ConnectionError):
                     await without_client_certificate.get("app")
 
         asyncio.run(scenario())
-    finally:
-        server.close()
 
 
 # -- two processes racing, against the reference rules ----------------------------------------

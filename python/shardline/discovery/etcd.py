@@ -14,7 +14,15 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe, stream_step
+from shardline.discovery.etcd_connection import (
+    EtcdConnection,
+    Stubs,
+    backoff,
+    describe,
+    namespace_prefix,
+    stream_step,
+)
+from shardline.discovery.etcd_watch import Listing, list_range, watch_range
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
@@ -25,16 +33,10 @@ __all__ = ["EtcdDiscovery"]
 
 logger = logging.getLogger("shardline.discovery.etcd")
 
-_Snapshot = tuple[list[Any], int]  # the key-values under the prefix, and their revision
-
 
 def _prefix_end(prefix: bytes) -> bytes:
     """The first key after every key that starts with ``prefix`` (which ends in ``/``)."""
     return prefix[:-1] + bytes([prefix[-1] + 1])
-
-
-def _backoff(failures: int) -> float:
-    return float(min(0.05 * 2**failures, 1.0))
 
 
 class _EtcdPublisher:
@@ -154,7 +156,7 @@ class _EtcdPublisher:
                 failures += 1
                 with contextlib.suppress(Exception):
                     await self._connection.recover(stubs, error)
-                await asyncio.sleep(_backoff(failures))
+                await asyncio.sleep(backoff(failures))
 
     async def aclose(self) -> None:
         async with self._lock:
@@ -212,11 +214,10 @@ class EtcdDiscovery:
     unreachable for longer than the TTL), the publisher takes a new one and puts its records
     again, each only if the key is absent, so it never overwrites a newer owner.
 
-    A subscription lists the prefix when ``subscribe`` is called, then watches the prefix from
-    the revision after the listing. It remembers the last revision whose events it has all
-    applied (a watch response never splits a revision) and, after any failure, watches again
-    from the next one, on the next endpoint and logging in again if needed. If etcd has
-    compacted that revision away, it lists the prefix again and hands the full set to its
+    A subscription follows the prefix with :func:`~shardline.discovery.etcd_watch.watch_range`
+    (a listing, then the changes, resumed after any failure from the revision after the last
+    one it applied; its module has the details), its first listing taken when ``subscribe`` is
+    called. Each listing, the first and any after a compaction, goes whole to the subscription's
     :class:`RecordFeed`, which emits exactly the differences. Deletions need no previous value:
     the feed holds the last record it showed, which is what ``worker-dropped`` carries.
     """
@@ -234,13 +235,10 @@ class EtcdDiscovery:
         cert_cert: str | os.PathLike[str] | None = None,
         timeout: float = 5.0,
     ) -> None:
-        if not isinstance(namespace, str) or not namespace or "/" in namespace:
-            # a "/" would let one namespace's prefix contain another's
-            raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
+        self.prefix = namespace_prefix(namespace, "workers")
+        self.namespace = namespace
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
             raise ValueError(f"ttl must be a whole number of seconds, at least 1, got {ttl!r}")
-        self.namespace = namespace
-        self.prefix = f"/shardline/{namespace}/workers/".encode()
         self._connection = EtcdConnection(
             endpoints,
             username=username,
@@ -262,14 +260,9 @@ class EtcdDiscovery:
         listing = asyncio.get_running_loop().create_task(self._first_listing())
         return Subscription(self._follow(feed, listing), feed)
 
-    async def _list(self) -> _Snapshot:
-        request = rpc.RangeRequest(key=self.prefix, range_end=_prefix_end(self.prefix))
-        reply = await self._connection.call("kv", "Range", request)
-        return list(reply.kvs), int(reply.header.revision)
-
-    async def _first_listing(self) -> _Snapshot | None:
+    async def _first_listing(self) -> Listing | None:
         try:
-            return await self._list()
+            return await list_range(self._connection, self.prefix, _prefix_end(self.prefix))
         except Exception as error:
             # the subscription lists again, and reports, when it is read
             logger.debug("listing %s failed: %s", self.prefix.decode(), describe(error))
@@ -296,7 +289,7 @@ class EtcdDiscovery:
             return None, None
         return uid, feed.decode(kv.value, origin=kv.key.decode(errors="replace"), uid=uid)
 
-    def _resync(self, feed: RecordFeed, kvs: list[Any]) -> list[DiscoveryEvent]:
+    def _resync(self, feed: RecordFeed, kvs: Sequence[Any]) -> list[DiscoveryEvent]:
         current = {}
         for kv in kvs:
             uid, metadata = self._read(feed, kv)
@@ -315,74 +308,27 @@ class EtcdDiscovery:
         return feed.remove(uid) if metadata is None else feed.put(metadata)
 
     async def _follow(
-        self, feed: RecordFeed, listing: asyncio.Task[_Snapshot | None]
+        self, feed: RecordFeed, listing: asyncio.Task[Listing | None]
     ) -> AsyncGenerator[DiscoveryEvent, None]:
-        revision: int | None = None  # every event up to this revision is applied
-        failures = 0
-        first_listing: asyncio.Task[_Snapshot | None] | None = listing
+        batches = watch_range(
+            self._connection,
+            self.prefix,
+            _prefix_end(self.prefix),
+            what=self.prefix.decode(),
+            logger=logger,
+            listing=listing,
+        )
         try:
-            while not self._connection.closed:
-                stubs: Stubs | None = None
-                try:
-                    if revision is None:
-                        snapshot = None if first_listing is None else await first_listing
-                        first_listing = None
-                        kvs, revision = snapshot or await self._list()
-                        for event in self._resync(feed, kvs):
+            # closed here, not when collected: a subscription that ends cancels its watch now
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    if isinstance(batch, Listing):
+                        for event in self._resync(feed, batch.kvs):
                             yield event
-                    stubs = await self._connection.stubs()
-                    watch = stubs.watch.Watch(metadata=stubs.metadata)
-                    try:
-                        create = rpc.WatchCreateRequest(
-                            key=self.prefix,
-                            range_end=_prefix_end(self.prefix),
-                            start_revision=revision + 1,
-                        )
-                        await stream_step(watch.write(rpc.WatchRequest(create_request=create)))
-                        while True:
-                            response = await stream_step(watch.read())
-                            if response is grpc.aio.EOF:
-                                raise ConnectionError("etcd ended the watch stream")
-                            if response.compact_revision:
-                                logger.warning(
-                                    "etcd compacted %s past revision %d; listing it again",
-                                    self.prefix.decode(),
-                                    revision,
-                                )
-                                revision = None
-                                break
-                            if response.canceled:
-                                reason = response.cancel_reason or "no reason given"
-                                if "permission denied" in reason:
-                                    raise PermissionError(f"etcd refused the watch: {reason}")
-                                raise ConnectionError(f"etcd cancelled the watch: {reason}")
-                            if failures:
-                                logger.info(
-                                    "watch of %s resumed after revision %d",
-                                    self.prefix.decode(),
-                                    revision,
-                                )
-                                failures = 0
-                            for change in response.events:
-                                for event in self._apply(feed, change):
-                                    yield event
-                            if response.events:
-                                revision = int(response.events[-1].kv.mod_revision)
-                    finally:
-                        watch.cancel()
-                except Exception as error:
-                    if self._connection.closed:
-                        return
-                    await self._connection.recover(stubs, error)
-                    if failures == 0:
-                        logger.warning(
-                            "watch of %s failed (%s); resuming after revision %s",
-                            self.prefix.decode(),
-                            describe(error),
-                            revision,
-                        )
-                    failures += 1
-                    await asyncio.sleep(_backoff(failures))
+                    else:
+                        for change in batch.events:
+                            for event in self._apply(feed, change):
+                                yield event
         finally:
             listing.cancel()
 

@@ -1,4 +1,5 @@
-"""`EtcdConnection`: one gRPC channel to an etcd cluster, shared by a discovery handle.
+"""`EtcdConnection`: one gRPC channel to an etcd cluster, shared by the calls and streams of
+one handle (an `EtcdDiscovery`, an `EtcdRecordStore`).
 
 It speaks etcd's v3 API through the gRPC stubs that ship with ``aetcd``, on a channel it builds
 itself, because aetcd 1.0's ``Client`` has no TLS option, never logs in again once its token is
@@ -20,7 +21,15 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-__all__ = ["EtcdConnection", "Stubs", "describe", "parse_endpoints", "stream_step"]
+__all__ = [
+    "EtcdConnection",
+    "Stubs",
+    "backoff",
+    "describe",
+    "namespace_prefix",
+    "parse_endpoints",
+    "stream_step",
+]
 
 logger = logging.getLogger("shardline.discovery.etcd")
 
@@ -69,6 +78,20 @@ async def stream_step(step: Awaitable[_T]) -> _T:
         if task is not None and task.cancelling():
             raise
         raise ConnectionError("the channel was closed under the stream") from None
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait before retrying after ``failures`` failures in a row: doubling, at most 1."""
+    return float(min(0.05 * 2**failures, 1.0))
+
+
+def namespace_prefix(namespace: str, kind: str) -> bytes:
+    """The key prefix ``/shardline/<namespace>/<kind>/``; ``ValueError`` unless ``namespace`` is
+    a non-empty str without ``/``."""
+    if not isinstance(namespace, str) or not namespace or "/" in namespace:
+        # a "/" would let one namespace's prefix contain another's
+        raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
+    return f"/shardline/{namespace}/{kind}/".encode()
 
 
 def describe(error: BaseException) -> str:
@@ -279,8 +302,7 @@ class EtcdConnection:
                 ) from failure
             attempts += 1
             if attempts % len(self._endpoints) == 0:  # each endpoint failed once more
-                rounds = attempts // len(self._endpoints)
-                await asyncio.sleep(min(0.05 * 2**rounds, 1.0, remaining))
+                await asyncio.sleep(min(backoff(attempts // len(self._endpoints)), remaining))
 
     async def aclose(self) -> None:
         """Closes the channel; calls in flight fail, later ones raise ``RuntimeError``."""

@@ -4,17 +4,18 @@ replica and reader of a namespace, with the owner guard applied by etcd transact
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
-import grpc.aio
 from aetcd import rpc
 
-from shardline.discovery.etcd_connection import EtcdConnection, Stubs, describe, stream_step
+from shardline.discovery.etcd_connection import EtcdConnection, namespace_prefix
+from shardline.discovery.etcd_watch import Changes, Listing, watch_range
 from shardline.errors import InvalidRecord
 from shardline.registration.checks import check_owner, check_service, check_services
 from shardline.registration.record import Record
@@ -25,10 +26,6 @@ logger = logging.getLogger("shardline.registration.etcd")
 
 SCHEMA_VERSION = 1
 MAX_VALUE_BYTES = 4096
-
-
-def _backoff(failures: int) -> float:
-    return float(min(0.05 * 2**failures, 1.0))
 
 
 def _encode(service: str, record: Record) -> bytes:
@@ -146,12 +143,12 @@ class EtcdRecordStore:
     within one call (harmless: the same value), and a retraction applied just before a lost
     reply and then overwritten by another writer is reported as dropped.
 
-    A watch lists the services' keys (one range from the smallest key to the largest, filtered
-    to the names asked for) and then watches that range from the revision after the listing.
-    It remembers the last revision whose events it has all yielded (a watch response never
-    splits a revision) and after any failure watches again from the next one, on the next
-    endpoint and logging in again if needed. If etcd has compacted that revision away, it
-    lists again and yields only the services whose record differs from what it last yielded.
+    A watch follows one key range, from the smallest of the services' keys to the largest,
+    with :func:`~shardline.discovery.etcd_watch.watch_range` (a listing, then the changes,
+    resumed after any failure from the revision after the last one it yielded; its module has
+    the details), and keeps the keys of the services asked for. After a listing, the first or
+    one after a compaction, it yields only the services whose record differs from what it last
+    yielded.
     """
 
     def __init__(
@@ -166,11 +163,8 @@ class EtcdRecordStore:
         cert_cert: str | os.PathLike[str] | None = None,
         timeout: float = 5.0,
     ) -> None:
-        if not isinstance(namespace, str) or not namespace or "/" in namespace:
-            # a "/" would let one namespace's prefix contain another's
-            raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
+        self.prefix = namespace_prefix(namespace, "registration")
         self.namespace = namespace
-        self.prefix = f"/shardline/{namespace}/registration/".encode()
         self._connection = EtcdConnection(
             endpoints,
             username=username,
@@ -307,92 +301,45 @@ class EtcdRecordStore:
             )
             return None
 
+    def _states(
+        self, services: dict[bytes, str], batch: Listing | Changes
+    ) -> Iterator[tuple[str, Record | None]]:
+        """What ``batch`` says of the ``services`` (key → name) watched: after a listing, the
+        state of each, in their order; after changes, the state each event leaves its service
+        in, in order."""
+        if isinstance(batch, Changes):
+            for change in batch.events:
+                name = services.get(change.kv.key)
+                if name is not None:
+                    deleted = change.type == rpc.Event.DELETE
+                    yield name, None if deleted else self._readable(name, change.kv)
+            return
+        current: dict[str, Record | None] = dict.fromkeys(services.values())
+        for kv in batch.kvs:
+            name = services.get(kv.key)
+            if name is not None:
+                current[name] = self._readable(name, kv)
+        yield from current.items()
+
     async def _follow(
         self, names: tuple[str, ...]
     ) -> AsyncGenerator[tuple[str, Record | None], None]:
         services = {self.key(name): name for name in names}
-        start, end = min(services), max(services) + b"\0"
         shown: dict[str, Record | None] = {}  # what was last yielded, by service
-        revision: int | None = None  # every event up to this revision is yielded
-        failures = 0
-        while not self._connection.closed:
-            stubs: Stubs | None = None
-            try:
-                if revision is None:
-                    listing = rpc.RangeRequest(key=start, range_end=end)
-                    reply = await self._connection.call("kv", "Range", listing)
-                    current: dict[str, Record | None] = dict.fromkeys(names)
-                    for kv in reply.kvs:
-                        name = services.get(kv.key)
-                        if name is not None:
-                            current[name] = self._readable(name, kv)
-                    revision = int(reply.header.revision)
-                    for name, record in current.items():
-                        if name not in shown or shown[name] != record:
-                            shown[name] = record
-                            yield name, record
-                stubs = await self._connection.stubs()
-                watch = stubs.watch.Watch(metadata=stubs.metadata)
-                try:
-                    create = rpc.WatchCreateRequest(
-                        key=start, range_end=end, start_revision=revision + 1
-                    )
-                    await stream_step(watch.write(rpc.WatchRequest(create_request=create)))
-                    while True:
-                        response = await stream_step(watch.read())
-                        if response is grpc.aio.EOF:
-                            raise ConnectionError("etcd ended the watch stream")
-                        if response.compact_revision:
-                            logger.warning(
-                                "etcd compacted the registration records of %s past revision "
-                                "%d; listing them again",
-                                self.namespace,
-                                revision,
-                            )
-                            revision = None
-                            break
-                        if response.canceled:
-                            reason = response.cancel_reason or "no reason given"
-                            if "permission denied" in reason:
-                                raise PermissionError(f"etcd refused the watch: {reason}")
-                            raise ConnectionError(f"etcd cancelled the watch: {reason}")
-                        if failures:
-                            logger.info(
-                                "watch of the registration records of %s resumed after revision %d",
-                                self.namespace,
-                                revision,
-                            )
-                            failures = 0
-                        for change in response.events:
-                            name = services.get(change.kv.key)
-                            if name is None:
-                                continue
-                            record = (
-                                None
-                                if change.type == rpc.Event.DELETE
-                                else self._readable(name, change.kv)
-                            )
-                            if shown[name] != record:
-                                shown[name] = record
-                                yield name, record
-                        if response.events:
-                            revision = int(response.events[-1].kv.mod_revision)
-                finally:
-                    watch.cancel()
-            except Exception as error:
-                if self._connection.closed:
-                    return
-                await self._connection.recover(stubs, error)
-                if failures == 0:
-                    logger.warning(
-                        "watch of the registration records of %s failed (%s); resuming after "
-                        "revision %s",
-                        self.namespace,
-                        describe(error),
-                        revision,
-                    )
-                failures += 1
-                await asyncio.sleep(_backoff(failures))
+        batches = watch_range(
+            self._connection,
+            min(services),
+            max(services) + b"\0",
+            what=f"the registration records of {self.namespace}",
+            logger=logger,
+        )
+        # closed here, not when collected: a watch that ends cancels its etcd watch now
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                for name, record in self._states(services, batch):
+                    if name not in shown or shown[name] != record:
+                        shown[name] = record
+                        yield name, record
 
     # lifetime
 
