@@ -65,11 +65,11 @@ _T = TypeVar("_T")
 
 
 async def stream_step(step: Awaitable[_T]) -> _T:
-    """Awaits ``step``, a read or write of a stream (a watch, a keep-alive). When another task
-    closes the channel under the stream (``recover`` after its own call failed, or
-    ``aclose``), grpc cancels the stream's call, which reaches the reader as
-    ``asyncio.CancelledError`` although its task was not cancelled: that raises
-    ``ConnectionError`` instead, a stream failure to hand to ``recover``. A cancellation of the
+    """Awaits ``step``, a call or a read or write of a stream (a watch, a keep-alive). When
+    another task closes the channel under it (``recover`` after its own call failed, or
+    ``aclose``), grpc cancels the call, which reaches the awaiting task as
+    ``asyncio.CancelledError`` although that task was not cancelled: that raises
+    ``ConnectionError`` instead, a failure to hand to ``recover``. A cancellation of the
     awaiting task itself propagates unchanged."""
     try:
         return await step
@@ -290,8 +290,11 @@ class EtcdConnection:
                 stubs = await self.stubs()
                 rpc_method = getattr(getattr(stubs, service), method)
                 remaining = max(deadline - loop.time(), 0.001)
-                return await rpc_method(request, timeout=remaining, metadata=stubs.metadata)
-            except (grpc.aio.AioRpcError, grpc.aio.UsageError) as error:
+                # a channel another call's failover closed cancels this call: retry it too
+                return await stream_step(
+                    rpc_method(request, timeout=remaining, metadata=stubs.metadata)
+                )
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, ConnectionError) as error:
                 await self.recover(stubs, error)
                 failure = error
             remaining = deadline - loop.time()
