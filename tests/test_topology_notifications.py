@@ -33,12 +33,12 @@ from pg_server import PgServer
 from strategies import TIERS, valid_events
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from shardline.topology.sources.changes import TopologySnapshot, apply_change
 from shardline.topology.sources.notification import (
     DocumentError,
     NotificationSource,
     RaftPosition,
     TransportError,
-    clear_topology,
     parse_event_document,
     parse_snapshot_document,
 )
@@ -735,17 +735,17 @@ def test_malformed_snapshots_name_what_is_wrong(change: dict[str, Any], message:
         parse_snapshot_document(json.dumps(body))
 
 
-def test_clear_topology_empties_everything_but_the_tier_configuration() -> None:
+def test_a_complete_snapshot_leaves_nothing_it_does_not_hold() -> None:
     topology = Topology()
     topology.apply_tiers({"default": 3000})
     for event in [*add(1), *buckets((1, 3000, 1))]:
         topology.apply(event)
     topology.apply(BucketEvent("default", 1, 10, R[5]))  # ranges of a replicaset never known
     topology.apply(BucketEvent("loose", 1, 10, R[5]))
-    # an instance, a replicaset (whose delete clears "default"), and the tier nobody owns
-    assert clear_topology(topology) == 3
+    empty = TopologySnapshot(tiers={"default": 3000}, complete=True)
+    assert apply_change(topology, empty) == 1  # one clear
     assert view(topology) == ({"default": 3000}, {}, {}, {})
-    assert clear_topology(topology) == 0
+    assert apply_change(topology, empty) == 0
 
 
 # the transport is an adapter: any object with connect() will do

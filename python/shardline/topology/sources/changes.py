@@ -47,7 +47,9 @@ class TopologySnapshot:
     that order; ``buckets`` holds the tiers whose bucket maps were read. ``scope`` is the set
     of tiers the snapshot speaks for (``None``: the whole cluster): replicasets of those tiers
     missing from the snapshot, and their instances, are gone. A tier of the scope missing from
-    ``buckets`` keeps its map as it is.
+    ``buckets`` keeps its map as it is. A ``complete`` snapshot is everything there is (a pushed
+    stream's snapshot after a reconnect): the topology is cleared before it is applied, so
+    nothing it held before survives, whatever the snapshot says or omits.
     """
 
     tiers: Mapping[str, int]
@@ -55,6 +57,7 @@ class TopologySnapshot:
     instances: tuple[InstanceEvent, ...] = ()
     buckets: tuple[BucketSnapshot, ...] = ()
     scope: frozenset[str] | None = field(default=None)
+    complete: bool = False
 
 
 TopologyChange: TypeAlias = (
@@ -81,7 +84,8 @@ def apply_change(topology: Topology, change: TopologyChange) -> int:
     if isinstance(change, BucketSnapshot):
         return int(topology.apply_bucket_snapshot(change.tier, change.payload))
     if isinstance(change, TopologySnapshot):
-        return _apply_snapshot(topology, change)
+        cleared = int(change.complete and topology.clear())
+        return cleared + _apply_snapshot(topology, change)
     topology.apply(change)
     return 1
 

@@ -52,14 +52,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeAlias
 
-from shardline._core import Topology
-from shardline.errors import InvalidEvent, UnknownTier
 from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
 from shardline.topology.sources.changes import (
     BucketSnapshot,
     TopologyChange,
     TopologySnapshot,
-    apply_change,
 )
 from shardline.topology.sources.source import TopologySource
 from shardline.topology.sources.state import FailureReason
@@ -75,7 +72,6 @@ __all__ = [
     "SnapshotDocument",
     "TopologyEvent",
     "TransportError",
-    "clear_topology",
     "parse_event_document",
     "parse_snapshot_document",
 ]
@@ -526,11 +522,10 @@ class NotificationSource(TopologySource):
     (or changes its bucket count) is counted as ``unknown-tier`` and its buckets are not
     followed.
 
-    :meth:`run` clears the topology before applying each snapshot (:func:`clear_topology`), so
-    after a reconnect nothing the previous connection left survives: the topology holds
-    exactly the new snapshot. (:func:`apply_change` alone would keep a replicaset's master
-    that the snapshot no longer names; a consumer iterating the source itself should clear
-    too.) :meth:`refresh` reads the snapshot again now (a new connection) and waits until it
+    Its snapshots are ``complete``: applying one (:meth:`run`, or :func:`apply_change` for a
+    consumer iterating the source itself) clears the topology first, so after a reconnect
+    nothing the previous connection left survives: the topology holds exactly the new
+    snapshot. :meth:`refresh` reads the snapshot again now (a new connection) and waits until it
     is applied; :meth:`trigger` asks for that, not sooner than ``min_resync_interval`` after
     the current connection was made.
 
@@ -720,35 +715,6 @@ class NotificationSource(TopologySource):
         if current is not None:
             await _close_session(current)
 
-    async def run(self, topology: Topology) -> None:
-        """Applies every change this source hands out to ``topology``, until the source is
-        closed (or the task running this is cancelled).
-
-        Before each :class:`TopologySnapshot` the topology is cleared (:func:`clear_topology`),
-        so it then holds exactly the snapshot. A change the topology refuses is counted as
-        ``rejected`` and logged, and the snapshot is read again.
-        """
-        changes = self.__aiter__()
-        try:
-            async for change in changes:
-                try:
-                    applied = 0
-                    if isinstance(change, TopologySnapshot):
-                        applied += clear_topology(topology)
-                    applied += apply_change(topology, change)
-                except (InvalidEvent, UnknownTier) as error:
-                    self._rejections += 1
-                    self._recorder.failure(
-                        FailureReason.REJECTED, f"{type(change).__name__} refused: {error}"
-                    )
-                    self.resync()
-                else:
-                    self._recorder.events_applied += applied
-        finally:
-            close = getattr(changes, "aclose", None)
-            if close is not None:
-                await close()
-
     # the connection loop
 
     async def _changes(self) -> AsyncIterator[TopologyChange]:
@@ -889,6 +855,7 @@ class NotificationSource(TopologySource):
             replicasets=document.replicasets,
             instances=document.instances,
             buckets=tuple(followed),
+            complete=True,
         )
 
     def _accept(self, document: str | bytes) -> TopologyEvent | None:
@@ -1012,31 +979,6 @@ async def _close_session(current: _Session) -> None:
             await reader
     with contextlib.suppress(Exception):
         await current.session.aclose()
-
-
-def clear_topology(topology: Topology) -> int:
-    """Empties ``topology`` of instances, replicasets and bucket ranges, keeping its tier
-    configuration; returns how many changes that took (0 if it was empty).
-
-    Implementation notes:
-        :class:`Topology` has no ``clear()``: this deletes every instance, then every
-        replicaset (which clears its tier's map), then applies an empty bucket snapshot to
-        every tier whose map still holds ranges (ranges owned by replicasets the topology
-        never knew). Each step is atomic, the whole is not: another thread may observe the
-        topology half-cleared — never holding anything it did not hold before.
-    """
-    changes = 0
-    for key in topology.instances:
-        topology.apply(InstanceEvent("delete", key))
-        changes += 1
-    for key in topology.replicasets:
-        topology.apply(ReplicasetEvent("delete", key))
-        changes += 1
-    for tier, ranges in topology.bucket_maps.items():
-        if ranges:
-            topology.apply_bucket_snapshot(tier, ())
-            changes += 1
-    return changes
 
 
 def _seconds(name: str, value: float, *, zero: bool = False) -> float:
