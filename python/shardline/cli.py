@@ -59,8 +59,17 @@ from shardline.demo import (
     run_registration_demo,
     seed_cases,
 )
+from shardline.demo.live import (
+    DEFAULT_INTERVAL,
+    DEFAULT_KEYS,
+    DEFAULT_POLLS,
+    LiveDemo,
+    LiveDemoError,
+)
+from shardline.demo.live_view import render_live_plain, render_live_rich
 from shardline.demo.pool import BALANCERS
 from shardline.demo.seed_cases import SOURCE
+from shardline.demo.tables import plain_table, rich_table, topology_tables
 from shardline.discovery.protocol import Discovery
 
 __all__ = ["main"]
@@ -132,7 +141,31 @@ def _parser() -> argparse.ArgumentParser:
         "--keys",
         type=int,
         metavar="N",
-        help="route N keys per tier after each step (default: the scenario's keys.count)",
+        help=(
+            "route N keys per tier after each step (default: the scenario's keys.count), or"
+            f" after each poll with --pg (default: {DEFAULT_KEYS})"
+        ),
+    )
+    demo.add_argument(
+        "--pg",
+        metavar="DSN",
+        help=(
+            "the topology part polls the live cluster at DSN (a libpq connection string or"
+            " URI) and shows its tiers, bucket maps and routing, instead of replaying events;"
+            " needs the pg extra (psycopg)"
+        ),
+    )
+    demo.add_argument(
+        "--polls",
+        type=int,
+        metavar="N",
+        help=f"with --pg: how many polls (default: {DEFAULT_POLLS})",
+    )
+    demo.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help=f"with --pg: the time between polls (default: {DEFAULT_INTERVAL:g})",
     )
     demo.set_defaults(run=_demo)
     _add_worker_command(commands)
@@ -317,6 +350,31 @@ def _demo(args: argparse.Namespace) -> int:
             "shardline demo: error: --scenario and --keys need the topology part", file=sys.stderr
         )
         return 2
+    if args.pg is None and (args.polls is not None or args.interval is not None):
+        print("shardline demo: error: --polls and --interval need --pg", file=sys.stderr)
+        return 2
+    if not topology and args.pg is not None:
+        print("shardline demo: error: --pg needs the topology part", file=sys.stderr)
+        return 2
+    if args.pg is not None and args.scenario is not None:
+        print(
+            "shardline demo: error: --pg and --scenario are two sources of the topology part:"
+            " give one",
+            file=sys.stderr,
+        )
+        return 2
+    live = None
+    if args.pg is not None:
+        try:
+            live = LiveDemo(
+                args.pg,
+                polls=DEFAULT_POLLS if args.polls is None else args.polls,
+                interval=DEFAULT_INTERVAL if args.interval is None else args.interval,
+                keys=DEFAULT_KEYS if args.keys is None else args.keys,
+            )
+        except LiveDemoError as error:
+            print(f"shardline demo: error: {error}", file=sys.stderr)
+            return 2
     if not pool and (args.etcd is not None or args.in_process):
         print("shardline demo: error: --etcd and --in-process need the pool part", file=sys.stderr)
         return 2
@@ -329,7 +387,7 @@ def _demo(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        if not topology:
+        if not topology or live is not None:
             scenario = None
         elif args.scenario is None:
             scenario = parse_scenario(seed_cases(), source=SOURCE)
@@ -350,6 +408,12 @@ def _demo(args: argparse.Namespace) -> int:
             else:
                 render_rich(Replay(scenario), console)
             out.flush()
+        if live is not None:
+            if console is None:
+                render_live_plain(live, out)
+            else:
+                render_live_rich(live, console)
+            out.flush()
         if registration:
             if console is None:
                 render_registration_plain(run_registration_demo(), out)
@@ -366,6 +430,9 @@ def _demo(args: argparse.Namespace) -> int:
     except (PoolDemoError, RegistrationDemoError) as error:
         print(f"shardline demo: error: {error}", file=sys.stderr)
         return 1
+    except LiveDemoError as error:
+        print(f"shardline demo: error: {error}", file=sys.stderr)
+        return 2 if error.usage else 1
     except KeyboardInterrupt:
         # every worker process is stopped and the temporary directory removed by now
         print("shardline demo: interrupted", file=sys.stderr)
@@ -461,7 +528,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if not complete and not (topology.tiers or topology.replicasets):
         return 1
     out = sys.stdout
-    tables = _inspect_tables(
+    tables = topology_tables(
         topology.tiers, topology.replicasets, topology.instances, topology.bucket_maps
     )
     title = (
@@ -472,78 +539,13 @@ def _inspect(args: argparse.Namespace) -> int:
         print(title, file=out)
         for name, header, rows in tables:
             print(f"\n{name}", file=out)
-            lines = [list(header), *([str(cell) for cell in row] for row in rows)]
-            widths = [max(len(line[n]) for line in lines) for n in range(len(header))]
-            for line in lines:
-                cells = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
-                print("  ".join(cells).rstrip(), file=out)
+            plain_table(header, rows, out)
     else:
-        from rich.table import Table
-
         console = Console(file=out)
         console.print(f"[bold]{title}[/bold]")
         for name, header, rows in tables:
-            table = Table(title=name, title_justify="left")
-            for column in header:
-                table.add_column(column, no_wrap=True)
-            for row in rows:
-                table.add_row(*map(str, row))
-            console.print(table)
+            console.print(rich_table(name, header, rows))
     return 0 if complete else 1
-
-
-def _inspect_tables(
-    tier_counts: dict[str, int],
-    replicasets: dict[str, Any],
-    instances: dict[str, Any],
-    maps: dict[str, list[tuple[int, int, str]]],
-) -> list[tuple[str, list[str], list[list[object]]]]:
-    """A topology's parts as tables: (title, header, rows) for tiers, replicasets, instances
-    and bucket ranges."""
-
-    def address(uuid: str | None) -> str:
-        instance = instances.get(uuid) if uuid is not None else None
-        return (instance.address or "-") if instance is not None else "-"
-
-    tiers: list[list[object]] = []
-    for tier, count in sorted(tier_counts.items()):
-        ranges = maps.get(tier, [])
-        mapped = sum(end - start + 1 for start, end, _ in ranges)
-        members = sum(1 for rs in replicasets.values() if rs.tier == tier)
-        tiers.append([tier, count, len(ranges), f"{mapped}/{count}", members])
-    rs_rows: list[list[object]] = []
-    for rs in sorted(replicasets.values(), key=lambda r: (r.tier, r.uuid)):
-        members_of = [i for i in instances.values() if i.replicaset_uuid == rs.uuid]
-        online = sum(1 for i in members_of if i.is_online)
-        master = rs.current_master_uuid
-        rs_rows.append(
-            [rs.uuid, rs.tier, master or "-", address(master), f"{online}/{len(members_of)}"]
-        )
-    instance_rows: list[list[object]] = []
-    for i in sorted(instances.values(), key=lambda i: (i.replicaset_uuid or "", i.uuid)):
-        owner = replicasets.get(i.replicaset_uuid) if i.replicaset_uuid else None
-        is_master = owner is not None and owner.current_master_uuid == i.uuid
-        instance_rows.append(
-            [
-                i.uuid,
-                i.replicaset_uuid or "-",
-                i.current_state or "-",
-                i.address or "-",
-                "master" if is_master else "",
-            ]
-        )
-    range_rows: list[list[object]] = []
-    for tier in sorted(maps):
-        for start, end, owner_uuid in maps[tier]:
-            owner = replicasets.get(owner_uuid)
-            master = owner.current_master_uuid if owner is not None else None
-            range_rows.append([tier, f"{start}-{end}", owner_uuid, address(master)])
-    return [
-        ("tiers", ["tier", "buckets", "ranges", "mapped", "replicasets"], tiers),
-        ("replicasets", ["replicaset", "tier", "master", "master address", "online"], rs_rows),
-        ("instances", ["instance", "replicaset", "state", "address", "role"], instance_rows),
-        ("bucket ranges", ["tier", "buckets", "replicaset", "master address"], range_rows),
-    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,9 +2,12 @@
 driver over the public :class:`shardline.Topology` API, and its plain and ``rich`` views; and the
 worker-pool scenario over the public :class:`shardline.WorkerProxy` API (real worker processes by
 default, or in-process), with its views; and the registration part: a replica swap whose
-replacement never comes up, over :mod:`shardline.registration`, with its views.
+replacement never comes up, over :mod:`shardline.registration`, with its views; and the
+topology part against a live cluster (``--pg DSN``), polled with ``PollingSource``.
 """
 
+from shardline.demo.live import LiveDemo, LiveDemoError, LivePoll
+from shardline.demo.live_view import render_live_plain, render_live_rich
 from shardline.demo.pool import PoolDemoError, PoolRun, PoolView, run_pool_demo
 from shardline.demo.pool_processes import run_process_pool_demo
 from shardline.demo.pool_view import (
@@ -29,6 +32,9 @@ from shardline.demo.view import render_plain, render_rich
 
 __all__ = [
     "Clearing",
+    "LiveDemo",
+    "LiveDemoError",
+    "LivePoll",
     "MasterRequests",
     "PlainPoolView",
     "PoolDemoError",
@@ -44,6 +50,8 @@ __all__ = [
     "TierState",
     "load_scenario",
     "parse_scenario",
+    "render_live_plain",
+    "render_live_rich",
     "render_plain",
     "render_pool_plain",
     "render_pool_rich",
