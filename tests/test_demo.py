@@ -1130,3 +1130,228 @@ def test_registration_part_refuses_the_other_parts_options(
 
     with pytest.raises(ValueError, match="claim_at"):
         run_registration_demo(claim_at=0.0)
+
+
+# --- the topology part against a live cluster (--pg DSN) ----------------------------------------
+
+import socket  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+from conftest import rs_uuid  # noqa: E402
+from pg_server import PgServer  # noqa: E402
+from picodata_catalog import Catalog, Expected  # noqa: E402
+
+from shardline import InstanceEvent, ReplicasetEvent, Topology  # noqa: E402
+from shardline.demo import live as live_module  # noqa: E402
+
+
+@pytest.fixture
+def live_catalog(pg: PgServer) -> Iterator[Catalog]:
+    """Two tiers: default (3000 buckets) on r1 (two instances) and r2, other (100) on r3."""
+    with Catalog(pg.create_schema()) as catalog:
+        with catalog.transaction():
+            catalog.add_tier("default", 3000)
+            catalog.add_tier("other", 100)
+            catalog.add_replicaset("r1", uuid=rs_uuid(1), instances=2)
+            catalog.add_replicaset("r2", uuid=rs_uuid(2))
+            catalog.add_replicaset("r3", "other", uuid=rs_uuid(3))
+            catalog.rebalance("default")
+            catalog.rebalance("other")
+        yield catalog
+
+
+def poll_block(output: str, number: int) -> str:
+    """The plain-text block of poll ``number``, up to the next poll or the summary."""
+    match = re.search(rf"^Poll {number}/\d+, .*?(?=^Poll |^Live summary)", output, re.M | re.S)
+    assert match, f"no poll {number} in the output"
+    return match.group(0)
+
+
+def live_table(block: str, title: str) -> list[list[str]]:
+    """The rows of the table titled ``title`` in a poll block, split on whitespace."""
+    lines = block.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith(f"  {title}"))
+    rows = []
+    for line in lines[start + 2 :]:  # after the title and the header
+        if not line.startswith("    "):
+            break
+        rows.append(line.split())
+    return rows
+
+
+def catalog_topology(catalog: Catalog) -> Topology:
+    """The catalog's committed state in a Topology of its own (not through the demo)."""
+    expected = catalog.expected()
+    topology = Topology()
+    topology.apply_tiers(expected.tiers)
+    for rs, (tier, master) in expected.replicasets.items():
+        topology.apply(ReplicasetEvent("replace", rs, tier=tier, current_master_uuid=master))
+    for instance, (rs, state, address) in expected.instances.items():
+        topology.apply(
+            InstanceEvent(
+                "replace", instance, replicaset_uuid=rs, current_state=state, address=address
+            )
+        )
+    for tier in expected.tiers:
+        topology.apply_bucket_snapshot(tier, catalog.pico_bucket(tier))
+    return topology
+
+
+def check_poll_against_catalog(block: str, expected: Expected, topology: Topology) -> None:
+    """The tiers, ranges, keys per master and sample keys of a poll are the catalog's."""
+    tiers = {row[0]: row for row in live_table(block, "tiers")}
+    for tier, count in expected.tiers.items():
+        assert tiers[tier][1:4] == [str(count), str(len(expected.maps[tier])), f"{count}/{count}"]
+    ranges = [(row[0], row[1], row[2]) for row in live_table(block, "bucket ranges")]
+    assert ranges == [
+        (tier, f"{start}-{end}", owner)
+        for tier in sorted(expected.maps)
+        for start, end, owner in expected.maps[tier]
+    ]
+    keys = [f"user:{i}" for i in range(500)]
+    routing = live_table(block, "routing: keys per master")
+    for tier in expected.tiers:
+        wanted = Counter(m.uuid for m in topology.route_many(tier, keys) if m is not None)
+        shown = {row[2]: int(row[-1]) for row in routing if row[0] == tier and row[2] != "(no"}
+        assert shown == dict(wanted)
+        assert [row[-1] for row in routing if row[0] == tier and row[2] == "(no"] == ["0"]
+        for row in routing:
+            if row[0] == tier and row[2] != "(no":
+                rs, _, address = expected.instances[row[2]]
+                assert row[3:5] == [address, rs]
+                assert expected.replicasets[rs][1] == row[2]  # the replicaset's master
+    samples = live_table(block, "sample keys")
+    assert len(samples) == 3 * len(expected.tiers)
+    for key, tier, bucket, rs, master, address in samples:
+        assert int(bucket) == bucket_id(key, expected.tiers[tier])
+        owner = next(o for s, e, o in expected.maps[tier] if s <= int(bucket) <= e)
+        assert rs == owner
+        assert master == expected.replicasets[owner][1]  # the master the catalog names
+        assert address == expected.instances[master][2]
+        found = topology.route(tier, key)
+        assert found is not None
+        assert found.uuid == master
+
+
+def test_pg_shows_the_live_clusters_maps_and_routing_and_what_changed(
+    live_catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = live_catalog
+    seen: list[tuple[Expected, Topology]] = [(catalog.expected(), catalog_topology(catalog))]
+
+    async def between_polls(after: int, interval: float) -> None:
+        assert interval == 0.0
+        if after == 1:  # a replicaset joins and the buckets are rebalanced before poll 2
+            with catalog.transaction():
+                catalog.add_replicaset("r4", uuid=rs_uuid(4))
+                catalog.rebalance("default")
+            seen.append((catalog.expected(), catalog_topology(catalog)))
+        elif after == 2:  # a rebalance in progress: _pico_bucket raises for poll 3
+            catalog.fail_buckets("other")
+
+    monkeypatch.setattr(live_module, "between_polls", between_polls)
+    status, out, err = run_demo(
+        capsys,
+        *("--part", "topology", "--pg", catalog.dsn, "--plain"),
+        *("--polls", "3", "--interval", "0", "--keys", "500"),
+    )
+    assert (status, err) == (0, "")
+    assert not ANSI.search(out)
+    assert "password" not in out
+    assert out.startswith("shardline demo --pg: the live cluster at 127.0.0.1:")
+    assert "Step 1/" not in out  # nothing of the embedded scenario
+    assert "Registration" not in out
+    assert "Pool phase" not in out
+
+    first, second, third = (poll_block(out, n) for n in (1, 2, 3))
+    assert first.startswith("Poll 1/3, +")
+    assert first.splitlines()[0].endswith(": complete")
+    check_poll_against_catalog(first, *seen[0])
+    assert ["default", "1-1500", rs_uuid(1)] == live_table(first, "bucket ranges")[0][:3]
+
+    assert second.splitlines()[0].endswith(": complete")
+    check_poll_against_catalog(second, *seen[1])
+    r4_master = seen[1][0].replicasets[rs_uuid(4)][1]
+    assert f"- replicaset {rs_uuid(4)} added to tier default, master {r4_master}" in second
+    assert "- default: epoch " in second
+    assert "3 ranges (was 2)" in second
+    moves = [row for row in live_table(second, "bucket moves:") if row]
+    assert moves == [
+        ["default", "1001-1500", rs_uuid(1), rs_uuid(2)],
+        ["default", "2001-3000", rs_uuid(2), rs_uuid(4)],
+    ]
+    moved = sum(
+        1
+        for key in (f"user:{i}" for i in range(500))
+        if seen[0][1].route("default", key) != seen[1][1].route("default", key)
+    )
+    assert f"- default: {moved} of 500 keys now reach another master" in second
+    assert "other:" not in second  # the other tier did not change
+
+    assert "INCOMPLETE" in third.splitlines()[0]
+    assert "failures: bucket-error (1x)" in third
+    assert "rebalance in progress" in third
+    assert "no change since poll 2" in third  # the failing tier keeps its map
+    summary = out[out.index("Live summary:") :]
+    assert "polls: 3, complete: 2" in summary
+    assert "changes seen at polls: 2" in summary
+    assert "keys with no route at the last poll: default 0, other 0" in summary
+
+
+def test_pg_on_a_terminal_draws_rich_tables(
+    live_catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "240")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    status, out, err = run_demo(
+        capsys, "--part", "topology", "--pg", live_catalog.dsn, "--polls", "1"
+    )
+    assert (status, err) == (0, "")
+    assert "━" in out or "─" in out
+    assert "routing: keys per master" in out
+    assert rs_uuid(3) in out
+    assert "Live summary:" in out
+
+
+def test_pg_that_cannot_be_reached_exits_1_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: refused
+        status, out, err = run_demo(
+            capsys, "--part", "topology", "--pg", f"host=127.0.0.1 port={port} user=x"
+        )
+    assert (status, out) == (1, "")
+    assert "shardline demo: error: cannot read the cluster: connect (1x)" in err
+    assert "refused" in err
+
+
+def test_pg_without_psycopg_says_what_to_install(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "shardline.topology.sources.polling", None)
+    status, out, err = run_demo(capsys, "--part", "topology", "--pg", "host=127.0.0.1")
+    assert (status, out) == (1, "")
+    assert "--pg needs psycopg: pip install 'shardline[pg]'" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--polls", "2"], "--polls and --interval need --pg"),
+        (["--interval", "1"], "--polls and --interval need --pg"),
+        (["--pg", "host=127.0.0.1", "--part", "pool"], "--pg needs the topology part"),
+        (["--pg", "host=127.0.0.1", "--scenario", "f.json"], "--pg and --scenario"),
+        (["--pg", "host=127.0.0.1", "--polls", "0"], "--polls must be an integer from 1"),
+        (["--pg", "host=127.0.0.1", "--interval", "nan"], "--interval must be a number of seconds"),
+        (["--pg", "host=127.0.0.1", "--keys", "0"], "--keys must be an integer from 1"),
+        (["--pg", "host=127.0.0.1 nokey", "--part", "topology"], "--pg: dsn is not a valid"),
+    ],
+)
+def test_pg_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    status, out, err = run_demo(capsys, *args)
+    assert (status, out) == (2, "")
+    assert message in err

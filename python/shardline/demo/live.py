@@ -177,11 +177,15 @@ class LiveDemo:
         topology = Topology()
         keys = self.keys.keys()
         with asyncio.Runner() as runner:
+            running: list[asyncio.Task[None]] = []
 
-            async def start() -> asyncio.Task[None]:
-                return asyncio.create_task(source.run(topology))
+            async def poll() -> bool:
+                # the first poll starts the run() task: it polls at once, and that poll
+                # answers the refresh
+                if not running:
+                    running.append(asyncio.create_task(source.run(topology)))
+                return await source.refresh()
 
-            task = runner.run(start())
             try:
                 previous: _Snapshot | None = None
                 failures: Counter[str] = Counter()
@@ -190,7 +194,7 @@ class LiveDemo:
                     if number > 1:
                         runner.run(between_polls(number - 1, self.interval))
                     at = time.monotonic() - started
-                    complete = runner.run(source.refresh())
+                    complete = runner.run(poll())
                     state = source.state
                     new = Counter(state.failures)
                     new.subtract(failures)
@@ -229,7 +233,8 @@ class LiveDemo:
 
                 async def stop() -> None:
                     await source.aclose()
-                    await task
+                    for task in running:
+                        await task
 
                 runner.run(stop())
 
