@@ -2,8 +2,10 @@
 
 Every source is a :class:`TopologySource`: an async iterable of :data:`TopologyChange` with a
 ``run(topology)`` helper, ``refresh()``, ``trigger()`` and a ``state`` report.
-:class:`PollingSource` polls Picodata's system tables over pgwire; it needs the ``pg`` extra
-(psycopg) and is imported on first use, so this package loads without it.
+:class:`PollingSource` polls Picodata's system tables over pgwire; :class:`NotificationSource`
+applies pushed topology events in raft order, through a transport (``PgNotifyTransport``: the
+PostgreSQL ``LISTEN``/``NOTIFY`` stand-in). Both need the ``pg`` extra (psycopg) only to talk
+PostgreSQL; the modules that import it load on first use, so this package loads without it.
 """
 
 from __future__ import annotations
@@ -16,27 +18,48 @@ from shardline.topology.sources.changes import (
     TopologySnapshot,
     apply_change,
 )
+from shardline.topology.sources.notification import (
+    DeliveryStats,
+    NotificationSession,
+    NotificationSource,
+    NotificationTransport,
+    RaftPosition,
+    TransportError,
+)
 from shardline.topology.sources.source import TopologySource
 from shardline.topology.sources.state import FailureReason, SourceState
 
 if TYPE_CHECKING:
+    from shardline.topology.sources.pg_notify import PgNotifyTransport
     from shardline.topology.sources.polling import PollingSource
 
 __all__ = [
     "BucketSnapshot",
+    "DeliveryStats",
     "FailureReason",
+    "NotificationSession",
+    "NotificationSource",
+    "NotificationTransport",
+    "PgNotifyTransport",
     "PollingSource",
+    "RaftPosition",
     "SourceState",
     "TopologyChange",
     "TopologySnapshot",
     "TopologySource",
+    "TransportError",
     "apply_change",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    # psycopg is an optional extra: import it only for a caller that talks to PostgreSQL
     if name == "PollingSource":
         from shardline.topology.sources.polling import PollingSource
 
         return PollingSource
+    if name == "PgNotifyTransport":
+        from shardline.topology.sources.pg_notify import PgNotifyTransport
+
+        return PgNotifyTransport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
