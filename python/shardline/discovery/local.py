@@ -7,7 +7,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import logging
-import math
 import os
 import re
 import sqlite3
@@ -18,6 +17,7 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from shardline.checks import check_seconds
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.local_doorbell import Doorbell
 from shardline.discovery.local_store import Batch, LocalStore, Registration, connect, head
@@ -97,14 +97,14 @@ class LocalDiscovery:
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError(f"namespace must be a non-empty str, not {namespace!r}")
-        self._heartbeat = _seconds("heartbeat", heartbeat)
-        timeout = _seconds("liveness_timeout", liveness_timeout)
+        self._heartbeat = check_seconds("heartbeat", heartbeat)
+        timeout = check_seconds("liveness_timeout", liveness_timeout)
         if timeout < 2 * self._heartbeat:
             raise ValueError(
                 f"liveness_timeout={liveness_timeout!r} must be at least twice"
                 f" heartbeat={heartbeat!r}"
             )
-        self._poll_interval = _seconds("poll_interval", poll_interval)
+        self._poll_interval = check_seconds("poll_interval", poll_interval)
         if isinstance(log_retention, bool) or not isinstance(log_retention, int):
             raise ValueError(f"log_retention must be an int, not {log_retention!r}")
         if log_retention < 1:
@@ -309,17 +309,6 @@ class _LocalPublisher:
 
 def _busy(error: sqlite3.OperationalError) -> bool:
     return error.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def _seconds(name: str, value: float) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
-    return float(value)
 
 
 def _file_name(namespace: str) -> str:

@@ -3,10 +3,9 @@ value it refuses (the same messages from every store)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 
-__all__ = ["check_owner", "check_seconds", "check_service", "check_services"]
+__all__ = ["check_owner", "check_service", "check_services"]
 
 
 def check_service(service: object) -> str:
@@ -32,18 +31,3 @@ def check_services(services: object) -> tuple[str, ...]:
     if not names:
         raise ValueError("services must name at least one service, got none")
     return names
-
-
-def check_seconds(name: str, value: object, *, zero: bool = False) -> float:
-    """``value`` as a float if it is a finite number of seconds, positive (or also zero when
-    ``zero``); ``name`` is the argument named in the error."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not zero)
-    ):
-        wanted = "a finite number of seconds" + (", 0 or more" if zero else " above 0")
-        raise ValueError(f"{name} must be {wanted}, got {value!r}")
-    return float(value)

@@ -9,11 +9,12 @@ import weakref
 from collections.abc import AsyncGenerator, Collection
 from types import MappingProxyType
 
+from shardline.checks import check_seconds
 from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.pool.metadata import WorkerMetadata
-from shardline.registration.checks import check_seconds, check_service, check_services
+from shardline.registration.checks import check_service, check_services
 from shardline.registration.record import Record, RecordStore
 
 __all__ = ["SERVICE_UID_NAMESPACE", "RegistrationDiscovery", "service_uid"]

@@ -8,7 +8,8 @@ import math
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
-from shardline.registration.checks import check_owner, check_seconds, check_service
+from shardline.checks import check_seconds
+from shardline.registration.checks import check_owner, check_service
 from shardline.registration.clock import Clock, MonotonicClock
 from shardline.registration.record import RecordStore
 

@@ -52,6 +52,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeAlias
 
+from shardline.checks import check_count, check_seconds
 from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
 from shardline.topology.sources.changes import (
     BucketSnapshot,
@@ -578,15 +579,17 @@ class NotificationSource(TopologySource):
         max_snapshot: int = DEFAULT_MAX_SNAPSHOT,
         max_queue: int = 10_000,
     ) -> None:
-        self._timeout = _seconds("timeout", timeout)
-        self._retry = _seconds("retry", retry)
-        self._max_retry = _seconds("max_retry", max_retry)
+        self._timeout = check_seconds("timeout", timeout)
+        self._retry = check_seconds("retry", retry)
+        self._max_retry = check_seconds("max_retry", max_retry)
         if self._max_retry < self._retry:
             raise ValueError(f"max_retry ({max_retry!r}) must not be less than retry ({retry!r})")
-        self._min_resync_interval = _seconds("min_resync_interval", min_resync_interval, zero=True)
-        self._max_document = _count("max_document", max_document)
-        self._max_snapshot = _count("max_snapshot", max_snapshot)
-        self._max_queue = _count("max_queue", max_queue)
+        self._min_resync_interval = check_seconds(
+            "min_resync_interval", min_resync_interval, zero=True
+        )
+        self._max_document = check_count("max_document", max_document)
+        self._max_snapshot = check_count("max_snapshot", max_snapshot)
+        self._max_queue = check_count("max_queue", max_queue)
         if transport is None:
             if dsn is None:
                 raise ValueError("give a dsn or a transport")
@@ -979,22 +982,3 @@ async def _close_session(current: _Session) -> None:
             await reader
     with contextlib.suppress(Exception):
         await current.session.aclose()
-
-
-def _seconds(name: str, value: float, *, zero: bool = False) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not zero)
-    ):
-        sign = "non-negative" if zero else "positive"
-        raise ValueError(f"{name} must be a {sign} finite number of seconds, got {value!r}")
-    return float(value)
-
-
-def _count(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value

@@ -16,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.string import TextLoader
 
 from shardline._core import Topology
+from shardline.checks import check_count, check_seconds
 from shardline.errors import InvalidEvent, UnknownTier
 from shardline.topology.sources.changes import BucketSnapshot, TopologyChange, TopologySnapshot
 from shardline.topology.sources.membership import (
@@ -117,16 +118,16 @@ class PollingSource(TopologySource):
             given = conninfo_to_dict(dsn)
         except psycopg.Error as error:
             raise ValueError(f"dsn is not a valid connection string: {error}") from None
-        self._interval = _seconds("interval", interval)
-        self._timeout = _seconds("timeout", timeout)
-        self._retry = _seconds("retry", retry)
-        self._min_interval = _seconds("min_interval", min_interval, zero=True)
+        self._interval = check_seconds("interval", interval)
+        self._timeout = check_seconds("timeout", timeout)
+        self._retry = check_seconds("retry", retry)
+        self._min_interval = check_seconds("min_interval", min_interval, zero=True)
         self._scope = _tier_names(tiers)
         if address_type is not None and (not isinstance(address_type, str) or not address_type):
             raise ValueError(f"address_type must be a non-empty str or None, got {address_type!r}")
         self._address_type = address_type
-        self._max_rows = _count("max_rows", max_rows)
-        self._max_payload = _count("max_payload", max_payload)
+        self._max_rows = check_count("max_rows", max_rows)
+        self._max_payload = check_count("max_payload", max_payload)
         kwargs = dict(connect_kwargs or {})
         if not all(isinstance(key, str) for key in kwargs):
             raise ValueError(f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}")
@@ -473,25 +474,6 @@ def _where(conninfo: Mapping[str, Any]) -> str:
     host = conninfo.get("host") or conninfo.get("hostaddr") or "localhost"
     port = conninfo.get("port")
     return f"{host}:{port}" if port else str(host)
-
-
-def _seconds(name: str, value: float, *, zero: bool = False) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not zero)
-    ):
-        sign = "non-negative" if zero else "positive"
-        raise ValueError(f"{name} must be a {sign} finite number of seconds, got {value!r}")
-    return float(value)
-
-
-def _count(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
 
 
 def _tier_names(tiers: Iterable[str] | None) -> frozenset[str] | None:
