@@ -60,7 +60,8 @@ class WorkerProxy:
     - ``TransientRpcError``: the worker stays; the balancer is told, and offers the next;
     - any other ``RpcError``: the worker is evicted, then the balancer is told;
     - any other exception, cancellation included, propagates and leaves the pool alone;
-    - a balancer out of candidates: ``NoWorkersAvailable``.
+    - a balancer out of candidates: ``NoWorkersAvailable`` (a balancer that knows why, such as
+      a keyed one finding no route, raises it itself with its reason, which propagates).
     """
 
     def __init__(
