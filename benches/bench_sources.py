@@ -66,7 +66,7 @@ from shardline.topology.sources.membership import (
     REPLICASETS_QUERY,
     TIERS_QUERY,
 )
-from shardline.topology.sources.notification import parse_event_document
+from shardline.topology.sources.notification_documents import parse_event_document
 from shardline.topology.sources.polling import BUCKETS_QUERY
 
 # The test suite's helpers, used as they are (a missing PostgreSQL raises PgUnavailable).

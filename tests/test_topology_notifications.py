@@ -34,11 +34,10 @@ from strategies import TIERS, valid_events
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 from shardline.topology.sources.changes import TopologySnapshot, apply_change
-from shardline.topology.sources.notification import (
+from shardline.topology.sources.notification import NotificationSource, TransportError
+from shardline.topology.sources.notification_documents import (
     DocumentError,
-    NotificationSource,
     RaftPosition,
-    TransportError,
     parse_event_document,
     parse_snapshot_document,
 )

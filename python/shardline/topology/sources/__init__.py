@@ -23,9 +23,9 @@ from shardline.topology.sources.notification import (
     NotificationSession,
     NotificationSource,
     NotificationTransport,
-    RaftPosition,
     TransportError,
 )
+from shardline.topology.sources.notification_documents import RaftPosition
 from shardline.topology.sources.source import TopologySource
 from shardline.topology.sources.state import FailureReason, SourceState
 
