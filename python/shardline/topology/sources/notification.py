@@ -289,8 +289,6 @@ class NotificationSource(TopologySource):
         self._seen: OrderedDict[tuple[RaftPosition, TopologyEvent], None] = OrderedDict()
         self._counters = _Counters()
 
-        self._closed = False
-        self._iterating = False
         self._wake = asyncio.Event()
         self._current: _Session | None = None
         self._connecting: asyncio.Task[NotificationSession] | None = None
@@ -298,7 +296,6 @@ class NotificationSource(TopologySource):
         self._resync_wanted = False
         self._urgent = False
         self._started = 0
-        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
 
     # what the source reports
 
@@ -325,30 +322,15 @@ class NotificationSource(TopologySource):
 
     # the TopologySource interface
 
-    def __aiter__(self) -> AsyncIterator[TopologyChange]:
-        if self._closed:
-            raise RuntimeError(f"{self._recorder.name} is closed")
-        if self._iterating:
-            raise RuntimeError(f"{self._recorder.name} is already being iterated")
-        self._iterating = True
-        return self._changes()
-
     async def refresh(self) -> bool:
         """Reads the snapshot again now (a new connection); returns once it has been handed
         out (under :meth:`run`: applied), True if it was read and accepted, False if that
         connection failed or the source closed. Raises RuntimeError if nothing iterates the
         source (a :meth:`run` task created just before is given the chance to start)."""
-        if self._closed:
-            raise RuntimeError(f"{self._recorder.name} is closed")
+        self._check_open()
         target = self._started + 1  # the first connection to start after this call
-        if not self._iterating:
-            await asyncio.sleep(0)  # a run() task created just before gets to start
-        if not self._iterating:
-            raise RuntimeError(
-                f"nothing runs {self._recorder.name}: call run(topology) or iterate it first"
-            )
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, future))
+        await self._require_consumer()
+        future = self._waiter(target)
         if self._started < target:
             self._resync_now = self._urgent = True
             self._poke()
@@ -615,17 +597,6 @@ class NotificationSource(TopologySource):
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), due - now)
-
-    def _finish_waiters(self, attempt: int | None, ok: bool = False) -> None:
-        """Resolves the refresh() calls that ``attempt`` answers (all of them for None)."""
-        waiting = []
-        for target, future in self._waiters:
-            if attempt is None or target <= attempt:
-                if not future.done():
-                    future.set_result(ok)
-            else:
-                waiting.append((target, future))
-        self._waiters = waiting
 
 
 async def _close_session(current: _Session) -> None:

@@ -147,8 +147,6 @@ class PollingSource(TopologySource):
         self._checker: Topology | None = None
         self._checker_tiers: dict[str, int] = {}
 
-        self._closed = False
-        self._iterating = False
         self._wake = asyncio.Event()
         self._triggered = False
         self._urgent = False
@@ -157,17 +155,8 @@ class PollingSource(TopologySource):
         self._last_ok = False
         self._last_start = -math.inf
         self._failed_in_a_row = 0
-        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
 
     # the TopologySource interface
-
-    def __aiter__(self) -> AsyncIterator[TopologyChange]:
-        if self._closed:
-            raise RuntimeError(f"{self._recorder.name} is closed")
-        if self._iterating:
-            raise RuntimeError(f"{self._recorder.name} is already being iterated")
-        self._iterating = True
-        return self._changes()
 
     async def refresh(self) -> bool:
         """Polls now, without waiting for ``interval`` or ``min_interval``; returns once the
@@ -175,19 +164,12 @@ class PollingSource(TopologySource):
         read everything and the topology accepted it. Raises RuntimeError if nothing
         iterates the source (a :meth:`run` task created just before is given the chance to
         start)."""
-        if self._closed:
-            raise RuntimeError(f"{self._recorder.name} is closed")
+        self._check_open()
         target = self._started + 1  # the first poll to start after this call
-        if not self._iterating:
-            await asyncio.sleep(0)  # a run() task created just before gets to start
-        if not self._iterating:
-            raise RuntimeError(
-                f"nothing runs {self._recorder.name}: call run(topology) or iterate it first"
-            )
+        await self._require_consumer()
         if self._finished >= target:  # it started and finished meanwhile
             return self._last_ok
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, future))
+        future = self._waiter(target)
         if self._started < target:
             self._urgent = True
             self._wake.set()
@@ -255,18 +237,10 @@ class PollingSource(TopologySource):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), due - now)
 
-    def _finish_waiters(self, cycle: int | None, ok: bool = False) -> None:
-        """Resolves the refresh() calls that ``cycle`` answers (all of them for None)."""
-        if cycle is not None:
-            self._finished, self._last_ok = cycle, ok
-        waiting = []
-        for target, future in self._waiters:
-            if cycle is None or target <= cycle:
-                if not future.done():
-                    future.set_result(ok)
-            else:
-                waiting.append((target, future))
-        self._waiters = waiting
+    def _finish_waiters(self, read: int | None, ok: bool = False) -> None:
+        if read is not None:  # remembered for a refresh() whose poll finished before it waited
+            self._finished, self._last_ok = read, ok
+        super()._finish_waiters(read, ok)
 
     # one poll
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -41,16 +42,28 @@ class TopologySource(ABC):
     def __init__(self, name: str) -> None:
         self._recorder = StateRecorder(name)
         self._rejections = 0
+        self._closed = False
+        self._iterating = False
+        # refresh() calls waiting: (the number of the read that answers them, their future)
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
 
     @property
     def state(self) -> SourceState:
         """A snapshot of the source's health and counters."""
         return self._recorder.snapshot()
 
-    @abstractmethod
     def __aiter__(self) -> AsyncIterator[TopologyChange]:
         """The changes, from a fresh snapshot on; raises RuntimeError if the source is already
         being iterated or is closed."""
+        self._check_open()
+        if self._iterating:
+            raise RuntimeError(f"{self._recorder.name} is already being iterated")
+        self._iterating = True
+        return self._changes()
+
+    @abstractmethod
+    def _changes(self) -> AsyncIterator[TopologyChange]:
+        """The iteration itself; it sets ``_iterating`` back to False when it ends."""
 
     @abstractmethod
     async def refresh(self) -> bool:
@@ -71,6 +84,38 @@ class TopologySource(ABC):
     async def aclose(self) -> None:
         """Stops the source: an iteration in progress ends, :meth:`refresh` calls waiting
         return False, and the connection is closed. Idempotent."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self._recorder.name} is closed")
+
+    async def _require_consumer(self) -> None:
+        """Raises RuntimeError if nothing iterates the source (a :meth:`run` task created just
+        before is given the chance to start)."""
+        if not self._iterating:
+            await asyncio.sleep(0)
+        if not self._iterating:
+            raise RuntimeError(
+                f"nothing runs {self._recorder.name}: call run(topology) or iterate it first"
+            )
+
+    def _waiter(self, read: int) -> asyncio.Future[bool]:
+        """A future :meth:`_finish_waiters` resolves once read number ``read`` is handed out."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append((read, future))
+        return future
+
+    def _finish_waiters(self, read: int | None, ok: bool = False) -> None:
+        """Resolves the :meth:`refresh` calls that read number ``read`` answers (all of them,
+        with False, for None)."""
+        waiting = []
+        for target, future in self._waiters:
+            if read is None or target <= read:
+                if not future.done():
+                    future.set_result(ok)
+            else:
+                waiting.append((target, future))
+        self._waiters = waiting
 
     async def run(self, topology: Topology) -> None:
         """Applies every change this source hands out to ``topology``, until the source is
