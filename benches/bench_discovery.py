@@ -62,6 +62,8 @@ from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 
+from .benchkit import cpu_snapshot, percentiles
+
 # The test suite's etcd helper, used as is (never skips: a missing etcd raises EtcdUnavailable).
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
 from etcd_server import EtcdServer
@@ -149,31 +151,6 @@ class StubConnection:
 # --- measuring -----------------------------------------------------------------------------
 
 
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` so far, 0.0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_snapshot(servers: Sequence[int]) -> tuple[float, float, float, float]:
-    """(wall s, CPU s of the machine, CPU s of this process, CPU s of the server processes)."""
-    busy = 0.0
-    with contextlib.suppress(OSError), open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-    return time.perf_counter(), busy, time.process_time(), sum(map(_process_cpu, servers))
-
-
-def percentiles(samples: Sequence[float]) -> dict[str, float]:
-    """p50 and p99 of samples in seconds, in ns."""
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return {"p50_ns": cuts[49] * 1e9, "p99_ns": cuts[98] * 1e9}
-
-
 def measure(
     benchmark: Any,
     loop: asyncio.AbstractEventLoop,
@@ -190,14 +167,14 @@ def measure(
         for _ in range(SAMPLES_PER_ROUND):
             samples.append(await sample())
 
-    before = _cpu_snapshot(servers)
+    before = cpu_snapshot(servers)
     benchmark.pedantic(
         lambda: loop.run_until_complete(round_()),
         rounds=ROUNDS,
         iterations=1,
         warmup_rounds=WARMUP_ROUNDS,
     )
-    after = _cpu_snapshot(servers)
+    after = cpu_snapshot(servers)
     timed = samples[WARMUP_ROUNDS * SAMPLES_PER_ROUND :]
     assert len(timed) == ROUNDS * SAMPLES_PER_ROUND
     wall = after[0] - before[0]

@@ -35,7 +35,6 @@ round (``calls_per_s``), how many cores this process (``client_cpu``) and the wo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
@@ -62,6 +61,8 @@ from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.transport import MAX_MESSAGE_BYTES, GrpcConnection, Task
 from shardline.transport.wire import METHOD
+
+from .benchkit import cpu_snapshot, percentiles
 
 WORKERS = 4
 READY = 20.0  # seconds a worker process may take to print its ready line
@@ -157,34 +158,6 @@ def workers() -> Iterator[Workers]:
             )
         finally:
             _stop(processes)
-
-
-# --- measuring (as in bench_discovery.py) ----------------------------------------------------
-
-
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` so far, 0.0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_snapshot(servers: Sequence[int]) -> tuple[float, float, float, float]:
-    """(wall s, CPU s of the machine, CPU s of this process, CPU s of the server processes)."""
-    busy = 0.0
-    with contextlib.suppress(OSError), open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-    return time.perf_counter(), busy, time.process_time(), sum(map(_process_cpu, servers))
-
-
-def percentiles(samples: Sequence[float]) -> dict[str, float]:
-    """p50 and p99 of samples in seconds, in ns."""
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return {"p50_ns": cuts[49] * 1e9, "p99_ns": cuts[98] * 1e9}
 
 
 # --- the three ways to make a call --------------------------------------------------------------
@@ -316,9 +289,9 @@ def run_rounds(
         round_times.append(time.perf_counter() - start)
 
     try:
-        before = _cpu_snapshot(workers.pids)
+        before = cpu_snapshot(workers.pids)
         benchmark.pedantic(timed_round, rounds=rounds, iterations=1, warmup_rounds=WARMUP_ROUNDS)
-        after = _cpu_snapshot(workers.pids)
+        after = cpu_snapshot(workers.pids)
         check_after()
     finally:
         for way in ways:

@@ -10,9 +10,13 @@ hot probe can flatter anyone.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import random
+import statistics
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -248,3 +252,31 @@ def two_arg_rounds(fn: Callable[[str, Any], Any], it: Iterator[Sequence[Any]]) -
         return result
 
     return round_
+
+
+# CPU and latency measures for the benchmarks over real servers and processes
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, 0.0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(servers: Sequence[int]) -> tuple[float, float, float, float]:
+    """(wall s, CPU s of the machine, CPU s of this process, CPU s of the server processes)."""
+    busy = 0.0
+    with contextlib.suppress(OSError), open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    return time.perf_counter(), busy, time.process_time(), sum(map(process_cpu, servers))
+
+
+def percentiles(samples: Sequence[float]) -> dict[str, float]:
+    """p50 and p99 of samples in seconds, in ns."""
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {"p50_ns": cuts[49] * 1e9, "p99_ns": cuts[98] * 1e9}
