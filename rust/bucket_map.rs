@@ -106,10 +106,11 @@ impl<O: PartialEq> BucketMap<O> {
         self.dense = OnceLock::new();
     }
 
-    /// Forgets every range (the map can no longer be trusted). O(ranges in this map).
-    pub fn clear(&mut self) {
+    /// Forgets every range (the map can no longer be trusted), moving them to `displaced`.
+    /// O(ranges in this map).
+    pub fn clear(&mut self, displaced: &mut Vec<Range<O>>) {
         if !self.ranges.is_empty() {
-            self.ranges.clear();
+            displaced.append(&mut self.ranges);
             self.changed();
         }
     }
@@ -123,11 +124,20 @@ impl<O: PartialEq> BucketMap<O> {
 
     /// Applies one bucket event: an overlap with anything but an identical range clears the map
     /// first, then `[start, end] → owner` is inserted. Bounds are the caller's to validate.
-    pub fn upsert(&mut self, start: u32, end: u32, owner: O) -> Upsert {
+    /// The ranges the map lets go of (and the given one, if it was already there) are moved to
+    /// `displaced`.
+    pub fn upsert(
+        &mut self,
+        start: u32,
+        end: u32,
+        owner: O,
+        displaced: &mut Vec<Range<O>>,
+    ) -> Upsert {
         let hits = self.overlapping(start, end);
         if hits.len() == 1 {
             let existing = &self.ranges[hits.start];
             if existing.start == start && existing.end == end && existing.owner == owner {
+                displaced.push(Range { start, end, owner });
                 return Upsert::Unchanged;
             }
         }
@@ -135,7 +145,7 @@ impl<O: PartialEq> BucketMap<O> {
             self.ranges.insert(hits.start, Range { start, end, owner });
             Upsert::Inserted
         } else {
-            self.ranges.clear();
+            displaced.append(&mut self.ranges);
             self.ranges.push(Range { start, end, owner });
             Upsert::ClearedThenInserted
         };
@@ -144,8 +154,9 @@ impl<O: PartialEq> BucketMap<O> {
     }
 
     /// Applies a bucket delete event: the identical range is removed; a partial overlap means the
-    /// map no longer matches the cluster, so it is cleared; no overlap changes nothing.
-    pub fn remove(&mut self, start: u32, end: u32, owner: &O) {
+    /// map no longer matches the cluster, so it is cleared; no overlap changes nothing. The
+    /// ranges removed are moved to `displaced`.
+    pub fn remove(&mut self, start: u32, end: u32, owner: &O, displaced: &mut Vec<Range<O>>) {
         let hits = self.overlapping(start, end);
         if hits.is_empty() {
             return;
@@ -156,20 +167,26 @@ impl<O: PartialEq> BucketMap<O> {
             && existing.end == end
             && existing.owner == *owner
         {
-            self.ranges.remove(hits.start);
+            displaced.push(self.ranges.remove(hits.start));
             self.changed();
         } else {
-            self.clear();
+            self.clear(displaced);
         }
     }
 
     /// Makes the map exactly `snapshot` (sorted and disjoint: see [`sort_snapshot`]).
-    /// Returns whether anything changed; an identical snapshot leaves the epoch alone.
-    pub fn replace_all(&mut self, snapshot: Vec<Range<O>>) -> bool {
+    /// Returns whether anything changed; an identical snapshot leaves the epoch alone. The
+    /// ranges replaced (or the snapshot itself, if identical) are moved to `displaced`.
+    pub fn replace_all(
+        &mut self,
+        mut snapshot: Vec<Range<O>>,
+        displaced: &mut Vec<Range<O>>,
+    ) -> bool {
         if self.ranges == snapshot {
+            displaced.append(&mut snapshot);
             return false;
         }
-        self.ranges = snapshot;
+        displaced.append(&mut std::mem::replace(&mut self.ranges, snapshot));
         self.changed();
         true
     }
@@ -194,7 +211,7 @@ mod tests {
     fn map(ranges: &[(u32, u32, char)]) -> BucketMap<char> {
         let mut map = BucketMap::default();
         for &(start, end, owner) in ranges {
-            map.upsert(start, end, owner);
+            map.upsert(start, end, owner, &mut Vec::new());
         }
         map
     }
@@ -220,7 +237,7 @@ mod tests {
     #[test]
     fn lookup_bisects_past_the_dense_limit() {
         let mut map = map(&[(1, 10, 'a')]);
-        map.upsert(DENSE_LIMIT, DENSE_LIMIT + 5, 'b');
+        map.upsert(DENSE_LIMIT, DENSE_LIMIT + 5, 'b', &mut Vec::new());
         assert_eq!(map.lookup(5), Some(&'a'));
         assert_eq!(map.lookup(11), None);
         assert_eq!(map.lookup(DENSE_LIMIT + 5), Some(&'b'));
@@ -231,12 +248,12 @@ mod tests {
     fn lookup_follows_changes_after_the_table_was_built() {
         let mut map = map(&[(1, 10, 'a')]);
         assert_eq!(map.lookup(5), Some(&'a'));
-        map.upsert(11, 20, 'b');
+        map.upsert(11, 20, 'b', &mut Vec::new());
         assert_eq!(map.lookup(15), Some(&'b'));
-        map.upsert(5, 12, 'c');
+        map.upsert(5, 12, 'c', &mut Vec::new());
         assert_eq!(map.lookup(15), None);
         assert_eq!(map.lookup(5), Some(&'c'));
-        map.clear();
+        map.clear(&mut Vec::new());
         assert_eq!(map.lookup(5), None);
     }
 
@@ -244,23 +261,35 @@ mod tests {
     fn redelivery_is_a_no_op() {
         let mut map = map(&[(1, 10, 'a')]);
         let epoch = map.epoch();
-        assert_eq!(map.upsert(1, 10, 'a'), Upsert::Unchanged);
+        assert_eq!(map.upsert(1, 10, 'a', &mut Vec::new()), Upsert::Unchanged);
         assert_eq!(map.epoch(), epoch);
     }
 
     #[test]
     fn same_bounds_other_owner_clears() {
         let mut map = map(&[(1, 10, 'a'), (11, 20, 'b')]);
-        assert_eq!(map.upsert(1, 10, 'c'), Upsert::ClearedThenInserted);
+        assert_eq!(
+            map.upsert(1, 10, 'c', &mut Vec::new()),
+            Upsert::ClearedThenInserted
+        );
         assert_eq!(contents(&map), vec![(1, 10, 'c')]);
     }
 
     #[test]
     fn overlap_clears_then_inserts() {
         let mut map = map(&[(1, 1000, 'a'), (1001, 2000, 'b'), (2001, 3000, 'c')]);
-        assert_eq!(map.upsert(1, 750, 'a'), Upsert::ClearedThenInserted);
-        assert_eq!(map.upsert(751, 1500, 'b'), Upsert::Inserted);
-        assert_eq!(map.upsert(1501, 3000, 'c'), Upsert::Inserted);
+        assert_eq!(
+            map.upsert(1, 750, 'a', &mut Vec::new()),
+            Upsert::ClearedThenInserted
+        );
+        assert_eq!(
+            map.upsert(751, 1500, 'b', &mut Vec::new()),
+            Upsert::Inserted
+        );
+        assert_eq!(
+            map.upsert(1501, 3000, 'c', &mut Vec::new()),
+            Upsert::Inserted
+        );
         assert_eq!(
             contents(&map),
             vec![(1, 750, 'a'), (751, 1500, 'b'), (1501, 3000, 'c')]
@@ -279,29 +308,52 @@ mod tests {
     #[test]
     fn remove_identical_partial_and_disjoint() {
         let mut m = map(&[(1, 10, 'a'), (11, 20, 'b')]);
-        m.remove(30, 40, &'a');
+        m.remove(30, 40, &'a', &mut Vec::new());
         assert_eq!(contents(&m).len(), 2);
-        m.remove(1, 10, &'a');
+        m.remove(1, 10, &'a', &mut Vec::new());
         assert_eq!(contents(&m), vec![(11, 20, 'b')]);
-        m.remove(15, 25, &'b');
+        m.remove(15, 25, &'b', &mut Vec::new());
         assert!(contents(&m).is_empty());
     }
 
     #[test]
     fn epoch_moves_only_on_change() {
         let mut map: BucketMap<char> = BucketMap::default();
-        map.clear();
+        map.clear(&mut Vec::new());
         assert_eq!(map.epoch(), 0);
-        map.upsert(1, 5, 'a');
+        map.upsert(1, 5, 'a', &mut Vec::new());
         assert_eq!(map.epoch(), 1);
-        assert!(!map.replace_all(vec![Range {
-            start: 1,
-            end: 5,
-            owner: 'a'
-        }]));
+        assert!(!map.replace_all(
+            vec![Range {
+                start: 1,
+                end: 5,
+                owner: 'a'
+            }],
+            &mut Vec::new()
+        ));
         assert_eq!(map.epoch(), 1);
-        map.clear();
+        map.clear(&mut Vec::new());
         assert_eq!(map.epoch(), 2);
+    }
+
+    #[test]
+    fn what_the_map_lets_go_of_is_handed_back() {
+        let mut m = map(&[(1, 10, 'a'), (11, 20, 'b')]);
+        let mut displaced = Vec::new();
+        m.upsert(1, 10, 'a', &mut displaced);
+        assert_eq!(displaced.len(), 1, "the redelivered owner");
+        m.remove(11, 20, &'b', &mut displaced);
+        m.upsert(5, 12, 'c', &mut displaced);
+        let snapshot = vec![Range {
+            start: 1,
+            end: 3,
+            owner: 'd',
+        }];
+        m.replace_all(snapshot.clone(), &mut displaced);
+        m.replace_all(snapshot, &mut displaced);
+        m.clear(&mut displaced);
+        let owners: String = displaced.iter().map(|r| r.owner).collect();
+        assert_eq!(owners, "abacdd");
     }
 
     #[test]

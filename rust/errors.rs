@@ -34,6 +34,13 @@ pub fn unhashable_key(py: Python<'_>, msg: String) -> PyErr {
     raise(py, &UNHASHABLE_KEY, "UnhashableKey", msg)
 }
 
+/// `value`'s Python repr, for messages; never fails.
+pub fn repr(value: &Bound<'_, PyAny>) -> String {
+    value
+        .repr()
+        .map_or_else(|_| "<unrepresentable>".to_owned(), |r| r.to_string())
+}
+
 /// `text` quoted the way Python's `repr` quotes a str, so messages read like Python.
 pub fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))

@@ -8,7 +8,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use crate::errors::invalid_event;
+use crate::errors::{invalid_event, repr};
 use crate::uuid;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,12 +77,6 @@ fn op(value: &Bound<'_, PyAny>) -> PyResult<Op> {
     }
 }
 
-fn repr(value: &Bound<'_, PyAny>) -> String {
-    value
-        .repr()
-        .map_or_else(|_| "<unrepresentable>".to_owned(), |r| r.to_string())
-}
-
 fn str_of<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
     value.cast_into::<PyString>().map_err(|e| {
         let value = e.into_inner();
@@ -93,9 +87,22 @@ fn str_of<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyS
     })
 }
 
+/// The text of a str field: a str holding a lone surrogate is not text (it cannot be encoded).
+fn text_of<'a>(field: &str, value: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    value.to_str().map_err(|_| {
+        invalid_event(
+            value.py(),
+            format!(
+                "field '{field}' must be valid text, got {}",
+                repr(value.as_any())
+            ),
+        )
+    })
+}
+
 fn non_empty_str<'py>(field: &str, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
     let s = str_of(field, value)?;
-    if s.to_str()?.is_empty() {
+    if text_of(field, &s)?.is_empty() {
         return Err(invalid_event(
             s.py(),
             format!("field '{field}' must not be empty"),
@@ -108,12 +115,14 @@ fn optional_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<Strin
     if value.is_none() {
         Ok(None)
     } else {
-        Ok(Some(str_of(field, value.clone())?.to_str()?.to_owned()))
+        Ok(Some(
+            text_of(field, &str_of(field, value.clone())?)?.to_owned(),
+        ))
     }
 }
 
 fn non_empty_text(field: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    Ok(non_empty_str(field, value.clone())?.to_str()?.to_owned())
+    Ok(text_of(field, &non_empty_str(field, value.clone())?)?.to_owned())
 }
 
 fn not_a_uuid(field: &str, value: &Bound<'_, PyAny>) -> PyErr {

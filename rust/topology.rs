@@ -1,5 +1,13 @@
 //! `Topology`: instances, replicasets and per-tier bucket maps, kept from topology events, and
 //! routing of keys to the master instance of the replicaset that owns their bucket.
+//!
+//! The lock rule: no Python code runs while `Topology::state` is locked, in either mode. Any
+//! allocation of a Python object can start a garbage-collection pass, and dropping the last
+//! reference to one can run its finalizer; either may call back into this topology, and would
+//! then wait forever for the lock its own thread (or one it waits for) holds. So: Python
+//! objects are made before the lock is taken, or after it is released from references copied
+//! under it (`clone_ref` runs no code); errors are raised after the guard is released; and
+//! every value a writer takes out of the state goes into a [`Displaced`] that outlives the guard.
 
 use std::sync::OnceLock;
 
@@ -7,11 +15,11 @@ use parking_lot::RwLock;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::bucket_map::{sort_snapshot, BucketMap, Range};
-use crate::errors::{invalid_event, quoted, unknown_tier};
+use crate::errors::{invalid_event, quoted, repr, unknown_tier};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
 use crate::replicaset::Replicaset;
@@ -26,7 +34,7 @@ struct ReplicasetEntry {
 
 /// One tier's bucket map, and the master instance serving each of its ranges.
 struct Tier {
-    /// Interned, so that a caller passing a string literal is matched by identity.
+    /// Interned: tier names are few and are keys everywhere.
     name: Py<PyString>,
     map: BucketMap<Owner>,
     /// `masters[slot]` serves the range in `map.slot(bucket)` (`masters[0]`, no range, is None):
@@ -40,6 +48,25 @@ struct Tier {
 struct Payload {
     text: Py<PyAny>,
     epoch: u64,
+}
+
+/// What a writer takes out of the state. Declared before the write guard, so that on every
+/// path it is dropped after the guard: dropping a Python object may run its finalizer (an
+/// owner or a poll text can be a str subclass with `__del__`), which may re-enter the topology.
+#[derive(Default)]
+struct Displaced {
+    ranges: Vec<Range<Owner>>,
+    masters: Vec<Box<[Option<Py<Instance>>]>>,
+    objects: Vec<Py<PyAny>>,
+}
+
+impl Displaced {
+    /// Makes `tier` resolve its masters again, keeping the table it had.
+    fn forget_masters(&mut self, tier: &mut Tier) {
+        if let Some(masters) = std::mem::take(&mut tier.masters).into_inner() {
+            self.masters.push(masters);
+        }
+    }
 }
 
 /// Bound on the JSON text of one tier's poll: 64 MiB is far beyond any real bucket map (a row is
@@ -56,33 +83,31 @@ fn json_loads(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 struct State {
     instances: FxHashMap<u128, Py<Instance>>,
     replicasets: FxHashMap<u128, ReplicasetEntry>,
+    /// Tiers are never removed, so an index into this vector stays valid for good.
     tiers: Vec<Tier>,
     tier_index: FxHashMap<Box<str>, usize>,
 }
 
 impl State {
-    /// The tier named `name`. Callers usually pass the same interned literal every time, so a
-    /// scan by identity comes first: cheaper than hashing the text, which is the fallback.
-    fn tier(&self, name: &Bound<'_, PyString>) -> PyResult<&Tier> {
-        if let Some(tier) = self.tiers.iter().find(|tier| tier.name.is(name)) {
-            return Ok(tier);
-        }
-        let text = name.to_str()?;
-        self.known_tier(text)
-            .ok_or_else(|| unknown_tier(name.py(), format!("unknown tier {}", quoted(text))))
-    }
-
+    /// The tier named `name`: one hash lookup, whatever the number of tiers.
     fn known_tier(&self, name: &str) -> Option<&Tier> {
         self.tier_index.get(name).map(|&index| &self.tiers[index])
     }
 
-    /// The index of the tier named `name`, registering it (with an empty map) if it is new.
-    fn register_tier(&mut self, py: Python<'_>, name: &str) -> usize {
+    /// The index of the tier named `name`, registering it (with an empty map, under the
+    /// `interned` name made before the lock was taken) if it is new.
+    fn register_tier(
+        &mut self,
+        name: &str,
+        interned: Py<PyString>,
+        displaced: &mut Displaced,
+    ) -> usize {
         if let Some(&index) = self.tier_index.get(name) {
+            displaced.objects.push(interned.into_any());
             return index;
         }
         self.tiers.push(Tier {
-            name: PyString::intern(py, name).unbind(),
+            name: interned,
             map: BucketMap::default(),
             masters: OnceLock::new(),
             last_payload: None,
@@ -91,36 +116,33 @@ impl State {
         self.tiers.len() - 1
     }
 
-    /// Applies `edit` to the tier's map (registering the tier if it is new); the masters resolved
-    /// for the old map are dropped if the map changed.
+    /// Applies `edit` to the map of the tier at `index`; the masters resolved for the old map
+    /// are dropped if the map changed. What the map lets go of goes to `displaced`.
     fn edit_map<R>(
         &mut self,
-        py: Python<'_>,
-        name: &str,
-        edit: impl FnOnce(&mut BucketMap<Owner>) -> R,
+        index: usize,
+        displaced: &mut Displaced,
+        edit: impl FnOnce(&mut BucketMap<Owner>, &mut Vec<Range<Owner>>) -> R,
     ) -> R {
-        let index = self.register_tier(py, name);
         let tier = &mut self.tiers[index];
         let epoch = tier.map.epoch();
-        let result = edit(&mut tier.map);
+        let result = edit(&mut tier.map, &mut displaced.ranges);
         if tier.map.epoch() != epoch {
-            tier.masters = OnceLock::new();
+            displaced.forget_masters(tier);
         }
         result
     }
 
-    fn tier_mut(&mut self, name: &str) -> &mut Tier {
-        &mut self.tiers[self.tier_index[name]]
-    }
-
-    fn clear_tier(&mut self, py: Python<'_>, name: &str) {
-        self.edit_map(py, name, BucketMap::clear);
+    fn clear_tier(&mut self, name: &str, displaced: &mut Displaced) {
+        if let Some(&index) = self.tier_index.get(name) {
+            self.edit_map(index, displaced, BucketMap::clear);
+        }
     }
 
     /// A replicaset or an instance changed: every tier resolves its masters again. O(tiers).
-    fn forget_masters(&mut self) {
+    fn forget_masters(&mut self, displaced: &mut Displaced) {
         for tier in &mut self.tiers {
-            tier.masters = OnceLock::new();
+            displaced.forget_masters(tier);
         }
     }
 
@@ -150,15 +172,16 @@ impl State {
 /// makes a tier's map untrustworthy the map is cleared, so a lookup answers `None` ("unknown,
 /// refresh") rather than a stale owner, until bucket events fill it again.
 ///
-/// All methods are safe to call from many threads at once; each event is applied atomically,
-/// and readers see the map either wholly before or wholly after it.
+/// All methods are safe to call from many threads at once, and from finalizers; each event is
+/// applied atomically, and readers see the map either wholly before or wholly after it.
 ///
 /// Implementation notes:
 ///     Each map is a sorted vector of disjoint ranges. Lookups read two tables derived from it
 ///     on the first lookup after a change: bucket → range, and range → master instance. Writers
 ///     take an exclusive lock only after the event has been read and validated, so a malformed
-///     event never leaves anything half-applied; nothing calls back into Python while a lock is
-///     held.
+///     event never leaves anything half-applied. No Python code runs while a lock is held:
+///     results are built from references copied under the lock, replaced values are released
+///     after it, so a finalizer may call the topology at any time.
 #[pyclass(frozen, module = "shardline", name = "Topology")]
 pub struct Topology {
     bucket_counts: OnceLock<FxHashMap<Box<str>, u32>>,
@@ -181,6 +204,47 @@ fn event_classes(py: Python<'_>) -> PyResult<&[Py<PyType>; 3]> {
     })
 }
 
+/// The text of a tier name given to a lookup: a str that is not text (it holds a lone
+/// surrogate) names no tier.
+fn lookup_text<'a>(tier: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    tier.to_str().map_err(|_| {
+        unknown_tier(
+            tier.py(),
+            format!("unknown tier {}: not valid text", repr(tier.as_any())),
+        )
+    })
+}
+
+/// The tier name given to `apply_bucket_snapshot`, validated like an event's field.
+fn snapshot_tier<'a>(tier: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    let py = tier.py();
+    match tier.to_str() {
+        Ok("") => Err(invalid_event(
+            py,
+            "field 'tier' must not be empty".to_owned(),
+        )),
+        Ok(text) => Ok(text),
+        Err(_) => Err(invalid_event(
+            py,
+            format!(
+                "field 'tier' must be valid text, got {}",
+                repr(tier.as_any())
+            ),
+        )),
+    }
+}
+
+/// One tier's ranges as `(start, end, owner)`, copied out of the state to be built after the
+/// lock is released.
+type RangeCopy = Vec<(u32, u32, Py<PyString>)>;
+
+fn copy_ranges(py: Python<'_>, map: &BucketMap<Owner>) -> RangeCopy {
+    map.ranges()
+        .iter()
+        .map(|range| (range.start, range.end, range.owner.name.clone_ref(py)))
+        .collect()
+}
+
 impl Topology {
     fn bucket_count(&self, py: Python<'_>, tier: &str) -> PyResult<u32> {
         self.bucket_counts
@@ -197,119 +261,230 @@ impl Topology {
             })
     }
 
+    /// Bucket events and snapshots may name any tier until `apply_tiers`; from then on only a
+    /// configured one, else `UnknownTier`. Returns the tier's bucket count, if configured.
+    fn check_configured(&self, py: Python<'_>, tier: &str) -> PyResult<Option<u32>> {
+        let Some(counts) = self.bucket_counts.get() else {
+            return Ok(None);
+        };
+        match counts.get(tier) {
+            Some(&count) => Ok(Some(count)),
+            None => Err(unknown_tier(
+                py,
+                format!(
+                    "tier {} is not in apply_tiers: it has no bucket map",
+                    quoted(tier)
+                ),
+            )),
+        }
+    }
+
+    /// A range ending at `end` may be mapped in `tier` (see `check_configured`), within the
+    /// tier's bucket count (else `InvalidEvent`).
     fn check_range_fits(&self, py: Python<'_>, tier: &str, end: u32) -> PyResult<()> {
-        if let Some(&count) = self.bucket_counts.get().and_then(|counts| counts.get(tier)) {
-            if end > count {
-                return Err(invalid_event(
-                    py,
-                    format!(
-                        "bucket range end {end} exceeds the bucket_count {count} of tier {}",
-                        quoted(tier)
-                    ),
-                ));
-            }
+        let Some(count) = self.check_configured(py, tier)? else {
+            return Ok(());
+        };
+        if end > count {
+            return Err(invalid_event(
+                py,
+                format!(
+                    "bucket range end {end} exceeds the bucket_count {count} of tier {}",
+                    quoted(tier)
+                ),
+            ));
         }
         Ok(())
+    }
+
+    /// Reads the tier named `tier` under the read lock: `read` must only copy (no Python
+    /// object is made under the lock). Raises `UnknownTier` after the lock is released.
+    fn read_tier<R>(
+        &self,
+        tier: &Bound<'_, PyString>,
+        read: impl FnOnce(&State, &Tier) -> R,
+    ) -> PyResult<R> {
+        let text = lookup_text(tier)?;
+        let found = {
+            let state = self.state.read();
+            state.known_tier(text).map(|known| read(&state, known))
+        };
+        found.ok_or_else(|| unknown_tier(tier.py(), format!("unknown tier {}", quoted(text))))
+    }
+
+    /// The index of the tier named `name`, registering it if it is new. Its interned name is
+    /// made before the write lock is taken.
+    fn registered_tier(&self, py: Python<'_>, name: &str) -> usize {
+        if let Some(&index) = self.state.read().tier_index.get(name) {
+            return index;
+        }
+        let interned = PyString::intern(py, name).unbind();
+        let mut displaced = Displaced::default();
+        let mut state = self.state.write();
+        state.register_tier(name, interned, &mut displaced)
     }
 
     fn apply_instance_change(&self, py: Python<'_>, change: InstanceChange) -> PyResult<()> {
-        let mut state = self.state.write();
-        state.forget_masters();
         if change.op == Op::Delete {
-            state.instances.remove(&change.uuid);
+            let mut displaced = Displaced::default();
+            let mut state = self.state.write();
+            state.forget_masters(&mut displaced);
+            if let Some(gone) = state.instances.remove(&change.uuid) {
+                displaced.objects.push(gone.into_any());
+            }
             return Ok(());
         }
-        let merged = match state.instances.get(&change.uuid).map(|known| known.get()) {
-            Some(known) => Instance {
-                uuid: known.uuid.clone(),
-                replicaset_uuid: change
-                    .replicaset_uuid
-                    .map(uuid::format)
-                    .or_else(|| known.replicaset_uuid.clone()),
-                current_state: change.current_state.or_else(|| known.current_state.clone()),
-                address: change.address.or_else(|| known.address.clone()),
-            },
-            None => Instance {
-                uuid: uuid::format(change.uuid),
-                replicaset_uuid: change.replicaset_uuid.map(uuid::format),
-                current_state: change.current_state,
-                address: change.address,
-            },
-        };
-        state.instances.insert(change.uuid, Py::new(py, merged)?);
-        Ok(())
+        // The merged instance is made with no lock held, from the one known then; it is stored
+        // only if that one is still current (we hold a reference, so its address cannot be
+        // reused), else merged again from the newer one.
+        loop {
+            let known = self
+                .state
+                .read()
+                .instances
+                .get(&change.uuid)
+                .map(|known| known.clone_ref(py));
+            let merged = match known.as_ref().map(Py::get) {
+                Some(known) => Instance {
+                    uuid: known.uuid.clone(),
+                    replicaset_uuid: change
+                        .replicaset_uuid
+                        .map(uuid::format)
+                        .or_else(|| known.replicaset_uuid.clone()),
+                    current_state: change
+                        .current_state
+                        .clone()
+                        .or_else(|| known.current_state.clone()),
+                    address: change.address.clone().or_else(|| known.address.clone()),
+                },
+                None => Instance {
+                    uuid: uuid::format(change.uuid),
+                    replicaset_uuid: change.replicaset_uuid.map(uuid::format),
+                    current_state: change.current_state.clone(),
+                    address: change.address.clone(),
+                },
+            };
+            let object = Py::new(py, merged)?;
+            let mut displaced = Displaced::default();
+            let mut state = self.state.write();
+            if state.instances.get(&change.uuid).map(Py::as_ptr) != known.as_ref().map(Py::as_ptr) {
+                continue;
+            }
+            state.forget_masters(&mut displaced);
+            if let Some(old) = state.instances.insert(change.uuid, object) {
+                displaced.objects.push(old.into_any());
+            }
+            return Ok(());
+        }
     }
 
     fn apply_replicaset_change(&self, py: Python<'_>, change: ReplicasetChange) -> PyResult<()> {
-        let mut state = self.state.write();
-        state.forget_masters();
         if change.op == Op::Delete {
+            let mut displaced = Displaced::default();
+            let mut state = self.state.write();
+            state.forget_masters(&mut displaced);
             if let Some(gone) = state.replicasets.remove(&change.uuid) {
-                state.clear_tier(py, &gone.tier);
+                state.clear_tier(&gone.tier, &mut displaced);
+                displaced.objects.push(gone.object.into_any());
             }
             return Ok(());
         }
-        let (old_tier, old_master) = match state.replicasets.get(&change.uuid) {
-            Some(known) => (Some(known.tier.clone()), known.master),
-            None => (None, None),
-        };
-        let tier: Box<str> = match (change.tier, &old_tier) {
-            (Some(tier), _) => tier.into(),
-            (None, Some(tier)) => tier.clone(),
-            (None, None) => {
-                return Err(invalid_event(
-                    py,
-                    format!(
-                        "field 'tier' is required for a replicaset not yet known: {}",
-                        uuid::format(change.uuid)
-                    ),
-                ))
-            }
-        };
-        let master = change.current_master_uuid.or(old_master);
-        let object = Py::new(
-            py,
-            Replicaset {
-                uuid: uuid::format(change.uuid),
-                tier: tier.to_string(),
-                current_master_uuid: master.map(uuid::format),
-            },
-        )?;
-        match old_tier {
-            // A new member may take buckets from any replicaset of its tier.
-            None => state.clear_tier(py, &tier),
-            Some(old) if old != tier => {
-                state.clear_tier(py, &old);
-                state.clear_tier(py, &tier);
-            }
-            Some(_) => {}
+        if let Some(tier) = &change.tier {
+            self.registered_tier(py, tier);
         }
-        state.replicasets.insert(
-            change.uuid,
-            ReplicasetEntry {
+        // As for instances: made with no lock held, stored only if the entry it was made from
+        // is still current.
+        loop {
+            let known = self
+                .state
+                .read()
+                .replicasets
+                .get(&change.uuid)
+                .map(|known| (known.tier.clone(), known.master, known.object.clone_ref(py)));
+            let (old_tier, old_master, old_object) = match known {
+                Some((tier, master, object)) => (Some(tier), master, Some(object)),
+                None => (None, None, None),
+            };
+            let tier: Box<str> = match (&change.tier, &old_tier) {
+                (Some(tier), _) => tier.as_str().into(),
+                (None, Some(tier)) => tier.clone(),
+                (None, None) => {
+                    return Err(invalid_event(
+                        py,
+                        format!(
+                            "field 'tier' is required for a replicaset not yet known: {}",
+                            uuid::format(change.uuid)
+                        ),
+                    ))
+                }
+            };
+            let master = change.current_master_uuid.or(old_master);
+            let object = Py::new(
+                py,
+                Replicaset {
+                    uuid: uuid::format(change.uuid),
+                    tier: tier.to_string(),
+                    current_master_uuid: master.map(uuid::format),
+                },
+            )?;
+            let mut displaced = Displaced::default();
+            let mut state = self.state.write();
+            let current = state
+                .replicasets
+                .get(&change.uuid)
+                .map(|entry| entry.object.as_ptr());
+            if current != old_object.as_ref().map(Py::as_ptr) {
+                continue;
+            }
+            state.forget_masters(&mut displaced);
+            match old_tier {
+                // A new member may take buckets from any replicaset of its tier.
+                None => state.clear_tier(&tier, &mut displaced),
+                Some(old) if old != tier => {
+                    state.clear_tier(&old, &mut displaced);
+                    state.clear_tier(&tier, &mut displaced);
+                }
+                Some(_) => {}
+            }
+            let entry = ReplicasetEntry {
                 tier,
                 master,
                 object,
-            },
-        );
-        Ok(())
+            };
+            if let Some(old) = state.replicasets.insert(change.uuid, entry) {
+                displaced.objects.push(old.object.into_any());
+            }
+            return Ok(());
+        }
     }
 
     fn apply_bucket_change(&self, py: Python<'_>, change: BucketChange) -> PyResult<()> {
         self.check_range_fits(py, &change.tier, change.end)?;
-        let mut state = self.state.write();
-        match change.op {
+        let BucketChange {
+            op,
+            tier,
+            start,
+            end,
+            owner,
+        } = change;
+        // Declared before the guard (so dropped after it), with the owner it may keep.
+        let mut displaced = Displaced::default();
+        match op {
             Op::Replace => {
-                state.edit_map(py, &change.tier, |map| {
-                    map.upsert(change.start, change.end, change.owner)
+                let index = self.registered_tier(py, &tier);
+                let mut state = self.state.write();
+                state.edit_map(index, &mut displaced, |map, out| {
+                    map.upsert(start, end, owner, out)
                 });
             }
             Op::Delete => {
-                if state.known_tier(&change.tier).is_some() {
-                    state.edit_map(py, &change.tier, |map| {
-                        map.remove(change.start, change.end, &change.owner)
+                let mut state = self.state.write();
+                if let Some(&index) = state.tier_index.get(&*tier) {
+                    state.edit_map(index, &mut displaced, |map, out| {
+                        map.remove(start, end, &owner, out)
                     });
                 }
+                displaced.objects.push(owner.name.into_any());
             }
         }
         Ok(())
@@ -430,14 +605,19 @@ impl Topology {
         ranges: Vec<Range<Owner>>,
         payload: Option<&Bound<'_, PyAny>>,
     ) -> bool {
+        let index = self.registered_tier(py, tier);
+        let payload = payload.map(|text| text.clone().unbind());
+        let mut displaced = Displaced::default();
         let mut state = self.state.write();
-        let changed = state.edit_map(py, tier, |map| map.replace_all(ranges));
-        if let Some(payload) = payload {
-            let known = state.tier_mut(tier);
-            known.last_payload = Some(Payload {
-                text: payload.clone().unbind(),
-                epoch: known.map.epoch(),
-            });
+        let changed = state.edit_map(index, &mut displaced, |map, out| {
+            map.replace_all(ranges, out)
+        });
+        if let Some(text) = payload {
+            let known = &mut state.tiers[index];
+            let epoch = known.map.epoch();
+            if let Some(old) = known.last_payload.replace(Payload { text, epoch }) {
+                displaced.objects.push(old.text);
+            }
         }
         changed
     }
@@ -516,6 +696,51 @@ fn bucket_ids_of(py: Python<'_>, bucket_ids: &Bound<'_, PyAny>) -> PyResult<Vec<
         .collect()
 }
 
+/// One entry of `apply_tiers`: a name that is non-empty text, a count that is an int (not a
+/// bool) in `1..=u32::MAX`.
+fn tier_entry(item: &Bound<'_, PyAny>) -> PyResult<(Box<str>, u32)> {
+    let py = item.py();
+    let malformed = || {
+        invalid_event(
+            py,
+            format!("a tier must map a str to an int, got {}", repr(item)),
+        )
+    };
+    let (name, count): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+        item.extract().map_err(|_| malformed())?;
+    let name = name
+        .cast::<PyString>()
+        .ok()
+        .and_then(|name| name.to_str().ok().map(str::to_owned))
+        .ok_or_else(malformed)?;
+    if name.is_empty() {
+        return Err(invalid_event(
+            py,
+            "a tier name must not be empty".to_owned(),
+        ));
+    }
+    // A bool is an int by accident: refused as a count, like any other non-count.
+    let number = if count.is_instance_of::<PyBool>() {
+        None
+    } else {
+        Some(count.extract::<i64>().map_err(|_| malformed())?)
+    };
+    let count = number
+        .and_then(|number| u32::try_from(number).ok())
+        .filter(|&number| number >= 1)
+        .ok_or_else(|| {
+            invalid_event(
+                py,
+                format!(
+                    "tier {} has an invalid bucket_count {}",
+                    quoted(&name),
+                    repr(&count)
+                ),
+            )
+        })?;
+    Ok((name.into_boxed_str(), count))
+}
+
 #[pymethods]
 impl Topology {
     #[new]
@@ -529,61 +754,51 @@ impl Topology {
     /// Sets the static tier configuration, tier name → bucket count, and registers each tier.
     ///
     /// The configuration is set once; later calls change nothing and return False. Raises
-    /// `InvalidEvent` for an empty name, a count below 1, or a count smaller than a range
-    /// already mapped in that tier.
+    /// `InvalidEvent` for an empty name, a count that is not an int (a bool is refused) or is
+    /// below 1, or a count smaller than a range already mapped in that tier. From then on, a
+    /// bucket event or snapshot of a tier not configured here raises `UnknownTier`.
     fn apply_tiers(&self, py: Python<'_>, tiers: &Bound<'_, PyMapping>) -> PyResult<bool> {
         if self.bucket_counts.get().is_some() {
             return Ok(false);
         }
         let mut counts = FxHashMap::default();
         for item in tiers.items()?.iter() {
-            let (name, count): (String, i64) = item.extract().map_err(|_| {
-                invalid_event(py, format!("a tier must map a str to an int, got {item}"))
-            })?;
-            if name.is_empty() {
-                return Err(invalid_event(
-                    py,
-                    "a tier name must not be empty".to_owned(),
-                ));
-            }
-            let count = u32::try_from(count)
-                .ok()
-                .filter(|&c| c >= 1)
-                .ok_or_else(|| {
-                    invalid_event(
-                        py,
-                        format!("tier {} has an invalid bucket_count {count}", quoted(&name)),
-                    )
-                })?;
-            counts.insert(name.into_boxed_str(), count);
+            let (name, count) = tier_entry(&item)?;
+            counts.insert(name, count);
         }
-        let mut state = self.state.write();
-        for (name, &count) in &counts {
-            if let Some(last) = state
-                .known_tier(name)
-                .and_then(|tier| tier.map.ranges().last())
-            {
-                if last.end > count {
-                    return Err(invalid_event(
-                        py,
-                        format!(
-                            "tier {} already maps bucket {} beyond bucket_count {count}",
-                            quoted(name),
-                            last.end
-                        ),
-                    ));
+        let interned: Vec<(Box<str>, Py<PyString>)> = counts
+            .keys()
+            .map(|name| (name.clone(), PyString::intern(py, name).unbind()))
+            .collect();
+        let mut displaced = Displaced::default();
+        let too_small = {
+            let mut state = self.state.write();
+            let too_small = counts.iter().find_map(|(name, &count)| {
+                let last = state.known_tier(name)?.map.ranges().last()?.end;
+                (last > count).then(|| (name.clone(), last, count))
+            });
+            if too_small.is_none() {
+                // Another thread's call may have won since the check above: then this one
+                // changes nothing.
+                if self.bucket_counts.set(counts).is_err() {
+                    return Ok(false);
+                }
+                for (name, interned) in interned {
+                    state.register_tier(&name, interned, &mut displaced);
                 }
             }
+            too_small
+        };
+        match too_small {
+            Some((name, last, count)) => Err(invalid_event(
+                py,
+                format!(
+                    "tier {} already maps bucket {last} beyond bucket_count {count}",
+                    quoted(&name)
+                ),
+            )),
+            None => Ok(true),
         }
-        let names: Vec<Box<str>> = counts.keys().cloned().collect();
-        // Another thread's call may have won since the check above: then this one changes nothing.
-        if self.bucket_counts.set(counts).is_err() {
-            return Ok(false);
-        }
-        for name in &names {
-            state.register_tier(py, name);
-        }
-        Ok(true)
     }
 
     /// Tier name → bucket count, as set by `apply_tiers` (empty before).
@@ -600,9 +815,16 @@ impl Topology {
     /// Instance uuid → `Instance`, a snapshot copy.
     #[getter]
     fn instances<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let objects: Vec<Py<Instance>> = self
+            .state
+            .read()
+            .instances
+            .values()
+            .map(|object| object.clone_ref(py))
+            .collect();
         let out = PyDict::new(py);
-        for object in self.state.read().instances.values() {
-            out.set_item(&object.get().uuid, object.bind(py))?;
+        for object in objects {
+            out.set_item(&object.get().uuid, &object)?;
         }
         Ok(out)
     }
@@ -610,9 +832,16 @@ impl Topology {
     /// Replicaset uuid → `Replicaset`, a snapshot copy.
     #[getter]
     fn replicasets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let objects: Vec<Py<Replicaset>> = self
+            .state
+            .read()
+            .replicasets
+            .values()
+            .map(|entry| entry.object.clone_ref(py))
+            .collect();
         let out = PyDict::new(py);
-        for entry in self.state.read().replicasets.values() {
-            out.set_item(&entry.object.get().uuid, entry.object.bind(py))?;
+        for object in objects {
+            out.set_item(&object.get().uuid, &object)?;
         }
         Ok(out)
     }
@@ -620,9 +849,16 @@ impl Topology {
     /// Tier → its ranges as `(start, end, replicaset_uuid)` sorted by start, a snapshot copy.
     #[getter]
     fn bucket_maps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let tiers: Vec<(Py<PyString>, RangeCopy)> = self
+            .state
+            .read()
+            .tiers
+            .iter()
+            .map(|tier| (tier.name.clone_ref(py), copy_ranges(py, &tier.map)))
+            .collect();
         let out = PyDict::new(py);
-        for tier in &self.state.read().tiers {
-            out.set_item(tier.name.bind(py), ranges_list(py, &tier.map)?)?;
+        for (name, ranges) in tiers {
+            out.set_item(name, PyList::new(py, ranges)?)?;
         }
         Ok(out)
     }
@@ -633,27 +869,31 @@ impl Topology {
         py: Python<'py>,
         tier: &Bound<'py, PyString>,
     ) -> PyResult<Bound<'py, PyList>> {
-        ranges_list(py, &self.state.read().tier(tier)?.map)
+        let ranges = self.read_tier(tier, |_, known| copy_ranges(py, &known.map))?;
+        PyList::new(py, ranges)
     }
 
     /// A counter that moves on every change of `tier`'s map and never otherwise: a decision made
     /// at one epoch was made on a superseded map if the epoch has moved since.
     fn epoch(&self, tier: &Bound<'_, PyString>) -> PyResult<u64> {
-        Ok(self.state.read().tier(tier)?.map.epoch())
+        self.read_tier(tier, |_, known| known.map.epoch())
     }
 
     /// Forgets every instance, replicaset and bucket range, as one change: readers see the
     /// whole view or none of it. The tier configuration stays. A source calls this before
     /// rebuilding from a fresh snapshot (after a reconnect). Returns whether anything was known.
     fn clear(&self) -> bool {
+        let mut displaced = Displaced::default();
         let (instances, replicasets, had_ranges) = {
             let mut state = self.state.write();
             let mut had_ranges = false;
             for tier in &mut state.tiers {
                 had_ranges |= !tier.map.ranges().is_empty();
-                tier.map.clear();
-                tier.masters = OnceLock::new();
-                tier.last_payload = None;
+                tier.map.clear(&mut displaced.ranges);
+                displaced.forget_masters(tier);
+                if let Some(payload) = tier.last_payload.take() {
+                    displaced.objects.push(payload.text);
+                }
             }
             (
                 std::mem::take(&mut state.instances),
@@ -661,8 +901,6 @@ impl Topology {
                 had_ranges,
             )
         };
-        // the objects are released when they go out of scope here, after the write lock, which
-        // readers are waiting on
         had_ranges || !instances.is_empty() || !replicasets.is_empty()
     }
 
@@ -708,7 +946,8 @@ impl Topology {
     /// Replace: if `[start, end]` overlaps any range of the tier other than an identical one
     /// (same bounds, same replicaset), the map is cleared first; then the range is upserted. An
     /// identical redelivery changes nothing. Delete removes the identical range, clears the map
-    /// on a partial overlap, and is a no-op otherwise.
+    /// on a partial overlap, and is a no-op otherwise. Once `apply_tiers` has been called, an
+    /// event of a tier it did not configure raises `UnknownTier`.
     fn apply_bucket(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
         let change = events::bucket_change(event, None)?;
         self.apply_bucket_change(event.py(), change)
@@ -721,7 +960,9 @@ impl Topology {
     /// snapshot are gone afterwards; readers see the old map or the new one, never a mix. A
     /// snapshot whose ranges overlap each other, name another tier, or break the tier's bounds —
     /// or text that is not a JSON array, or is longer than 64 MiB — raises `InvalidEvent` and the
-    /// old map stays. Returns whether the map changed (an unchanged poll leaves the epoch alone).
+    /// old map stays; so does a `tier` that is empty or not valid text. Once `apply_tiers` has
+    /// been called, a tier it did not configure raises `UnknownTier`. Returns whether the map
+    /// changed (an unchanged poll leaves the epoch alone).
     ///
     /// Implementation notes:
     ///     Text equal to the last text applied to the tier, while nothing else has changed the
@@ -733,13 +974,8 @@ impl Topology {
         events_or_rows: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let py = tier.py();
-        let tier = tier.to_str()?;
-        if tier.is_empty() {
-            return Err(invalid_event(
-                py,
-                "field 'tier' must not be empty".to_owned(),
-            ));
-        }
+        let tier = snapshot_tier(tier)?;
+        self.check_configured(py, tier)?;
         if events_or_rows.is_instance_of::<PyString>() || events_or_rows.is_instance_of::<PyBytes>()
         {
             return self.apply_bucket_payload(tier, events_or_rows);
@@ -751,12 +987,13 @@ impl Topology {
     /// The uuid of the replicaset owning `bucket_id` in `tier`, or None when no range covers it.
     /// Raises `UnknownTier` for a tier never registered.
     fn owner(&self, tier: &Bound<'_, PyString>, bucket_id: u32) -> PyResult<Option<Py<PyString>>> {
-        let state = self.state.read();
-        Ok(state
-            .tier(tier)?
-            .map
-            .lookup(bucket_id)
-            .map(|owner| owner.name.clone_ref(tier.py())))
+        let py = tier.py();
+        self.read_tier(tier, |_, known| {
+            known
+                .map
+                .lookup(bucket_id)
+                .map(|owner| owner.name.clone_ref(py))
+        })
     }
 
     /// The master instance of the replicaset owning `bucket_id`, or None when the range, the
@@ -767,15 +1004,16 @@ impl Topology {
         bucket_id: u32,
     ) -> PyResult<Option<Py<Instance>>> {
         let py = tier.py();
-        let state = self.state.read();
-        let tier = state.tier(tier)?;
-        let master = &state.masters(py, tier)[tier.map.slot(bucket_id) as usize];
-        Ok(master.as_ref().map(|instance| instance.clone_ref(py)))
+        self.read_tier(tier, |state, known| {
+            state.masters(py, known)[known.map.slot(bucket_id) as usize]
+                .as_ref()
+                .map(|instance| instance.clone_ref(py))
+        })
     }
 
     /// The bucket id of `key` (one value or a tuple of values) in `tier`, by the Picodata scheme.
     fn bucket_id(&self, tier: &Bound<'_, PyString>, key: &Bound<'_, PyAny>) -> PyResult<u32> {
-        let count = self.bucket_count(tier.py(), tier.to_str()?)?;
+        let count = self.bucket_count(tier.py(), lookup_text(tier)?)?;
         let hash = with_scratch(|hasher| hasher.picodata(key, DecimalFormat::Binary))?;
         Ok(bucket_of(hash, count))
     }
@@ -799,13 +1037,12 @@ impl Topology {
     ) -> PyResult<Bound<'py, PyList>> {
         let py = tier.py();
         let ids = bucket_ids_of(py, bucket_ids)?;
-        let state = self.state.read();
-        let map = &state.tier(tier)?.map;
-        PyList::new(
-            py,
+        let owners: Vec<Option<Py<PyString>>> = self.read_tier(tier, |_, known| {
             ids.into_iter()
-                .map(|id| map.lookup(id).map(|owner| owner.name.bind(py))),
-        )
+                .map(|id| known.map.lookup(id).map(|owner| owner.name.clone_ref(py)))
+                .collect()
+        })?;
+        PyList::new(py, owners)
     }
 
     /// `route` for many keys (a sequence of keys, or an int64 array), as a list of
@@ -816,18 +1053,19 @@ impl Topology {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let py = tier.py();
-        let buckets = self.buckets_of_keys(py, tier.to_str()?, keys)?;
-        let state = self.state.read();
-        let tier = state.tier(tier)?;
-        let masters = state.masters(py, tier);
-        PyList::new(
-            py,
-            buckets.into_iter().map(|bucket| {
-                masters[tier.map.slot(bucket) as usize]
-                    .as_ref()
-                    .map(|instance| instance.bind(py))
-            }),
-        )
+        let buckets = self.buckets_of_keys(py, lookup_text(tier)?, keys)?;
+        let masters: Vec<Option<Py<Instance>>> = self.read_tier(tier, |state, known| {
+            let masters = state.masters(py, known);
+            buckets
+                .into_iter()
+                .map(|bucket| {
+                    masters[known.map.slot(bucket) as usize]
+                        .as_ref()
+                        .map(|instance| instance.clone_ref(py))
+                })
+                .collect()
+        })?;
+        PyList::new(py, masters)
     }
 
     fn __repr__(&self) -> String {
@@ -839,13 +1077,4 @@ impl Topology {
             state.instances.len()
         )
     }
-}
-
-fn ranges_list<'py>(py: Python<'py>, map: &BucketMap<Owner>) -> PyResult<Bound<'py, PyList>> {
-    PyList::new(
-        py,
-        map.ranges()
-            .iter()
-            .map(|range| (range.start, range.end, range.owner.name.bind(py))),
-    )
 }
