@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import TIERS, full_state, valid_events
 
-from shardline import BucketEvent, InstanceEvent, InvalidEvent, ReplicasetEvent, Topology
+from shardline import (
+    BucketEvent,
+    InstanceEvent,
+    InvalidEvent,
+    ReplicasetEvent,
+    Topology,
+    UnknownTier,
+)
 
 BAD_EVENTS: list[tuple[Any, str]] = [
     (BucketEvent("a", 10, 9, rs_uuid(1)), "start 10 is greater than end 9"),
@@ -31,6 +38,16 @@ BAD_EVENTS: list[tuple[Any, str]] = [
     (ReplicasetEvent("replace", rs_uuid(1), tier="a", current_master_uuid="m"), "'m'"),
     (ReplicasetEvent("replace", rs_uuid(99)), "field 'tier' is required"),
     (ReplicasetEvent("remove", rs_uuid(1)), "field 'op'.*'remove'"),  # type: ignore[arg-type]
+    # A str holding a lone surrogate is not text: it cannot be encoded.
+    (BucketEvent("\ud800", 1, 9, rs_uuid(1)), r"field 'tier' must be valid text.*\\ud800"),
+    (BucketEvent("a", 1, 9, "\ud800"), "field 'current_replicaset_uuid'"),
+    (BucketEvent("a", 1, 9, rs_uuid(1), op="\ud800"), "field 'op'"),  # type: ignore[arg-type]
+    (InstanceEvent("replace", "\ud800"), "field 'instance_uuid'"),
+    (InstanceEvent("replace", inst_uuid(1), replicaset_uuid="\ud800"), "field 'replicaset_uuid'"),
+    (InstanceEvent("replace", inst_uuid(1), current_state="\ud800"), "field 'current_state'"),
+    (InstanceEvent("replace", inst_uuid(1), address="h\udfff:1"), "field 'address'"),
+    (ReplicasetEvent("replace", rs_uuid(1), tier="\ud800"), "field 'tier' must be valid text"),
+    (ReplicasetEvent("replace", rs_uuid(1), tier="a", current_master_uuid="\ud800"), "master"),
 ]
 
 
@@ -77,6 +94,10 @@ def test_not_an_event_is_rejected() -> None:
         ({"": 3}, "empty"),
         ({"a": 0}, "'a' has an invalid bucket_count 0"),
         ({"a": "x"}, "str to an int"),
+        ({"a": 2.0}, "str to an int"),
+        ({"a": True}, "'a' has an invalid bucket_count True"),
+        ({"a": False}, "'a' has an invalid bucket_count False"),
+        ({"a": 2**32}, f"'a' has an invalid bucket_count {2**32}"),
     ],
 )
 def test_bad_tier_configuration_is_rejected_and_can_be_retried(
@@ -102,3 +123,45 @@ def test_tiers_smaller_than_an_existing_map_are_rejected() -> None:
     with pytest.raises(InvalidEvent, match="beyond bucket_count 40"):
         topology.apply_tiers({"a": 40})
     assert topology.tiers == {}
+
+
+def test_an_event_of_a_tier_outside_the_configuration_raises_unknown_tier() -> None:
+    topology = fresh()
+    topology.apply(BucketEvent("a", 1, 5, rs_uuid(1)))
+    before = full_state(topology)
+    for event in (
+        BucketEvent("zz", 1, 5, rs_uuid(1)),
+        BucketEvent("zz", 1, 5, rs_uuid(1), op="delete"),
+    ):
+        with pytest.raises(UnknownTier, match="'zz' is not in apply_tiers"):
+            topology.apply(event)
+    for poll in ([], [BucketEvent("zz", 1, 5, rs_uuid(1))], "[]", b"[]"):
+        with pytest.raises(UnknownTier, match="'zz' is not in apply_tiers"):
+            topology.apply_bucket_snapshot("zz", poll)
+    assert full_state(topology) == before
+    assert "zz" not in topology.bucket_maps
+
+
+def test_before_the_configuration_any_tier_may_be_mapped() -> None:
+    topology = Topology()
+    topology.apply(BucketEvent("zz", 1, 5, rs_uuid(1)))
+    assert topology.apply_bucket_snapshot("yy", [BucketEvent("yy", 1, 500, rs_uuid(1))])
+    assert topology.ranges("zz") == [(1, 5, rs_uuid(1))]
+    assert topology.ranges("yy") == [(1, 500, rs_uuid(1))]
+
+
+def test_tier_lookups_among_many_tiers_find_each_one() -> None:
+    topology = Topology()
+    counts = {f"tier-{i}": 10 + i % 7 for i in range(20_000)}
+    topology.apply_tiers(counts)
+    some = list(counts)[::997]
+    for i, name in enumerate(some):
+        topology.apply(BucketEvent(name, 1, 10, rs_uuid(i)))
+    for i, name in enumerate(some):
+        runtime_name = "".join(["tier-", name[5:]])  # equal text, another object
+        assert topology.owner(runtime_name, 10) == rs_uuid(i)
+        assert topology.owner(name, 10) == rs_uuid(i)
+        assert 1 <= topology.bucket_id(runtime_name, "k") <= counts[name]
+    assert topology.owner("tier-1", 10) is None
+    with pytest.raises(UnknownTier, match="'tier-20000'"):
+        topology.owner("tier-20000", 1)
