@@ -9,6 +9,7 @@
 //! under it (`clone_ref` runs no code); errors are raised after the guard is released; and
 //! every value a writer takes out of the state goes into a [`Displaced`] that outlives the guard.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use parking_lot::RwLock;
@@ -86,12 +87,31 @@ struct State {
     /// Tiers are never removed, so an index into this vector stays valid for good.
     tiers: Vec<Tier>,
     tier_index: FxHashMap<Box<str>, usize>,
+    /// The index of the tier a lookup by name found last. Callers usually pass the same
+    /// interned literal every time: one identity check against this tier is cheaper than
+    /// encoding and hashing the name.
+    last_found: AtomicUsize,
 }
 
 impl State {
     /// The tier named `name`: one hash lookup, whatever the number of tiers.
     fn known_tier(&self, name: &str) -> Option<&Tier> {
         self.tier_index.get(name).map(|&index| &self.tiers[index])
+    }
+
+    /// The tier found last, if `name` is the very same object as its name.
+    fn last_found(&self, name: &Bound<'_, PyString>) -> Option<&Tier> {
+        let tier = self.tiers.get(self.last_found.load(Ordering::Relaxed))?;
+        tier.name.is(name).then_some(tier)
+    }
+
+    /// [`known_tier`](Self::known_tier), remembering the tier found for [`last_found`](Self::last_found).
+    fn find_tier(&self, name: &str) -> Option<&Tier> {
+        let index = *self.tier_index.get(name)?;
+        if self.last_found.load(Ordering::Relaxed) != index {
+            self.last_found.store(index, Ordering::Relaxed);
+        }
+        Some(&self.tiers[index])
     }
 
     /// The index of the tier named `name`, registering it (with an empty map, under the
@@ -299,15 +319,24 @@ impl Topology {
 
     /// Reads the tier named `tier` under the read lock: `read` must only copy (no Python
     /// object is made under the lock). Raises `UnknownTier` after the lock is released.
+    ///
+    /// O(1) in the number of tiers: the name is compared by identity with the tier found last,
+    /// else encoded (with no lock held: an unencodable name raises) and hashed.
     fn read_tier<R>(
         &self,
         tier: &Bound<'_, PyString>,
         read: impl FnOnce(&State, &Tier) -> R,
     ) -> PyResult<R> {
+        {
+            let state = self.state.read();
+            if let Some(known) = state.last_found(tier) {
+                return Ok(read(&state, known));
+            }
+        }
         let text = lookup_text(tier)?;
         let found = {
             let state = self.state.read();
-            state.known_tier(text).map(|known| read(&state, known))
+            state.find_tier(text).map(|known| read(&state, known))
         };
         found.ok_or_else(|| unknown_tier(tier.py(), format!("unknown tier {}", quoted(text))))
     }
