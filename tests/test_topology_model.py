@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from strategies import TIERS, bucket_events, full_state, snapshots, valid_events
+from strategies import OP, RS, TIERS, bucket_events, full_state, snapshots, valid_events
 from topology_model import Model
 
-from shardline import Instance, Replicaset, Topology
+from shardline import BucketEvent, Instance, Replicaset, Topology, UnknownTier
+
+# Not in TIERS: mapped freely before apply_tiers, refused after.
+OTHER_TIER = "c"
 
 
 def model_state(model: Model) -> tuple[Any, ...]:
@@ -66,6 +70,38 @@ class TopologyMachine(RuleBasedStateMachine):
         changed = self.topology.apply_bucket_snapshot(tier, poll)
         self.model.apply_snapshot(tier, events)
         assert changed == (before != self.model.maps[tier])
+
+    @rule(
+        start=st.integers(1, 30),
+        length=st.integers(0, 5),
+        owner=RS,
+        op=OP,
+        as_snapshot=st.booleans(),
+    )
+    def map_a_tier_outside_the_configuration(
+        self, start: int, length: int, owner: str, op: str, as_snapshot: bool
+    ) -> None:
+        event = BucketEvent(OTHER_TIER, start, start + length, owner, op=op)  # type: ignore[arg-type]
+        if as_snapshot:
+            event = BucketEvent(OTHER_TIER, start, start + length, owner)
+
+        def apply() -> None:
+            if as_snapshot:
+                self.topology.apply_bucket_snapshot(OTHER_TIER, [event])
+            else:
+                self.topology.apply(event)
+
+        if not self.model.maps_tier(OTHER_TIER):
+            before = full_state(self.topology)
+            with pytest.raises(UnknownTier):
+                apply()
+            assert full_state(self.topology) == before
+            return
+        apply()
+        if as_snapshot:
+            self.model.apply_snapshot(OTHER_TIER, [event])
+        else:
+            self.model.apply(event)
 
     @invariant()
     def same_state(self) -> None:

@@ -44,6 +44,11 @@ class Model:
             self.maps.setdefault(tier, [])
             self.epochs.setdefault(tier, 0)
 
+    def maps_tier(self, tier: str) -> bool:
+        """Whether bucket events and snapshots of `tier` are accepted: any tier until
+        `apply_tiers`, then only a configured one (else `UnknownTier`)."""
+        return not self.tiers or tier in self.tiers
+
     def apply(self, event: Any) -> None:
         if isinstance(event, InstanceEvent):
             self.apply_instance(event)
