@@ -736,11 +736,11 @@ def test_malformed_snapshots_name_what_is_wrong(change: dict[str, Any], message:
 
 def test_a_complete_snapshot_leaves_nothing_it_does_not_hold() -> None:
     topology = Topology()
+    topology.apply(BucketEvent("loose", 1, 10, R[5]))  # mapped before the tiers were known
     topology.apply_tiers({"default": 3000})
     for event in [*add(1), *buckets((1, 3000, 1))]:
         topology.apply(event)
     topology.apply(BucketEvent("default", 1, 10, R[5]))  # ranges of a replicaset never known
-    topology.apply(BucketEvent("loose", 1, 10, R[5]))
     empty = TopologySnapshot(tiers={"default": 3000}, complete=True)
     assert apply_change(topology, empty) == 1  # one clear
     assert view(topology) == ({"default": 3000}, {}, {}, {})
