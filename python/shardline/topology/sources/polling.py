@@ -17,7 +17,6 @@ from psycopg.types.string import TextLoader
 
 from shardline._core import Topology
 from shardline.checks import check_count, check_seconds
-from shardline.errors import InvalidEvent, UnknownTier
 from shardline.topology.sources.changes import BucketSnapshot, TopologyChange, TopologySnapshot
 from shardline.topology.sources.membership import (
     ADDRESSES_OF_TYPE_QUERY,
@@ -202,7 +201,15 @@ class PollingSource(TopologySource):
                 self._started += 1
                 cycle, rejections = self._started, self._rejections
                 self._last_start = asyncio.get_running_loop().time()
-                changes, complete = await self._poll()
+                try:
+                    changes, complete = await self._poll()
+                except Exception as error:
+                    # nothing a poll reads may end the loop: only closing or cancelling does
+                    self._recorder.failure(
+                        FailureReason.UNEXPECTED, f"poll failed: {type(error).__name__}: {error}"
+                    )
+                    await self._disconnect()
+                    changes, complete = [], False
                 if self._closed:
                     return
                 for change in changes:
@@ -391,6 +398,10 @@ class PollingSource(TopologySource):
             return Membership.from_rows(tiers, replicasets, instances, addresses, scope=self._scope)
         except CatalogError as error:
             raise _Failure(error.reason, str(error)) from None
+        except Exception as error:  # rows no check anticipated are malformed rows all the same
+            raise _Failure(
+                FailureReason.MALFORMED_ROW, f"catalog rows: {type(error).__name__}: {error}"
+            ) from None
 
     async def _read_buckets(
         self,
@@ -424,7 +435,7 @@ class PollingSource(TopologySource):
         if self._accepted.get(tier) != payload:
             try:
                 self._check(tier, payload, config)
-            except (InvalidEvent, UnknownTier) as error:
+            except Exception as error:  # whatever the map makes the check raise, it is unusable
                 raise _Failure(FailureReason.MALFORMED_BUCKETS, f"{what}: {error}") from None
             self._accepted[tier] = payload
         return payload
