@@ -155,7 +155,7 @@ def test_an_unreadable_value_makes_get_raise_invalid_record(
     with_store(etcd, scenario)
 
 
-@given(st.binary(max_size=100) | st.binary(max_size=20).map(lambda b: b"{" * 2000 + b))
+@given(st.binary(max_size=100) | st.binary(max_size=20).map(lambda b: b"[" * 2000 + b))
 def test_reading_any_value_raises_nothing_but_invalid_record(data: bytes) -> None:
     with contextlib.suppress(InvalidRecord):
         _decode("app", data)
