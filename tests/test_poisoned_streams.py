@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+import psycopg
 import pytest
 from discovery_contract import kinds, take
 from etcd_server import EtcdServer
@@ -22,6 +23,8 @@ from notify_cluster import NotifyCluster, install, running, until, view
 from notify_documents import event_document, snapshot_document
 from pg_server import PgServer
 from picodata_catalog import Catalog, topology_state
+from psycopg.adapt import AdaptersMap
+from psycopg.types.string import TextLoader
 from registration_contract import take as take_changes
 from test_discovery_local import write_by_hand
 from test_pool_context import worker
@@ -223,6 +226,36 @@ def test_a_polling_source_counts_a_poisoned_row_or_map_and_goes_on(pg: PgServer)
             assert source.state.connects == 1
 
         run_polled(catalog.dsn, scenario)
+
+
+class _Picky(TextLoader):
+    """A text loader of one's own (say, with a bug) that raises on one value."""
+
+    def load(self, data: bytes | bytearray | memoryview) -> str:
+        if bytes(data) == b"poison":
+            raise RuntimeError("the loader cannot read 'poison'")
+        return super().load(data)
+
+
+def test_a_polling_source_survives_a_value_that_raises_while_it_is_read(pg: PgServer) -> None:
+    adapters = AdaptersMap(psycopg.adapters)
+    adapters.register_loader("text", _Picky)
+    with Catalog(pg.create_schema()) as catalog:
+        seed_tier(catalog, 2)
+
+        async def scenario(topology: Topology, source: PollingSource) -> None:
+            await started(source)
+            assert await source.refresh()
+            catalog.set_address("r1_1", "poison")
+            assert not await source.refresh()
+            assert dict(source.state.failures) == {"unexpected-error": 1}
+            assert "the loader cannot read 'poison'" in (source.state.last_failure or "")
+            catalog.set_address("r1_1", "127.0.0.1:7001")
+            assert await source.refresh()
+            assert topology_state(topology) == catalog.expected()
+            assert source.state.connects == 2  # the poll that raised left its connection
+
+        run_polled(catalog.dsn, scenario, connect_kwargs={"context": adapters})
 
 
 @pytest.fixture(scope="module")
