@@ -227,10 +227,10 @@ def parse_snapshot_document(
 
 def _load(document: str | bytes, max_size: int, what: str) -> dict[str, Any]:
     if isinstance(document, str):
-        # surrogatepass: a str holding a lone surrogate is sized, then refused field by field
-        size = (
-            len(document) if document.isascii() else len(document.encode("utf-8", "surrogatepass"))
-        )
+        size = len(document)
+        if not document.isascii():
+            # surrogatepass: a lone surrogate is sized here, and refused by the field holding it
+            size = len(document.encode("utf-8", "surrogatepass"))
     elif isinstance(document, bytes | bytearray):
         size = len(document)
     else:
