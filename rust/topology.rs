@@ -697,16 +697,19 @@ impl Topology {
     /// Makes `tier`'s map exactly the given full poll, atomically.
     ///
     /// `events_or_rows` is the poll: `BucketEvent`s, rows of `SELECT _pico_bucket(tier)`
-    /// (dicts), or the JSON text (str or bytes) that query returns. Ranges absent from the
-    /// snapshot are gone afterwards; readers see the old map or the new one, never a mix. A
-    /// snapshot whose ranges overlap each other, name another tier, or break the tier's bounds —
-    /// or text that is not a JSON array, or is longer than 64 MiB — raises `InvalidEvent` and the
-    /// old map stays. Returns whether the map changed (an unchanged poll leaves the epoch alone).
+    /// (dicts), the JSON text (str or bytes) that query returns, or that text already read into
+    /// a `BucketPayload` of this tier. Ranges absent from the snapshot are gone afterwards;
+    /// readers see the old map or the new one, never a mix. A snapshot whose ranges overlap each
+    /// other, name another tier, or break the tier's bounds — or text that `BucketPayload`
+    /// refuses (not strict JSON, not an array, longer than 64 MiB, nested deeper than 128
+    /// levels) — raises `InvalidEvent` and the old map stays. Returns whether the map changed
+    /// (an unchanged poll leaves the epoch alone).
     ///
     /// Implementation notes:
-    ///     Text equal to the last text applied to the tier, while nothing else has changed the
-    ///     map since, is recognised without being decoded: a quiet cluster's poll costs one
-    ///     comparison of the payload.
+    ///     Text (or a payload's text) equal to the last text applied to the tier, while nothing
+    ///     else has changed the map since, is recognised without being read: a quiet cluster's
+    ///     poll costs one comparison of the payload. Other text is streamed into ranges in Rust
+    ///     (see `BucketPayload`), at a small fraction of its size in extra memory.
     fn apply_bucket_snapshot(
         &self,
         tier: &Bound<'_, PyString>,
