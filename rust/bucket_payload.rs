@@ -482,6 +482,19 @@ fn read_ranges(
     Ok(ranges)
 }
 
+fn check_size(py: Python<'_>, tier: &str, size: usize) -> PyResult<()> {
+    if size > MAX_PAYLOAD {
+        return Err(invalid_event(
+            py,
+            format!(
+                "bucket payload of tier {} has length {size}, over the limit of {MAX_PAYLOAD}",
+                quoted(tier)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The ranges of the poll `payload` (str or bytes) of `tier`, validated whole (see the module
 /// documentation), sorted by start; `bucket_count`, if given, bounds them. Raises `InvalidEvent`.
 pub fn parse(
@@ -491,14 +504,9 @@ pub fn parse(
 ) -> PyResult<Vec<Range<Owner>>> {
     let py = payload.py();
     let invalid = |message: String| invalid_event(py, message);
-    let size = payload.len()?;
-    if size > MAX_PAYLOAD {
-        return Err(invalid(format!(
-            "bucket payload of tier {} has length {size}, over the limit of {MAX_PAYLOAD}",
-            quoted(tier)
-        )));
-    }
     let text: &[u8] = if let Ok(text) = payload.cast::<PyString>() {
+        // The limit counts characters, as Python's len() does.
+        check_size(py, tier, text.len()?)?;
         // A str holding a lone surrogate has no UTF-8 form: it cannot be JSON either.
         text.to_str()
             .map_err(|_| {
@@ -511,6 +519,7 @@ pub fn parse(
     } else if let Ok(bytes) = payload.cast::<PyBytes>() {
         // json.loads accepts UTF-8 bytes that start with a byte order mark
         let bytes = bytes.as_bytes();
+        check_size(py, tier, bytes.len())?;
         bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes)
     } else {
         return Err(invalid(format!(
