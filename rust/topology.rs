@@ -11,6 +11,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::bucket_map::{sort_snapshot, BucketMap, Range};
+use crate::bucket_payload::{self, BucketPayload};
 use crate::errors::{invalid_event, quoted, unknown_tier};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
@@ -40,16 +41,6 @@ struct Tier {
 struct Payload {
     text: Py<PyAny>,
     epoch: u64,
-}
-
-/// Bound on the JSON text of one tier's poll: 64 MiB is far beyond any real bucket map (a row is
-/// about 200 bytes) and keeps a broken or hostile server from making the client decode gigabytes.
-const MAX_PAYLOAD: usize = 64 << 20;
-
-static JSON_LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-fn json_loads(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    JSON_LOADS.import(py, "json", "loads")
 }
 
 #[derive(Default)]
@@ -442,19 +433,21 @@ impl Topology {
         changed
     }
 
-    /// `apply_bucket_snapshot` of the JSON text `_pico_bucket(tier)` returns.
+    /// `apply_bucket_snapshot` of the JSON text `_pico_bucket(tier)` returns, or of a
+    /// `BucketPayload` (that text, already read).
     fn apply_bucket_payload(&self, tier: &str, payload: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = payload.py();
-        let size = payload.len()?;
-        if size > MAX_PAYLOAD {
-            return Err(invalid_event(
-                py,
-                format!(
-                    "bucket payload of tier {} has length {size}, over the limit of {MAX_PAYLOAD}",
-                    quoted(tier)
-                ),
-            ));
-        }
+        let parsed = payload.cast::<BucketPayload>().ok().map(Bound::get);
+        let text = match parsed {
+            Some(parsed) => {
+                let parsed_tier = parsed.tier_name(py)?;
+                if parsed_tier != tier {
+                    return Err(other_tier(py, tier, &parsed_tier));
+                }
+                parsed.text(py).clone()
+            }
+            None => payload.clone(),
+        };
         let last = self.state.read().known_tier(tier).and_then(|known| {
             known
                 .last_payload
@@ -463,31 +456,18 @@ impl Topology {
                 .map(|last| last.text.clone_ref(py))
         });
         if let Some(last) = last {
-            if last.bind(py).eq(payload)? {
+            if last.bind(py).eq(&text)? {
                 return Ok(false);
             }
         }
-        let rows = json_loads(py)?.call1((payload,)).map_err(|error| {
-            invalid_event(
-                py,
-                format!(
-                    "bucket payload of tier {} is not valid JSON: {error}",
-                    quoted(tier)
-                ),
-            )
-        })?;
-        if !rows.is_instance_of::<PyList>() {
-            return Err(invalid_event(
-                py,
-                format!(
-                    "bucket payload of tier {} must be a JSON array, got {}",
-                    quoted(tier),
-                    rows.get_type().name()?
-                ),
-            ));
+        let ranges = match parsed {
+            Some(parsed) => parsed.ranges(py),
+            None => bucket_payload::parse(tier, &text, None)?,
+        };
+        if let Some(last) = ranges.last() {
+            self.check_range_fits(py, tier, last.end)?;
         }
-        let ranges = self.snapshot_ranges(tier, &rows)?;
-        Ok(self.replace_tier(py, tier, ranges, Some(payload)))
+        Ok(self.replace_tier(py, tier, ranges, Some(&text)))
     }
 }
 
@@ -717,16 +697,19 @@ impl Topology {
     /// Makes `tier`'s map exactly the given full poll, atomically.
     ///
     /// `events_or_rows` is the poll: `BucketEvent`s, rows of `SELECT _pico_bucket(tier)`
-    /// (dicts), or the JSON text (str or bytes) that query returns. Ranges absent from the
-    /// snapshot are gone afterwards; readers see the old map or the new one, never a mix. A
-    /// snapshot whose ranges overlap each other, name another tier, or break the tier's bounds —
-    /// or text that is not a JSON array, or is longer than 64 MiB — raises `InvalidEvent` and the
-    /// old map stays. Returns whether the map changed (an unchanged poll leaves the epoch alone).
+    /// (dicts), the JSON text (str or bytes) that query returns, or that text already read into
+    /// a `BucketPayload` of this tier. Ranges absent from the snapshot are gone afterwards;
+    /// readers see the old map or the new one, never a mix. A snapshot whose ranges overlap each
+    /// other, name another tier, or break the tier's bounds — or text that `BucketPayload`
+    /// refuses (not strict JSON, not an array, longer than 64 MiB, nested deeper than 128
+    /// levels) — raises `InvalidEvent` and the old map stays. Returns whether the map changed
+    /// (an unchanged poll leaves the epoch alone).
     ///
     /// Implementation notes:
-    ///     Text equal to the last text applied to the tier, while nothing else has changed the
-    ///     map since, is recognised without being decoded: a quiet cluster's poll costs one
-    ///     comparison of the payload.
+    ///     Text (or a payload's text) equal to the last text applied to the tier, while nothing
+    ///     else has changed the map since, is recognised without being read: a quiet cluster's
+    ///     poll costs one comparison of the payload. Other text is streamed into ranges in Rust
+    ///     (see `BucketPayload`), at a small fraction of its size in extra memory.
     fn apply_bucket_snapshot(
         &self,
         tier: &Bound<'_, PyString>,
@@ -740,7 +723,9 @@ impl Topology {
                 "field 'tier' must not be empty".to_owned(),
             ));
         }
-        if events_or_rows.is_instance_of::<PyString>() || events_or_rows.is_instance_of::<PyBytes>()
+        if events_or_rows.is_instance_of::<PyString>()
+            || events_or_rows.is_instance_of::<PyBytes>()
+            || events_or_rows.is_instance_of::<BucketPayload>()
         {
             return self.apply_bucket_payload(tier, events_or_rows);
         }
