@@ -14,6 +14,7 @@
 
 use std::ffi::CStr;
 use std::fmt::Display;
+use std::ops::Range;
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
@@ -54,29 +55,45 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BucketCount {
 pub fn bucket_ids(values: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     const WHAT: &str = "bucket_ids";
     if let Some(array) = IntArray::of(values, WHAT)? {
-        return array
-            .try_map(|value| match value {
-                KeyInt::NonNegative(v) => u32::try_from(v).ok(),
-                KeyInt::Negative(_) => None,
+        // One branchless pass, which the compiler vectorises: out-of-range ids only clear a flag.
+        let mut all_in_range = true;
+        let ids = array.map(|value| {
+            let id = bucket_id_of(value);
+            all_in_range &= id.is_some();
+            id.unwrap_or(0)
+        });
+        if all_in_range {
+            return Ok(ids);
+        }
+        // Read again to name the first bad id. Another thread may have written the array since:
+        // the answer is then whatever this second reading holds.
+        let values_now = array.map(|value| value);
+        return values_now
+            .iter()
+            .enumerate()
+            .map(|(index, &value)| {
+                bucket_id_of(value).ok_or_else(|| {
+                    let number = match value {
+                        KeyInt::NonNegative(v) => v.to_string(),
+                        KeyInt::Negative(v) => v.to_string(),
+                    };
+                    out_of_range(values.py(), format!("{WHAT}[{index}]"), 0, number)
+                })
             })
-            .map_err(|rejected| {
-                let number = match rejected.value {
-                    KeyInt::NonNegative(v) => v.to_string(),
-                    KeyInt::Negative(v) => v.to_string(),
-                };
-                out_of_range(
-                    values.py(),
-                    format!("{WHAT}[{}]", rejected.index),
-                    0,
-                    number,
-                )
-            });
+            .collect();
     }
     values
         .try_iter()?
         .enumerate()
         .map(|(index, item)| int_in_range(&item?, 0, format!("{WHAT}[{index}]")))
         .collect()
+}
+
+fn bucket_id_of(value: KeyInt) -> Option<u32> {
+    match value {
+        KeyInt::NonNegative(v) => u32::try_from(v).ok(),
+        KeyInt::Negative(_) => None,
+    }
 }
 
 /// `value` as an int in `min..=MAX`, or `InvalidArgument` naming it as `what`.
@@ -114,12 +131,6 @@ fn out_of_range(py: Python<'_>, what: impl Display, min: u32, got: impl Display)
     )
 }
 
-/// An element that [`IntArray::try_map`] refused, at its logical index.
-pub struct Rejected {
-    pub index: usize,
-    pub value: KeyInt,
-}
-
 /// A one-dimensional array of integers, read from its memory.
 pub struct IntArray {
     buffer: PyUntypedBuffer,
@@ -141,6 +152,26 @@ enum Kind {
     U32,
     I64,
     U64,
+}
+
+/// `$body` with `$values` bound to `$array`'s elements in `$range` ([`IntArray::values`]), monomorphised for
+/// its item type and byte order.
+macro_rules! with_values {
+    ($array:expr, $range:expr, |$values:ident| $body:expr) => {
+        with_values!(@kinds $array, $range, $values, $body,
+            [I8 i8, U8 u8, I16 i16, U16 u16, I32 i32, U32 u32, I64 i64, U64 u64])
+    };
+    (@kinds $array:expr, $range:expr, $values:ident, $body:expr, [$($kind:ident $t:ty),*]) => {
+        match $array.kind {
+            $(Kind::$kind => if $array.swap {
+                let $values = $array.values::<$t, true>($range);
+                $body
+            } else {
+                let $values = $array.values::<$t, false>($range);
+                $body
+            },)*
+        }
+    };
 }
 
 impl IntArray {
@@ -183,63 +214,53 @@ impl IntArray {
         }))
     }
 
-    /// `f` of each element, in order.
-    pub fn map<R>(&self, mut f: impl FnMut(KeyInt) -> R) -> Vec<R> {
-        match self.try_map(|value| Some(f(value))) {
-            Ok(results) => results,
-            Err(_) => unreachable!("`f` answers every element"),
-        }
+    /// `f` of each element, in order, read and applied in one loop: for a cheap `f` (a range
+    /// check), which the compiler then vectorises.
+    pub fn map<R>(&self, f: impl FnMut(KeyInt) -> R) -> Vec<R> {
+        with_values!(self, 0..self.len, |values| values.map(f).collect())
     }
 
-    /// `f` of each element in order, or the first element for which `f` answers None.
-    pub fn try_map<R>(&self, f: impl FnMut(KeyInt) -> Option<R>) -> Result<Vec<R>, Rejected> {
-        macro_rules! read {
-            ($t:ty) => {
-                if self.swap {
-                    self.read::<$t, R, true>(f)
-                } else {
-                    self.read::<$t, R, false>(f)
-                }
-            };
-        }
-        match self.kind {
-            Kind::I8 => read!(i8),
-            Kind::U8 => read!(u8),
-            Kind::I16 => read!(i16),
-            Kind::U16 => read!(u16),
-            Kind::I32 => read!(i32),
-            Kind::U32 => read!(u32),
-            Kind::I64 => read!(i64),
-            Kind::U64 => read!(u64),
-        }
-    }
-
-    /// One loop per item type and byte order, so the common case (native int64) stays a plain
-    /// strided load.
-    #[inline(always)]
-    fn read<T: RawInt, R, const SWAP: bool>(
-        &self,
-        mut f: impl FnMut(KeyInt) -> Option<R>,
-    ) -> Result<Vec<R>, Rejected> {
-        let base = self.buffer.buf_ptr().cast::<u8>().cast_const();
+    /// `f` of each element, in order, for a costly `f` (hashing): the elements are read a chunk
+    /// at a time, then `f` runs over the chunk. Measured on `route_many` of int64 keys, one loop
+    /// doing both cost 30% more per key (12 ns against 9.2).
+    pub fn map_in_chunks<R>(&self, mut f: impl FnMut(KeyInt) -> R) -> Vec<R> {
+        const CHUNK: usize = 256;
         let mut out = Vec::with_capacity(self.len);
-        for index in 0..self.len {
+        let mut chunk = [KeyInt::NonNegative(0); CHUNK];
+        for start in (0..self.len).step_by(CHUNK) {
+            let range = start..self.len.min(start + CHUNK);
+            let read = &mut chunk[..range.len()];
+            with_values!(self, range, |values| {
+                for (slot, value) in read.iter_mut().zip(values) {
+                    *slot = value;
+                }
+            });
+            out.extend(read.iter().map(|&value| f(value)));
+        }
+        out
+    }
+
+    /// The elements, for one item type and byte order: the common case (native int64) stays a
+    /// plain strided load, and the length is exact, so collecting them allocates once.
+    #[inline(always)]
+    fn values<T: RawInt, const SWAP: bool>(
+        &self,
+        range: Range<usize>,
+    ) -> impl ExactSizeIterator<Item = KeyInt> + '_ {
+        let base = self.buffer.buf_ptr().cast::<u8>().cast_const();
+        let stride = self.stride;
+        range.map(move |index| {
             // SAFETY: the exporter guarantees that `buf + i * strides[0]`, for `i < shape[0]`,
             // is an item of `itemsize == size_of::<T>()` bytes (checked in `int_format`), and the
             // memory stays valid while `self.buffer` holds the export. The load is unaligned
             // because nothing obliges an exporter to align its items.
             let raw = unsafe {
-                base.offset(index as isize * self.stride)
+                base.offset(index as isize * stride)
                     .cast::<T>()
                     .read_unaligned()
             };
-            let value = if SWAP { raw.swap() } else { raw }.key();
-            match f(value) {
-                Some(result) => out.push(result),
-                None => return Err(Rejected { index, value }),
-            }
-        }
-        Ok(out)
+            if SWAP { raw.swap() } else { raw }.key()
+        })
     }
 }
 

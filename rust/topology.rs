@@ -366,7 +366,7 @@ impl Topology {
         let count = self.bucket_count(py, tier)?;
         let mut hasher = KeyHasher::default();
         if let Some(array) = IntArray::of(keys, "keys")? {
-            return Ok(array.map(|key| bucket_of(hasher.picodata_int(key), count)));
+            return Ok(array.map_in_chunks(|key| bucket_of(hasher.picodata_int(key), count)));
         }
         keys.try_iter()?
             .map(|key| {

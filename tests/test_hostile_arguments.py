@@ -227,6 +227,28 @@ def test_route_many_of_any_array_form_equals_route_many_of_the_list(
         assert routed.route_many("default", values) == expected, form
 
 
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
+def test_route_many_of_a_long_array_equals_route_many_of_the_list(
+    routed: Topology, dtype: np.dtype[Any]
+) -> None:
+    # Longer than the chunks an array is read in (256), and not a multiple of them.
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7)
+    keys = [
+        int(k)
+        for k in rng.integers(
+            info.min, info.max, size=1001, dtype=dtype.newbyteorder("="), endpoint=True
+        )
+    ]
+    expected = routed.route_many("default", keys)
+    for form, values in array_forms(keys, dtype).items():
+        assert routed.route_many("default", values) == expected, form
+    ids = [k % 3100 for k in keys] + [-1 if info.min < 0 else 2**32]
+    if in_dtype(ids, dtype):
+        with pytest.raises(InvalidArgument, match=r"bucket_ids\[1001\] "):
+            routed.owners("default", np.array(ids, dtype=dtype))
+
+
 def test_a_big_endian_array_routes_like_its_values(routed: Topology) -> None:
     keys = list(range(-200, 200))
     big = np.array(keys, dtype=">i8")
