@@ -25,7 +25,8 @@ use pyo3::types::PyBool;
 use crate::errors::{invalid_argument, short_repr};
 use crate::key_encoding::KeyInt;
 
-/// Bucket ids and counts are `u32`s: the widest `vshard` and Picodata use.
+/// Bucket ids and counts are `u32`s in the maps and in hashing (`hash % count + 1` of a 32-bit
+/// hash).
 const MAX: u32 = u32::MAX;
 
 /// A `bucket_id` argument (`owner`, `find_bucket_master`): an int from 0 to 2**32 - 1.
@@ -51,7 +52,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BucketCount {
 }
 
 /// Bucket ids in bulk (`owners`): a sequence of ints or an integer array, each as for
-/// [`bucket_id`]; the first bad one raises `InvalidArgument` with its position.
+/// [`BucketId`]; the first bad one raises `InvalidArgument` with its position.
 pub fn bucket_ids(values: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     const WHAT: &str = "bucket_ids";
     if let Some(array) = IntArray::of(values, WHAT)? {
@@ -154,8 +155,8 @@ enum Kind {
     U64,
 }
 
-/// `$body` with `$values` bound to `$array`'s elements in `$range` ([`IntArray::values`]), monomorphised for
-/// its item type and byte order.
+/// `$body` with `$values` bound to `$array`'s elements in `$range` ([`IntArray::values`]),
+/// monomorphised for its item type and byte order.
 macro_rules! with_values {
     ($array:expr, $range:expr, |$values:ident| $body:expr) => {
         with_values!(@kinds $array, $range, $values, $body,
