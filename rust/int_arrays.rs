@@ -36,7 +36,15 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BucketId {
     type Error = PyErr;
 
     fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        int_in_range(&value, 0, "bucket_id").map(BucketId)
+        int_in_range(
+            &value,
+            0,
+            Name {
+                what: "bucket_id",
+                index: None,
+            },
+        )
+        .map(BucketId)
     }
 }
 
@@ -47,7 +55,15 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BucketCount {
     type Error = PyErr;
 
     fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        int_in_range(&value, 1, "bucket_count").map(BucketCount)
+        int_in_range(
+            &value,
+            1,
+            Name {
+                what: "bucket_count",
+                index: None,
+            },
+        )
+        .map(BucketCount)
     }
 }
 
@@ -55,6 +71,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BucketCount {
 /// [`BucketId`]; the first bad one raises `InvalidArgument` with its position.
 pub fn bucket_ids(values: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     const WHAT: &str = "bucket_ids";
+    let element = |index| Name {
+        what: WHAT,
+        index: Some(index),
+    };
     if let Some(array) = IntArray::of(values, WHAT)? {
         // One branchless pass, which the compiler vectorises: out-of-range ids only clear a flag.
         let mut all_in_range = true;
@@ -78,7 +98,7 @@ pub fn bucket_ids(values: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
                         KeyInt::NonNegative(v) => v.to_string(),
                         KeyInt::Negative(v) => v.to_string(),
                     };
-                    out_of_range(values.py(), format!("{WHAT}[{index}]"), 0, number)
+                    out_of_range(values.py(), element(index), 0, number)
                 })
             })
             .collect();
@@ -86,7 +106,7 @@ pub fn bucket_ids(values: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     values
         .try_iter()?
         .enumerate()
-        .map(|(index, item)| int_in_range(&item?, 0, format!("{WHAT}[{index}]")))
+        .map(|(index, item)| int_in_range(&item?, 0, element(index)))
         .collect()
 }
 
@@ -97,14 +117,31 @@ fn bucket_id_of(value: KeyInt) -> Option<u32> {
     }
 }
 
-/// `value` as an int in `min..=MAX`, or `InvalidArgument` naming it as `what`.
-fn int_in_range(value: &Bound<'_, PyAny>, min: u32, what: impl Display) -> PyResult<u32> {
+/// How a message names the argument: `bucket_id`, or `bucket_ids[3]` for an element.
+#[derive(Clone, Copy)]
+struct Name {
+    what: &'static str,
+    index: Option<usize>,
+}
+
+impl Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.index {
+            Some(index) => write!(f, "{}[{index}]", self.what),
+            None => f.write_str(self.what),
+        }
+    }
+}
+
+/// `value` as an int in `min..=MAX`, or `InvalidArgument` naming it as `name`.
+fn int_in_range(value: &Bound<'_, PyAny>, min: u32, name: Name) -> PyResult<u32> {
     let py = value.py();
     let reject = |cause: Option<PyErr>| {
-        let error = out_of_range(py, &what, min, short_repr(value));
+        let error = out_of_range(py, name, min, short_repr(value));
         error.set_cause(py, cause);
         error
     };
+    // A bool is an int to Python, but never a bucket id or count.
     if value.is_instance_of::<PyBool>() {
         return Err(reject(None));
     }
@@ -125,10 +162,10 @@ fn int_in_range(value: &Bound<'_, PyAny>, min: u32, what: impl Display) -> PyRes
     }
 }
 
-fn out_of_range(py: Python<'_>, what: impl Display, min: u32, got: impl Display) -> PyErr {
+fn out_of_range(py: Python<'_>, name: Name, min: u32, got: impl Display) -> PyErr {
     invalid_argument(
         py,
-        format!("{what} must be an int from {min} to {MAX}, got {got}"),
+        format!("{name} must be an int from {min} to {MAX}, got {got}"),
     )
 }
 
