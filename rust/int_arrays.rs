@@ -10,7 +10,8 @@
 //! one-dimensional. If its items are integers (1, 2, 4 or 8 bytes, signed or not, native or
 //! explicit byte order) they are read from its memory, following its stride, so a slice such
 //! as `a[::2]` or `a[::-1]` reads the elements it shows. Other items (floats, bools, Python
-//! objects) are read as a sequence, one element at a time, as the array's own type converts them.
+//! objects) are read as a sequence, one element at a time, as the array's own type converts them
+//! (a `memoryview` of such items is rejected: it cannot convert most of them).
 
 use std::ffi::CStr;
 use std::fmt::Display;
@@ -20,9 +21,9 @@ use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyBool;
+use pyo3::types::{PyBool, PyMemoryView};
 
-use crate::errors::{invalid_argument, short_repr};
+use crate::errors::{invalid_argument, quoted, short_repr};
 use crate::key_encoding::KeyInt;
 
 /// Bucket ids and counts are `u32`s in the maps and in hashing (`hash % count + 1` of a 32-bit
@@ -240,6 +241,17 @@ impl IntArray {
             return Ok(None);
         }
         let Some((kind, swap)) = int_format(buffer.format(), buffer.item_size()) else {
+            // A memoryview of other items cannot be iterated in general (it raises
+            // NotImplementedError for '>d' or a struct): its items are never read.
+            if values.is_instance_of::<PyMemoryView>() {
+                return Err(invalid_argument(
+                    values.py(),
+                    format!(
+                        "{what} must be a memoryview of integers, got one of format {}",
+                        quoted(&buffer.format().to_string_lossy())
+                    ),
+                ));
+            }
             return Ok(None);
         };
         let (len, stride) = (buffer.shape()[0], buffer.strides()[0]);

@@ -270,6 +270,25 @@ def test_route_many_of_a_float_array_routes_its_floats(routed: Topology) -> None
     assert routed.route_many("default", np.array(floats)) == routed.route_many("default", floats)
 
 
+@pytest.mark.parametrize(
+    "view",
+    [
+        memoryview(np.array([1.0], dtype=">f8")),
+        memoryview(np.zeros(2, dtype=[("a", "i8")])),
+        memoryview(np.array([1.0])),
+    ],
+    ids=["big-endian float", "struct", "float"],
+)
+def test_a_memoryview_of_other_items_than_integers_is_rejected(
+    routed: Topology, view: memoryview
+) -> None:
+    fmt = re.escape(repr(view.format))
+    with pytest.raises(InvalidArgument, match=f"keys must be a memoryview of integers.*{fmt}"):
+        routed.route_many("default", view)
+    with pytest.raises(InvalidArgument, match=f"bucket_ids must be a memoryview .*{fmt}"):
+        routed.owners("default", view)
+
+
 NOT_ONE_DIMENSIONAL = {
     "3x3 int64": np.arange(9, dtype=np.int64).reshape(3, 3),
     "1x3 int32": np.arange(3, dtype=np.int32).reshape(1, 3),

@@ -34,7 +34,8 @@ class InvalidEvent(ShardlineError, ValueError):
 class InvalidArgument(ShardlineError, ValueError):
     """An argument outside what a lookup or ``bucket_id`` reads: a bucket id that is not an int
     from 0 to 2**32 - 1, a bucket count that is not an int from 1 to 2**32 - 1 (a bool is neither),
-    or an array (anything exposing the buffer protocol) that is not one-dimensional.
+    an array (anything exposing the buffer protocol) that is not one-dimensional, or a
+    ``memoryview`` of other items than integers.
 
     The same rule holds for a single value, a list, a tuple and an integer array of any dtype;
     the message names the value, and its position for a sequence or an array.
