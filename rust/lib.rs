@@ -6,6 +6,7 @@ mod crc32c;
 mod errors;
 mod events;
 mod instance;
+mod int_arrays;
 mod key_encoding;
 mod lua_tostring;
 mod murmur3;

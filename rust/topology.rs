@@ -4,7 +4,6 @@
 use std::sync::OnceLock;
 
 use parking_lot::RwLock;
-use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
@@ -15,6 +14,7 @@ use crate::bucket_payload::{self, BucketPayload};
 use crate::errors::{invalid_event, quoted, unknown_tier};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
+use crate::int_arrays::{self, BucketId, IntArray};
 use crate::replicaset::Replicaset;
 use crate::sharding::{bucket_of, with_scratch, DecimalFormat, KeyHasher};
 use crate::uuid;
@@ -356,12 +356,8 @@ impl Topology {
     ) -> PyResult<Vec<u32>> {
         let count = self.bucket_count(py, tier)?;
         let mut hasher = KeyHasher::default();
-        if let Ok(buffer) = PyBuffer::<i64>::get(keys) {
-            let values = buffer.to_vec(py)?;
-            return Ok(values
-                .into_iter()
-                .map(|v| bucket_of(hasher.picodata_i64(v), count))
-                .collect());
+        if let Some(array) = IntArray::of(keys, "keys")? {
+            return Ok(array.map_in_chunks(|key| bucket_of(hasher.picodata_int(key), count)));
         }
         keys.try_iter()?
             .map(|key| {
@@ -480,20 +476,6 @@ fn other_tier(py: Python<'_>, tier: &str, item_tier: &str) -> PyErr {
             quoted(item_tier)
         ),
     )
-}
-
-fn bucket_ids_of(py: Python<'_>, bucket_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
-    if let Ok(buffer) = PyBuffer::<i64>::get(bucket_ids) {
-        return Ok(buffer
-            .to_vec(py)?
-            .into_iter()
-            .map(|v| u32::try_from(v).unwrap_or(0))
-            .collect());
-    }
-    bucket_ids
-        .try_iter()?
-        .map(|id| id?.extract::<u32>())
-        .collect()
 }
 
 #[pymethods]
@@ -734,27 +716,32 @@ impl Topology {
     }
 
     /// The uuid of the replicaset owning `bucket_id` in `tier`, or None when no range covers it.
-    /// Raises `UnknownTier` for a tier never registered.
-    fn owner(&self, tier: &Bound<'_, PyString>, bucket_id: u32) -> PyResult<Option<Py<PyString>>> {
+    /// Raises `UnknownTier` for a tier never registered, and `InvalidArgument` for a `bucket_id`
+    /// that is not an int from 0 to 2**32 - 1 (a bool is not).
+    fn owner(
+        &self,
+        tier: &Bound<'_, PyString>,
+        bucket_id: BucketId,
+    ) -> PyResult<Option<Py<PyString>>> {
         let state = self.state.read();
         Ok(state
             .tier(tier)?
             .map
-            .lookup(bucket_id)
+            .lookup(bucket_id.0)
             .map(|owner| owner.name.clone_ref(tier.py())))
     }
 
     /// The master instance of the replicaset owning `bucket_id`, or None when the range, the
-    /// replicaset, its master or the master instance is unknown.
+    /// replicaset, its master or the master instance is unknown. `bucket_id` as for `owner`.
     fn find_bucket_master(
         &self,
         tier: &Bound<'_, PyString>,
-        bucket_id: u32,
+        bucket_id: BucketId,
     ) -> PyResult<Option<Py<Instance>>> {
         let py = tier.py();
         let state = self.state.read();
         let tier = state.tier(tier)?;
-        let master = &state.masters(py, tier)[tier.map.slot(bucket_id) as usize];
+        let master = &state.masters(py, tier)[tier.map.slot(bucket_id.0) as usize];
         Ok(master.as_ref().map(|instance| instance.clone_ref(py)))
     }
 
@@ -773,17 +760,19 @@ impl Topology {
         key: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Py<Instance>>> {
         let bucket = self.bucket_id(tier, key)?;
-        self.find_bucket_master(tier, bucket)
+        self.find_bucket_master(tier, BucketId(bucket))
     }
 
-    /// `owner` for many bucket ids (a sequence of ints or an integer array), as a list.
+    /// `owner` for many bucket ids (a sequence of ints or a one-dimensional integer array), as a
+    /// list. A bad id raises `InvalidArgument` naming it and its position, as does an array that
+    /// is not one-dimensional.
     fn owners<'py>(
         &self,
         tier: &Bound<'py, PyString>,
         bucket_ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let py = tier.py();
-        let ids = bucket_ids_of(py, bucket_ids)?;
+        let ids = int_arrays::bucket_ids(bucket_ids)?;
         let state = self.state.read();
         let map = &state.tier(tier)?.map;
         PyList::new(
@@ -793,8 +782,9 @@ impl Topology {
         )
     }
 
-    /// `route` for many keys (a sequence of keys, or an int64 array), as a list of
-    /// `Instance | None`. All keys are routed on the same map.
+    /// `route` for many keys (a sequence of keys, or a one-dimensional integer array), as a list
+    /// of `Instance | None`. All keys are routed on the same map. An array that is not
+    /// one-dimensional raises `InvalidArgument`.
     fn route_many<'py>(
         &self,
         tier: &Bound<'py, PyString>,

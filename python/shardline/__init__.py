@@ -16,6 +16,7 @@ from shardline.balancers import (
 )
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import (
+    InvalidArgument,
     InvalidEvent,
     InvalidRecord,
     NoWorkersAvailable,
@@ -45,6 +46,7 @@ __all__ = [
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
+    "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
     "LeastLoadedLoadBalancer",
