@@ -167,8 +167,9 @@ impl Entries {
 ///
 /// A bare pool serves as a balancer's context for the round-robin, weighted, affinity and
 /// bucket balancers, which read it directly; `LoadBalancerContext` adds the `workers` view
-/// that other balancers (the least-loaded one among them) read. Any finalizer may use the pool, including one that runs inside
-/// a pool method (a displaced connection's, or one a garbage collection runs).
+/// that other balancers (the least-loaded one among them) read. Any finalizer may use the
+/// pool, even one that runs inside a pool method (a displaced connection's, or one a garbage
+/// collection runs).
 ///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 # A hang is a deadlock; a healthy child finishes in well under a second.
-TIMEOUT = 60
+TIMEOUT = 30
 
 # argv: pool class, scenario, subject (the object whose finalizer re-enters), re-entry mode.
 CHILD = r"""
@@ -52,6 +52,8 @@ def touch(pool):
     Uid(0) in pool
     pool.load(Uid(0))
     pool.uids()
+    if isinstance(pool, LoadBalancerContext):
+        dict(pool.workers)
     pool.add_worker(Metadata(1000), "extra")
     completed.append(True)
 
