@@ -220,20 +220,100 @@ assert completed, "no finalizer re-entered the pool"
 print("ok")
 """
 
+# A model check: each connection's finalizer applies one more operation, so operations nest
+# inside the drops of others. The pool must end where a uid-keyed ordered dict does when each
+# finalizer's operation is applied right after the operation that dropped its connection.
+MODEL_CHILD = r"""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardline import WorkerPool
+
+
+class Uid:
+    def __init__(self, n):
+        self.int = n
+
+
+class Metadata:
+    def __init__(self, n):
+        self.uid = Uid(n)
+
+
+pool = WorkerPool()
+model = {}  # n -> connection label, in admission order
+labels = iter(range(10**9))
+
+
+def apply(operation):
+    kind, n, then = operation
+    label = next(labels)
+    if kind == "add":
+        model[n] = label  # a replace keeps the dict position, as the pool keeps its slot
+        pool.add_worker(Metadata(n), Connection(label, then))
+    elif kind == "update":
+        if n in model:
+            model[n] = label
+        pool.update_worker(Metadata(n), Connection(label, then))
+    else:
+        model.pop(n, None)
+        pool.remove_worker(Metadata(n))
+
+
+class Connection:
+    def __init__(self, label, then):
+        self.label = label
+        self.then = then
+
+    def __del__(self):
+        if self.then is not None:
+            apply(self.then)
+
+
+def operations(then):
+    return st.tuples(
+        st.sampled_from(["add", "update", "remove"]), st.integers(0, 5), then
+    )
+
+
+nested = st.recursive(st.none(), operations, max_leaves=4)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(operations(nested), max_size=40))
+def check(program):
+    for operation in program:
+        apply(operation)
+        assert [uid.int for uid in pool.uids()] == list(model)
+        assert [pool.entry(Uid(n))[1].label for n in model] == list(model.values())
+        assert len(pool) == len(model)
+    while model:  # a removal's finalizer may admit again; each finalizer runs once
+        apply(("remove", next(iter(model)), None))
+    assert len(pool) == 0
+
+
+check()
+print("ok")
+"""
+
 POOLS = ["WorkerPool", "LoadBalancerContext"]
 REENTRIES = ["same thread", "other thread"]
 
 
 def run_child(pool: str, scenario: str, subject: str, reentry: str) -> None:
+    run_script(CHILD, pool, scenario, subject, reentry)
+
+
+def run_script(script: str, *argv: str) -> None:
     try:
         result = subprocess.run(
-            [sys.executable, "-c", CHILD, pool, scenario, subject, reentry],
+            [sys.executable, "-c", script, *argv],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
         )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{pool}: {scenario} deadlocked (no answer in {TIMEOUT} s)")
+        pytest.fail(f"{' '.join(argv) or 'the model check'} deadlocked (no answer in {TIMEOUT} s)")
     # a failure inside a finalizer is only printed ("Exception ignored in ..."): stderr counts
     assert (result.returncode, result.stdout, result.stderr) == (0, "ok\n", "")
 
@@ -297,3 +377,7 @@ def test_a_collection_inside_a_reading_method_may_write_to_the_pool(
 )
 def test_the_uid_is_read_before_the_lock(method: str, pool: str, reentry: str) -> None:
     run_child(pool, f"reading the uid in {method}", "-", reentry)
+
+
+def test_finalizers_that_write_leave_the_pool_equal_to_a_reference_model() -> None:
+    run_script(MODEL_CHILD)
