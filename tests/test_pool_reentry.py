@@ -162,17 +162,27 @@ def collected_inside(reader):
     inside = False
 
     class Garbage:
+        __slots__ = ("me",)  # no instance dict: making the cycle allocates one object
+
         def __del__(self):
             if inside:
                 reenter()
 
-    # New tuples and lists come from free lists, which never start a collection: keep enough
-    # alive that they are empty, and keep every result so they stay empty.
-    kept = [(n, -n) for n in range(3000)] + [[] for _ in range(200)]
+    kept = []
+
+    def empty_free_lists(size):
+        # New tuples and lists come from free lists first, which never start a collection;
+        # hold what they had (a re-entry frees some, refilling them), and every result.
+        for n in range(size):
+            kept.append((n, -n))
+            kept.append([])
+
+    empty_free_lists(3000)
     # With a threshold of 1, the second allocation of a tracked object after a collection
     # starts the next one: the cycle below is the first, the reader's result the second.
     gc.set_threshold(1)
     for _ in range(20):
+        empty_free_lists(200)
         gc.collect(0)
         cycle = Garbage()
         cycle.me = cycle
