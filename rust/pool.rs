@@ -165,10 +165,10 @@ impl Entries {
 /// closed (the layer that made it owns it). The pool also keeps each worker's load for the
 /// proxy: dispatches in flight and a latency average, carried across refreshes.
 ///
-/// A bare pool serves as a balancer's context for the round-robin, weighted, affinity and
-/// bucket balancers, which read it directly; `LoadBalancerContext` adds the `workers` view
-/// that other balancers (the least-loaded one among them) read. Any finalizer may use the
-/// pool, even one that runs inside a pool method (a displaced connection's, or one a garbage
+/// A bare pool is a context for the round-robin, weighted, affinity and bucket balancers;
+/// `LoadBalancerContext` adds the `workers` view that the least-loaded balancer, and any
+/// balancer written against `LoadBalancerContextView`, reads. Any finalizer may use the pool,
+/// even one that runs inside a pool method (a displaced connection's, or one a garbage
 /// collection runs).
 ///
 /// Implementation notes:
