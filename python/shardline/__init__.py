@@ -27,7 +27,12 @@ from shardline.errors import (
     UnknownTier,
     WorkerError,
 )
-from shardline.pool import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
+from shardline.pool import (
+    LoadBalancerContext,
+    LoadBalancerContextView,
+    WorkerMetadata,
+    WorkerPool,
+)
 from shardline.pool.proxy import WorkerProxy
 from shardline.topology import (
     BucketEvent,
@@ -67,6 +72,7 @@ __all__ = [
     "WeightedRoundRobinLoadBalancer",
     "WorkerError",
     "WorkerMetadata",
+    "WorkerPool",
     "WorkerProxy",
     "bucket_id",
 ]
