@@ -11,6 +11,7 @@ use pyo3::types::PyType;
 static INVALID_EVENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNKNOWN_TIER: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNHASHABLE_KEY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static INVALID_ARGUMENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn raise(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, name: &str, msg: String) -> PyErr {
     match cell.import(py, "shardline.errors", name) {
@@ -34,11 +35,28 @@ pub fn unhashable_key(py: Python<'_>, msg: String) -> PyErr {
     raise(py, &UNHASHABLE_KEY, "UnhashableKey", msg)
 }
 
+/// A bucket id or count out of range, or an array of a shape that is not read; `msg` names the
+/// value (and its position in a sequence).
+pub fn invalid_argument(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, &INVALID_ARGUMENT, "InvalidArgument", msg)
+}
+
 /// `value`'s Python repr, for messages; never fails.
 pub fn repr(value: &Bound<'_, PyAny>) -> String {
     value
         .repr()
         .map_or_else(|_| "<unrepresentable>".to_owned(), |r| r.to_string())
+}
+
+/// `value`'s repr for a message, cut to 80 characters (a caller's object may be huge, or its
+/// `__repr__` may fail).
+pub fn short_repr(value: &Bound<'_, PyAny>) -> String {
+    let repr = repr(value);
+    if repr.chars().count() > 80 {
+        repr.chars().take(77).collect::<String>() + "..."
+    } else {
+        repr
+    }
 }
 
 /// `text` quoted the way Python's `repr` quotes a str, so messages read like Python.

@@ -1,10 +1,12 @@
 //! shardline's Rust core. This file only wires modules; each concept has its own file.
 
 mod bucket_map;
+mod bucket_payload;
 mod crc32c;
 mod errors;
 mod events;
 mod instance;
+mod int_arrays;
 mod key_encoding;
 mod lua_tostring;
 mod murmur3;
@@ -18,6 +20,8 @@ use pyo3::prelude::*;
 
 #[pymodule(gil_used = false)]
 mod _core {
+    #[pymodule_export]
+    use crate::bucket_payload::BucketPayload;
     #[pymodule_export]
     use crate::events::parse_bucket_row;
     #[pymodule_export]

@@ -19,6 +19,14 @@ struct Entry {
     load: Load,
 }
 
+impl Entry {
+    /// New references to `(metadata, connection)`: taken under the lock (an incref runs no
+    /// Python code), made into a tuple after it is released.
+    fn pair(&self, py: Python<'_>) -> [Py<PyAny>; 2] {
+        [self.metadata.clone_ref(py), self.connection.clone_ref(py)]
+    }
+}
+
 /// Weight of each new latency sample in the moving average: a worker that slows down is
 /// noticed within a few dispatches.
 const LATENCY_WEIGHT: f64 = 0.2;
@@ -99,44 +107,47 @@ impl Entries {
         self.slots.iter().flatten()
     }
 
-    /// Admits a new entry at the end, or replaces an existing one in its place.
-    fn put(&mut self, entry: Entry) {
+    /// Admits a new entry at the end, or replaces an existing one in its place; returns the
+    /// entry it displaced, for the caller to drop once the lock is released.
+    fn put(&mut self, entry: Entry) -> Option<Entry> {
         match self.index.get(&entry.key) {
             Some(&slot) => Self::replace(&mut self.slots[slot], entry),
             None => {
                 self.index.insert(entry.key, self.slots.len());
                 self.slots.push(Some(entry));
+                None
             }
         }
     }
 
-    /// Replaces an existing entry in its place; returns false when the key is not pooled.
-    fn refresh(&mut self, entry: Entry) -> bool {
+    /// Replaces an existing entry in its place and returns the displaced one; hands `entry`
+    /// back as the error when the key is not pooled. Either way the caller drops the result
+    /// once the lock is released.
+    fn refresh(&mut self, entry: Entry) -> Result<Option<Entry>, Entry> {
         match self.index.get(&entry.key) {
-            Some(&slot) => {
-                Self::replace(&mut self.slots[slot], entry);
-                true
-            }
-            None => false,
+            Some(&slot) => Ok(Self::replace(&mut self.slots[slot], entry)),
+            None => Err(entry),
         }
     }
 
-    fn replace(slot: &mut Option<Entry>, mut entry: Entry) {
+    fn replace(slot: &mut Option<Entry>, mut entry: Entry) -> Option<Entry> {
         if let Some(old) = slot {
             entry.load = old.load.carry();
         }
-        *slot = Some(entry);
+        slot.replace(entry)
     }
 
-    fn remove(&mut self, key: u128) {
-        if let Some(slot) = self.index.remove(&key) {
-            self.slots[slot] = None;
-            if self.slots.len() > 2 * self.index.len() + 8 {
-                self.compact();
-            }
+    /// Evicts `key`; returns its entry, for the caller to drop once the lock is released.
+    fn remove(&mut self, key: u128) -> Option<Entry> {
+        let slot = self.index.remove(&key)?;
+        let removed = self.slots[slot].take();
+        if self.slots.len() > 2 * self.index.len() + 8 {
+            self.compact();
         }
+        removed
     }
 
+    /// Drops the holes, never an entry: compaction runs under the lock.
     fn compact(&mut self) {
         self.slots.retain(Option::is_some);
         self.index.clear();
@@ -154,11 +165,20 @@ impl Entries {
 /// closed (the layer that made it owns it). The pool also keeps each worker's load for the
 /// proxy: dispatches in flight and a latency average, carried across refreshes.
 ///
+/// A bare pool is a context for the round-robin, weighted, affinity and bucket balancers;
+/// `LoadBalancerContext` adds the `workers` view that the least-loaded balancer, and any
+/// balancer written against `LoadBalancerContextView`, reads. Any finalizer may use the pool,
+/// even one that runs inside a pool method (a displaced connection's, or one a garbage
+/// collection runs).
+///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a
 ///     `uuid.UUID` in Python. Entries keep admission order in a vector with holes, so a refresh
-///     keeps its position and a removal is O(1) amortised.
-#[pyclass(frozen, subclass, module = "shardline", name = "WorkerPool")]
+///     keeps its position and a removal is O(1) amortised. No Python code runs while the lock
+///     is held: the uid is read before it is taken, displaced entries are dropped after it is
+///     released, and readers copy references under it (increfs) and build tuples and lists
+///     after. Weak-referenceable, because balancers keep their per-pool state weakly.
+#[pyclass(frozen, subclass, weakref, module = "shardline", name = "WorkerPool")]
 pub struct WorkerPool {
     entries: RwLock<Entries>,
 }
@@ -194,7 +214,9 @@ impl WorkerPool {
         connection: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let entry = entry_of(metadata, connection)?;
-        self.entries.write().put(entry);
+        let displaced = self.entries.write().put(entry);
+        // the guard is gone: the displaced objects' finalizers may use the pool
+        drop(displaced);
         Ok(())
     }
 
@@ -206,13 +228,19 @@ impl WorkerPool {
         connection: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let entry = entry_of(metadata, connection)?;
-        Ok(self.entries.write().refresh(entry))
+        let refreshed = self.entries.write().refresh(entry);
+        let pooled = refreshed.is_ok();
+        // the guard is gone: the displaced (or refused) objects' finalizers may use the pool
+        drop(refreshed);
+        Ok(pooled)
     }
 
     /// Evicts the worker `metadata.uid`; a no-op when it is not pooled.
     fn remove_worker(&self, metadata: &Bound<'_, PyAny>) -> PyResult<()> {
         let key = key_of(&metadata.getattr(intern!(metadata.py(), "uid"))?)?;
-        self.entries.write().remove(key);
+        let removed = self.entries.write().remove(key);
+        // the guard is gone: the removed objects' finalizers may use the pool
+        drop(removed);
         Ok(())
     }
 
@@ -220,11 +248,9 @@ impl WorkerPool {
     fn entry<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
         let key = key_of(uid).map_err(|_| PyKeyError::new_err(uid.clone().unbind()))?;
-        let entries = self.entries.read();
-        let entry = entries
-            .get(key)
-            .ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
-        PyTuple::new(py, [entry.metadata.bind(py), entry.connection.bind(py)])
+        let pair = self.entries.read().get(key).map(|entry| entry.pair(py));
+        let pair = pair.ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
+        PyTuple::new(py, pair)
     }
 
     /// `(metadata, connection)` of the worker `uid`, counting one more dispatch in flight to
@@ -232,12 +258,12 @@ impl WorkerPool {
     fn begin_dispatch<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
         let key = key_of(uid).map_err(|_| PyKeyError::new_err(uid.clone().unbind()))?;
-        let entries = self.entries.read();
-        let entry = entries
-            .get(key)
-            .ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
-        entry.load.begin();
-        PyTuple::new(py, [entry.metadata.bind(py), entry.connection.bind(py)])
+        let pair = self.entries.read().get(key).map(|entry| {
+            entry.load.begin();
+            entry.pair(py)
+        });
+        let pair = pair.ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
+        PyTuple::new(py, pair)
     }
 
     /// A dispatch to `uid` that took `seconds` has ended, however it ended; a no-op when the
@@ -263,8 +289,13 @@ impl WorkerPool {
 
     /// The pooled uids, in admission order (a snapshot).
     fn uids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let entries = self.entries.read();
-        PyList::new(py, entries.live().map(|entry| entry.uid.bind(py)))
+        let uids: Vec<Py<PyAny>> = self
+            .entries
+            .read()
+            .live()
+            .map(|entry| entry.uid.clone_ref(py))
+            .collect();
+        PyList::new(py, uids)
     }
 
     fn __contains__(&self, uid: &Bound<'_, PyAny>) -> bool {
@@ -289,7 +320,9 @@ impl WorkerPool {
     }
 
     fn __clear__(&self) {
-        *self.entries.write() = Entries::default();
+        let entries = std::mem::take(&mut *self.entries.write());
+        // the guard is gone: the entries' finalizers may use the pool
+        drop(entries);
     }
 }
 

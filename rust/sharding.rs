@@ -28,6 +28,7 @@ use pyo3::types::{
 };
 
 use crate::crc32c::crc32c;
+use crate::int_arrays::BucketCount;
 use crate::key_encoding::{self as enc, DecimalDigits, KeyInt};
 use crate::lua_tostring;
 use crate::murmur3::{murmur3_x86_32, murmur3_x86_32_word};
@@ -121,11 +122,11 @@ impl KeyHasher {
         Ok(murmur3_x86_32(&self.buf, PICODATA_SEED))
     }
 
-    /// The Picodata hash of a single int key (e.g. one element of a numpy int64 array); equal to
-    /// `picodata` of the Python int with that value.
+    /// The Picodata hash of a single int key (e.g. one element of a numpy integer array); equal
+    /// to `picodata` of the Python int with that value.
     #[inline]
-    pub fn picodata_i64(&mut self, v: i64) -> u32 {
-        let (word, len) = enc::int_i64(v).as_word();
+    pub fn picodata_int(&mut self, v: KeyInt) -> u32 {
+        let (word, len) = v.msgpack().as_word();
         murmur3_x86_32_word(word, len, PICODATA_SEED)
     }
 
@@ -544,13 +545,7 @@ fn unhashable(value: &Bound<'_, PyAny>, index: Option<usize>, reason: Cow<'stati
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".to_owned());
-    let mut repr = value
-        .repr()
-        .map(|r| r.to_string())
-        .unwrap_or_else(|_| "<unrepresentable>".to_owned());
-    if repr.chars().count() > 80 {
-        repr = repr.chars().take(77).collect::<String>() + "...";
-    }
+    let repr = crate::errors::short_repr(value);
     let what = match index {
         Some(i) => format!("key part {i}"),
         None => "key".to_owned(),
@@ -593,23 +588,21 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut KeyHasher) -> R) -> R {
 }
 
 /// The bucket (1..=bucket_count) that owns `key` under `scheme`.
+///
+/// `bucket_count` is an int from 1 to 2**32 - 1 (not a bool); any other value raises
+/// `InvalidArgument`.
 #[pyfunction]
 #[pyo3(signature = (key, bucket_count, *, scheme = "picodata", decimal_format = "binary"))]
 pub fn bucket_id(
     key: &Bound<'_, PyAny>,
-    bucket_count: u32,
+    bucket_count: BucketCount,
     scheme: &str,
     decimal_format: &str,
 ) -> PyResult<u32> {
     let scheme = Scheme::parse(scheme)?;
     let decimal_format = DecimalFormat::parse(decimal_format)?;
-    if bucket_count == 0 {
-        return Err(PyValueError::new_err(
-            "bucket_count must be at least 1, got 0",
-        ));
-    }
     let hash = with_scratch(|hasher| hasher.hash(key, scheme, decimal_format))?;
-    Ok(bucket_of(hash, bucket_count))
+    Ok(bucket_of(hash, bucket_count.0))
 }
 
 #[cfg(test)]
@@ -629,11 +622,17 @@ mod tests {
         let mut hasher = KeyHasher::default();
         // picodata bucket of int -1940095024 with 65536 buckets is 32770 (shared vectors).
         assert_eq!(
-            bucket_of(hasher.picodata_i64(-1_940_095_024), 65_536),
+            bucket_of(
+                hasher.picodata_int(KeyInt::from_i64(-1_940_095_024)),
+                65_536
+            ),
             32_770
         );
-        assert_eq!(bucket_of(hasher.picodata_i64(242), 16), 8);
-        assert_eq!(bucket_of(hasher.picodata_i64(2_842_472_588), 16), 10);
+        assert_eq!(bucket_of(hasher.picodata_int(KeyInt::from_i64(242)), 16), 8);
+        assert_eq!(
+            bucket_of(hasher.picodata_int(KeyInt::NonNegative(2_842_472_588)), 16),
+            10
+        );
         // vshard: int 1 → 1614 (mpcrc32) and 477 (strcrc32) of 3000.
         assert_eq!(bucket_of(crc32c(enc::int_i64(1).as_slice()), 3000), 1614);
         let mut text = Vec::new();

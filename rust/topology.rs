@@ -13,16 +13,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use parking_lot::RwLock;
-use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::bucket_map::{sort_snapshot, BucketMap, Range};
+use crate::bucket_payload::{self, BucketPayload};
 use crate::errors::{invalid_event, quoted, repr, unknown_tier};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
+use crate::int_arrays::{self, BucketId, IntArray};
 use crate::replicaset::Replicaset;
 use crate::sharding::{bucket_of, with_scratch, DecimalFormat, KeyHasher};
 use crate::uuid;
@@ -68,16 +69,6 @@ impl Displaced {
             self.masters.push(masters);
         }
     }
-}
-
-/// Bound on the JSON text of one tier's poll: 64 MiB is far beyond any real bucket map (a row is
-/// about 200 bytes) and keeps a broken or hostile server from making the client decode gigabytes.
-const MAX_PAYLOAD: usize = 64 << 20;
-
-static JSON_LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-fn json_loads(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    JSON_LOADS.import(py, "json", "loads")
 }
 
 #[derive(Default)]
@@ -569,12 +560,8 @@ impl Topology {
     ) -> PyResult<Vec<u32>> {
         let count = self.bucket_count(py, tier)?;
         let mut hasher = KeyHasher::default();
-        if let Ok(buffer) = PyBuffer::<i64>::get(keys) {
-            let values = buffer.to_vec(py)?;
-            return Ok(values
-                .into_iter()
-                .map(|v| bucket_of(hasher.picodata_i64(v), count))
-                .collect());
+        if let Some(array) = IntArray::of(keys, "keys")? {
+            return Ok(array.map_in_chunks(|key| bucket_of(hasher.picodata_int(key), count)));
         }
         keys.try_iter()?
             .map(|key| {
@@ -651,19 +638,21 @@ impl Topology {
         changed
     }
 
-    /// `apply_bucket_snapshot` of the JSON text `_pico_bucket(tier)` returns.
+    /// `apply_bucket_snapshot` of the JSON text `_pico_bucket(tier)` returns, or of a
+    /// `BucketPayload` (that text, already read).
     fn apply_bucket_payload(&self, tier: &str, payload: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = payload.py();
-        let size = payload.len()?;
-        if size > MAX_PAYLOAD {
-            return Err(invalid_event(
-                py,
-                format!(
-                    "bucket payload of tier {} has length {size}, over the limit of {MAX_PAYLOAD}",
-                    quoted(tier)
-                ),
-            ));
-        }
+        let parsed = payload.cast::<BucketPayload>().ok().map(Bound::get);
+        let text = match parsed {
+            Some(parsed) => {
+                let parsed_tier = parsed.tier_name(py)?;
+                if parsed_tier != tier {
+                    return Err(other_tier(py, tier, &parsed_tier));
+                }
+                parsed.text(py).clone()
+            }
+            None => payload.clone(),
+        };
         let last = self.state.read().known_tier(tier).and_then(|known| {
             known
                 .last_payload
@@ -672,31 +661,18 @@ impl Topology {
                 .map(|last| last.text.clone_ref(py))
         });
         if let Some(last) = last {
-            if last.bind(py).eq(payload)? {
+            if last.bind(py).eq(&text)? {
                 return Ok(false);
             }
         }
-        let rows = json_loads(py)?.call1((payload,)).map_err(|error| {
-            invalid_event(
-                py,
-                format!(
-                    "bucket payload of tier {} is not valid JSON: {error}",
-                    quoted(tier)
-                ),
-            )
-        })?;
-        if !rows.is_instance_of::<PyList>() {
-            return Err(invalid_event(
-                py,
-                format!(
-                    "bucket payload of tier {} must be a JSON array, got {}",
-                    quoted(tier),
-                    rows.get_type().name()?
-                ),
-            ));
+        let ranges = match parsed {
+            Some(parsed) => parsed.ranges(py),
+            None => bucket_payload::parse(tier, &text, None)?,
+        };
+        if let Some(last) = ranges.last() {
+            self.check_range_fits(py, tier, last.end)?;
         }
-        let ranges = self.snapshot_ranges(tier, &rows)?;
-        Ok(self.replace_tier(py, tier, ranges, Some(payload)))
+        Ok(self.replace_tier(py, tier, ranges, Some(&text)))
     }
 }
 
@@ -709,20 +685,6 @@ fn other_tier(py: Python<'_>, tier: &str, item_tier: &str) -> PyErr {
             quoted(item_tier)
         ),
     )
-}
-
-fn bucket_ids_of(py: Python<'_>, bucket_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
-    if let Ok(buffer) = PyBuffer::<i64>::get(bucket_ids) {
-        return Ok(buffer
-            .to_vec(py)?
-            .into_iter()
-            .map(|v| u32::try_from(v).unwrap_or(0))
-            .collect());
-    }
-    bucket_ids
-        .try_iter()?
-        .map(|id| id?.extract::<u32>())
-        .collect()
 }
 
 /// One entry of `apply_tiers`: a name that is non-empty text, a count that is an int (not a
@@ -985,18 +947,20 @@ impl Topology {
     /// Makes `tier`'s map exactly the given full poll, atomically.
     ///
     /// `events_or_rows` is the poll: `BucketEvent`s, rows of `SELECT _pico_bucket(tier)`
-    /// (dicts), or the JSON text (str or bytes) that query returns. Ranges absent from the
-    /// snapshot are gone afterwards; readers see the old map or the new one, never a mix. A
-    /// snapshot whose ranges overlap each other, name another tier, or break the tier's bounds —
-    /// or text that is not a JSON array, or is longer than 64 MiB — raises `InvalidEvent` and the
-    /// old map stays; so does a `tier` that is empty or not valid text. Once `apply_tiers` has
-    /// been called, a tier it did not configure raises `UnknownTier`. Returns whether the map
-    /// changed (an unchanged poll leaves the epoch alone).
+    /// (dicts), the JSON text (str or bytes) that query returns, or that text already read into
+    /// a `BucketPayload` of this tier. Ranges absent from the snapshot are gone afterwards;
+    /// readers see the old map or the new one, never a mix. A snapshot whose ranges overlap each
+    /// other, name another tier, or break the tier's bounds — or text that `BucketPayload`
+    /// refuses (not strict JSON, not an array, longer than 64 MiB, nested deeper than 128
+    /// levels) — raises `InvalidEvent` and the old map stays; so does a `tier` that is empty or
+    /// not valid text. Once `apply_tiers` has been called, a tier it did not configure raises
+    /// `UnknownTier`. Returns whether the map changed (an unchanged poll leaves the epoch alone).
     ///
     /// Implementation notes:
-    ///     Text equal to the last text applied to the tier, while nothing else has changed the
-    ///     map since, is recognised without being decoded: a quiet cluster's poll costs one
-    ///     comparison of the payload.
+    ///     Text (or a payload's text) equal to the last text applied to the tier, while nothing
+    ///     else has changed the map since, is recognised without being read: a quiet cluster's
+    ///     poll costs one comparison of the payload. Other text is streamed into ranges in Rust
+    ///     (see `BucketPayload`), at a small fraction of its size in extra memory.
     fn apply_bucket_snapshot(
         &self,
         tier: &Bound<'_, PyString>,
@@ -1005,7 +969,9 @@ impl Topology {
         let py = tier.py();
         let tier = snapshot_tier(tier)?;
         self.check_configured(py, tier)?;
-        if events_or_rows.is_instance_of::<PyString>() || events_or_rows.is_instance_of::<PyBytes>()
+        if events_or_rows.is_instance_of::<PyString>()
+            || events_or_rows.is_instance_of::<PyBytes>()
+            || events_or_rows.is_instance_of::<BucketPayload>()
         {
             return self.apply_bucket_payload(tier, events_or_rows);
         }
@@ -1014,27 +980,32 @@ impl Topology {
     }
 
     /// The uuid of the replicaset owning `bucket_id` in `tier`, or None when no range covers it.
-    /// Raises `UnknownTier` for a tier never registered.
-    fn owner(&self, tier: &Bound<'_, PyString>, bucket_id: u32) -> PyResult<Option<Py<PyString>>> {
+    /// Raises `UnknownTier` for a tier never registered, and `InvalidArgument` for a `bucket_id`
+    /// that is not an int from 0 to 2**32 - 1 (a bool is not).
+    fn owner(
+        &self,
+        tier: &Bound<'_, PyString>,
+        bucket_id: BucketId,
+    ) -> PyResult<Option<Py<PyString>>> {
         let py = tier.py();
         self.read_tier(tier, |_, known| {
             known
                 .map
-                .lookup(bucket_id)
+                .lookup(bucket_id.0)
                 .map(|owner| owner.name.clone_ref(py))
         })
     }
 
     /// The master instance of the replicaset owning `bucket_id`, or None when the range, the
-    /// replicaset, its master or the master instance is unknown.
+    /// replicaset, its master or the master instance is unknown. `bucket_id` as for `owner`.
     fn find_bucket_master(
         &self,
         tier: &Bound<'_, PyString>,
-        bucket_id: u32,
+        bucket_id: BucketId,
     ) -> PyResult<Option<Py<Instance>>> {
         let py = tier.py();
         self.read_tier(tier, |state, known| {
-            state.masters(py, known)[known.map.slot(bucket_id) as usize]
+            state.masters(py, known)[known.map.slot(bucket_id.0) as usize]
                 .as_ref()
                 .map(|instance| instance.clone_ref(py))
         })
@@ -1055,17 +1026,19 @@ impl Topology {
         key: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Py<Instance>>> {
         let bucket = self.bucket_id(tier, key)?;
-        self.find_bucket_master(tier, bucket)
+        self.find_bucket_master(tier, BucketId(bucket))
     }
 
-    /// `owner` for many bucket ids (a sequence of ints or an integer array), as a list.
+    /// `owner` for many bucket ids (a sequence of ints or a one-dimensional integer array), as a
+    /// list. A bad id raises `InvalidArgument` naming it and its position, as does an array that
+    /// is not one-dimensional.
     fn owners<'py>(
         &self,
         tier: &Bound<'py, PyString>,
         bucket_ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let py = tier.py();
-        let ids = bucket_ids_of(py, bucket_ids)?;
+        let ids = int_arrays::bucket_ids(bucket_ids)?;
         let owners: Vec<Option<Py<PyString>>> = self.read_tier(tier, |_, known| {
             ids.into_iter()
                 .map(|id| known.map.lookup(id).map(|owner| owner.name.clone_ref(py)))
@@ -1074,8 +1047,9 @@ impl Topology {
         PyList::new(py, owners)
     }
 
-    /// `route` for many keys (a sequence of keys, or an int64 array), as a list of
-    /// `Instance | None`. All keys are routed on the same map.
+    /// `route` for many keys (a sequence of keys, or a one-dimensional integer array), as a list
+    /// of `Instance | None`. All keys are routed on the same map. An array that is not
+    /// one-dimensional raises `InvalidArgument`.
     fn route_many<'py>(
         &self,
         tier: &Bound<'py, PyString>,

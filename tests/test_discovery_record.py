@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from types import MappingProxyType
@@ -13,7 +14,12 @@ from hypothesis import strategies as st
 from test_pool_context import worker
 
 from shardline.discovery.event import DiscoveryEvent
-from shardline.discovery.record import MAX_RECORD_BYTES, decode_record, encode_record
+from shardline.discovery.record import (
+    MAX_DEPTH,
+    MAX_RECORD_BYTES,
+    decode_record,
+    encode_record,
+)
 from shardline.discovery.subscription import RecordFeed
 from shardline.errors import InvalidRecord
 from shardline.pool.metadata import WorkerMetadata
@@ -55,6 +61,14 @@ def test_the_wire_form_is_documented_json_with_a_schema_version() -> None:
     }
 
 
+def nested(levels: int) -> Any:
+    """A JSON value ``levels`` arrays deep."""
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
 def document(**changes: Any) -> bytes:
     base: dict[str, Any] = json.loads(encode_record(worker(1)))
     base.update(changes)
@@ -69,6 +83,12 @@ def document(**changes: Any) -> bytes:
         (b"[1, 2]", "malformed", "list"),
         (document(schema=2), "unknown-schema", "schema 2"),
         (document(schema=...), "unknown-schema", "schema None"),
+        (document(schema=True), "unknown-schema", "schema True"),
+        (document(schema=1.0), "unknown-schema", "schema 1.0"),
+        (b"[" * 20_000 + b"]" * 20_000, "malformed", "nests deeper than 32"),
+        (document(extra=nested(MAX_DEPTH)), "malformed", "nests deeper than 32"),
+        # in UTF-16, U+2200 holds the byte of '"': the depth is read from the decoded text
+        (('["\u2200", ' + "[" * 5000).encode("utf-16"), "malformed", "nests deeper than 32"),
         (document(uid="worker-1"), "malformed", "'worker-1'"),
         (document(uid=...), "malformed", "'uid'"),
         (document(pid="12"), "malformed", "'pid'"),
@@ -85,6 +105,55 @@ def test_an_unreadable_record_is_refused_with_its_reason(
     with pytest.raises(InvalidRecord, match=names) as caught:
         decode_record(data)
     assert caught.value.reason == reason
+
+
+def test_nesting_is_counted_by_brackets_outside_strings() -> None:
+    # the record is level 1, extra level 2: extra holds at most MAX_DEPTH - 2 more levels
+    deepest = worker(1, extra=MappingProxyType({"x": nested(MAX_DEPTH - 2)}))
+    assert decode_record(encode_record(deepest)) == deepest
+    # brackets, quotes and backslashes inside a string: escaped, and never counted
+    texts = worker(1, extra=MappingProxyType({"x": '[{"\\' * 2000}))
+    assert decode_record(encode_record(texts)) == texts
+
+
+@given(st.binary(max_size=200) | st.binary(max_size=40).map(lambda b: b"[" * 5000 + b))
+def test_reading_any_bytes_raises_nothing_but_invalid_record(data: bytes) -> None:
+    with contextlib.suppress(InvalidRecord):
+        decode_record(data)
+
+
+loose_records = st.builds(
+    WorkerMetadata,
+    uid=st.uuids() | st.text(max_size=4),
+    address=st.text(max_size=10) | st.integers(),
+    pid=st.integers(-1, 10) | st.booleans() | st.floats(),
+    version=st.text(max_size=5) | st.none(),
+    tags=st.frozensets(st.text(max_size=3) | st.integers(), max_size=3),
+    extra=st.dictionaries(
+        st.text(max_size=3),
+        json_values | st.integers(0, 60).map(nested) | st.just(float("nan")),
+        max_size=3,
+    ).map(MappingProxyType),
+)
+
+
+@given(loose_records)
+def test_publishing_refuses_exactly_what_readers_refuse(metadata: WorkerMetadata) -> None:
+    try:
+        data = encode_record(metadata)
+    except InvalidRecord:
+        return
+    decode_record(data)  # every record a publisher may write, every reader reads
+
+
+def test_publishing_refuses_a_bool_pid_and_nesting_too_deep_even_to_serialise() -> None:
+    with pytest.raises(InvalidRecord, match="'pid'") as caught:
+        encode_record(worker(1, pid=True))
+    assert caught.value.reason == "malformed"
+    with pytest.raises(InvalidRecord, match="nests deeper than 32"):
+        encode_record(worker(1, extra=MappingProxyType({"x": nested(MAX_DEPTH)})))
+    with pytest.raises(InvalidRecord, match="not JSON-serialisable"):
+        encode_record(worker(1, extra=MappingProxyType({"x": nested(100_000)})))
 
 
 def test_unknown_fields_are_ignored_so_writers_can_add_optional_ones() -> None:
@@ -113,6 +182,18 @@ def test_the_feed_skips_and_counts_unreadable_records_and_a_uid_stored_under_ano
         "skipped the discovery record at key-b",
         "skipped the discovery record at key-c",
     ]
+
+
+def test_a_filter_that_raises_skips_that_record_only(caplog: pytest.LogCaptureFixture) -> None:
+    feed = RecordFeed(lambda metadata: metadata.extra["zone"] == "eu")
+    eu = worker(1, extra=MappingProxyType({"zone": "eu"}))
+    assert [event.type for event in feed.put(eu)] == ["worker-added"]
+    # a record the filter raises on counts as absent: a record shown before is dropped
+    assert [event.type for event in feed.put(worker(1))] == ["worker-dropped"]
+    assert feed.put(worker(2)) == []
+    assert [event.type for event in feed.put(worker(3, extra=eu.extra))] == ["worker-added"]
+    assert feed.skipped == {"filter-error": 2}
+    assert sum("filter raised" in record.message for record in caplog.records) == 2
 
 
 # The feed against a reference model: the subscriber's view (its events applied to a dict) is

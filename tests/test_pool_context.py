@@ -11,10 +11,20 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from balancer_driving import all_failing, run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardline import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
+import shardline
+from shardline import (
+    AffinityLoadBalancer,
+    LoadBalancerContext,
+    LoadBalancerContextView,
+    RoundRobinLoadBalancer,
+    WeightedRoundRobinLoadBalancer,
+    WorkerMetadata,
+    WorkerPool,
+)
 
 MUTABLE_FIELDS = ("address", "pid", "version", "tags", "extra")
 
@@ -225,5 +235,27 @@ def test_entries_are_visible_to_the_garbage_collector() -> None:
     context.add_worker(worker(1), connection)
     probe = weakref.ref(connection)
     del context, connection
+    gc.collect()
+    assert probe() is None
+
+
+def test_the_pool_class_is_public_where_it_says_it_lives() -> None:
+    assert (WorkerPool.__module__, WorkerPool.__qualname__) == ("shardline", "WorkerPool")
+    assert shardline.WorkerPool is shardline._core.WorkerPool
+    assert "WorkerPool" in shardline.__all__
+    assert issubclass(LoadBalancerContext, WorkerPool)
+
+
+@pytest.mark.parametrize(
+    "balancer", [RoundRobinLoadBalancer, WeightedRoundRobinLoadBalancer, AffinityLoadBalancer]
+)
+def test_a_bare_pool_is_a_balancers_context_held_weakly(balancer: Any) -> None:
+    pool = WorkerPool()
+    for n in (1, 2, 3):
+        pool.add_worker(worker(n), f"conn-{n}")
+    serving = balancer()
+    assert sorted(run(all_failing(serving, pool))) == [worker(n).uid for n in (1, 2, 3)]
+    probe = weakref.ref(pool)
+    del pool
     gc.collect()
     assert probe() is None

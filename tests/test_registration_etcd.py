@@ -9,6 +9,7 @@ with the reason.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -32,7 +33,7 @@ from shardline import NoWorkersAvailable, WorkerProxy
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import InvalidRecord
 from shardline.registration import Record, RecordStore, RegistrationDiscovery
-from shardline.registration.etcd_store import MAX_VALUE_BYTES, EtcdRecordStore
+from shardline.registration.etcd_store import MAX_VALUE_BYTES, EtcdRecordStore, _decode, _encode
 
 WAIT = 20.0
 _namespaces = itertools.count()
@@ -129,6 +130,9 @@ UNREADABLE = [
     (b"{not json", "malformed"),
     (b"[1, 2]", "malformed"),
     (b'{"schema": 2, "service": "app", "owner": null, "registered": true}', "unknown-schema"),
+    (b'{"schema": true, "service": "app", "owner": null, "registered": false}', "unknown-schema"),
+    (b'{"schema": 1.0, "service": "app", "owner": null, "registered": false}', "unknown-schema"),
+    (b"[" * 2000 + b"]" * 2000, "malformed"),
     (b'{"schema": 1, "service": "other", "owner": null, "registered": false}', "malformed"),
     (b'{"schema": 1, "service": "app", "owner": 7, "registered": false}', "malformed"),
     (b'{"schema": 1, "service": "app", "owner": null, "registered": "yes"}', "malformed"),
@@ -149,6 +153,23 @@ def test_an_unreadable_value_makes_get_raise_invalid_record(
         assert isinstance(raised.value, ValueError)
 
     with_store(etcd, scenario)
+
+
+@given(st.binary(max_size=100) | st.binary(max_size=20).map(lambda b: b"[" * 2000 + b))
+def test_reading_any_value_raises_nothing_but_invalid_record(data: bytes) -> None:
+    with contextlib.suppress(InvalidRecord):
+        _decode("app", data)
+
+
+texts = st.text(st.characters() | st.sampled_from(["\ud800", "\udfff"]), max_size=20)
+
+
+@given(st.none() | texts, st.booleans(), st.none() | texts)
+def test_every_value_a_store_writes_it_reads_back(
+    owner: str | None, registered: bool, address: str | None
+) -> None:
+    record = Record(owner, registered, address if registered else None)
+    assert _decode("app", _encode("app", record)) == record
 
 
 def test_unknown_fields_are_ignored(etcd: EtcdServer) -> None:

@@ -304,6 +304,25 @@ def test_a_custom_apply_and_an_unknown_tier(topology: Topology) -> None:
     run(scenario)
 
 
+def test_an_item_whose_apply_raises_anything_else_is_skipped_too(topology: Topology) -> None:
+    # wrong types: an int uuid makes applying the snapshot raise AttributeError, not InvalidEvent
+    broken = TopologySnapshot(
+        dict(topology.tiers), (ReplicasetEvent("replace", 5, tier="default"),)
+    )
+
+    async def scenario() -> None:
+        source = Source(broken, *replicaset_events(1))
+        discovery = TopologyDiscovery(source, topology=topology)
+        try:
+            assert changes(await drain(discovery)) == [("worker-added", inst_uuid(1))]
+            assert discovery.skipped == {"rejected": 1}
+            assert source.resyncs == 1
+        finally:
+            await discovery.aclose()
+
+    run(scenario)
+
+
 def test_a_burst_of_source_events_costs_one_re_read(topology: Topology) -> None:
     async def scenario() -> None:
         burst = [event for n in range(1, 9) for event in replicaset_events(n)]

@@ -689,6 +689,12 @@ def test_uuids_come_out_canonical_and_unknown_fields_are_ignored() -> None:
          "malformed-row", "current_replicaset_uuid"),
         ("[" * 5000 + "]" * 5000, "too-large", "over the limit"),
         (b"\xff\xfe", "malformed-row", "not JSON"),
+        # a lone surrogate, escaped (any transport) or as it is (a str transport)
+        (_raw(1, 1, op="replace", map={"instance_uuid": I[1], "address": "\ud800"}),
+         "malformed-row", "'address' holds a lone surrogate"),
+        (json.dumps({"op": "replace", "raft": {"term": 1, "index": 1},
+                     "map": {"replicaset_uuid": R[1], "tier": "t\ud800"}}, ensure_ascii=False),
+         "malformed-row", "'tier' holds a lone surrogate"),
     ],
 )  # fmt: skip
 def test_malformed_event_documents_name_what_is_wrong(
@@ -719,6 +725,7 @@ def test_malformed_event_documents_name_what_is_wrong(
             "beyond the bucket count",
         ),
         ({"raft": {"term": 1}}, "raft.index"),
+        ({"tiers": {"\udfff": 3000}}, "'tiers' holds a lone surrogate"),
     ],
 )  # fmt: skip
 def test_malformed_snapshots_name_what_is_wrong(change: dict[str, Any], message: str) -> None:

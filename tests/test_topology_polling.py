@@ -19,6 +19,7 @@ from picodata_catalog import Catalog, Expected, name_uuid, topology_state
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 from shardline.topology.sources import (
+    BucketPayload,
     PollingSource,
     TopologyChange,
     TopologySnapshot,
@@ -442,7 +443,10 @@ def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(catalog: Ca
 
     (snapshot,) = asyncio.run(main())
     assert isinstance(snapshot, TopologySnapshot)
-    assert [type(b.payload) for b in snapshot.buckets] == [str]
+    assert [type(b.payload) for b in snapshot.buckets] == [BucketPayload]
+    assert [
+        type(b.payload.text) for b in snapshot.buckets if isinstance(b.payload, BucketPayload)
+    ] == [str]
 
 
 def test_address_type_chooses_the_address(catalog: Catalog) -> None:

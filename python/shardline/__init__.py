@@ -16,6 +16,7 @@ from shardline.balancers import (
 )
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import (
+    InvalidArgument,
     InvalidEvent,
     InvalidRecord,
     NoWorkersAvailable,
@@ -26,7 +27,12 @@ from shardline.errors import (
     UnknownTier,
     WorkerError,
 )
-from shardline.pool import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
+from shardline.pool import (
+    LoadBalancerContext,
+    LoadBalancerContextView,
+    WorkerMetadata,
+    WorkerPool,
+)
 from shardline.pool.proxy import WorkerProxy
 from shardline.topology import (
     BucketEvent,
@@ -45,6 +51,7 @@ __all__ = [
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
+    "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
     "LeastLoadedLoadBalancer",
@@ -65,6 +72,7 @@ __all__ = [
     "WeightedRoundRobinLoadBalancer",
     "WorkerError",
     "WorkerMetadata",
+    "WorkerPool",
     "WorkerProxy",
     "bucket_id",
 ]

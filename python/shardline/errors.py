@@ -7,6 +7,7 @@ caller that already catches ``ValueError`` or ``LookupError`` keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
     "NoWorkersAvailable",
@@ -27,6 +28,17 @@ class InvalidEvent(ShardlineError, ValueError):
     """A topology event or catalog row is malformed; nothing of it was applied.
 
     The message names the offending field and its value.
+    """
+
+
+class InvalidArgument(ShardlineError, ValueError):
+    """An argument outside what a lookup or ``bucket_id`` reads: a bucket id that is not an int
+    from 0 to 2**32 - 1, a bucket count that is not an int from 1 to 2**32 - 1 (a bool is neither),
+    an array (anything exposing the buffer protocol) that is not one-dimensional, or a
+    ``memoryview`` of other items than integers.
+
+    The same rule holds for a single value, a list, a tuple and an integer array of any dtype;
+    the message names the value, and its position for a sequence or an array.
     """
 
 

@@ -6,14 +6,22 @@ Schema version 1 is one JSON object, UTF-8 encoded::
      "tags": ["gpu", "eu"], "extra": {"weight": 3}}
 
 ``uid``, ``address``, ``pid`` and ``version`` are required; ``tags`` (a list of strings) and
-``extra`` (an object) default to empty. Fields this version does not know are ignored, so a
-newer writer can add optional fields without a version bump; a change that older readers
-must not misread bumps ``schema``, and readers skip versions they do not know.
+``extra`` (an object) default to empty. ``schema`` and ``pid`` are JSON integers (``true`` is
+not 1). Fields this version does not know are ignored, so a newer writer can add optional
+fields without a version bump; a change that older readers must not misread bumps ``schema``,
+and readers skip versions they do not know.
+
+A record is at most :data:`MAX_RECORD_BYTES` long and nests arrays and objects at most
+:data:`MAX_DEPTH` levels deep (the record's own object is level 1); a reader refuses a deeper
+one before decoding it, so no record can exhaust the reader's stack. :func:`encode_record`
+refuses whatever :func:`decode_record` would, so a worker learns at publish time what no
+reader would accept.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from types import MappingProxyType
 from typing import Any
@@ -21,54 +29,72 @@ from typing import Any
 from shardline.errors import InvalidRecord
 from shardline.pool.metadata import WorkerMetadata
 
-__all__ = ["MAX_RECORD_BYTES", "SCHEMA_VERSION", "decode_record", "encode_record"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_RECORD_BYTES",
+    "SCHEMA_VERSION",
+    "decode_record",
+    "encode_record",
+    "load_json",
+]
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024
+MAX_DEPTH = 32
+"""The deepest nesting of arrays and objects a record may have, its own object included."""
+
+# a bracket, or a whole string (to the end of the text if it is never closed), matched without
+# backtracking so that the scan stays linear whatever the text
+_TOKEN = re.compile(r'[\[\]{}]|"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
 
 
 def encode_record(metadata: WorkerMetadata) -> bytes:
     """The record of ``metadata`` in schema version 1.
 
-    Raises :class:`InvalidRecord` when ``extra`` is not JSON-serialisable or the encoded record
-    exceeds :data:`MAX_RECORD_BYTES`, so a worker learns at publish time what no reader would
-    accept.
+    Raises :class:`InvalidRecord` for a record no reader would accept, with the reason a reader
+    would give: ``extra`` not JSON-serialisable or nested deeper than :data:`MAX_DEPTH`, a field
+    of the wrong type (a ``bool`` pid, say), or a record over :data:`MAX_RECORD_BYTES`.
+
+    Implementation notes:
+        The encoded record is read back with :func:`decode_record`, so the two cannot disagree
+        on what a reader accepts.
     """
-    document = {
-        "schema": SCHEMA_VERSION,
-        "uid": str(metadata.uid),
-        "address": metadata.address,
-        "pid": metadata.pid,
-        "version": metadata.version,
-        "tags": sorted(metadata.tags),
-        "extra": dict(metadata.extra),
-    }
     try:
+        document = {
+            "schema": SCHEMA_VERSION,
+            "uid": str(metadata.uid),
+            "address": metadata.address,
+            "pid": metadata.pid,
+            "version": metadata.version,
+            "tags": sorted(metadata.tags),
+            "extra": dict(metadata.extra),
+        }
         data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         raise InvalidRecord(
-            "malformed", f"worker {metadata.uid}: extra is not JSON-serialisable ({error})"
+            "malformed",
+            f"worker {metadata.uid}: tags or extra is not JSON-serialisable"
+            f" ({type(error).__name__}: {error})",
         ) from None
-    if len(data) > MAX_RECORD_BYTES:
-        raise InvalidRecord(
-            "oversized",
-            f"worker {metadata.uid}: record of {len(data)} bytes exceeds {MAX_RECORD_BYTES}",
-        )
+    try:
+        decode_record(data)
+    except InvalidRecord as error:
+        raise InvalidRecord(error.reason, f"worker {metadata.uid}: {error}") from None
     return data
 
 
 def decode_record(data: bytes) -> WorkerMetadata:
-    """The worker described by ``data``; :class:`InvalidRecord` names what is wrong with it."""
+    """The worker described by ``data``; :class:`InvalidRecord` names what is wrong with it.
+
+    This is the only exception it raises, whatever ``data`` holds.
+    """
     if len(data) > MAX_RECORD_BYTES:
         raise InvalidRecord("oversized", f"record of {len(data)} bytes exceeds {MAX_RECORD_BYTES}")
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise InvalidRecord("malformed", f"record is not JSON: {error}") from None
+    document = load_json(data, "record")
     if not isinstance(document, dict):
         raise InvalidRecord("malformed", f"record is a {type(document).__name__}, not an object")
     schema = document.get("schema")
-    if schema != SCHEMA_VERSION:
+    if not _is_int(schema) or schema != SCHEMA_VERSION:
         raise InvalidRecord("unknown-schema", f"record has schema {schema!r}, not 1")
     uid = _field(document, "uid", str)
     try:
@@ -92,10 +118,52 @@ def decode_record(data: bytes) -> WorkerMetadata:
     )
 
 
+def load_json(data: bytes, what: str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON value in ``data``, refused as :class:`InvalidRecord` (``"malformed"``, the
+    message starting with ``what``) if it is not JSON or nests deeper than ``max_depth``.
+
+    Implementation notes:
+        The text is decoded as ``json.loads`` would decode the bytes, then its depth measured
+        by a linear scan of its brackets and strings (a few milliseconds at worst for
+        :data:`MAX_RECORD_BYTES`), so the decoder, which recurses once per level, never meets a
+        deeper document.
+    """
+    try:
+        text = data.decode(json.detect_encoding(data), "surrogatepass")
+    except UnicodeDecodeError as error:
+        raise InvalidRecord("malformed", f"{what} is not JSON: {error}") from None
+    if _deeper_than(text, max_depth):
+        raise InvalidRecord("malformed", f"{what} nests deeper than {max_depth} levels")
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise InvalidRecord("malformed", f"{what} is not JSON: {error}") from None
+
+
+def _deeper_than(text: str, limit: int) -> bool:
+    """Whether the arrays and objects of the JSON ``text`` nest deeper than ``limit``
+    (brackets inside strings do not count; invalid JSON is left for the decoder to refuse)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for token in _TOKEN.findall(text):
+        if token == "[" or token == "{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif token == "]" or token == "}":
+            depth -= 1
+    return False
+
+
+def _is_int(value: object) -> bool:
+    # bool is an int to isinstance, but never a count, a version or a pid
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _field(document: dict[str, Any], name: str, kind: type[Any]) -> Any:
     value = document.get(name)
-    # bool is an int to isinstance, but never a pid
-    if not isinstance(value, kind) or isinstance(value, bool):
+    if not (_is_int(value) if kind is int else isinstance(value, kind)):
         raise InvalidRecord(
             "malformed", f"record field {name!r} is not a {kind.__name__}: {value!r}"
         )

@@ -28,8 +28,10 @@ logger = logging.getLogger("shardline.discovery")
 class RecordFeed:
     """The records one subscriber has been shown, and the events that keep it current.
 
-    Each method returns the events the change produces for this subscriber, possibly none.
-    ``skipped`` counts the records that could not be read, by :class:`InvalidRecord` reason.
+    Each method returns the events the change produces for this subscriber, possibly none;
+    none of them raises because of what a record holds. ``skipped`` counts the records that
+    could not be read, by :class:`InvalidRecord` reason, and under ``"filter-error"`` the
+    records on which the filter raised (each such record is absent for this subscriber).
     """
 
     def __init__(self, filter: Callable[[WorkerMetadata], bool] | None = None) -> None:
@@ -63,7 +65,7 @@ class RecordFeed:
     def put(self, metadata: WorkerMetadata) -> list[DiscoveryEvent]:
         """The record of ``metadata.uid`` is now ``metadata``."""
         before = self._shown.get(metadata.uid)
-        if self._filter is not None and not self._filter(metadata):
+        if self._filter is not None and not _accepts(self._filter, metadata, self.skipped):
             return self.remove(metadata.uid)
         self._shown[metadata.uid] = metadata
         if before is None:
@@ -92,8 +94,9 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
 
     Waiting for the next event may be cancelled (``asyncio.wait_for(anext(subscription), 1)``,
     a proxy stopping) without losing anything: the event being waited for is returned by the
-    next call. ``skipped`` counts the records skipped as unreadable, by reason
-    (``"oversized"``, ``"malformed"``, ``"unknown-schema"``).
+    next call. ``skipped`` counts the records skipped, by reason: unreadable
+    (``"oversized"``, ``"malformed"``, ``"unknown-schema"``), or refused by a filter that
+    raised on them (``"filter-error"``). No record ends the subscription.
 
     Implementation notes:
         The backend's async generator is advanced in a task that a cancelled caller leaves
@@ -131,6 +134,23 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                 await pending
         await self._events.aclose()
+
+
+def _accepts(
+    filter: Callable[[WorkerMetadata], bool], metadata: WorkerMetadata, skipped: Counter[str]
+) -> bool:
+    """The filter's verdict; a filter that raises refuses the record (counted, logged): one
+    record it cannot judge must not end the subscriber's stream."""
+    try:
+        return bool(filter(metadata))
+    except Exception:
+        skipped["filter-error"] += 1
+        logger.warning(
+            "skipped the discovery record of %s: the subscription's filter raised",
+            metadata.uid,
+            exc_info=True,
+        )
+        return False
 
 
 def _observed(step: asyncio.Future[DiscoveryEvent]) -> None:

@@ -1,6 +1,13 @@
 """The worker pool: workers keyed by uid, and the view balancers read."""
 
+from shardline._core import WorkerPool
 from shardline.pool.context import LoadBalancerContext, LoadBalancerContextView, WorkersView
 from shardline.pool.metadata import WorkerMetadata
 
-__all__ = ["LoadBalancerContext", "LoadBalancerContextView", "WorkerMetadata", "WorkersView"]
+__all__ = [
+    "LoadBalancerContext",
+    "LoadBalancerContextView",
+    "WorkerMetadata",
+    "WorkerPool",
+    "WorkersView",
+]

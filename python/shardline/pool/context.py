@@ -49,7 +49,8 @@ class WorkersView(Mapping[uuid.UUID, tuple[Any, Any]]):
 
 
 class LoadBalancerContext(WorkerPool):
-    """The uid-keyed pool of workers, with the read-only view balancers are given.
+    """The uid-keyed pool of workers, with the read-only view balancers are given: a
+    :class:`shardline.WorkerPool` with its ``workers`` mapping.
 
     ``add_worker(metadata, connection)`` admits or replaces (a replace keeps the worker's
     position); ``update_worker(metadata, connection)`` refreshes only a worker already admitted

@@ -8,7 +8,8 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Sequence
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -16,6 +17,7 @@ from aetcd import rpc
 
 from shardline.discovery.etcd_connection import EtcdConnection, namespace_prefix
 from shardline.discovery.etcd_watch import Changes, Listing, watch_range
+from shardline.discovery.record import load_json
 from shardline.errors import InvalidRecord
 from shardline.registration.checks import check_owner, check_service, check_services
 from shardline.registration.record import Record
@@ -49,17 +51,15 @@ def _encode(service: str, record: Record) -> bytes:
 def _decode(service: str, data: bytes) -> Record:
     """The record stored as ``data`` under ``service``'s key; :class:`InvalidRecord` (with
     ``reason`` ``"oversized"``, ``"malformed"`` or ``"unknown-schema"``) says why it cannot be
-    read."""
+    read. It raises nothing else, whatever ``data`` holds."""
     if len(data) > MAX_VALUE_BYTES:
         raise InvalidRecord("oversized", f"{len(data)} bytes, more than {MAX_VALUE_BYTES}")
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise InvalidRecord("malformed", f"not JSON: {error}") from None
+    document = load_json(data, "the value")
     if not isinstance(document, dict):
         raise InvalidRecord("malformed", f"a JSON {type(document).__name__}, not an object")
     schema = document.get("schema")
-    if schema != SCHEMA_VERSION or isinstance(schema, bool):
+    # an int, and not a bool (True == 1) nor a float (1.0 == 1)
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
         raise InvalidRecord("unknown-schema", f"schema {schema!r}, not {SCHEMA_VERSION}")
     if document.get("service") != service:
         raise InvalidRecord("malformed", f"it is the record of service {document.get('service')!r}")
@@ -104,10 +104,10 @@ class EtcdRecordStore:
     newer schema) is *not* a record: ``get`` raises :class:`~shardline.errors.InvalidRecord`
     (a ``ValueError``; its ``reason`` is ``"oversized"``, ``"malformed"`` or
     ``"unknown-schema"``), on which a reader falls back to its liveness signal as it does for
-    an absent record; ``watch`` logs a warning and reports the service as ``None``; a
-    retraction (``report(..., False, ...)``) cannot prove it owns such a record, so it is
-    dropped (returns ``False``) with a warning; ``claim``, ``report(True)`` and ``clear``
-    replace or remove it.
+    an absent record; ``watch`` logs a warning, counts it in :attr:`skipped` and reports the
+    service as ``None`` (it never ends a watch); a retraction (``report(..., False, ...)``)
+    cannot prove it owns such a record, so it is dropped (returns ``False``) with a warning;
+    ``claim``, ``report(True)`` and ``clear`` replace or remove it.
 
     ``watch(services)`` yields ``(service, record or None)``: when first iterated, the current
     state of every service named (in the order given, duplicates once), then each change of
@@ -120,13 +120,15 @@ class EtcdRecordStore:
     Implementation notes
     --------------------
     A record is the key ``/shardline/<namespace>/registration/<service>``, its value one JSON
-    object, UTF-8, at most :data:`MAX_VALUE_BYTES`::
+    object, UTF-8, at most :data:`MAX_VALUE_BYTES` and nested at most
+    :data:`~shardline.discovery.record.MAX_DEPTH` levels deep (deeper is refused unread)::
 
         {"schema": 1, "service": "<service>", "owner": "<tag>" | null,
          "registered": true | false, "address": "<host:port>" | null}
 
     Unknown fields are ignored, so optional fields can be added without a version bump; a
-    change older readers must not misread bumps ``schema``. Nothing is ever unpickled.
+    change older readers must not misread bumps ``schema`` (a JSON integer: ``true`` is not 1).
+    Nothing is ever unpickled.
 
     ``claim`` and ``report(True)`` are plain puts and ``clear`` a delete, so each takes effect
     in one revision. ``report(False)`` is an optimistic compare-and-swap on the key's
@@ -174,6 +176,13 @@ class EtcdRecordStore:
             cert_cert=cert_cert,
             timeout=timeout,
         )
+        self._skipped: Counter[str] = Counter()
+
+    @property
+    def skipped(self) -> Mapping[str, int]:
+        """How many stored values this store's watches could not read and reported as absent,
+        by :class:`~shardline.errors.InvalidRecord` reason."""
+        return self._skipped
 
     def key(self, service: str) -> bytes:
         """The etcd key holding ``service``'s record."""
@@ -292,6 +301,7 @@ class EtcdRecordStore:
         try:
             return _decode(service, kv.value)
         except InvalidRecord as error:
+            self._skipped[error.reason] += 1
             logger.warning(
                 "the registration record of %r at revision %d cannot be read (%s); "
                 "reporting it as absent",

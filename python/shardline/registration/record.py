@@ -40,6 +40,8 @@ class RecordStore(Protocol):
     - ``watch(services)`` yields ``(service, record or None)`` for each of ``services``: when
       first iterated, the current state of each (in the order given, duplicates once), then
       every change, never repeating what it last yielded for a service; ``aclose()`` ends it.
+      A stored record the store cannot read is yielded as ``None`` (logged): no record ends a
+      watch.
 
     Arguments are checked before anything is written (``ValueError`` naming the value).
     """

@@ -98,9 +98,10 @@ class TopologyDiscovery(Subscription):
       when ``apply`` is given — is iterated by this stream, which applies each item with
       ``apply(topology, item)`` (default :func:`~shardline.topology.sources.apply_change`)
       and re-reads the instances after every burst of items. An item the topology refuses
-      (``InvalidEvent``, ``UnknownTier``) is logged, counted in ``skipped`` under
-      ``"rejected"`` and skipped, and the source's ``resync()`` is called if it has one; it
-      never ends the stream. ``interval`` adds periodic re-reads (default: none).
+      (``InvalidEvent``, ``UnknownTier``, or any other exception from applying it) is logged,
+      counted in ``skipped`` under ``"rejected"`` and skipped, and the source's ``resync()`` is
+      called if it has one; it never ends the stream. ``interval`` adds periodic re-reads
+      (default: none).
 
     When the source ends (or ``run`` returns, the source being closed), the stream ends after a
     last re-read; when it raises, the stream raises the same error. ``aclose()`` stops running
@@ -285,9 +286,13 @@ class TopologyDiscovery(Subscription):
                 applied = apply(topology, item)
                 if inspect.isawaitable(applied):
                     await applied
-            except (InvalidEvent, UnknownTier) as error:
+            except Exception as error:  # one item that cannot be applied must not end the stream
                 self._rejected["rejected"] += 1
-                logger.warning("the topology refused %s: %s", type(item).__name__, error)
+                logger.warning(
+                    "the topology refused %s: %s",
+                    type(item).__name__,
+                    error if isinstance(error, InvalidEvent | UnknownTier) else repr(error),
+                )
                 if callable(resync):
                     resync()
             self._wake.set()

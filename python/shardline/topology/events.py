@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from shardline import _core
 
@@ -54,13 +54,16 @@ class BucketEvent:
     op: Op = "replace"
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> BucketEvent:
+    def from_row(cls, row: object) -> BucketEvent:
         """Builds the event for one element of the JSON array ``SELECT _pico_bucket(tier)`` returns.
 
-        The row needs ``bucket_id_start``, ``bucket_id_end``, ``current_replicaset_uuid``,
-        ``state`` and ``tier_name``; ``target_replicaset_uuid`` is not used, since requests
-        follow the current owner until a migration completes. Raises
-        :class:`shardline.InvalidEvent` naming the missing or malformed field.
+        The row is a mapping with ``bucket_id_start``, ``bucket_id_end``,
+        ``current_replicaset_uuid``, ``state`` and ``tier_name``; ``target_replicaset_uuid`` is
+        not used, since requests follow the current owner until a migration completes. Raises
+        :class:`shardline.InvalidEvent` naming the missing or malformed field, or the row itself
+        when it is not a mapping (a number, a str, None, a list, ...).
         """
-        tier, start, end, owner, state = _core.parse_bucket_row(dict(row))
+        # Only a mapping is copied into a dict: dict() would also accept a list of pairs as a row.
+        fields = dict(row) if isinstance(row, Mapping) else row
+        tier, start, end, owner, state = _core.parse_bucket_row(fields)
         return cls(tier=tier, start=start, end=end, current_replicaset_uuid=owner, state=state)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from shardline._core import BucketPayload
 from shardline.topology.sources.changes import (
     BucketSnapshot,
     TopologyChange,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from shardline.topology.sources.polling import PollingSource
 
 __all__ = [
+    "BucketPayload",
     "BucketSnapshot",
     "DeliveryStats",
     "FailureReason",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from shardline._core import Instance, Topology
+from shardline._core import BucketPayload, Instance, Topology
 from shardline.errors import UnknownTier
 from shardline.topology.events import BucketEvent, InstanceEvent, ReplicasetEvent
 
@@ -29,13 +29,14 @@ __all__ = [
 class BucketSnapshot:
     """The whole bucket map of ``tier``: ranges absent from it are gone.
 
-    ``payload`` is what ``SELECT _pico_bucket(tier)`` returned — its JSON text (str or bytes,
-    undecoded, so that an unchanged poll is recognised without decoding) — or a sequence of
-    :class:`BucketEvent` or of decoded ``_pico_bucket`` rows.
+    ``payload`` is what ``SELECT _pico_bucket(tier)`` returned: its JSON text (str or bytes,
+    undecoded, so that an unchanged poll is recognised without decoding), that text already
+    read into a :class:`BucketPayload` (which :class:`PollingSource` hands out, so the text is
+    read once), or a sequence of :class:`BucketEvent` or of decoded ``_pico_bucket`` rows.
     """
 
     tier: str
-    payload: str | bytes | Sequence[BucketEvent | Mapping[str, Any]]
+    payload: str | bytes | BucketPayload | Sequence[BucketEvent | Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,9 +171,11 @@ class NotificationSource(TopologySource):
     Several documents at the same raft position (one entry changing several things) are all
     handed out.
 
-    A malformed or oversized document, or a bucket range of a tier the tier configuration
-    lacks or beyond its bucket count, is skipped, logged and counted in :attr:`state` (and
-    :attr:`deliveries`); it never ends the stream. A lost connection, a failed connect or an
+    A malformed or oversized document (or one the parser fails on in any way), or a bucket
+    range of a tier the tier configuration lacks or beyond its bucket count, is skipped, logged
+    and counted in :attr:`state` (and :attr:`deliveries`); it never ends the stream, and
+    neither does a transport whose ``connect()`` raises something other than
+    :class:`TransportError` (counted as ``connect``). A lost connection, a failed connect or an
     unusable snapshot is counted by reason and retried after ``retry`` seconds, doubling up to
     ``max_retry``. The tier configuration is the first snapshot's; a tier that later appears
     (or changes its bucket count) is counted as ``unknown-tier`` and its buckets are not
@@ -438,6 +440,9 @@ class NotificationSource(TopologySource):
         except TransportError as error:
             self._recorder.failure(error.reason, str(error))
             return None
+        except Exception as error:  # a transport's own bug must not end the stream
+            self._recorder.failure(FailureReason.CONNECT, f"{type(error).__name__}: {error}")
+            return None
         finally:
             self._connecting = None
 
@@ -463,6 +468,11 @@ class NotificationSource(TopologySource):
             document = parse_snapshot_document(session.snapshot, max_size=self._max_snapshot)
         except DocumentError as error:
             self._recorder.failure(error.reason, f"unusable snapshot: {error}")
+            return None
+        except Exception as error:  # whatever the parse raises, the snapshot is unusable
+            self._recorder.failure(
+                FailureReason.MALFORMED_ROW, f"unusable snapshot: {type(error).__name__}: {error}"
+            )
             return None
         if self._tier_config is None:
             self._tier_config = dict(document.tiers)
@@ -508,6 +518,12 @@ class NotificationSource(TopologySource):
         except DocumentError as error:
             counters.skipped += 1
             self._recorder.failure(error.reason, f"document skipped: {error}")
+            return None
+        except Exception as error:  # one document, whatever it holds, never ends the stream
+            counters.skipped += 1
+            self._recorder.failure(
+                FailureReason.MALFORMED_ROW, f"document skipped: {type(error).__name__}: {error}"
+            )
             return None
         position, event = decoded.position, decoded.event
         if isinstance(event, BucketEvent):

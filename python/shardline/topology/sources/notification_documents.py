@@ -17,7 +17,8 @@ An *event document* is one ADR event::
 ``{"instance_uuid", "replicaset_uuid"?, "current_state"?, "address"?}``; else an
 *EventReplicaset* if it has ``replicaset_uuid``: ``{"replicaset_uuid", "tier"?,
 "current_master_uuid"?}``. In a ``"replace"`` a field that is absent or ``null`` is left
-unchanged. Unknown keys are ignored, so fields can be added without breaking readers.
+unchanged. Unknown keys are ignored, so fields can be added without breaking readers. A text
+whose escapes decode to a lone surrogate (``"\\ud800"``) makes the document malformed.
 
 The *snapshot document* is the whole topology at one raft position::
 
@@ -226,7 +227,10 @@ def parse_snapshot_document(
 
 def _load(document: str | bytes, max_size: int, what: str) -> dict[str, Any]:
     if isinstance(document, str):
-        size = len(document) if document.isascii() else len(document.encode())
+        size = len(document)
+        if not document.isascii():
+            # surrogatepass: a lone surrogate is sized here, and refused by the field holding it
+            size = len(document.encode("utf-8", "surrogatepass"))
     elif isinstance(document, bytes | bytearray):
         size = len(document)
     else:
@@ -294,6 +298,11 @@ def _check_text(name: str, value: Any) -> str:
         raise _malformed(f"'{name}' must be a non-empty string, got {_show(value)}")
     if len(value) > MAX_TEXT:
         raise _malformed(f"'{name}' of length {len(value)} is over the limit of {MAX_TEXT}")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise _malformed(f"'{name}' holds a lone surrogate: {_show(value)}") from None
     return value
 
 

@@ -15,9 +15,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.string import TextLoader
 
-from shardline._core import Topology
+from shardline._core import BucketPayload
 from shardline.checks import check_count, check_seconds
-from shardline.errors import InvalidEvent, UnknownTier
 from shardline.topology.sources.changes import BucketSnapshot, TopologyChange, TopologySnapshot
 from shardline.topology.sources.membership import (
     ADDRESSES_OF_TYPE_QUERY,
@@ -53,8 +52,9 @@ class PollingSource(TopologySource):
     Each poll reads ``_pico_tier``, ``_pico_replicaset``, ``_pico_instance`` and
     ``_pico_peer_address``, then ``SELECT _pico_bucket($1) AS buckets`` for each tier, and
     hands out what changed since the previous poll: replicasets, then instances (those that
-    vanished as ``"delete"`` events), then a :class:`BucketSnapshot` per tier carrying the JSON
-    text undecoded (the topology recognises an unchanged one in microseconds). The first poll
+    vanished as ``"delete"`` events), then a :class:`BucketSnapshot` per tier carrying the map
+    as a :class:`BucketPayload`: its JSON text, read once (the topology recognises an unchanged
+    one in microseconds). The first poll
     on each connection hands out one :class:`TopologySnapshot` instead, which rebuilds the
     view from scratch — so after a reconnect, to the same server or another one, the view is
     whatever that server says.
@@ -92,10 +92,12 @@ class PollingSource(TopologySource):
         are validated whole into a :class:`~shardline.topology.sources.membership.Membership`
         before anything is handed out; the previous poll's membership is the baseline the
         events are computed from. A bucket map whose text differs from the last one accepted
-        for its tier is validated by applying it to a private :class:`Topology`, the same
-        code that will apply it, so an invalid map is never handed out. ``json`` columns are
-        read as text, so the map's text reaches the topology undecoded whatever type the
-        server gives ``_pico_bucket``.
+        for its tier is read into a :class:`BucketPayload`, which validates it with the rules
+        the topology applies, so an invalid map is never handed out, and the topology applies
+        the ranges already read instead of reading the text again. A text equal to the last
+        one accepted hands out that payload again, unread. ``json`` columns are read as text,
+        so the map's text reaches the parser undecoded whatever type the server gives
+        ``_pico_bucket``.
     """
 
     def __init__(
@@ -143,9 +145,8 @@ class PollingSource(TopologySource):
         self._connection: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
         self._baseline: Membership | None = None
         self._tier_config: dict[str, int] | None = None
-        self._accepted: dict[str, str | bytes] = {}
-        self._checker: Topology | None = None
-        self._checker_tiers: dict[str, int] = {}
+        # tier → (the bucket count it was validated for, the last map accepted)
+        self._accepted: dict[str, tuple[int, BucketPayload]] = {}
 
         self._wake = asyncio.Event()
         self._triggered = False
@@ -202,7 +203,15 @@ class PollingSource(TopologySource):
                 self._started += 1
                 cycle, rejections = self._started, self._rejections
                 self._last_start = asyncio.get_running_loop().time()
-                changes, complete = await self._poll()
+                try:
+                    changes, complete = await self._poll()
+                except Exception as error:
+                    # nothing a poll reads may end the loop: only closing or cancelling does
+                    self._recorder.failure(
+                        FailureReason.UNEXPECTED, f"poll failed: {type(error).__name__}: {error}"
+                    )
+                    await self._disconnect()
+                    changes, complete = [], False
                 if self._closed:
                     return
                 for change in changes:
@@ -262,7 +271,7 @@ class PollingSource(TopologySource):
                 self._recorder.failure(
                     FailureReason.UNKNOWN_TIER, f"tier {name!r} is not in _pico_tier"
                 )
-        payloads: dict[str, str | bytes] = {}
+        payloads: dict[str, BucketPayload] = {}
         for tier, count in sorted(membership.tiers.items()):
             if config.get(tier) != count:
                 complete = False
@@ -391,6 +400,10 @@ class PollingSource(TopologySource):
             return Membership.from_rows(tiers, replicasets, instances, addresses, scope=self._scope)
         except CatalogError as error:
             raise _Failure(error.reason, str(error)) from None
+        except Exception as error:  # rows no check anticipated are malformed rows all the same
+            raise _Failure(
+                FailureReason.MALFORMED_ROW, f"catalog rows: {type(error).__name__}: {error}"
+            ) from None
 
     async def _read_buckets(
         self,
@@ -398,7 +411,7 @@ class PollingSource(TopologySource):
         tier: str,
         config: Mapping[str, int],
         deadline: float,
-    ) -> str | bytes:
+    ) -> BucketPayload:
         what = f"_pico_bucket({tier!r})"
         rows = await self._fetch(
             connection,
@@ -421,22 +434,16 @@ class PollingSource(TopologySource):
                 FailureReason.TOO_LARGE,
                 f"{what}: {len(payload)} characters, over max_payload={self._max_payload}",
             )
-        if self._accepted.get(tier) != payload:
-            try:
-                self._check(tier, payload, config)
-            except (InvalidEvent, UnknownTier) as error:
-                raise _Failure(FailureReason.MALFORMED_BUCKETS, f"{what}: {error}") from None
-            self._accepted[tier] = payload
-        return payload
-
-    def _check(self, tier: str, payload: str | bytes, config: Mapping[str, int]) -> None:
-        """Validates the map with the code that will apply it, on a private topology."""
-        if self._checker is None or self._checker_tiers != config:
-            self._checker = Topology()
-            self._checker.apply_tiers(config)
-            self._checker_tiers = dict(config)
-            self._accepted.clear()
-        self._checker.apply_bucket_snapshot(tier, payload)
+        count = config[tier]
+        accepted = self._accepted.get(tier)
+        if accepted is not None and accepted[0] == count and accepted[1].text == payload:
+            return accepted[1]
+        try:
+            parsed = BucketPayload(tier, payload, count)
+        except Exception as error:  # whatever the map makes the parser raise, it is unusable
+            raise _Failure(FailureReason.MALFORMED_BUCKETS, f"{what}: {error}") from None
+        self._accepted[tier] = (count, parsed)
+        return parsed
 
 
 def _message(error: BaseException) -> str:

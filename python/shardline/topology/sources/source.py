@@ -31,10 +31,11 @@ class TopologySource(ABC):
     returns once what it read has been handed out — under :meth:`run`, applied; :meth:`trigger`
     only asks for an early read. :attr:`state` reports how the source is doing.
 
-    A failure never ends the iteration: it is counted in :attr:`state` by
-    :class:`~shardline.topology.sources.FailureReason`, logged on
-    ``shardline.topology.sources``, and retried. A source never clears a bucket map on its
-    own; a map is cleared only by the topology's rules, applying what the cluster said.
+    No failure ends the iteration, and no document or row, whatever it holds, does either:
+    each is counted in :attr:`state` by :class:`~shardline.topology.sources.FailureReason`,
+    logged on ``shardline.topology.sources``, and retried or skipped; only :meth:`aclose` (or
+    cancelling the consumer) ends it. A source never clears a bucket map on its own; a map is
+    cleared only by the topology's rules, applying what the cluster said.
 
     Use a source on one event loop; ``async with source:`` closes it on exit.
     """
@@ -121,19 +122,26 @@ class TopologySource(ABC):
         """Applies every change this source hands out to ``topology``, until the source is
         closed (or the task running this is cancelled).
 
-        A change the topology refuses (``InvalidEvent``, ``UnknownTier``) is counted as
-        ``rejected`` and logged; the source then hands out a full snapshot at its next read,
-        so the topology converges again.
+        A change the topology refuses (``InvalidEvent``, ``UnknownTier``), or any other
+        exception raised while applying one, is counted as ``rejected`` and logged; the source
+        then hands out a full snapshot at its next read, so the topology converges again. Only
+        closing the source or cancelling the task ends the loop.
         """
         changes = self.__aiter__()
         try:
             async for change in changes:
                 try:
                     applied = apply_change(topology, change)
-                except (InvalidEvent, UnknownTier) as error:
+                except Exception as error:
+                    # one change that cannot be applied must not end the stream
+                    why = (
+                        str(error)
+                        if isinstance(error, InvalidEvent | UnknownTier)
+                        else f"{type(error).__name__}: {error}"
+                    )
                     self._rejections += 1
                     self._recorder.failure(
-                        FailureReason.REJECTED, f"{type(change).__name__} refused: {error}"
+                        FailureReason.REJECTED, f"{type(change).__name__} refused: {why}"
                     )
                     self.resync()
                 else:

@@ -38,7 +38,10 @@ class FailureReason(StrEnum):
     """The catalog's tiers changed after the topology's tier configuration was set, or a tier
     asked for is not in the catalog."""
     REJECTED = "rejected"
-    """The topology refused a change the source handed out."""
+    """The topology refused a change the source handed out, or raised while applying it."""
+    UNEXPECTED = "unexpected-error"
+    """A read raised an error the source has no check for (a defect, or input no check
+    anticipated); what that read brought was dropped and the source went on."""
 
 
 @dataclass(frozen=True, slots=True)
