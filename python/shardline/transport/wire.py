@@ -24,6 +24,7 @@ so an old worker answers it ``UNIMPLEMENTED`` instead of misreading it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,8 @@ UNKNOWN_HANDLER = "shardline.UnknownHandler"
 BAD_REQUEST = "shardline.BadRequest"
 BAD_RESULT = "shardline.BadResult"
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 # An error message longer than this is cut, so an error reply always fits any sane limit.
 _MAX_ERROR_MESSAGE_CHARS = 8 * 1024
 
@@ -61,8 +64,9 @@ class MalformedMessage(ValueError):
     """A message read from the network does not follow this format."""
 
 
-def _dumps(document: Any) -> bytes:
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+def _dumps(document: Any, errors: str = "strict") -> bytes:
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8", errors)
 
 
 def _loads(data: bytes, what: str) -> dict[str, Any]:
@@ -82,16 +86,23 @@ def _bounded(data: bytes, limit: int, what: str) -> bytes:
 
 
 def encode_request(task: Task, limit: int) -> bytes:
-    """The request for ``task``; ``TypeError`` when its handler is not a str, ``TypeError`` or
-    ``ValueError`` when its payload is not JSON or the request would exceed ``limit`` bytes."""
+    """The request for ``task``; ``TypeError`` when its handler is not a str, ``ValueError``
+    when it is not Unicode text (it holds a surrogate code point, which UTF-8 cannot carry),
+    ``TypeError`` or ``ValueError`` when its payload is not JSON (a str in it holding a
+    surrogate, or nested too deep to encode, is not) or the request would exceed ``limit``
+    bytes."""
     if not isinstance(task.handler, str):
         raise TypeError(f"a task's handler is a str, not {type(task.handler).__name__}")
+    if _SURROGATE.search(task.handler):
+        raise ValueError(
+            f"a task's handler must be Unicode text, not {task.handler!r} (a surrogate code point)"
+        )
     try:
         data = _dumps({"handler": task.handler, "payload": task.payload})
-    except (TypeError, ValueError) as error:
-        raise type(error)(
-            f"the payload for handler {task.handler!r} is not JSON: {error}"
-        ) from None
+    except (TypeError, ValueError, RecursionError) as error:
+        # rebuilt as the base type: UnicodeEncodeError's constructor takes five arguments
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"the payload for handler {task.handler!r} is not JSON: {error}") from None
     return _bounded(data, limit, f"the task for handler {task.handler!r}")
 
 
@@ -111,10 +122,11 @@ def encode_result(result: Any, limit: int) -> bytes:
 
 
 def encode_error(type_name: str, message: str) -> bytes:
-    """The reply reporting an error of type ``type_name``."""
+    """The reply reporting an error of type ``type_name``. It never fails: a code point UTF-8
+    cannot carry (a lone surrogate) is sent as ``?``, and a long message is cut."""
     if len(message) > _MAX_ERROR_MESSAGE_CHARS:
         message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
-    return _dumps({"error": {"type": type_name, "message": message}})
+    return _dumps({"error": {"type": type_name, "message": message}}, errors="replace")
 
 
 def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
