@@ -269,6 +269,11 @@ def test_encode_error_replaces_what_utf8_cannot_carry_and_never_fails() -> None:
     )
 
 
+def test_an_error_reply_holding_an_escaped_surrogate_reads_as_it_would_be_sent() -> None:
+    reply = b'{"error":{"type":"Bad\\ud800Type","message":"lone \\udfff, pair \\ud83d\\ude00"}}'
+    assert decode_reply(reply) == (None, ("Bad?Type", "lone ?, pair \U0001f600"))
+
+
 def test_a_handler_or_payload_holding_a_surrogate_is_a_value_error_naming_it() -> None:
     with pytest.raises(ValueError, match=r"handler must be Unicode text, not 'ec\\ud800ho'"):
         encode_request(Task("ec\ud800ho", 1), MAX_MESSAGE_BYTES)

@@ -64,9 +64,14 @@ class MalformedMessage(ValueError):
     """A message read from the network does not follow this format."""
 
 
-def _dumps(document: Any, errors: str = "strict") -> bytes:
-    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return text.encode("utf-8", errors)
+def _dumps(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _legible(text: str) -> str:
+    # UTF-8 cannot carry a surrogate code point: an error's type and message carry "?" instead,
+    # both ways, so an error reply always encodes and what it reports can always be printed
+    return _SURROGATE.sub("?", text)
 
 
 def _loads(data: bytes, what: str) -> dict[str, Any]:
@@ -122,16 +127,17 @@ def encode_result(result: Any, limit: int) -> bytes:
 
 
 def encode_error(type_name: str, message: str) -> bytes:
-    """The reply reporting an error of type ``type_name``. It never fails: a code point UTF-8
-    cannot carry (a lone surrogate) is sent as ``?``, and a long message is cut."""
+    """The reply reporting an error of type ``type_name``. It never fails: a surrogate code
+    point (which UTF-8 cannot carry) is sent as ``?``, and a long message is cut."""
     if len(message) > _MAX_ERROR_MESSAGE_CHARS:
         message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
-    return _dumps({"error": {"type": type_name, "message": message}}, errors="replace")
+    return _dumps({"error": {"type": _legible(type_name), "message": _legible(message)}})
 
 
 def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
     """``(result, None)`` or ``(None, (type, message))``; :class:`MalformedMessage` when the
-    reply is neither."""
+    reply is neither. A surrogate code point in the type or message (a JSON escape) reads as
+    ``?``, as :func:`encode_error` sends it."""
     document = _loads(data, "the reply")
     if "result" in document:
         return document["result"], None
@@ -139,7 +145,7 @@ def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
     if isinstance(error, dict):
         type_name, message = error.get("type"), error.get("message")
         if isinstance(type_name, str) and isinstance(message, str):
-            return None, (type_name, message)
+            return None, (_legible(type_name), _legible(message))
     raise MalformedMessage(
         f"the reply has neither a result nor a well-formed error: {data[:200]!r}"
     )
