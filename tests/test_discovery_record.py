@@ -97,6 +97,15 @@ def document(**changes: Any) -> bytes:
         (document(tags=["a", 1]), "malformed", "'tags'"),
         (document(extra=[1]), "malformed", "'extra'"),
         (b" " * (MAX_RECORD_BYTES + 1), "oversized", str(MAX_RECORD_BYTES)),
+        # a lone surrogate, as a JSON escape or as bytes (UTF-8 has none): no Unicode text
+        (document(address="a\ud800"), "malformed", r"'a\\ud800'.*not Unicode text"),
+        (document(extra={"\udfff": 1}), "malformed", r"'\\udfff'.*not Unicode text"),
+        (document(tags=["x\ud83d"]), "malformed", "not Unicode text"),
+        (
+            '{"version": "\ud83d\ude00"}'.encode("utf-8", "surrogatepass"),
+            "malformed",
+            "not Unicode",
+        ),
     ],
 )
 def test_an_unreadable_record_is_refused_with_its_reason(
@@ -154,6 +163,57 @@ def test_publishing_refuses_a_bool_pid_and_nesting_too_deep_even_to_serialise() 
         encode_record(worker(1, extra=MappingProxyType({"x": nested(MAX_DEPTH)})))
     with pytest.raises(InvalidRecord, match="not JSON-serialisable"):
         encode_record(worker(1, extra=MappingProxyType({"x": nested(100_000)})))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        # the two halves of a pair as two code points: their escapes read back as one
+        ({"extra": MappingProxyType({"\ud83d\ude00": 1})}, "extra"),
+        ({"extra": MappingProxyType({"k": [{"x": "\ud83d\ude00"}]})}, "extra"),
+        ({"extra": MappingProxyType({"k": "lone \udc00"})}, "extra"),
+        ({"address": "host\ud800:1"}, "address"),
+        ({"version": "\ud83d\ude00"}, "version"),
+        ({"tags": frozenset({"ok", "\udfff"})}, "tags"),
+    ],
+)
+def test_publishing_refuses_a_str_that_is_not_unicode_text_naming_the_field(
+    changes: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidRecord, match=f"field '{field}' holds .*not Unicode text") as caught:
+        encode_record(worker(1, **changes))
+    assert caught.value.reason == "malformed"
+
+
+def test_a_pair_written_whole_or_escaped_reads_back_as_one_code_point() -> None:
+    whole = worker(1, version="\U0001f600", extra=MappingProxyType({"\U0001f600": "\U0001f600"}))
+    assert decode_record(encode_record(whole)) == whole
+    assert decode_record(document(version="\U0001f600")).version == "\U0001f600"
+    assert decode_record(b"{" + document()[1:-1] + b', "zone": "\\ud83d\\ude00"}') == worker(1)
+
+
+# a pair as two code points, a lone half, and the same pair as one code point
+halves = st.sampled_from(["\ud83d\ude00", "\udfff", "\U0001f600"])
+surrogate_texts = st.lists(st.characters() | halves, max_size=4).map("".join)
+
+
+@given(
+    st.builds(
+        WorkerMetadata,
+        uid=st.uuids(),
+        address=surrogate_texts,
+        pid=st.integers(0, 10),
+        version=surrogate_texts,
+        tags=st.frozensets(surrogate_texts, max_size=3),
+        extra=st.dictionaries(surrogate_texts, surrogate_texts, max_size=3).map(MappingProxyType),
+    )
+)
+def test_whatever_publishing_accepts_reads_back_exactly(metadata: WorkerMetadata) -> None:
+    try:
+        data = encode_record(metadata)
+    except InvalidRecord:
+        return
+    assert decode_record(data) == metadata
 
 
 def test_unknown_fields_are_ignored_so_writers_can_add_optional_ones() -> None:

@@ -137,6 +137,7 @@ UNREADABLE = [
     (b'{"schema": 1, "service": "app", "owner": 7, "registered": false}', "malformed"),
     (b'{"schema": 1, "service": "app", "owner": null, "registered": "yes"}', "malformed"),
     (b'{"schema": 1, "service": "app", "registered": false, "address": "a:1"}', "malformed"),
+    (b'{"schema": 1, "service": "app", "owner": "o\\ud800", "registered": false}', "malformed"),
     (b" " * (MAX_VALUE_BYTES + 1), "oversized"),
 ]
 
@@ -161,15 +162,25 @@ def test_reading_any_value_raises_nothing_but_invalid_record(data: bytes) -> Non
         _decode("app", data)
 
 
-texts = st.text(st.characters() | st.sampled_from(["\ud800", "\udfff"]), max_size=20)
+# a lone half, a pair as two code points (its escapes read back as one), the pair as one
+halves = st.sampled_from(["\ud800", "\udfff", "\ud83d\ude00", "\U0001f600"])
+texts = st.lists(st.characters() | halves, max_size=10).map("".join)
 
 
-@given(st.none() | texts, st.booleans(), st.none() | texts)
+def has_surrogate(text: str | None) -> bool:
+    return text is not None and any("\ud800" <= char <= "\udfff" for char in text)
+
+
+@given(st.none() | texts, st.booleans(), st.none() | texts, st.just("app") | texts.filter(bool))
 def test_every_value_a_store_writes_it_reads_back(
-    owner: str | None, registered: bool, address: str | None
+    owner: str | None, registered: bool, address: str | None, service: str
 ) -> None:
     record = Record(owner, registered, address if registered else None)
-    assert _decode("app", _encode("app", record)) == record
+    if any(map(has_surrogate, (service, record.owner, record.address))):
+        with pytest.raises(ValueError, match="must be Unicode text"):
+            _encode(service, record)
+    else:
+        assert _decode(service, _encode(service, record)) == record
 
 
 def test_unknown_fields_are_ignored(etcd: EtcdServer) -> None:
@@ -233,6 +244,12 @@ def test_bad_store_arguments_are_refused_by_name(arguments: dict[str, Any], name
         (lambda s: s.report("app", False, "o", "a:1"), "no address, got 'a:1'"),
         (lambda s: s.report("app", True, "o", "a" * MAX_VALUE_BYTES), "too long"),
         (lambda s: s.claim("app", "o" * MAX_VALUE_BYTES), "too long"),
+        # a surrogate code point, alone or as half of a pair: not Unicode text
+        (lambda s: s.claim("\ud83d\ude00", "o"), "service must be Unicode text, got '\\ud83d"),
+        (lambda s: s.get("a\ud800"), "service must be Unicode text, got 'a\\ud800'"),
+        (lambda s: s.claim("app", "o\udfff"), "owner must be Unicode text, got 'o\\udfff'"),
+        (lambda s: s.report("app", False, "\ud800"), "owner must be Unicode text"),
+        (lambda s: s.report("app", True, "o", "h\ud800:1"), "address must be Unicode text"),
     ],
 )
 def test_bad_call_arguments_are_refused_by_name_before_anything_is_sent(
@@ -248,7 +265,13 @@ def test_bad_call_arguments_are_refused_by_name_before_anything_is_sent(
 
 @pytest.mark.parametrize(
     ("services", "named"),
-    [("app", "'app'"), ([], "at least one"), (["app", ""], "''"), (None, "None")],
+    [
+        ("app", "'app'"),
+        ([], "at least one"),
+        (["app", ""], "''"),
+        (None, "None"),
+        (["app", "\ud83d\ude00"], "must be Unicode text"),
+    ],
 )
 def test_bad_watch_arguments_are_refused_at_the_call(
     etcd: EtcdServer, services: Any, named: str

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+import pytest
 from registration_contract import (
     NEW,
     OLD,
@@ -26,6 +30,29 @@ class TestMemoryRecordStore(RecordStoreContract):
 class TestKeeperOnMemoryRecordStore(KeeperContract):
     async def make_store(self) -> RecordStore:
         return MemoryRecordStore()
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda s: s.claim("\ud83d\ude00", "o"), "service must be Unicode text, got '\\ud83d"),
+        (lambda s: s.get("a\ud800"), "service must be Unicode text, got 'a\\ud800'"),
+        (lambda s: s.claim("app", "o\udfff"), "owner must be Unicode text, got 'o\\udfff'"),
+        (lambda s: s.report("app", True, "o", "h\ud800:1"), "address must be Unicode text"),
+    ],
+)
+def test_text_that_is_not_unicode_is_refused_as_every_store_refuses_it(
+    call: Callable[[MemoryRecordStore], Awaitable[Any]], named: str
+) -> None:
+    async def scenario() -> None:
+        store = MemoryRecordStore()
+        with pytest.raises(ValueError, match=re.escape(named)):
+            await call(store)
+        with pytest.raises(ValueError, match="must be Unicode text"):
+            store.watch(["app", "\udfff"])
+        assert store._records == {}
+
+    asyncio.run(scenario())
 
 
 def test_a_watcher_is_woken_by_the_write_itself() -> None:

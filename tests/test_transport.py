@@ -25,7 +25,14 @@ from shardline.discovery import InProcessDiscovery
 from shardline.errors import InvalidRecord, WorkerError
 from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve
 from shardline.transport.demo_handlers import DEMO_HANDLERS
-from shardline.transport.wire import BAD_RESULT, UNKNOWN_HANDLER
+from shardline.transport.wire import (
+    BAD_RESULT,
+    MAX_MESSAGE_BYTES,
+    UNKNOWN_HANDLER,
+    decode_reply,
+    encode_error,
+    encode_request,
+)
 
 
 def at(address: str) -> WorkerMetadata:
@@ -222,6 +229,61 @@ def test_a_handler_that_raises_is_a_worker_error_naming_the_exception() -> None:
     assert unknown.remote_type == UNKNOWN_HANDLER
     assert "no handler named 'nope'" in unknown.remote_message
     assert "echo, fail, fail-transiently" in unknown.remote_message
+
+
+def test_an_error_whose_type_or_message_utf8_cannot_carry_still_reaches_the_caller() -> None:
+    class Odd(Exception):
+        pass
+
+    Odd.__qualname__ = "Odd\udc80"  # a class's own name cannot hold one, its qualname can
+
+    async def surrogate(payload: Any) -> None:
+        raise Boom(f"bad {payload} \ud800!")
+
+    async def odd_type(payload: Any) -> None:
+        raise Odd("odd")
+
+    async def scenario() -> list[WorkerError]:
+        handlers = named("a", surrogate=surrogate, odd_type=odd_type)
+        async with worker(handlers=handlers) as server:
+            connection = GrpcConnection(server.metadata)
+            errors = []
+            for task in (Task("surrogate", 1), Task("odd_type")):
+                with pytest.raises(WorkerError) as caught:
+                    await connection.dispatch(task)
+                errors.append(caught.value)
+            connection.close()
+            return errors
+
+    message, kind = run(scenario)
+    assert (message.remote_type, message.remote_message) == (f"{__name__}.Boom", "bad 1 ?!")
+    assert kind.remote_type.endswith(".Odd?")
+    assert kind.remote_message == "odd"
+
+
+def test_encode_error_replaces_what_utf8_cannot_carry_and_never_fails() -> None:
+    reply = encode_error("Bad\ud800Type", "lone \udfff, split pair \ud83d\ude00, whole \U0001f600")
+    assert decode_reply(reply) == (
+        None,
+        ("Bad?Type", "lone ?, split pair ??, whole \U0001f600"),
+    )
+
+
+def test_an_error_reply_holding_an_escaped_surrogate_reads_as_it_would_be_sent() -> None:
+    reply = b'{"error":{"type":"Bad\\ud800Type","message":"lone \\udfff, pair \\ud83d\\ude00"}}'
+    assert decode_reply(reply) == (None, ("Bad?Type", "lone ?, pair \U0001f600"))
+
+
+def test_a_handler_or_payload_holding_a_surrogate_is_a_value_error_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"handler must be Unicode text, not 'ec\\ud800ho'"):
+        encode_request(Task("ec\ud800ho", 1), MAX_MESSAGE_BYTES)
+    with pytest.raises(ValueError, match=r"payload for handler 'echo' is not JSON.*surrogate"):
+        encode_request(Task("echo", {"k": "\udc00"}), MAX_MESSAGE_BYTES)
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="payload for handler 'echo' is not JSON"):
+        encode_request(Task("echo", deep), MAX_MESSAGE_BYTES)
 
 
 def test_through_a_proxy_a_handler_error_keeps_the_worker_and_a_transient_one_moves_on() -> None:

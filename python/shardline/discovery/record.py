@@ -11,6 +11,10 @@ not 1). Fields this version does not know are ignored, so a newer writer can add
 fields without a version bump; a change that older readers must not misread bumps ``schema``,
 and readers skip versions they do not know.
 
+Every string in a record (keys included) is Unicode text: one holding a surrogate code point
+(written as two halves of a pair, or alone) is refused on both sides, since its JSON escapes
+would read back as another string, or as one no UTF-8 encoder accepts.
+
 A record is at most :data:`MAX_RECORD_BYTES` long and nests arrays and objects at most
 :data:`MAX_DEPTH` levels deep (the record's own object is level 1); a reader refuses a deeper
 one before decoding it, so no record can exhaust the reader's stack. :func:`encode_record`
@@ -43,6 +47,8 @@ MAX_RECORD_BYTES = 64 * 1024
 MAX_DEPTH = 32
 """The deepest nesting of arrays and objects a record may have, its own object included."""
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 # a bracket, or a whole string (to the end of the text if it is never closed), matched without
 # backtracking so that the scan stays linear whatever the text
 _TOKEN = re.compile(r'[\[\]{}]|"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
@@ -53,7 +59,8 @@ def encode_record(metadata: WorkerMetadata) -> bytes:
 
     Raises :class:`InvalidRecord` for a record no reader would accept, with the reason a reader
     would give: ``extra`` not JSON-serialisable or nested deeper than :data:`MAX_DEPTH`, a field
-    of the wrong type (a ``bool`` pid, say), or a record over :data:`MAX_RECORD_BYTES`.
+    of the wrong type (a ``bool`` pid, say), a str holding a surrogate code point (the message
+    names the field), or a record over :data:`MAX_RECORD_BYTES`.
 
     Implementation notes:
         The encoded record is read back with :func:`decode_record`, so the two cannot disagree
@@ -76,6 +83,14 @@ def encode_record(metadata: WorkerMetadata) -> bytes:
             f"worker {metadata.uid}: tags or extra is not JSON-serialisable"
             f" ({type(error).__name__}: {error})",
         ) from None
+    for name in ("address", "version", "tags", "extra"):
+        text = _surrogate_text(document[name])
+        if text is not None:
+            raise InvalidRecord(
+                "malformed",
+                f"worker {metadata.uid}: record field {name!r} holds {text!r}, which is not"
+                " Unicode text (a surrogate code point)",
+            )
     try:
         decode_record(data)
     except InvalidRecord as error:
@@ -120,7 +135,8 @@ def decode_record(data: bytes) -> WorkerMetadata:
 
 def load_json(data: bytes, what: str, *, max_depth: int = MAX_DEPTH) -> Any:
     """The JSON value in ``data``, refused as :class:`InvalidRecord` (``"malformed"``, the
-    message starting with ``what``) if it is not JSON or nests deeper than ``max_depth``.
+    message starting with ``what``) if it is not JSON, nests deeper than ``max_depth`` or holds
+    a str (a key or a value) that is not Unicode text (a lone surrogate, escaped or not).
 
     Implementation notes:
         The text is decoded as ``json.loads`` would decode the bytes, then its depth measured
@@ -135,9 +151,32 @@ def load_json(data: bytes, what: str, *, max_depth: int = MAX_DEPTH) -> Any:
     if _deeper_than(text, max_depth):
         raise InvalidRecord("malformed", f"{what} nests deeper than {max_depth} levels")
     try:
-        return json.loads(text)
+        document = json.loads(text)
     except ValueError as error:
         raise InvalidRecord("malformed", f"{what} is not JSON: {error}") from None
+    lone = _surrogate_text(document)
+    if lone is not None:
+        raise InvalidRecord(
+            "malformed", f"{what} holds {lone!r}, which is not Unicode text (a lone surrogate)"
+        )
+    return document
+
+
+def _surrogate_text(value: Any) -> str | None:
+    """The first str in the JSON-serialisable ``value`` (dict keys included) that holds a
+    surrogate code point, or ``None``. Iterative, so any nesting ``json.dumps`` took is fine."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return item
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return None
 
 
 def _deeper_than(text: str, limit: int) -> bool:

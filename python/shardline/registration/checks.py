@@ -3,22 +3,36 @@ value it refuses (the same messages from every store)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
-__all__ = ["check_owner", "check_service", "check_services"]
+__all__ = ["check_owner", "check_service", "check_services", "check_text"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(name: str, value: str | None) -> None:
+    """Refuses a str ``value`` holding a surrogate code point: it is not Unicode text, so no
+    store could keep it as UTF-8 and give back the same str."""
+    if value is not None and _SURROGATE.search(value):
+        raise ValueError(
+            f"{name} must be Unicode text, got {value!r} (it holds a surrogate code point)"
+        )
 
 
 def check_service(service: object) -> str:
-    """``service`` if it is a non-empty str."""
+    """``service`` if it is a non-empty str of Unicode text."""
     if not isinstance(service, str) or not service:
         raise ValueError(f"service must be a non-empty str, got {service!r}")
+    check_text("service", service)
     return service
 
 
 def check_owner(owner: object) -> str | None:
-    """``owner`` if it is a str or None."""
+    """``owner`` if it is a str of Unicode text or None."""
     if owner is not None and not isinstance(owner, str):
         raise ValueError(f"owner must be a str or None, got {owner!r}")
+    check_text("owner", owner)
     return owner
 
 

@@ -19,7 +19,12 @@ from shardline.discovery.etcd_connection import EtcdConnection, namespace_prefix
 from shardline.discovery.etcd_watch import Changes, Listing, watch_range
 from shardline.discovery.record import load_json
 from shardline.errors import InvalidRecord
-from shardline.registration.checks import check_owner, check_service, check_services
+from shardline.registration.checks import (
+    check_owner,
+    check_service,
+    check_services,
+    check_text,
+)
 from shardline.registration.record import Record
 
 __all__ = ["MAX_VALUE_BYTES", "SCHEMA_VERSION", "EtcdRecordStore"]
@@ -31,7 +36,11 @@ MAX_VALUE_BYTES = 4096
 
 
 def _encode(service: str, record: Record) -> bytes:
-    """The stored form of ``record``; ``ValueError`` if it would exceed MAX_VALUE_BYTES."""
+    """The stored form of ``record``; ``ValueError`` if it would exceed MAX_VALUE_BYTES or a
+    str in it is not Unicode text (its JSON escapes would not read back as the same str)."""
+    check_text("service", service)
+    check_text("owner", record.owner)
+    check_text("address", record.address)
     document = {
         "schema": SCHEMA_VERSION,
         "service": service,

@@ -6,7 +6,12 @@ import asyncio
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Collection
 
-from shardline.registration.checks import check_owner, check_service, check_services
+from shardline.registration.checks import (
+    check_owner,
+    check_service,
+    check_services,
+    check_text,
+)
 from shardline.registration.record import Record
 
 __all__ = ["MemoryRecordStore"]
@@ -56,6 +61,7 @@ class MemoryRecordStore:
             raise ValueError(f"registered must be a bool, got {registered!r}")
         if address is not None and not isinstance(address, str):
             raise ValueError(f"address must be a str or None, got {address!r}")
+        check_text("address", address)
         if not registered and address is not None:
             raise ValueError(f"an unregistered record has no address, got {address!r}")
         if not registered:

@@ -43,7 +43,9 @@ class RecordStore(Protocol):
       A stored record the store cannot read is yielded as ``None`` (logged): no record ends a
       watch.
 
-    Arguments are checked before anything is written (``ValueError`` naming the value).
+    Arguments are checked before anything is written (``ValueError`` naming the value); a
+    service, owner or address must be Unicode text (no surrogate code point), so whatever a
+    store accepts it gives back unchanged.
     """
 
     async def claim(self, service: str, owner: str | None) -> None: ...

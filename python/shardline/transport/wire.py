@@ -24,6 +24,7 @@ so an old worker answers it ``UNIMPLEMENTED`` instead of misreading it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,8 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 UNKNOWN_HANDLER = "shardline.UnknownHandler"
 BAD_REQUEST = "shardline.BadRequest"
 BAD_RESULT = "shardline.BadResult"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # An error message longer than this is cut, so an error reply always fits any sane limit.
 _MAX_ERROR_MESSAGE_CHARS = 8 * 1024
@@ -65,6 +68,12 @@ def _dumps(document: Any) -> bytes:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
+def _legible(text: str) -> str:
+    # UTF-8 cannot carry a surrogate code point: an error's type and message carry "?" instead,
+    # both ways, so an error reply always encodes and what it reports can always be printed
+    return _SURROGATE.sub("?", text)
+
+
 def _loads(data: bytes, what: str) -> dict[str, Any]:
     try:
         document = json.loads(data)
@@ -82,16 +91,23 @@ def _bounded(data: bytes, limit: int, what: str) -> bytes:
 
 
 def encode_request(task: Task, limit: int) -> bytes:
-    """The request for ``task``; ``TypeError`` when its handler is not a str, ``TypeError`` or
-    ``ValueError`` when its payload is not JSON or the request would exceed ``limit`` bytes."""
+    """The request for ``task``; ``TypeError`` when its handler is not a str, ``ValueError``
+    when it is not Unicode text (it holds a surrogate code point, which UTF-8 cannot carry),
+    ``TypeError`` or ``ValueError`` when its payload is not JSON (a str in it holding a
+    surrogate, or nested too deep to encode, is not) or the request would exceed ``limit``
+    bytes."""
     if not isinstance(task.handler, str):
         raise TypeError(f"a task's handler is a str, not {type(task.handler).__name__}")
+    if _SURROGATE.search(task.handler):
+        raise ValueError(
+            f"a task's handler must be Unicode text, not {task.handler!r} (a surrogate code point)"
+        )
     try:
         data = _dumps({"handler": task.handler, "payload": task.payload})
-    except (TypeError, ValueError) as error:
-        raise type(error)(
-            f"the payload for handler {task.handler!r} is not JSON: {error}"
-        ) from None
+    except (TypeError, ValueError, RecursionError) as error:
+        # rebuilt as the base type: UnicodeEncodeError's constructor takes five arguments
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"the payload for handler {task.handler!r} is not JSON: {error}") from None
     return _bounded(data, limit, f"the task for handler {task.handler!r}")
 
 
@@ -111,15 +127,17 @@ def encode_result(result: Any, limit: int) -> bytes:
 
 
 def encode_error(type_name: str, message: str) -> bytes:
-    """The reply reporting an error of type ``type_name``."""
+    """The reply reporting an error of type ``type_name``. It never fails: a surrogate code
+    point (which UTF-8 cannot carry) is sent as ``?``, and a long message is cut."""
     if len(message) > _MAX_ERROR_MESSAGE_CHARS:
         message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
-    return _dumps({"error": {"type": type_name, "message": message}})
+    return _dumps({"error": {"type": _legible(type_name), "message": _legible(message)}})
 
 
 def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
     """``(result, None)`` or ``(None, (type, message))``; :class:`MalformedMessage` when the
-    reply is neither."""
+    reply is neither. A surrogate code point in the type or message (a JSON escape) reads as
+    ``?``, as :func:`encode_error` sends it."""
     document = _loads(data, "the reply")
     if "result" in document:
         return document["result"], None
@@ -127,7 +145,7 @@ def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
     if isinstance(error, dict):
         type_name, message = error.get("type"), error.get("message")
         if isinstance(type_name, str) and isinstance(message, str):
-            return None, (type_name, message)
+            return None, (_legible(type_name), _legible(message))
     raise MalformedMessage(
         f"the reply has neither a result nor a well-formed error: {data[:200]!r}"
     )
