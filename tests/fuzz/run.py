@@ -30,7 +30,8 @@ def report(target: str, output: str, findings: list[Path]) -> None:
         start = output.find("ERROR: libFuzzer")
     lines = output[max(start, 0) :].splitlines() if start >= 0 else output.splitlines()[-40:]
     print(f"fuzz {target}: CONTRACT VIOLATION", file=sys.stderr)
-    print("\n".join(line for line in lines[:60] if not line.startswith("0x")), file=sys.stderr)
+    shown = [line for line in lines if not line.startswith(("0x", "INFO: Instrumenting"))]
+    print("\n".join(shown[:60]), file=sys.stderr)
     for finding in findings:
         data = finding.read_bytes()
         shown = repr(data) if len(data) <= 2000 else repr(data[:2000]) + " …"
@@ -81,14 +82,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=180, help="budget per target")
     parser.add_argument("--seed", type=int, help="libFuzzer's seed (random if not given)")
     parser.add_argument("--work", type=Path, help="where scratch corpora and findings go")
-    parser.add_argument("targets", nargs="*", choices=[*TARGETS, []], help="default: all")
+    parser.add_argument("targets", nargs="*", help=f"some of {', '.join(TARGETS)} (default: all)")
     options = parser.parse_args()
+    unknown = set(options.targets) - set(TARGETS)
+    if unknown:
+        parser.error(f"no fuzz target named {', '.join(sorted(unknown))}")
     work = options.work or Path(tempfile.mkdtemp(prefix="shardline-fuzz-"))
-    failed = [
-        target
-        for target in options.targets or TARGETS
-        if not run(target, options.seconds, options.seed, work)
-    ]
+    targets = options.targets or TARGETS
+    failed = [target for target in targets if not run(target, options.seconds, options.seed, work)]
+    # the closing line CI reads, in the form every test runner's summary shares
+    print(f"fuzz: {len(targets) - len(failed)} passed, {len(failed)} failed")
     if failed:
         print(f"fuzz: contract violations in {', '.join(failed)}; inputs kept in {work}")
         return 1
