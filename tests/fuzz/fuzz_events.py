@@ -2,7 +2,8 @@
 value, ``Topology.apply_tiers``, and the lookups that take caller input (tier, bucket id, key).
 
 Contract: ``apply``/``apply_*`` raise only ``InvalidEvent`` (``UnknownTier`` for a tier never
-configured, once tiers are known) and change nothing then; an accepted event changes the state
+configured, once tiers are known: a bucket event of such a tier is never accepted) and change
+nothing then; an accepted event changes the state
 exactly as the reference model does. ``from_row`` raises only ``InvalidEvent``. ``apply_tiers``
 raises only ``InvalidEvent`` and never takes a bool for a count. Lookups never change state and
 raise only ``UnknownTier``, ``UnhashableKey`` or a ``ShardlineError`` that is also a
@@ -195,6 +196,11 @@ def apply_event(topology: Topology, model: Model, given: Any, method: str) -> No
     )
     if not accepted:
         return
+    configured = topology.tiers
+    check(
+        not (isinstance(given, BucketEvent) and configured and given.tier not in configured),
+        f"{method} accepted a bucket event of a tier not in {configured}: {show(given)}",
+    )
     try:
         model.apply(given) if method == "apply" else getattr(model, method)(given)
     except (ValueError, TypeError, AttributeError, AssertionError) as error:
