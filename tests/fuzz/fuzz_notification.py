@@ -41,6 +41,7 @@ from shardline.topology.sources.notification_documents import (
     parse_snapshot_document,
 )
 
+
 def parse(document: str | bytes, snapshot: bool) -> Any:
     try:
         return parse_snapshot_document(document) if snapshot else parse_event_document(document)
