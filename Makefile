@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MATURIN := VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin
+# Seconds of fuzzing per target: `make fuzz FUZZ_SECONDS=600`; `make test` runs FUZZ_SHORT_SECONDS.
+FUZZ_SECONDS ?= 180
+FUZZ_SHORT_SECONDS ?= 10
 
-.PHONY: help demo test lint pytest cargo-test bench servers clean
+.PHONY: help demo test lint pytest cargo-test fuzz fuzz-short bench servers clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,9 +20,9 @@ demo: $(BIN)/maturin ## Install shardline (release build) and run `shardline dem
 	$(MATURIN) develop --release --extras grpc,etcd --quiet
 	$(BIN)/shardline demo
 
-test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run every test (pytest and cargo test)
+test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run every test (pytest, cargo test, short fuzzing)
 	$(MATURIN) develop --extras test --quiet
-	$(MAKE) lint pytest cargo-test
+	$(MAKE) lint pytest cargo-test fuzz-short
 
 lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi
 	cargo fmt --check
@@ -34,6 +37,13 @@ pytest: ## Run the Python test suite
 
 cargo-test: ## Run the Rust unit tests
 	cargo test --quiet
+
+fuzz: $(BIN)/maturin ## Fuzz every parser FUZZ_SECONDS (default 180) s each; fails on a contract violation
+	$(MATURIN) develop --extras test --quiet
+	$(BIN)/python tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+fuzz-short: ## The fuzz targets FUZZ_SHORT_SECONDS (default 10) s each, seed fixed: the budget `make test` runs
+	$(BIN)/python tests/fuzz/run.py --seconds $(FUZZ_SHORT_SECONDS) --seed 1
 
 bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build); rewrites benches/RESULTS.md
 	$(MATURIN) develop --release --extras bench --quiet
