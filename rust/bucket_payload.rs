@@ -10,7 +10,7 @@
 //! `bucket_id_start`, `bucket_id_end` (ints in `1..=u32::MAX`, not bool), `tier_name` (the
 //! polled tier) and `current_replicaset_uuid` (a UUID string) are required; any other field is
 //! skipped. The text must be strict JSON (RFC 8259, as UTF-8 when given as bytes): no NaN, no
-//! lone surrogate escapes, no known field twice, and at most 128 levels of nesting.
+//! lone surrogate escapes, no known field twice, and fewer than 128 levels of nesting (the outer array counts as one).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -562,7 +562,7 @@ fn with_names(py: Python<'_>, raw: Vec<RawRange>) -> Vec<Range<Owner>> {
 /// `BucketPayload(tier, text, bucket_count=None)` reads `text`, the JSON text (str or bytes)
 /// `SELECT _pico_bucket(tier)` returns, and raises `InvalidEvent` where
 /// `Topology.apply_bucket_snapshot(tier, text)` would: a text that is not strict JSON, not an
-/// array, longer than 64 MiB, nested deeper than 128 levels, or whose rows are malformed, name
+/// array, longer than 64 MiB, nested 128 levels deep or more, or whose rows are malformed, name
 /// another tier, overlap, or (with `bucket_count`) reach past the tier's bucket count.
 /// `Topology.apply_bucket_snapshot(tier, payload)` then applies it without reading the text
 /// again, and recognises it as unchanged when its text is the one last applied to the tier.

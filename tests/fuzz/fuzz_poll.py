@@ -150,6 +150,25 @@ def apply_poll(configured: bool, tier: str, poll: Any, rows: Any, what: str) -> 
     return ("accepted", tuple(settled[3][tier]))
 
 
+# The text form refuses nesting this deep (serde_json's limit, documented on BucketPayload);
+# decoded rows carry no text to bound, so only the text forms reject such a poll.
+TEXT_DEPTH_LIMIT = 128
+
+
+def nesting(value: Any) -> int:
+    """How many arrays and objects deep `value` is, without recursing in Python."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
+        if children is not None:
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def structured(fdp: atheris.FuzzedDataProvider) -> None:
     configured = fdp.ConsumeBool()
     tier = "t" if fdp.ConsumeProbability() < 0.8 else text(fdp)
@@ -190,6 +209,13 @@ def structured(fdp: atheris.FuzzedDataProvider) -> None:
     try:
         poll_text = json.dumps(rows, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
+        poll_text = None
+    if poll_text is not None and nesting(rows) >= TEXT_DEPTH_LIMIT:
+        for form, poll in (("str", poll_text), ("bytes", poll_text.encode())):
+            check(
+                apply_poll(configured, tier, poll, rows, form) == ("rejected",),
+                f"{form} nested {nesting(rows)} deep was not rejected",
+            )
         poll_text = None
     if poll_text is not None:
         outcomes["str"] = apply_poll(configured, tier, poll_text, rows, "str")
