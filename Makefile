@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MATURIN := VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin
 
-.PHONY: help demo test lint pytest cargo-test bench servers clean
+.PHONY: help demo test lint pytest soak-tests cargo-test bench servers clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi
 
 pytest: ## Run the Python test suite
 	$(BIN)/pytest -q
+
+soak-tests: ## Run the Python suite RUNS times (default 20) with every core busy; stops at the first failure
+	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),20) tests/soak.sh $(PYTEST_ARGS)
 
 cargo-test: ## Run the Rust unit tests
 	cargo test --quiet
