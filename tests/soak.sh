@@ -4,7 +4,9 @@
 #
 # Usage: tests/soak.sh [pytest arguments...]        (`make soak-tests RUNS=20` runs it)
 # Environment: RUNS (default 20), PYTHON (default .venv/bin/python), HOGS (busy processes,
-# default one per core), RUN_TIMEOUT (seconds one run may take, default 1800).
+# default one per core), RUN_TIMEOUT (seconds one run may take, default 1800). A test still
+# running after 300 s has every thread's stack dumped (pytest's faulthandler_timeout), so a
+# hang names its test.
 set -u
 
 runs=${RUNS:-20}
@@ -20,8 +22,16 @@ while os.getppid() == parent:
     for _ in range(1_000_000):
         pass'
 
+# pytest runs in the background and the script waits for it, so that a signal to the script
+# is handled at once (bash defers traps while a foreground command runs): the EXIT trap then
+# ends the run (timeout passes the TERM on to pytest) and the hogs
 pids=()
-stop_hogs() {
+run_pid=
+stop() {
+    if [[ -n $run_pid ]]; then
+        kill "$run_pid" 2>/dev/null
+        wait "$run_pid" 2>/dev/null
+    fi
     for pid in "${pids[@]}"; do
         kill "$pid" 2>/dev/null
     done
@@ -30,7 +40,7 @@ stop_hogs() {
     done
     pids=()
 }
-trap stop_hogs EXIT
+trap stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
@@ -54,8 +64,11 @@ summary() {
 for run in $(seq "$runs"); do
     echo "soak: run $run of $runs"
     started=$SECONDS
-    timeout -k 30 "$run_timeout" "$python" -m pytest -q "$@"
+    timeout -k 30 "$run_timeout" "$python" -m pytest -q -o faulthandler_timeout=300 "$@" &
+    run_pid=$!
+    wait "$run_pid"
     status=$?
+    run_pid=
     durations+=($((SECONDS - started)))
     if ((status != 0)); then
         summary $((run - 1))
