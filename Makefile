@@ -7,7 +7,7 @@ MATURIN := VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin
 FUZZ_SECONDS ?= 180
 FUZZ_SHORT_SECONDS ?= 10
 
-.PHONY: help demo test lint pytest cargo-test fuzz fuzz-short bench servers clean
+.PHONY: help demo test lint pytest soak-tests cargo-test fuzz fuzz-short bench servers clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi
 
 pytest: ## Run the Python test suite
 	$(BIN)/pytest -q
+
+soak-tests: ## Run the Python suite RUNS times (default 20) with every core busy; stops at the first failure
+	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),20) tests/soak.sh $(PYTEST_ARGS)
 
 cargo-test: ## Run the Rust unit tests
 	cargo test --quiet

@@ -730,8 +730,8 @@ def check_real_run(run: RealRun) -> None:
     assert new.uid == old.uid == first["w2"].uid
     assert new.address != old.address
     assert new.pid not in {r.pid for r in first.values()}
-    assert (old.status, old.process) == ("superseded", "exited 0")
-    assert (new.status, new.process) == ("pooled", "running")
+    assert (old.status, old.process) == ("superseded", "exited 0"), block
+    assert (new.status, new.process) == ("pooled", "running"), block
     assert new.tasks > 0
     assert old.superseded == 0
     assert f"the proxy got worker-updated w2 {new.uid} at {new.address} (pid {new.pid})" in block

@@ -41,6 +41,7 @@ from shardline.topology.sources.notification_documents import (
     parse_event_document,
     parse_snapshot_document,
 )
+from shardline.topology.sources.pg_notify import PgNotifySession, PgNotifyTransport
 from shardline.topology.sources.state import FailureReason
 
 R = {n: rs_uuid(n) for n in range(1, 10)}
@@ -246,15 +247,32 @@ def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
     cluster: NotifyCluster, function: str, in_snapshot: bool
 ) -> None:
     """Changes committed while the snapshot is being read: if the snapshot holds them their
-    notifications are dropped, if not they are applied — either way each counts once."""
+    notifications are dropped, if not they are applied — either way each counts once.
+
+    When the snapshot holds them, the source reaches their position with the snapshot alone, so
+    that says nothing about their notifications: the test holds those back until then (the
+    worst order) and waits for all four to be received before counting them."""
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
     name = f"boundary-{cluster.channel}"
 
     async def scenario() -> None:
         topology = Topology()
-        source = cluster.source(
-            snapshot_query=f"SELECT {function}('{cluster.channel}', {cluster.lock})",
-            connect_kwargs={"application_name": name},
+        delivered = asyncio.Event()
+        if not in_snapshot:
+            delivered.set()  # reaching the position takes the notifications themselves
+        source = NotificationSource(
+            transport=_HeldBack(
+                PgNotifyTransport(
+                    cluster.dsn,
+                    channel=cluster.channel,
+                    snapshot_query=f"SELECT {function}('{cluster.channel}', {cluster.lock})",
+                    connect_kwargs={"application_name": name},
+                ),
+                delivered,
+            ),
+            retry=0.02,
+            max_retry=0.2,
+            min_resync_interval=0.0,
         )
         with cluster.holding():
             async with running(source, topology):
@@ -264,6 +282,11 @@ def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
                 cluster.release()
                 await caught_up(source, cluster.position)
                 assert view(topology) == view(cluster.reference)
+                if in_snapshot:
+                    assert source.deliveries.received == 0
+                    delivered.set()
+                await until(lambda: source.deliveries.received == 4, what="the notifications")
+                assert view(topology) == view(cluster.reference)
                 deliveries = source.deliveries
                 if in_snapshot:
                     assert (deliveries.duplicates, deliveries.handed_out) == (4, 0)
@@ -272,6 +295,34 @@ def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
                 assert deliveries.snapshots == 1
 
     asyncio.run(scenario())
+
+
+class _HeldBack:
+    """A transport whose sessions pass their documents on only once ``delivered`` is set."""
+
+    def __init__(self, transport: PgNotifyTransport, delivered: asyncio.Event) -> None:
+        self._transport = transport
+        self._delivered = delivered
+        self.name = transport.name
+
+    async def connect(self) -> _HeldBackSession:
+        return _HeldBackSession(await self._transport.connect(), self._delivered)
+
+
+class _HeldBackSession:
+    def __init__(self, session: PgNotifySession, delivered: asyncio.Event) -> None:
+        self._session = session
+        self._delivered = delivered
+        self.server = session.server
+        self.snapshot = session.snapshot
+
+    async def documents(self) -> AsyncIterator[str | bytes]:
+        await self._delivered.wait()
+        async for document in self._session.documents():
+            yield document
+
+    async def aclose(self) -> None:
+        await self._session.aclose()
 
 
 # malformed documents

@@ -198,6 +198,26 @@ def test_other_statuses_and_unreadable_replies_are_rpc_errors(
     run(scenario)
 
 
+async def _cancel(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    await context.abort(grpc.StatusCode.CANCELLED, "reset while stopping")
+    raise AssertionError("abort() returned")
+
+
+def test_a_call_the_worker_cancels_is_transient() -> None:
+    """A worker that is stopping resets some calls instead of answering them (CANCELLED, about
+    1 call in 300 with callers racing a stop); like UNAVAILABLE, that says nothing against the
+    worker's current address, which must stay pooled."""
+
+    async def scenario() -> None:
+        async with raw_server(_cancel) as address:
+            connection = GrpcConnection(at(address))
+            with pytest.raises(TransientRpcError, match="CANCELLED"):
+                await connection.dispatch(Task("echo", 1))
+            connection.close()
+
+    run(scenario)
+
+
 class Boom(Exception):
     pass
 

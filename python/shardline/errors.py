@@ -65,8 +65,8 @@ class RpcError(ShardlineError):
 
 
 class TransientRpcError(RpcError):
-    """A dispatch failed in a way worth retrying elsewhere (unavailable, deadline, overload);
-    the worker stays in the pool."""
+    """A dispatch failed in a way worth retrying elsewhere (unavailable, deadline, overload, a
+    call the worker reset while stopping); the worker stays in the pool."""
 
 
 class NoWorkersAvailable(ShardlineError, LookupError):

@@ -21,11 +21,14 @@ from shardline.transport.wire import (
 
 __all__ = ["GrpcConnection"]
 
+# CANCELLED reaches a caller only from the other side (its own cancellation is CancelledError):
+# a worker that is stopping resets some calls that way instead of answering UNAVAILABLE
 _TRANSIENT_CODES = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.CANCELLED,
     }
 )
 
@@ -43,7 +46,8 @@ class GrpcConnection:
     too. Failures, as :class:`WorkerProxy` expects them:
 
     - ``TransientRpcError`` (the worker stays pooled; the proxy tries another): the worker is
-      unreachable or shutting down (``UNAVAILABLE``), the deadline passed
+      unreachable or shutting down (``UNAVAILABLE``, or ``CANCELLED`` for a call it reset
+      while stopping), the deadline passed
       (``DEADLINE_EXCEEDED``), the worker is overloaded (``RESOURCE_EXHAUSTED``), or this
       connection was closed;
     - ``RpcError`` (the proxy evicts the worker): any other gRPC status, or a reply that does
