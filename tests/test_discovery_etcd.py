@@ -25,7 +25,7 @@ from test_pool_context import worker
 
 from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery, DiscoveryEvent, Subscription
-from shardline.discovery.etcd import EtcdDiscovery
+from shardline.discovery.etcd import EtcdDiscovery, _EtcdPublisher
 from shardline.discovery.record import MAX_RECORD_BYTES, encode_record
 
 _namespaces = iter(range(1_000_000))
@@ -463,5 +463,113 @@ def test_a_subscription_outlives_its_channel_closed_by_another_calls_failover(
             assert (event.type, event.metadata) == ("worker-added", worker(1))
         finally:
             await discovery.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_watch_whose_channel_closes_before_its_request_is_sent_resumes(
+    etcd: EtcdServer,
+) -> None:
+    # grpc's stream write first waits for the call's headers to go out; a call cancelled before
+    # that (its channel closed by another call's failover) never wakes that write
+    async def scenario() -> None:
+        discovery = EtcdDiscovery([etcd.endpoint], namespace(), timeout=2)
+        connection = discovery._connection
+        try:
+            await discovery.publisher.publish("worker-added", worker(1))
+            stubs = await connection.stubs()
+            open_watch = stubs.watch.Watch
+
+            def watch_closed_after_its_write_starts(**kwargs: Any) -> Any:
+                call = open_watch(**kwargs)
+                real_write = call.write
+
+                async def write(request: Any) -> None:
+                    writing = asyncio.ensure_future(real_write(request))
+                    # one turn of the loop: the write waits for the headers, which are not out
+                    # before the next poll of grpc's completions
+                    await asyncio.sleep(0)
+                    await connection.recover(stubs, ConnectionError("lost"))
+                    await writing
+
+                call.write = write
+                return call
+
+            stubs.watch.Watch = watch_closed_after_its_write_starts
+            subscription = discovery.subscribe()
+            assert kinds(await take(subscription, 1)) == [
+                ("worker-added", worker(1).uid, worker(1).address)
+            ]
+            await discovery.publisher.publish("worker-added", worker(2))
+            assert kinds(await take(subscription, 1)) == [
+                ("worker-added", worker(2).uid, worker(2).address)
+            ]
+        finally:
+            await discovery.aclose()
+
+    asyncio.run(scenario())
+
+
+class _KeepAliveStream:
+    """A lease keep-alive stream whose replies the test hands over one at a time."""
+
+    def __init__(self) -> None:
+        self.reading = asyncio.Event()
+        self.reply: asyncio.Future[Any] | None = None
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        return None  # the stream never ends on its own
+
+    async def write(self, request: Any) -> None:
+        return None
+
+    def read(self) -> asyncio.Future[Any]:
+        self.reply = asyncio.get_running_loop().create_future()
+        self.reading.set()
+        return self.reply
+
+    def cancel(self) -> bool:
+        return True
+
+
+class _LeaseOnlyConnection:
+    """Grants a lease, accepts puts and revocations, and keeps one keep-alive stream."""
+
+    closed = False
+    timeout = 5.0
+
+    def __init__(self) -> None:
+        self.stream = _KeepAliveStream()
+        lease = type("Lease", (), {"LeaseKeepAlive": lambda _, **kwargs: self.stream})()
+        self._stubs = type("Stubs", (), {"lease": lease, "metadata": None})()
+
+    async def stubs(self) -> Any:
+        return self._stubs
+
+    async def call(self, service: str, method: str, request: Any) -> Any:
+        return type("Reply", (), {"TTL": 10, "ID": 7})()
+
+    async def recover(self, stubs: Any, error: Exception) -> None:
+        return None
+
+
+def test_closing_a_publisher_as_a_keep_alive_reply_arrives_ends_its_keeper() -> None:
+    # the keeper read under asyncio.wait_for, which on Python 3.11 drops a cancellation that
+    # comes as the read completes: the keeper went on, and aclose() waited for it forever
+    async def scenario() -> None:
+        connection = _LeaseOnlyConnection()
+        publisher = _EtcdPublisher(connection, b"/shardline/ns/workers/", 10)  # type: ignore[arg-type]
+        await publisher.publish("worker-added", worker(1))
+        await connection.stream.reading.wait()
+        assert connection.stream.reply is not None
+        keeper = publisher._keeper
+        connection.stream.reply.set_result(type("Reply", (), {"TTL": 10})())
+        # bounded; aclose() must neither wait for a keeper that goes on nor drop this bound's
+        # cancellation
+        async with asyncio.timeout(5) as bound:
+            await publisher.aclose()
+        assert not bound.expired()
+        assert keeper is not None
+        assert keeper.done()
 
     asyncio.run(scenario())

@@ -20,7 +20,9 @@ from shardline.discovery.etcd_connection import (
     backoff,
     describe,
     namespace_prefix,
+    stream_end,
     stream_step,
+    stream_write,
 )
 from shardline.discovery.etcd_watch import Listing, list_range, watch_range
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
@@ -127,12 +129,14 @@ class _EtcdPublisher:
             try:
                 stubs = await self._connection.stubs()
                 call = stubs.lease.LeaseKeepAlive(metadata=stubs.metadata)
+                ended = stream_end(call)
                 try:
                     while lease is not None:
-                        await stream_step(call.write(rpc.LeaseKeepAliveRequest(ID=lease)))
-                        reply = await asyncio.wait_for(
-                            stream_step(call.read()), self._connection.timeout
-                        )
+                        await stream_write(call, rpc.LeaseKeepAliveRequest(ID=lease), ended)
+                        # not asyncio.wait_for: on Python 3.11 it drops a cancellation that
+                        # comes as the read completes, and aclose() then waits forever
+                        async with asyncio.timeout(self._connection.timeout):
+                            reply = await stream_step(call.read())
                         if reply is grpc.aio.EOF:
                             raise ConnectionError("etcd ended the lease keep-alive stream")
                         if failures:
@@ -163,8 +167,8 @@ class _EtcdPublisher:
             keeper, self._keeper = self._keeper, None
             if keeper is not None:
                 keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
+                # waited for, not awaited: a cancellation of aclose() itself must propagate
+                await asyncio.wait((keeper,))
             lease, self._lease = self._lease, None
             self._owned.clear()
             if lease is None or self._connection.closed:

@@ -28,7 +28,9 @@ __all__ = [
     "describe",
     "namespace_prefix",
     "parse_endpoints",
+    "stream_end",
     "stream_step",
+    "stream_write",
 ]
 
 logger = logging.getLogger("shardline.discovery.etcd")
@@ -78,6 +80,49 @@ async def stream_step(step: Awaitable[_T]) -> _T:
         if task is not None and task.cancelling():
             raise
         raise ConnectionError("the channel was closed under the stream") from None
+
+
+def stream_end(call: Any) -> asyncio.Future[None]:
+    """A future that completes when ``call``, a stream, ends; to pass to ``stream_write``. Take
+    one per call: grpc offers no way to remove the callback that completes it."""
+    ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def end(_: Any) -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    call.add_done_callback(end)
+    return ended
+
+
+async def stream_write(call: Any, request: Any, ended: asyncio.Future[None]) -> None:
+    """Writes ``request`` to ``call``, a stream (a watch, a keep-alive) whose end ``ended``
+    (from ``stream_end``) reports, and returns once it is sent. If the call ends first
+    (cancelled, say by another task closing the channel under it), raises ``ConnectionError``,
+    a failure to hand to ``recover``. A cancellation of the awaiting task itself propagates.
+
+    Implementation notes:
+        grpc's write first waits for the call's headers to be sent, and nothing wakes it if the
+        call ends before they are: a channel closed in that window left the write, and the
+        watch or keep-alive awaiting it, waiting forever. The write therefore runs in a task
+        that the end of the call abandons.
+    """
+    write = asyncio.ensure_future(call.write(request))
+    write.add_done_callback(_retrieve)
+    try:
+        await asyncio.wait((write, ended), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        write.cancel()
+    if write.done() and not write.cancelled():
+        write.result()  # the write's own failure, if it failed
+        return
+    raise ConnectionError("the stream ended before its request was sent")
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Marks an abandoned write's outcome as seen, so that asyncio does not report it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def backoff(failures: int) -> float:

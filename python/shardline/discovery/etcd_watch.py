@@ -30,7 +30,9 @@ from shardline.discovery.etcd_connection import (
     Stubs,
     backoff,
     describe,
+    stream_end,
     stream_step,
+    stream_write,
 )
 
 __all__ = ["Changes", "Listing", "list_range", "watch_range"]
@@ -94,11 +96,12 @@ async def watch_range(
                 revision = snapshot.revision
             stubs = await connection.stubs()
             watch = stubs.watch.Watch(metadata=stubs.metadata)
+            ended = stream_end(watch)
             try:
                 create = rpc.WatchCreateRequest(
                     key=key, range_end=range_end, start_revision=revision + 1
                 )
-                await stream_step(watch.write(rpc.WatchRequest(create_request=create)))
+                await stream_write(watch, rpc.WatchRequest(create_request=create), ended)
                 while True:
                     response = await stream_step(watch.read())
                     if response is grpc.aio.EOF:
