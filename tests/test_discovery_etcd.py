@@ -311,23 +311,22 @@ def test_a_burst_of_10000_changes_across_1000_workers_converges_while_dispatchin
                 publisher = handles[(n + change) % publishers].publisher
                 await publisher.publish(kind, record(n, change))  # type: ignore[arg-type]
 
-        try:
-            subscription = subscriber.subscribe()
-            # bounded: once, under a CPU hog, this waited forever with the loop idle, and an
-            # unbounded wait names neither the test nor the await it is stuck in
-            async with (
-                asyncio.timeout(BURST_BOUND),
-                WorkerProxy(discovery=subscription, connect=Instant, quorum=0) as proxy,
-            ):
-                dispatcher = asyncio.create_task(dispatch(proxy))
-                await asyncio.gather(*(churn(n) for n in range(workers)))
-                await eventually(lambda: {m.uid: m.address for m in proxy.workers} == final)
-                churning = False
-                await dispatcher
-            return dispatched
-        finally:
-            for handle in [*handles, subscriber]:
-                await handle.aclose()
+        # bounded, closing included: once, under a CPU hog, this waited forever with the loop
+        # idle (a publisher's aclose() waiting for a keeper that had dropped its cancellation),
+        # and an unbounded wait names neither the test nor the await it is stuck in
+        async with asyncio.timeout(BURST_BOUND):
+            try:
+                subscription = subscriber.subscribe()
+                async with WorkerProxy(discovery=subscription, connect=Instant, quorum=0) as proxy:
+                    dispatcher = asyncio.create_task(dispatch(proxy))
+                    await asyncio.gather(*(churn(n) for n in range(workers)))
+                    await eventually(lambda: {m.uid: m.address for m in proxy.workers} == final)
+                    churning = False
+                    await dispatcher
+                return dispatched
+            finally:
+                for handle in [*handles, subscriber]:
+                    await handle.aclose()
 
     assert asyncio.run(scenario()) > 100
 
