@@ -150,23 +150,27 @@ def apply_poll(configured: bool, tier: str, poll: Any, rows: Any, what: str) -> 
     return ("accepted", tuple(settled[3][tier]))
 
 
-# The text form refuses nesting this deep (serde_json's limit, documented on BucketPayload);
-# decoded rows carry no text to bound, so only the text forms reject such a poll.
+# The text forms refuse what decoded rows cannot be checked for without reading every field
+# (documented on BucketPayload): nesting this deep (serde_json's limit) and a lone surrogate
+# escape anywhere, ignored fields included.
 TEXT_DEPTH_LIMIT = 128
 
 
-def nesting(value: Any) -> int:
-    """How many arrays and objects deep `value` is, without recursing in Python."""
-    deepest, pending = 0, [(value, 1)]
+def text_refusal(rows: Any) -> str | None:
+    """Why the JSON text of `rows` is refused whatever its rows say, or None; walks the value
+    without recursing in Python."""
+    deepest, pending = 0, [(rows, 1)]
     while pending:
         item, depth = pending.pop()
-        children = (
-            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        )
-        if children is not None:
+        if isinstance(item, str) and any("\ud800" <= char <= "\udfff" for char in item):
+            return f"a lone surrogate in {item!r}"
+        if isinstance(item, dict):
+            pending.extend((key, depth + 1) for key in item)
+            item = list(item.values())
+        if isinstance(item, list):
             deepest = max(deepest, depth)
-            pending.extend((child, depth + 1) for child in children)
-    return deepest
+            pending.extend((child, depth + 1) for child in item)
+    return f"nested {deepest} deep" if deepest >= TEXT_DEPTH_LIMIT else None
 
 
 def structured(fdp: atheris.FuzzedDataProvider) -> None:
@@ -210,11 +214,12 @@ def structured(fdp: atheris.FuzzedDataProvider) -> None:
         poll_text = json.dumps(rows, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         poll_text = None
-    if poll_text is not None and nesting(rows) >= TEXT_DEPTH_LIMIT:
+    refusal = None if poll_text is None else text_refusal(rows)
+    if poll_text is not None and refusal is not None:
         for form, poll in (("str", poll_text), ("bytes", poll_text.encode())):
             check(
                 apply_poll(configured, tier, poll, rows, form) == ("rejected",),
-                f"{form} nested {nesting(rows)} deep was not rejected",
+                f"{form} with {refusal} was not rejected",
             )
         poll_text = None
     if poll_text is not None:
