@@ -10,22 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from strategies import OP, RS, TIERS, bucket_events, full_state, snapshots, valid_events
-from topology_model import Model
+from topology_model import Model, model_state
 
-from shardline import BucketEvent, Instance, Replicaset, Topology, UnknownTier
+from shardline import BucketEvent, Instance, Topology, UnknownTier
 
 # Not in TIERS: mapped freely before apply_tiers, refused after.
 OTHER_TIER = "c"
-
-
-def model_state(model: Model) -> tuple[Any, ...]:
-    return (
-        model.tiers,
-        {k: Instance(*v) for k, v in model.instances.items()},
-        {k: Replicaset(*v) for k, v in model.replicasets.items()},
-        model.maps,
-        model.epochs,
-    )
 
 
 class TopologyMachine(RuleBasedStateMachine):

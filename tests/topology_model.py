@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardline import BucketEvent, InstanceEvent, ReplicasetEvent
+from shardline import BucketEvent, Instance, InstanceEvent, Replicaset, ReplicasetEvent
 
 
 def canonical(text: str) -> str:
@@ -129,3 +129,14 @@ class Model:
         if rs is None or rs[2] is None:
             return None
         return self.instances.get(rs[2])
+
+
+def model_state(model: Model) -> tuple[Any, ...]:
+    """The model's state in the shape of ``strategies.full_state`` of a ``Topology``."""
+    return (
+        model.tiers,
+        {k: Instance(*v) for k, v in model.instances.items()},
+        {k: Replicaset(*v) for k, v in model.replicasets.items()},
+        model.maps,
+        model.epochs,
+    )

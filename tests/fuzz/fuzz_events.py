@@ -22,16 +22,15 @@ from fuzzkit import (
     UUIDS,
     Violation,
     check,
-    full_state,
     integer,
     main,
-    model_state,
     rejects_cleanly,
     show,
     text,
     value,
 )
-from topology_model import Model
+from strategies import full_state
+from topology_model import Model, model_state
 
 from shardline import (
     BucketEvent,

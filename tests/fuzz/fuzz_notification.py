@@ -23,15 +23,14 @@ from fuzzkit import (
     TIERS,
     UUIDS,
     check,
-    full_state,
     json_value,
     main,
-    model_state,
     nested_text,
     rejects_cleanly,
     show,
 )
-from topology_model import Model
+from strategies import full_state
+from topology_model import Model, model_state
 
 from shardline import InvalidEvent, Topology, UnknownTier
 from shardline.topology.sources.notification_documents import (

@@ -30,17 +30,16 @@ from fuzzkit import (
     UUIDS,
     Violation,
     check,
-    full_state,
     integer,
     main,
-    model_state,
     nested_text,
     rejects_cleanly,
     show,
     text,
     value,
 )
-from topology_model import Model
+from strategies import full_state
+from topology_model import Model, model_state
 
 from shardline import BucketEvent, InvalidEvent, ShardlineError, Topology, UnknownTier
 from shardline.topology.sources import BucketPayload

@@ -30,9 +30,9 @@ with atheris.instrument_imports(include=["shardline"]):
     import shardline.topology.sources.notification_documents
     import shardline.transport.wire  # noqa: F401
 
-from topology_model import Model
+from strategies import full_state
 
-from shardline import Instance, Replicaset, Topology
+from shardline import Topology
 
 
 class Violation(AssertionError):
@@ -186,28 +186,6 @@ def same(a: Any, b: Any) -> bool:
         elif type(x) is not type(y) or x != y:
             return False
     return True
-
-
-def full_state(topology: Topology) -> tuple[Any, ...]:
-    """Everything a caller can observe of a topology."""
-    maps = topology.bucket_maps
-    return (
-        topology.tiers,
-        topology.instances,
-        topology.replicasets,
-        maps,
-        {tier: topology.epoch(tier) for tier in maps},
-    )
-
-
-def model_state(model: Model) -> tuple[Any, ...]:
-    return (
-        model.tiers,
-        {k: Instance(*v) for k, v in model.instances.items()},
-        {k: Replicaset(*v) for k, v in model.replicasets.items()},
-        model.maps,
-        model.epochs,
-    )
 
 
 def rejects_cleanly(
