@@ -37,6 +37,16 @@ pub struct Overlap {
     pub second: (u32, u32),
 }
 
+impl Overlap {
+    /// The error message for a snapshot of the tier named (already quoted) `tier`.
+    pub fn message(&self, tier: &str) -> String {
+        format!(
+            "snapshot of tier {tier} has overlapping ranges {:?} and {:?}",
+            self.first, self.second
+        )
+    }
+}
+
 #[derive(Debug)]
 pub struct BucketMap<O> {
     ranges: Vec<Range<O>>,

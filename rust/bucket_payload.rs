@@ -462,14 +462,7 @@ fn read_ranges(
                 )
             }
         })?;
-    sort_snapshot(&mut ranges).map_err(|overlap| {
-        format!(
-            "snapshot of tier {} has overlapping ranges {:?} and {:?}",
-            quoted(tier),
-            overlap.first,
-            overlap.second
-        )
-    })?;
+    sort_snapshot(&mut ranges).map_err(|overlap| overlap.message(&quoted(tier)))?;
     if let (Some(count), Some(last)) = (bucket_count, ranges.last()) {
         if last.end > count {
             return Err(format!(

@@ -595,17 +595,8 @@ impl Topology {
             .enumerate()
             .map(|(i, item)| Self::snapshot_range(&item?, tier, mapped.get(i)))
             .collect::<PyResult<Vec<_>>>()?;
-        sort_snapshot(&mut ranges).map_err(|overlap| {
-            invalid_event(
-                py,
-                format!(
-                    "snapshot of tier {} has overlapping ranges {:?} and {:?}",
-                    quoted(tier),
-                    overlap.first,
-                    overlap.second
-                ),
-            )
-        })?;
+        sort_snapshot(&mut ranges)
+            .map_err(|overlap| invalid_event(py, overlap.message(&quoted(tier))))?;
         if let Some(last) = ranges.last() {
             self.check_range_fits(py, tier, last.end)?;
         }
