@@ -16,10 +16,12 @@ from shardline.balancers import (
 )
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import (
+    InstanceUnavailable,
     InvalidArgument,
     InvalidEvent,
     InvalidRecord,
     NoWorkersAvailable,
+    PoolTimeout,
     RpcError,
     ShardlineError,
     TransientRpcError,
@@ -51,6 +53,7 @@ __all__ = [
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
+    "InstanceUnavailable",
     "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
@@ -59,6 +62,7 @@ __all__ = [
     "LoadBalancerContextView",
     "LoadBalancerLike",
     "NoWorkersAvailable",
+    "PoolTimeout",
     "Replicaset",
     "ReplicasetEvent",
     "RoundRobinLoadBalancer",
