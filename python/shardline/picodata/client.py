@@ -9,7 +9,7 @@ import logging
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Generator, Mapping
+from collections.abc import Coroutine, Generator, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
@@ -171,7 +171,10 @@ class Client:
         self._pools: dict[str, InstancePool] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         # id(Instance) -> (that Instance, its pool or None when it cannot be dialled)
-        self._routes: dict[int, tuple[Instance, InstancePool | None]] = {}
+        # id(Instance) -> its pool, or None when it cannot be dialled; _pinned keeps each of
+        # these Instance objects alive, so no other object can have its id meanwhile
+        self._routes: dict[int, InstancePool | None] = {}
+        self._pinned: dict[int, Instance] = {}
         self._seen: dict[str, Instance] = {}
         # replicaset uuid -> its online instances with an address: (uuid, pool)
         self._members: dict[str, list[tuple[str, InstancePool]]] = {}
@@ -250,7 +253,8 @@ class Client:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         pools, self._pools = list(self._pools.values()), {}
-        self._routes.clear()
+        self._online, self._members = [], {}
+        self._forget_routes()
         await asyncio.gather(*(pool.aclose() for pool in pools), *self._retiring)
 
     async def _maintain(self) -> None:
@@ -273,7 +277,10 @@ class Client:
 
     # queries
 
-    async def execute(
+    # The four query methods return _run's coroutine rather than awaiting it in one of their
+    # own: a coroutine frame less on every query.
+
+    def execute(
         self,
         query: str,
         *args: Any,
@@ -281,13 +288,12 @@ class Client:
         read_only: bool = False,
         strict: bool | None = None,
         timeout: float | None = None,
-    ) -> str:
+    ) -> Coroutine[Any, Any, str]:
         """Runs ``query`` (see the class for ``key``, ``read_only`` and ``strict``); returns
-        the status of its last command, as ``asyncpg.Connection.execute`` does."""
-        result: str = await self._run(_EXECUTE, query, args, timeout, key, read_only, strict)
-        return result
+        the status of its last command, as ``asyncpg.Connection.execute`` does. Await it."""
+        return self._run(_EXECUTE, query, args, timeout, key, read_only, strict)
 
-    async def fetch(
+    def fetch(
         self,
         query: str,
         *args: Any,
@@ -295,12 +301,11 @@ class Client:
         read_only: bool = False,
         strict: bool | None = None,
         timeout: float | None = None,
-    ) -> list[Any]:
-        """Runs ``query`` and returns its rows (``asyncpg.Record``)."""
-        rows: list[Any] = await self._run(_FETCH, query, args, timeout, key, read_only, strict)
-        return rows
+    ) -> Coroutine[Any, Any, list[Any]]:
+        """Runs ``query`` and returns its rows (``asyncpg.Record``). Await it."""
+        return self._run(_FETCH, query, args, timeout, key, read_only, strict)
 
-    async def fetchrow(
+    def fetchrow(
         self,
         query: str,
         *args: Any,
@@ -308,11 +313,11 @@ class Client:
         read_only: bool = False,
         strict: bool | None = None,
         timeout: float | None = None,
-    ) -> Any:
-        """Runs ``query`` and returns its first row (``asyncpg.Record``), or None."""
-        return await self._run(_FETCHROW, query, args, timeout, key, read_only, strict)
+    ) -> Coroutine[Any, Any, Any]:
+        """Runs ``query`` and returns its first row (``asyncpg.Record``), or None. Await it."""
+        return self._run(_FETCHROW, query, args, timeout, key, read_only, strict)
 
-    async def fetchval(
+    def fetchval(
         self,
         query: str,
         *args: Any,
@@ -321,11 +326,11 @@ class Client:
         read_only: bool = False,
         strict: bool | None = None,
         timeout: float | None = None,
-    ) -> Any:
-        """Runs ``query`` and returns ``column`` of its first row, or None."""
+    ) -> Coroutine[Any, Any, Any]:
+        """Runs ``query`` and returns ``column`` of its first row, or None. Await it."""
         if column:
-            return await self._run(_FETCHVAL, query, args, timeout, key, read_only, strict, column)
-        return await self._run(_FETCHVAL, query, args, timeout, key, read_only, strict)
+            return self._run(_FETCHVAL, query, args, timeout, key, read_only, strict, column)
+        return self._run(_FETCHVAL, query, args, timeout, key, read_only, strict)
 
     async def _run(
         self,
@@ -365,14 +370,12 @@ class Client:
         else:
             instance = self._route(self._tier, key)
         if instance is not None:
-            entry = self._routes.get(id(instance))
-            if entry is not None and entry[0] is instance:
-                pool = entry[1]
-                if pool is not None:
-                    connection = pool.take()
-                    if connection is not None:
-                        self._keyed += 1
-                        return pool, connection
+            pool = self._routes.get(id(instance))
+            if pool is not None:
+                connection = pool.take()
+                if connection is not None:
+                    self._keyed += 1
+                    return pool, connection
         return None, None
 
     async def _keyed_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
@@ -480,6 +483,14 @@ class Client:
         return replicas
 
     async def _unkeyed_connection(self) -> tuple[Any, Any]:
+        online = self._online
+        if online:  # the common case: an idle connection of the next instance in turn
+            self._turn += 1
+            pool = online[self._turn % len(online)]
+            connection = pool.take()
+            if connection is not None:
+                self._unkeyed += 1
+                return pool, connection
         self._check_open()
         pool, connection = await self._any_connection()
         self._unkeyed += 1
@@ -549,9 +560,8 @@ class Client:
         the decision is cached for this very object."""
         if instance is None:
             return None
-        entry = self._routes.get(id(instance))
-        if entry is not None and entry[0] is instance:
-            return entry[1]
+        if id(instance) in self._routes:
+            return self._routes[id(instance)]
         pool = None
         address = instance.address
         if instance.is_online and address is not None and _valid_address(address):
@@ -570,9 +580,14 @@ class Client:
                 self._pools[instance.uuid] = pool
         if len(self._routes) > 4 * len(self._seen) + 64:
             # the Instance objects of past states are of no use any more
-            self._routes.clear()
-        self._routes[id(instance)] = (instance, pool)
+            self._forget_routes()
+        self._routes[id(instance)] = pool
+        self._pinned[id(instance)] = instance
         return pool
+
+    def _forget_routes(self) -> None:
+        self._routes.clear()
+        self._pinned.clear()
 
     def _why(self, tier: str, values: Any, instance: Instance | None) -> str:
         """Why ``values`` has no instance to go to in ``tier`` (the reasons misses and
@@ -607,7 +622,7 @@ class Client:
         if instances == self._seen:
             return
         self._seen = instances
-        self._routes.clear()
+        self._forget_routes()
         for uuid, pool in list(self._pools.items()):
             instance = instances.get(uuid)
             if instance is None or instance.address != pool.address:

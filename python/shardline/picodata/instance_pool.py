@@ -151,6 +151,7 @@ class InstancePool:
         within ``acquire_timeout``. Raises :class:`~shardline.errors.InstanceUnavailable` if
         none can be opened (or the pool is closing; at once during the backoff unless
         ``redial``), :class:`~shardline.errors.PoolTimeout` if all stay busy."""
+        deadline: float | None = None  # of the wait for a busy pool, set when it starts
         while True:
             if self._closing:
                 raise self._closed_error()
@@ -159,18 +160,24 @@ class InstancePool:
                 return connection
             if self._open < self._size:
                 return await self._open_one(redial=redial)
-            connection = await self._wait()
+            if deadline is None:
+                self.waits += 1
+                deadline = asyncio.get_running_loop().time() + self._acquire_timeout
+            connection = await self._wait(deadline)
             if connection is not None:
-                return connection
+                if not connection.is_closed():
+                    return connection
+                self._in_use -= 1
+                self._discard(connection, terminate=True)
             # woken for a freed slot: loop, and open a connection in it unless another
             # query took it first
 
     def release(self, connection: Any, *, broken: bool = False) -> None:
         """Gives back a connection :meth:`take` or :meth:`acquire` handed out. A connection
-        that is ``broken``, closed, still in a transaction or busy with an operation is
-        closed instead of reused."""
+        that is ``broken`` or still in a transaction is closed instead of reused."""
         self._in_use -= 1
-        if broken or self._closing or connection.is_closed() or connection.is_in_transaction():
+        # a connection closed meanwhile is found out by take(), not on every release
+        if broken or self._closing or connection.is_in_transaction():
             self._discard(connection, terminate=broken)
             return
         waiters = self._waiters
@@ -243,13 +250,13 @@ class InstancePool:
             raise self._closed_error()
         return connection
 
-    async def _wait(self) -> Any:
-        """Waits for a released connection (or None: a freed slot); bounded and counted."""
-        self.waits += 1
+    async def _wait(self, deadline: float) -> Any:
+        """Waits until the loop time ``deadline`` for a released connection (or None: a freed
+        slot)."""
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            async with asyncio.timeout(self._acquire_timeout):
+            async with asyncio.timeout_at(deadline):
                 return await waiter
         except TimeoutError:
             self._give_back(waiter)
