@@ -550,6 +550,18 @@ def test_wrong_password_is_a_clear_error(pg: PgServer) -> None:
     run(main)
 
 
+def test_a_refused_tls_handshake_is_a_clear_error(pg: PgServer) -> None:
+    async def main() -> None:
+        async with cluster(pg) as c:  # the server runs without TLS
+            with pytest.raises(InstanceUnavailable) as raised:
+                await connect(c.url + "&sslmode=require", tier="default")
+            message = str(raised.value)
+            assert f"127.0.0.1:{pg.port}" in message
+            assert "SSL" in message
+
+    run(main)
+
+
 def test_an_unknown_tier_and_bad_arguments_are_refused(pg: PgServer) -> None:
     from shardline import UnknownTier
 
