@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import inspect
 import math
+import os
 import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
@@ -474,7 +475,10 @@ class PollingSource(TopologySource):
 
 def _message(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0] if text else text
+    if isinstance(error, ConnectionError) and error.errno:
+        # asyncio says "[Errno 111] Connect call failed (…)": the reason, in words, goes first
+        text = f"{os.strerror(error.errno)}: {text}"
+    return text.splitlines()[0]
 
 
 def _parse_dsn(dsn: object) -> tuple[str, dict[str, str]]:
