@@ -100,8 +100,8 @@ class PollingSource(TopologySource):
 
     Implementation notes:
         Statements run outside any transaction block (asyncpg's autocommit), one after the
-        other, so each sees the latest
-        committed catalog; Picodata's system tables are not read in one transaction. Rows
+        other, so each sees the latest committed catalog; Picodata's system tables are not
+        read in one transaction. Rows
         are validated whole into a :class:`~shardline.topology.sources.membership.Membership`
         before anything is handed out; the previous poll's membership is the baseline the
         events are computed from. A bucket map whose text differs from the last one accepted
@@ -390,8 +390,9 @@ class PollingSource(TopologySource):
                 FailureReason.TIMEOUT, f"{what}: no answer within {self._timeout} s", fatal=True
             ) from None
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
-            if connection.is_closed() or not isinstance(error, asyncpg.PostgresError):
-                # ConnectionDoesNotExistError, a reset socket: the connection is gone
+            if connection.is_closed() or _ends_the_session(error):
+                # ConnectionDoesNotExistError, a reset socket, a FATAL error (the backend was
+                # terminated): the connection is gone, whether or not asyncpg has seen it close
                 raise _Failure(
                     FailureReason.CONNECTION_LOST, f"{what}: {_message(error)}", fatal=True
                 ) from None
@@ -479,6 +480,14 @@ def _message(error: BaseException) -> str:
         # asyncio says "[Errno 111] Connect call failed (…)": the reason, in words, goes first
         text = f"{os.strerror(error.errno)}: {text}"
     return text.splitlines()[0]
+
+
+def _ends_the_session(error: Exception) -> bool:
+    if not isinstance(error, asyncpg.PostgresError):
+        return True
+    # severity_en is the untranslated severity; servers before 9.6 send only the other
+    severity = getattr(error, "severity_en", None) or getattr(error, "severity", None)
+    return severity in ("FATAL", "PANIC")
 
 
 def _parse_dsn(dsn: object) -> tuple[str, dict[str, str]]:
