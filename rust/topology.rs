@@ -428,12 +428,14 @@ impl Topology {
                         .clone()
                         .or_else(|| known.current_state.clone()),
                     address: change.address.clone().or_else(|| known.address.clone()),
+                    name: change.name.clone().or_else(|| known.name.clone()),
                 },
                 None => Instance {
                     uuid: uuid::format(change.uuid),
                     replicaset_uuid: change.replicaset_uuid.map(uuid::format),
                     current_state: change.current_state.clone(),
                     address: change.address.clone(),
+                    name: change.name.clone(),
                 },
             };
             let known = known.as_ref();
@@ -500,15 +502,19 @@ impl Topology {
                 }
             };
             let master = change.current_master_uuid.or(old_master);
-            let changed = old_tier.as_ref() != Some(&tier) || old_master != master;
-            let object = Py::new(
-                py,
-                Replicaset {
-                    uuid: uuid::format(change.uuid),
-                    tier: tier.to_string(),
-                    current_master_uuid: master.map(uuid::format),
-                },
-            )?;
+            let name = change.name.clone().or_else(|| {
+                old_object
+                    .as_ref()
+                    .and_then(|object| object.get().name.clone())
+            });
+            let merged = Replicaset {
+                uuid: uuid::format(change.uuid),
+                tier: tier.to_string(),
+                current_master_uuid: master.map(uuid::format),
+                name,
+            };
+            let changed = old_object.as_ref().is_none_or(|old| *old.get() != merged);
+            let object = Py::new(py, merged)?;
             let mut displaced = Displaced::default();
             let mut state = self.state.write();
             let current = state
