@@ -24,6 +24,7 @@ from topology_model import Model
 
 from shardline import (
     BucketEvent,
+    BucketRange,
     Instance,
     InstanceEvent,
     InvalidArgument,
@@ -31,7 +32,6 @@ from shardline import (
     Topology,
     UnknownTier,
 )
-from shardline._core import BucketRange
 from shardline.topology.sources import BucketPayload
 
 # time.time() and the Rust clock read the same clock, but may round the last bit differently.
