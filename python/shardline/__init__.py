@@ -38,6 +38,7 @@ from shardline.pool import (
 from shardline.pool.proxy import WorkerProxy
 from shardline.topology import (
     BucketEvent,
+    BucketRange,
     Instance,
     InstanceEvent,
     Replicaset,
@@ -50,6 +51,7 @@ __all__ = [
     "AffinityLoadBalancer",
     "BucketEvent",
     "BucketLoadBalancer",
+    "BucketRange",
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
