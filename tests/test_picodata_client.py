@@ -13,13 +13,12 @@ import asyncio
 import contextlib
 import logging
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
 import pytest
-from pg_server import PASSWORD, SUPERUSER, PgServer
+from pg_server import PASSWORD, PgServer, with_params
 from picodata_catalog import Catalog
 from picodata_catalog import name_uuid as _uuid
 
@@ -134,17 +133,11 @@ class Cluster:
         return next(name for name in self.forwarders if _uuid(name) == master)
 
 
-def _url(pg: PgServer, schema: str, *, password: str = PASSWORD) -> str:
-    options = urllib.parse.quote(f"-c search_path={schema}")
-    return f"postgresql://{SUPERUSER}:{password}@127.0.0.1:{pg.port}/postgres?options={options}"
-
-
 @contextlib.asynccontextmanager
 async def cluster(pg: PgServer) -> AsyncIterator[Cluster]:
     dsn = pg.create_schema()
-    schema = dsn.rsplit("search_path=", 1)[1].rstrip("'")
     catalog = Catalog(dsn)
-    result = Cluster(pg, catalog, _url(pg, schema))
+    result = Cluster(pg, catalog, dsn)
     try:
         with catalog.transaction():
             catalog.add_tier("default", BUCKETS)
@@ -282,7 +275,7 @@ def test_an_error_after_the_query_was_sent_is_raised_as_is_and_triggers_a_poll(
     async def main() -> None:
         async with cluster(pg) as c, connect(c.url, tier="default") as db:
             key = next(k for k in range(100) if c.master_of(k) == "r2_1")
-            lock = await asyncpg.connect(_url(pg, "public"))
+            lock = await asyncpg.connect(pg.dsn)
             await lock.execute("SELECT pg_advisory_lock(11)")
             query = asyncio.ensure_future(db.execute("SELECT pg_advisory_lock_shared(11)", key=key))
             await until(lambda: c.forwarders["r2_1"].open_links == 1, "the query's connection")
@@ -409,6 +402,11 @@ def test_explain_names_the_bucket_range_replicaset_and_master(pg: PgServer) -> N
                 None,
             )
             assert explained.epoch == db.topology.epoch("default")
+            assert explained.range_set_by == "poll"
+            assert explained.range_epoch is not None
+            assert explained.range_epoch <= explained.epoch
+            assert explained.range_set_at is not None
+            assert explained.range_set_at <= time.time()
 
     run(main)
 
@@ -417,7 +415,7 @@ def test_the_pool_bound_makes_a_query_wait_and_never_go_elsewhere(pg: PgServer) 
     async def main() -> None:
         async with cluster(pg) as c:
             key = next(k for k in range(100) if c.master_of(k) == "r2_1")
-            lock = await asyncpg.connect(_url(pg, "public"))
+            lock = await asyncpg.connect(pg.dsn)
             await lock.execute("SELECT pg_advisory_lock(12)")
             async with connect(c.url, tier="default", pool_size=2, acquire_timeout=WAIT) as db:
                 queries = [
@@ -462,7 +460,7 @@ def test_close_waits_for_the_queries_in_flight(pg: PgServer) -> None:
     async def main() -> None:
         async with cluster(pg) as c:
             key = 3
-            lock = await asyncpg.connect(_url(pg, "public"))
+            lock = await asyncpg.connect(pg.dsn)
             await lock.execute("SELECT pg_advisory_lock(13)")
             db = await connect(c.url, tier="default")
             query = asyncio.ensure_future(
@@ -492,7 +490,7 @@ def test_pools_of_instances_that_left_or_moved_are_closed_after_their_queries(
     async def main() -> None:
         async with cluster(pg) as c, connect(c.url, tier="default") as db:
             key = next(k for k in range(100) if c.master_of(k) == "r2_1")
-            lock = await asyncpg.connect(_url(pg, "public"))
+            lock = await asyncpg.connect(pg.dsn)
             await lock.execute("SELECT pg_advisory_lock(14)")
             query = asyncio.ensure_future(db.execute("SELECT pg_advisory_lock_shared(14)", key=key))
             await until(lambda: db.stats().pools[_uuid("r2_1")].in_use == 1, "the query")
@@ -554,7 +552,7 @@ def test_a_refused_tls_handshake_is_a_clear_error(pg: PgServer) -> None:
     async def main() -> None:
         async with cluster(pg) as c:  # the server runs without TLS
             with pytest.raises(InstanceUnavailable) as raised:
-                await connect(c.url + "&sslmode=require", tier="default")
+                await connect(with_params(c.url, sslmode="require"), tier="default")
             message = str(raised.value)
             assert f"127.0.0.1:{pg.port}" in message
             assert "SSL" in message

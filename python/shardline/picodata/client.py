@@ -66,7 +66,9 @@ def connect(
             :class:`~shardline.errors.NoWorkersAvailable`. Each query may override it.
         poll_interval: seconds between two polls of the catalog.
         connect_kwargs: more keyword arguments for ``asyncpg.connect`` of every instance
-            (``ssl=`` an ``SSLContext``, ``server_settings``, ``timeout``, …).
+            and of the catalog's connection (``ssl=`` an ``SSLContext``,
+            ``server_settings``, …; ``timeout`` bounds a connect to an instance, default
+            ``acquire_timeout``).
 
     Raises ``ValueError`` naming the argument for an invalid one.
     """
@@ -156,13 +158,18 @@ class Client:
             raise ValueError(
                 f"connect_kwargs must not set {', '.join(managed)}: the dsn and the catalog do"
             )
+        # the catalog's connection gets the same credentials and TLS (the source bounds its
+        # own connect: it takes no timeout)
+        source_kwargs = {name: value for name, value in kwargs.items() if name != "timeout"}
         # a connect is bounded like a wait for a busy pool, unless the caller says otherwise
         kwargs.setdefault("timeout", self._acquire_timeout)
         self._connect_kwargs = kwargs
 
         self._topology = Topology()
         self._route = self._topology.route
-        self._source = PollingSource(dsn, interval=self._poll_interval)
+        self._source = PollingSource(
+            dsn, interval=self._poll_interval, connect_kwargs=source_kwargs
+        )
         self._runner: asyncio.Task[None] | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._started = False
@@ -175,8 +182,10 @@ class Client:
         # these Instance objects alive, so no other object can have its id meanwhile
         self._routes: dict[int, InstancePool | None] = {}
         self._pinned: dict[int, Instance] = {}
-        self._seen: dict[str, Instance] = {}
-        # replicaset uuid -> its online instances with an address: (uuid, pool)
+        self._version = -1  # the topology's membership_version the caches below reflect
+        self._instances = 0
+        # replicaset uuid -> its online instances with an address: (uuid, pool), filled on
+        # first use
         self._members: dict[str, list[tuple[str, InstancePool]]] = {}
         self._online: list[InstancePool] = []
         self._turn = 0
@@ -382,6 +391,7 @@ class Client:
         """A connection to the master serving ``key``, after the waits, fallbacks and the one
         retry the class describes."""
         self._check_open()
+        self._sync()
         tier, values = self._split(key)
         for attempt in (1, 2):
             instance = self._route(tier, values)
@@ -471,8 +481,8 @@ class Client:
         else:
             replicaset = self._topology.owner(tier, self._topology.bucket_id(tier, values))
             master_uuid = None
-        members = self._members.get(replicaset) if replicaset is not None else None
-        replicas = [pool for uuid, pool in members or () if uuid != master_uuid]
+        members = self._members_of(replicaset) if replicaset is not None else []
+        replicas = [pool for uuid, pool in members if uuid != master_uuid]
         if replicas:
             self._turn += 1
             start = self._turn % len(replicas)
@@ -499,6 +509,7 @@ class Client:
     async def _any_connection(self) -> tuple[Any, Any]:
         """A connection to any online instance, in turn; one refresh and retry if none can be
         reached."""
+        self._sync()
         for attempt in (1, 2):
             candidates = self._online
             if not candidates:
@@ -575,10 +586,10 @@ class Client:
                     connect=self._dial,
                     size=self._pool_size,
                     acquire_timeout=self._acquire_timeout,
-                    name=_name(instance),
+                    name=instance.name,
                 )
                 self._pools[instance.uuid] = pool
-        if len(self._routes) > 4 * len(self._seen) + 64:
+        if len(self._routes) > 4 * self._instances + 64:
             # the Instance objects of past states are of no use any more
             self._forget_routes()
         self._routes[id(instance)] = pool
@@ -613,32 +624,44 @@ class Client:
         return await asyncpg.connect(self._dsn, host=host, port=port, **self._connect_kwargs)
 
     def _sync(self) -> None:
-        """Reconciles the pools with the topology's instances, if they changed: closes the
-        pools of instances that left or changed address (once their queries end), and lists
-        each replicaset's online members and every online instance."""
+        """Reconciles the pools with the topology's instances, if its membership moved since
+        the last time: closes the pools of instances that left or changed address (once
+        their queries end), and lists every online instance afresh."""
         if self._closed:
             return
-        instances = self._topology.instances
-        if instances == self._seen:
+        version = self._topology.membership_version  # read before the state it vouches for
+        if version == self._version:
             return
-        self._seen = instances
+        self._version = version
+        instances = self._topology.instances
+        self._instances = len(instances)
         self._forget_routes()
+        self._members = {}
         for uuid, pool in list(self._pools.items()):
             instance = instances.get(uuid)
             if instance is None or instance.address != pool.address:
                 del self._pools[uuid]
                 self._retire(pool)
-        members: dict[str, list[tuple[str, InstancePool]]] = {}
         online = []
-        for uuid, instance in sorted(instances.items()):
+        for _, instance in sorted(instances.items()):
             member = self._pool_of(instance)
-            if member is None:
-                continue
-            online.append(member)
-            if instance.replicaset_uuid is not None:
-                members.setdefault(instance.replicaset_uuid, []).append((uuid, member))
-        self._members = members
+            if member is not None:
+                online.append(member)
         self._online = online
+
+    def _members_of(self, replicaset: str) -> list[tuple[str, InstancePool]]:
+        """The online members of ``replicaset`` that can be dialled, as (uuid, pool)."""
+        if self._topology.membership_version != self._version:
+            self._sync()
+        members = self._members.get(replicaset)
+        if members is None:
+            members = []
+            for instance in self._topology.replicaset_instances(replicaset):
+                pool = self._pool_of(instance)
+                if pool is not None:
+                    members.append((instance.uuid, pool))
+            self._members[replicaset] = members
+        return members
 
     def _retire(self, pool: InstancePool) -> None:
         task = asyncio.get_running_loop().create_task(pool.aclose())
@@ -714,9 +737,10 @@ class Client:
         if tier is not None and not isinstance(key, ShardingKey):
             key_tier = tier
         topology = self._topology
+        epoch = topology.epoch(key_tier)  # read first: the range is as new or newer
         bucket = topology.bucket_id(key_tier, values)
-        found = [(s, e, o) for s, e, o in topology.ranges(key_tier) if s <= bucket <= e]
-        owner = found[0][2] if found else None
+        found = topology.bucket_range(key_tier, bucket)
+        owner = found.replicaset_uuid if found is not None else None
         replicaset = topology.replicasets.get(owner) if owner is not None else None
         master_uuid = replicaset.current_master_uuid if replicaset is not None else None
         master = topology.instances.get(master_uuid) if master_uuid is not None else None
@@ -725,14 +749,17 @@ class Client:
         return Explanation(
             tier=key_tier,
             bucket=bucket,
-            range=(found[0][0], found[0][1]) if found else None,
+            range=(found.start, found.end) if found is not None else None,
             replicaset=owner,
+            replicaset_name=replicaset.name if replicaset is not None else None,
             master=master_uuid,
-            master_name=_name(master) if master is not None else None,
+            master_name=master.name if master is not None else None,
             address=master.address if master is not None else None,
             state=master.current_state if master is not None else None,
-            epoch=topology.epoch(key_tier),
-            range_set_at=None,
+            epoch=epoch,
+            range_epoch=found.epoch if found is not None else None,
+            range_set_at=found.set_at if found is not None else None,
+            range_set_by=found.set_by if found is not None else None,
             routable=routable,
             reason=None if routable else self._why(key_tier, values, instance),
         )
@@ -762,8 +789,3 @@ def _valid_address(address: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _name(instance: Instance) -> str | None:
-    name = getattr(instance, "name", None)
-    return name if isinstance(name, str) else None

@@ -44,7 +44,7 @@ class ClientStats:
     ``"read-only"`` (``key=`` with ``read_only=True``) and ``"unkeyed"`` (no key: any online
     instance). ``misses`` counts the keys that found no route at first, by reason (``"map
     cleared"``, ``"no range"``, ``"master unknown"``, ``"master not online"``, ``"no
-    address"``, ``"tier without buckets"``); ``fallbacks`` the keyed queries sent to another
+    address"``); ``fallbacks`` the keyed queries sent to another
     instance than the bucket's master after the wait for a poll, by the same reasons (a read
     sent to the master because its replicas are unavailable is not a fallback). ``retries``
     counts the queries retried after a refresh because the first instance could not be
@@ -71,24 +71,29 @@ class Explanation:
     """Where a key would be routed now, and why (``db.explain(key)``).
 
     ``bucket`` is the key's bucket id in ``tier``; ``range`` the inclusive ``(start, end)``
-    range of the bucket map holding it (``None`` if no range does); ``replicaset`` the uuid of
-    the range's owner; ``master`` and ``master_name`` the owner's current master (uuid and
-    name, when the topology knows them); ``address`` and ``state`` the master's pgproto
-    address and state. ``epoch`` is the tier's map epoch and ``range_set_at`` when the range
-    was last set (``None`` when the topology does not record it). ``routable`` says whether a
-    query with this key goes to that master now; if not, ``reason`` says why, with the same
-    words :class:`ClientStats` counts misses by.
+    range of the bucket map holding it (``None`` if no range does); ``replicaset`` and
+    ``replicaset_name`` the range's owner; ``master`` and ``master_name`` the owner's current
+    master (names when the catalog gave them); ``address`` and ``state`` the master's pgproto
+    address and state. ``epoch`` is the tier's map epoch now; ``range_epoch``,
+    ``range_set_at`` (wall-clock, ``time.time()``) and ``range_set_by`` (``"event"``,
+    ``"snapshot"`` or ``"poll"``) say when and how the range was last set (see
+    :class:`shardline.BucketRange`). ``routable`` says whether a query with this key goes to
+    that master now; if not, ``reason`` says why, with the same words :class:`ClientStats`
+    counts misses by.
     """
 
     tier: str
     bucket: int
     range: tuple[int, int] | None
     replicaset: str | None
+    replicaset_name: str | None
     master: str | None
     master_name: str | None
     address: str | None
     state: str | None
     epoch: int
+    range_epoch: int | None
     range_set_at: float | None
+    range_set_by: str | None
     routable: bool
     reason: str | None
