@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 from pg_server import PASSWORD, PgServer, with_params
 from picodata_catalog import Catalog
 from picodata_catalog import name_uuid as _uuid
@@ -133,28 +136,37 @@ class Cluster:
         return next(name for name in self.forwarders if _uuid(name) == master)
 
 
-@contextlib.asynccontextmanager
-async def cluster(pg: PgServer) -> AsyncIterator[Cluster]:
+async def start_cluster(pg: PgServer) -> Cluster:
     dsn = pg.create_schema()
     catalog = Catalog(dsn)
     result = Cluster(pg, catalog, dsn)
+    with catalog.transaction():
+        catalog.add_tier("default", BUCKETS)
+        catalog.add_replicaset("r1", instances=3)
+        catalog.add_replicaset("r2", instances=2)
+        catalog.rebalance("default")
+    for name in ("r1_1", "r1_2", "r1_3", "r2_1", "r2_2"):
+        forwarder = Forwarder(pg.port)
+        await forwarder.start()
+        result.forwarders[name] = forwarder
+        catalog.set_address(name, forwarder.address)
+    catalog.connection.execute("CREATE TABLE landed (id bigint, port integer)")
+    return result
+
+
+async def stop_cluster(c: Cluster) -> None:
+    for forwarder in c.forwarders.values():
+        await forwarder.stop()
+    c.catalog.close()
+
+
+@contextlib.asynccontextmanager
+async def cluster(pg: PgServer) -> AsyncIterator[Cluster]:
+    result = await start_cluster(pg)
     try:
-        with catalog.transaction():
-            catalog.add_tier("default", BUCKETS)
-            catalog.add_replicaset("r1", instances=3)
-            catalog.add_replicaset("r2", instances=2)
-            catalog.rebalance("default")
-        for name in ("r1_1", "r1_2", "r1_3", "r2_1", "r2_2"):
-            forwarder = Forwarder(pg.port)
-            await forwarder.start()
-            result.forwarders[name] = forwarder
-            catalog.set_address(name, forwarder.address)
-        catalog.connection.execute("CREATE TABLE landed (id bigint, port integer)")
         yield result
     finally:
-        for forwarder in result.forwarders.values():
-            await forwarder.stop()
-        catalog.close()
+        await stop_cluster(result)
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
@@ -575,3 +587,100 @@ def test_an_unknown_tier_and_bad_arguments_are_refused(pg: PgServer) -> None:
         connect("postgresql://127.0.0.1/", tier="default", pool_size=0)
     with pytest.raises(ValueError, match="connect_kwargs must not set host"):
         connect("postgresql://127.0.0.1/", tier="default", connect_kwargs={"host": "x"})
+
+
+def test_routed_queries_follow_catalog_histories(pg: PgServer) -> None:
+    """Every keyed query, after any history of bucket moves, master switches and instance
+    states, runs where the catalog's rows say (a reference computed with the catalog's own
+    SQL), or raises NoWorkersAvailable (strict) when they give the key no online master."""
+    names = {"r1": ("r1_1", "r1_2", "r1_3"), "r2": ("r2_1", "r2_2")}
+
+    class Histories(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.loop = asyncio.new_event_loop()
+            self.c = self.loop.run_until_complete(start_cluster(pg))
+            self.db = self.loop.run_until_complete(
+                connect(self.c.url, tier="default", route_wait=0.05, strict=True)
+            )
+
+        def teardown(self) -> None:
+            self.loop.run_until_complete(self.db.close())
+            self.loop.run_until_complete(stop_cluster(self.c))
+            self.loop.close()
+
+        def refreshed(self) -> None:
+            assert self.loop.run_until_complete(self.db.refresh())
+
+        @rule(split=st.integers(0, BUCKETS), first=st.sampled_from(["r1", "r2"]), gap=st.booleans())
+        def move_buckets(self, split: int, first: str, gap: bool) -> None:
+            second = "r2" if first == "r1" else "r1"
+            ranges = []
+            if split >= 1:
+                ranges.append((1, split, _uuid(first)))
+            if split < BUCKETS and not gap:
+                ranges.append((split + 1, BUCKETS, _uuid(second)))
+            self.c.catalog.set_buckets("default", ranges)
+            self.refreshed()
+
+        @rule(data=st.data())
+        def switch_master(self, data: st.DataObject) -> None:
+            replicaset = data.draw(st.sampled_from(sorted(names)))
+            self.c.catalog.switch_master(replicaset, data.draw(st.sampled_from(names[replicaset])))
+            self.refreshed()
+
+        @rule(
+            instance=st.sampled_from(sorted(n for ns in names.values() for n in ns)),
+            online=st.booleans(),
+        )
+        def set_state(self, instance: str, online: bool) -> None:
+            self.c.catalog.set_state(instance, "Online" if online else "Offline")
+            self.refreshed()
+
+        @rule(key=st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8))
+        def keyed_query(self, key: object) -> None:
+            expected = self.c.catalog.expected()
+            bucket = bucket_id(key, BUCKETS)
+            owners = [o for s, e, o in expected.maps["default"] if s <= bucket <= e]
+            master = expected.replicasets[owners[0]][1] if owners else None
+            state = expected.instances[master][1] if master is not None else None
+
+            async def query() -> int:
+                port: int = await self.db.fetchval("SELECT inet_client_port()", key=key)
+                return port
+
+            if state == "Online":
+                port = self.loop.run_until_complete(query())
+                assert _uuid(self.c.instance_of(port)) == master
+            else:
+                with pytest.raises(NoWorkersAvailable, match=f"bucket {bucket} of tier"):
+                    self.loop.run_until_complete(query())
+
+        @rule(key=st.integers(-(2**63), 2**63 - 1))
+        def read_only_query(self, key: int) -> None:
+            expected = self.c.catalog.expected()
+            bucket = bucket_id(key, BUCKETS)
+            owners = [o for s, e, o in expected.maps["default"] if s <= bucket <= e]
+            master = expected.replicasets[owners[0]][1] if owners else None
+            online = {
+                uuid
+                for uuid, (rs, state, _) in expected.instances.items()
+                if owners and rs == owners[0] and state == "Online"
+            }
+            replicas = online - {master}
+            allowed = replicas or online
+
+            async def query() -> int:
+                port: int = await self.db.fetchval(
+                    "SELECT inet_client_port()", key=key, read_only=True
+                )
+                return port
+
+            if allowed:
+                port = self.loop.run_until_complete(query())
+                assert _uuid(self.c.instance_of(port)) in allowed
+            else:
+                with pytest.raises(NoWorkersAvailable):
+                    self.loop.run_until_complete(query())
+
+    run_state_machine_as_test(Histories, settings=settings(max_examples=20, stateful_step_count=12))
