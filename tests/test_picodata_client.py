@@ -581,6 +581,8 @@ def test_an_unknown_tier_and_bad_arguments_are_refused(pg: PgServer) -> None:
                 await connect(c.url, tier="nope")
 
     run(main)
+    # several hosts (tried in turn for the catalog) are accepted
+    connect("postgresql://u:p@127.0.0.1:1,127.0.0.1:2/db", tier="default")
     with pytest.raises(ValueError, match="postgresql:// URL"):
         connect("host=127.0.0.1 password=secret", tier="default")
     with pytest.raises(ValueError, match="pool_size"):

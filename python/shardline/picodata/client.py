@@ -120,10 +120,13 @@ class Client:
         the topology returned (it returns the same object while the instance is unchanged,
         and a new one when anything about it changes, so a cached decision is never stale),
         and a pop of the pool's idle list. The pools are one :class:`InstancePool` per
-        instance (lean: see its notes on asyncpg's ``Pool``). Membership (pools of instances
-        that left or changed address, the replicas of each replicaset, the online instances)
-        is reconciled after every refresh the client asks for and once per
-        ``poll_interval``.
+        instance (lean: see its notes on asyncpg's ``Pool``). What derives from membership
+        (pools of instances that left or changed address to close, the online members of
+        each replicaset, the online instances) is rebuilt when
+        ``Topology.membership_version`` has moved: checked on every path but the hot one,
+        and once per ``poll_interval`` in the background. A miss waits on
+        ``PollingSource.refresh``, which joins a poll not started yet, so concurrent misses
+        share one poll.
     """
 
     def __init__(
@@ -766,7 +769,8 @@ class Client:
 
 
 def _catalog_address(dsn: object) -> str:
-    """The ``host:port`` of a ``postgresql://`` URL; ValueError naming the dsn otherwise."""
+    """Where a ``postgresql://`` URL points (its ``host:port`` list, without credentials), for
+    messages; ValueError for anything else."""
     if not isinstance(dsn, str):
         raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
     parts = urllib.parse.urlsplit(dsn)
@@ -776,11 +780,7 @@ def _catalog_address(dsn: object) -> str:
             "dsn must be a postgresql:// URL (asyncpg reads no other form),"
             f" got scheme {parts.scheme!r}"
         )
-    try:
-        port = parts.port or 5432
-    except ValueError:
-        raise ValueError(f"dsn has an invalid port (host {parts.hostname!r})") from None
-    return f"{parts.hostname or 'localhost'}:{port}"
+    return parts.netloc.rpartition("@")[2] or "localhost"
 
 
 def _valid_address(address: str) -> bool:
