@@ -270,9 +270,12 @@ class Client:
         await asyncio.gather(*(pool.aclose() for pool in pools), *self._retiring)
 
     async def _maintain(self) -> None:
+        """Every ``poll_interval``: follows membership, and dials the instances that could not
+        be reached again (each waits out its own backoff)."""
         while True:
             await asyncio.sleep(self._poll_interval)
             self._sync()
+            await asyncio.gather(*(pool.probe() for pool in list(self._pools.values())))
 
     @property
     def topology(self) -> Topology:

@@ -51,7 +51,8 @@ class InstancePool:
     A failed connect raises :class:`~shardline.errors.InstanceUnavailable` (the driver's error
     as its cause) and puts the instance in a backoff: until it ends (0.1 s after the first
     failure, doubling up to 5 s), :meth:`acquire` raises at once without dialling, unless
-    ``redial=True``. The next connect that succeeds ends the backoff.
+    ``redial=True``. The next connect that succeeds ends the backoff; :meth:`probe` tries one
+    in the background once the backoff is over.
 
     :meth:`aclose` stops handing out connections, closes the idle ones, makes waiting
     acquisitions raise ``InstanceUnavailable``, and returns once every connection lent out
@@ -188,6 +189,21 @@ class InstancePool:
                 waiter.set_result(connection)
                 return
         self._idle.append(connection)
+
+    async def probe(self) -> bool:
+        """If the instance is unreachable and its backoff is over, tries to open a connection
+        and keeps it idle; True if the instance is (or was found) reachable. Meant for a
+        background task, so that an instance that comes back has a connection waiting."""
+        if self._closing or not self._failures_in_a_row:
+            return not self._closing
+        if self.down or self._open >= self._size:
+            return False
+        try:
+            connection = await self._open_one(redial=False)
+        except InstanceUnavailable:
+            return False
+        self.release(connection)
+        return True
 
     # closing
 
