@@ -307,6 +307,22 @@ def test_an_error_after_the_query_was_sent_is_raised_as_is_and_triggers_a_poll(
     run(main)
 
 
+def test_unkeyed_queries_go_to_every_online_instance_in_turn(pg: PgServer) -> None:
+    async def main() -> None:
+        async with cluster(pg) as c:
+            c.catalog.set_state("r1_3", "Offline")
+            async with connect(c.url, tier="default") as db:
+                served = [
+                    c.instance_of(await db.fetchval("SELECT inet_client_port()")) for _ in range(12)
+                ]
+                assert {name: served.count(name) for name in set(served)} == {
+                    name: 3 for name in ("r1_1", "r1_2", "r2_1", "r2_2")
+                }
+                assert db.stats().routed == {"keyed": 0, "read-only": 0, "unkeyed": 12}
+
+    run(main)
+
+
 def test_a_broken_idle_connection_is_discarded_and_replaced(pg: PgServer) -> None:
     async def main() -> None:
         async with cluster(pg) as c, connect(c.url, tier="default") as db:

@@ -180,7 +180,6 @@ class Client:
 
         self._pools: dict[str, InstancePool] = {}
         self._retiring: set[asyncio.Task[None]] = set()
-        # id(Instance) -> (that Instance, its pool or None when it cannot be dialled)
         # id(Instance) -> its pool, or None when it cannot be dialled; _pinned keeps each of
         # these Instance objects alive, so no other object can have its id meanwhile
         self._routes: dict[int, InstancePool | None] = {}
@@ -191,7 +190,8 @@ class Client:
         # first use
         self._members: dict[str, list[tuple[str, InstancePool]]] = {}
         self._online: list[InstancePool] = []
-        self._turn = 0
+        self._turn = 0  # of the unkeyed queries, over the online instances
+        self._read_turn = 0  # of the reads, over a replicaset's replicas
         self._tables: dict[str, TableDistribution] | None = None
 
         self._keyed = 0
@@ -490,8 +490,8 @@ class Client:
         members = self._members_of(replicaset) if replicaset is not None else []
         replicas = [pool for uuid, pool in members if uuid != master_uuid]
         if replicas:
-            self._turn += 1
-            start = self._turn % len(replicas)
+            self._read_turn += 1
+            start = self._read_turn % len(replicas)
             replicas = replicas[start:] + replicas[:start]
         master_pool = self._pool_of(master)
         if master_pool is not None:
@@ -500,21 +500,21 @@ class Client:
 
     async def _unkeyed_connection(self) -> tuple[Any, Any]:
         online = self._online
+        self._turn += 1
         if online:  # the common case: an idle connection of the next instance in turn
-            self._turn += 1
             pool = online[self._turn % len(online)]
             connection = pool.take()
             if connection is not None:
                 self._unkeyed += 1
                 return pool, connection
         self._check_open()
-        pool, connection = await self._any_connection()
+        pool, connection = await self._any_connection(self._turn)
         self._unkeyed += 1
         return pool, connection
 
-    async def _any_connection(self) -> tuple[Any, Any]:
-        """A connection to any online instance, in turn; one refresh and retry if none can be
-        reached."""
+    async def _any_connection(self, turn: int | None = None) -> tuple[Any, Any]:
+        """A connection to any online instance, starting at the one whose turn it is (or
+        ``turn``); one refresh and retry if none can be reached."""
         self._sync()
         for attempt in (1, 2):
             candidates = self._online
@@ -525,8 +525,10 @@ class Client:
                     raise NoWorkersAvailable(
                         "no instance of the cluster is online with a pgproto address"
                     )
-            self._turn += 1
-            start = self._turn % len(candidates)
+            if turn is None:
+                self._turn += 1
+                turn = self._turn
+            start = turn % len(candidates)
             try:
                 return await self._first_reachable(
                     candidates[start:] + candidates[:start], redial=attempt == 2
@@ -536,6 +538,7 @@ class Client:
                     self._unavailable += 1
                     raise
                 self._retries += 1
+                turn = None
                 await self._poll()
         raise AssertionError("unreachable")
 
