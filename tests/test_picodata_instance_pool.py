@@ -4,6 +4,7 @@ real PostgreSQL (``pg``) and, for its bookkeeping, against a reference model."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -201,6 +202,31 @@ def test_a_failed_connect_names_the_instance_and_backs_off(pg: PgServer) -> None
         await pool.aclose()
 
     run(main)
+
+
+def test_the_pool_logs_its_opening_closing_and_outages_not_each_query(
+    pg: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        up = pool_for(pg)
+        for _ in range(3):
+            up.release(await up.acquire())
+        await up.aclose()
+        address = f"127.0.0.1:{free_port()}"
+        dial, _ = dialler(pg)
+        down = InstancePool(UUID, address, connect=dial, size=2, acquire_timeout=10.0)
+        for _ in range(3):
+            with pytest.raises(InstanceUnavailable):
+                await down.acquire(redial=True)
+        await down.aclose()
+
+    with caplog.at_level(logging.INFO, logger="shardline.picodata"):
+        run(main)
+    records = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in records] == ["INFO", "INFO", "WARNING"]
+    assert records[0][1].startswith(f"connected to instance r1_1 ({UUID})")
+    assert records[1][1].startswith(f"closing the pool of instance r1_1 ({UUID})")
+    assert records[2][1].startswith(f"cannot connect to instance {UUID}")
 
 
 def test_aclose_waits_for_the_connections_in_use(pg: PgServer) -> None:

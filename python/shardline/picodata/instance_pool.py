@@ -54,6 +54,10 @@ class InstancePool:
     ``redial=True``. The next connect that succeeds ends the backoff; :meth:`probe` tries one
     in the background once the backoff is over.
 
+    Logs on ``shardline.picodata``: INFO at the first connection to the instance (and the
+    first after an outage) and when the pool closes, WARNING once when the instance becomes
+    unreachable; never per query.
+
     :meth:`aclose` stops handing out connections, closes the idle ones, makes waiting
     acquisitions raise ``InstanceUnavailable``, and returns once every connection lent out
     has come back and been closed.
@@ -63,8 +67,10 @@ class InstancePool:
         portals) at every release, a round trip that costs about a third of the throughput of
         a trivial query (issue 11's measurements: 12k against 18k calls/s without it). This
         pool resets nothing: a connection goes back as it is, so session state a caller sets
-        with ``SET`` stays on it, and one released inside a transaction, mid-operation or
-        closed is discarded instead. Idle connections are a LIFO list (the warmest one is
+        with ``SET`` stays on it; one released inside a transaction, or released ``broken``
+        (the client does so when a query failed other than by a server error, e.g. timed out
+        or cancelled mid-operation), is discarded instead, and one closed while idle is
+        discarded when taken. Idle connections are a LIFO list (the warmest one is
         reused, the others may age out server-side); a released connection goes straight to
         the oldest waiter. A waiter is woken with ``None`` when a slot frees up without a
         connection (one was discarded or failed to open), and opens one itself.
@@ -220,7 +226,8 @@ class InstancePool:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
                     waiter.set_exception(error)
-            logger.info("closing the pool of instance %s at %s", self.label, self.address)
+            if self.connects:
+                logger.info("closing the pool of instance %s at %s", self.label, self.address)
         if self._open:
             if self._drained is None:
                 self._drained = asyncio.Event()
@@ -251,6 +258,13 @@ class InstancePool:
             delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self._failures_in_a_row - 1))
             self._retry_at = time.monotonic() + delay
             self._last_error = f"{type(error).__name__}: {_first_line(error)}"
+            if self._failures_in_a_row == 1:  # once per outage, not per attempt
+                logger.warning(
+                    "cannot connect to instance %s at %s: %s",
+                    self.label,
+                    self.address,
+                    self._last_error,
+                )
             raise InstanceUnavailable(
                 f"cannot connect to instance {self.label} at {self.address}: {self._last_error}",
                 instance=self.uuid,
