@@ -93,8 +93,11 @@ DEFAULT_MAX_SNAPSHOT: Final = 64 << 20
 
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
-# a JSON string (kept) or a comma whose next non-blank character closes an object or array
-_STRING_OR_TRAILING_COMMA = re.compile(r'"(?:[^"\\]|\\.)*"|,(?=\s*[}\]])', re.DOTALL)
+# a JSON string (kept), or a comma that follows the end of a value and whose next non-blank
+# character closes an object or array (dropped): `{,}` and `[1,,]` stay malformed
+_STRING_OR_TRAILING_COMMA = re.compile(
+    r'"(?:[^"\\]|\\.)*"|(?<=[0-9A-Za-z"}\]])\s*,(?=\s*[}\]])', re.DOTALL
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +295,7 @@ def _without_trailing_commas(document: str | bytes, error: ValueError) -> Any:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError:
             raise _malformed(f"document is not JSON: {error}") from None
-    stripped = _STRING_OR_TRAILING_COMMA.sub(lambda m: m[0] if m[0] != "," else "", text)
+    stripped = _STRING_OR_TRAILING_COMMA.sub(lambda m: m[0] if m[0][0] == '"' else "", text)
     if stripped == text:
         raise _malformed(f"document is not JSON: {error}") from None
     try:

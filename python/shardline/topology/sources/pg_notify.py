@@ -110,7 +110,8 @@ class PgNotifySession:
         queue = self._queue
         while True:
             try:
-                item = await asyncio.wait_for(queue.get(), self._ping_interval)
+                async with asyncio.timeout(self._ping_interval):
+                    item = await queue.get()
             except TimeoutError:
                 await self._ping()
                 continue
