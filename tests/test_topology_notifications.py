@@ -45,6 +45,7 @@ from shardline.topology.sources.notification_documents import (
 from shardline.topology.sources.pg_notify import PgNotifySession, PgNotifyTransport
 from shardline.topology.sources.state import FailureReason
 
+DSN = "postgresql://u:secret@x:5432/db"
 R = {n: rs_uuid(n) for n in range(1, 10)}
 I = {n: inst_uuid(n) for n in range(1, 10)}  # noqa: E741  (the master instance of Rn)
 
@@ -898,24 +899,27 @@ def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
     [
         ({}, "give a dsn or a transport"),
         ({"dsn": 5}, "dsn must be a str"),
-        ({"dsn": "nonsense"}, "not a valid connection string"),
-        ({"dsn": "host=x", "channel": ""}, "channel"),
-        ({"dsn": "host=x", "channel": "é" * 40}, "channel"),
-        ({"dsn": "host=x", "snapshot_query": " "}, "snapshot_query"),
-        ({"dsn": "host=x", "ping_interval": 0}, "ping_interval"),
-        ({"dsn": "host=x", "tiers_query": ""}, "tiers_query"),
-        ({"dsn": "host=x", "connect_kwargs": {"timeout": 1}}, "must not set dsn or timeout"),
-        ({"dsn": "postgresql://x:port/db"}, "not a valid connection URI"),
-        ({"dsn": "host=x", "timeout": -1}, "timeout"),
-        ({"dsn": "host=x", "retry": float("nan")}, "retry"),
-        ({"dsn": "host=x", "retry": 1.0, "max_retry": 0.5}, "max_retry"),
-        ({"dsn": "host=x", "min_resync_interval": -0.1}, "min_resync_interval"),
-        ({"dsn": "host=x", "max_document": 0}, "max_document"),
-        ({"dsn": "host=x", "max_snapshot": True}, "max_snapshot"),
-        ({"dsn": "host=x", "max_queue": 1.5}, "max_queue"),
+        ({"dsn": "host=x port=5432"}, "must be a postgresql:// or postgres:// URI"),
+        ({"dsn": "postgresql://x:port/db"}, "port that is not a number"),
+        ({"dsn": "postgresql://x/db?a"}, "malformed query string"),
+        ({"dsn": DSN, "channel": ""}, "channel"),
+        ({"dsn": DSN, "channel": "é" * 40}, "channel"),
+        ({"dsn": DSN, "snapshot_query": " "}, "snapshot_query"),
+        ({"dsn": DSN, "tiers_query": ""}, "tiers_query"),
+        ({"dsn": DSN, "ping_interval": 0}, "ping_interval"),
+        ({"dsn": DSN, "connect_kwargs": {"timeout": 1}}, "must not set timeout"),
+        ({"dsn": DSN, "connect_kwargs": {"application_name": "x"}}, "server_settings"),
+        ({"dsn": DSN, "connect_kwargs": {"server_settings": {"a": 1}}}, "map str to str"),
+        ({"dsn": DSN, "timeout": -1}, "timeout"),
+        ({"dsn": DSN, "retry": float("nan")}, "retry"),
+        ({"dsn": DSN, "retry": 1.0, "max_retry": 0.5}, "max_retry"),
+        ({"dsn": DSN, "min_resync_interval": -0.1}, "min_resync_interval"),
+        ({"dsn": DSN, "max_document": 0}, "max_document"),
+        ({"dsn": DSN, "max_snapshot": True}, "max_snapshot"),
+        ({"dsn": DSN, "max_queue": 1.5}, "max_queue"),
         ({"transport": _Transport([]), "channel": "c"}, "channel configure"),
         ({"transport": _Transport([]), "tiers_query": "q"}, "tiers_query configure"),
-        ({"transport": _Transport([]), "dsn": "host=x"}, "dsn configure"),
+        ({"transport": _Transport([]), "dsn": DSN}, "dsn configure"),
         ({"transport": object()}, "connect"),
     ],
 )

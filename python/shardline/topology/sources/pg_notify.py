@@ -48,8 +48,10 @@ from typing import Any, Final
 
 import asyncpg
 
+from shardline.topology.sources import pg_connect
+from shardline.topology.sources.membership import TIERS_QUERY
 from shardline.topology.sources.notification import TransportError
-from shardline.topology.sources.pg_dsn import connect_arguments
+from shardline.topology.sources.pg_connect import CLOSE_TIMEOUT, message, parse_dsn, peer
 from shardline.topology.sources.state import FailureReason
 
 __all__ = [
@@ -62,7 +64,7 @@ __all__ = [
 
 DEFAULT_CHANNEL: Final = "shardline_topology"
 DEFAULT_SNAPSHOT_QUERY: Final = "SELECT shardline_topology_snapshot()"
-DEFAULT_TIERS_QUERY: Final = "SELECT name, bucket_count FROM _pico_tier"
+DEFAULT_TIERS_QUERY: Final = TIERS_QUERY
 
 _MAX_CHANNEL = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers
 _MAX_BUCKET_COUNT = 2**32 - 1
@@ -130,11 +132,11 @@ class PgNotifySession:
             ) from None
         except (*_CONNECTION_ERRORS, asyncpg.PostgresError) as error:
             raise TransportError(
-                FailureReason.CONNECTION_LOST, f"{self._server}: {_message(error)}"
+                FailureReason.CONNECTION_LOST, f"{self._server}: {message(error)}"
             ) from None
 
     async def aclose(self) -> None:
-        await _close(self._connection, self._timeout)
+        await _close(self._connection)
 
 
 class PgNotifyTransport:
@@ -142,7 +144,9 @@ class PgNotifyTransport:
     snapshot burst with ``snapshot_query`` (see the module docstring for the whole design).
 
     Args:
-        dsn: a libpq connection string or a ``postgresql://`` URI.
+        dsn: a ``postgresql://`` (or ``postgres://``) URI, as asyncpg reads it (as for
+            :class:`PollingSource`: credentials, TLS ``sslmode``, and server settings as query
+            parameters).
         channel: the notification channel (a name of at most 63 bytes).
         snapshot_query: SQL returning one row per snapshot document, each one ``text`` or
             ``json`` column.
@@ -151,8 +155,9 @@ class PgNotifyTransport:
         ping_interval: seconds without a notification after which the connection is checked.
         timeout: seconds connecting, or a ping, may take.
         max_queue: how many notifications may wait in the transport before the session ends.
-        connect_kwargs: passed to ``asyncpg.connect`` (``server_settings`` merged over the
-            DSN's; ``application_name`` defaults to ``"shardline"``).
+        connect_kwargs: passed to ``asyncpg.connect`` (not ``dsn`` nor ``timeout``, which the
+            transport sets; ``server_settings["application_name"]`` defaults to
+            ``"shardline"``).
 
     Raises ``ValueError`` naming the argument for an invalid one; :meth:`connect` raises
     :class:`TransportError` (``connect``, ``query-error``, ``connection-lost``,
@@ -190,7 +195,9 @@ class PgNotifyTransport:
                 )
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be a positive int, got {max_queue!r}")
-        self._connect, where = connect_arguments(dsn, connect_kwargs)
+        where, dsn_settings = parse_dsn(dsn)
+        self._dsn = dsn
+        self._connect_kwargs = pg_connect.connect_kwargs(connect_kwargs, dsn_settings)
         self._channel = channel
         self._snapshot_query = snapshot_query
         self._tiers_query = tiers_query
@@ -206,10 +213,12 @@ class PgNotifyTransport:
 
     async def connect(self) -> PgNotifySession:
         try:
-            connection = await asyncpg.connect(**self._connect, timeout=self._timeout)
+            connection = await asyncpg.connect(
+                self._dsn, timeout=self._timeout, **self._connect_kwargs
+            )
         except (*_CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as error:
             raise TransportError(
-                FailureReason.CONNECT, f"{self._where}: {_message(error)}"
+                FailureReason.CONNECT, f"{self._where}: {message(error)}"
             ) from None
         try:
             return await self._subscribe(connection)
@@ -218,11 +227,11 @@ class PgNotifyTransport:
             connection.terminate()
             if isinstance(error, _CONNECTION_ERRORS) or lost:
                 raise TransportError(
-                    FailureReason.CONNECTION_LOST, f"{self._where}: {_message(error)}"
+                    FailureReason.CONNECTION_LOST, f"{self._where}: {message(error)}"
                 ) from None
             if isinstance(error, asyncpg.PostgresError):
                 raise TransportError(
-                    FailureReason.QUERY, f"{self._where}: {_message(error)}"
+                    FailureReason.QUERY, f"{self._where}: {message(error)}"
                 ) from None
             raise
 
@@ -266,7 +275,7 @@ class PgNotifyTransport:
         return PgNotifySession(
             connection,
             queue,
-            server=self._where,
+            server=peer(connection),
             tiers=tiers,
             snapshot=snapshot,
             ping_interval=self._ping_interval,
@@ -294,13 +303,8 @@ def _tiers(query: str, rows: Sequence[Any]) -> dict[str, int]:
     return tiers
 
 
-async def _close(connection: asyncpg.Connection, timeout: float) -> None:
+async def _close(connection: asyncpg.Connection) -> None:
     try:
-        await connection.close(timeout=timeout)
+        await connection.close(timeout=CLOSE_TIMEOUT)
     except Exception:  # closing a broken connection: drop it
         connection.terminate()
-
-
-def _message(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
