@@ -594,6 +594,72 @@ def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
     asyncio.run(scenario())
 
 
+def test_the_transport_bounds_its_queue(cluster: NotifyCluster) -> None:
+    """More notifications waiting than max_queue end the session (too-large) rather than grow
+    without bound (the source then reconnects and reads a new snapshot: nothing is lost). The
+    snapshot is the burst of ADR documents, the tiers come from the tiers query."""
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+
+    async def direct() -> None:
+        transport = PgNotifyTransport(
+            cluster.dsn,
+            channel=cluster.channel,
+            snapshot_query=cluster.snapshot_query,
+            tiers_query=cluster.tiers_query,
+            max_queue=3,
+        )
+        session = await transport.connect()
+        try:
+            assert session.tiers == {"default": 3000}
+            assert [parse_event_document(d).event for d in session.snapshot] == [
+                *add(1),
+                *buckets((1, 3000, 1)),
+            ]
+            documents = cluster.publish(
+                *[InstanceEvent("replace", I[1], address=f"h:{n}") for n in range(6)]
+            )
+            waiting = session._queue  # what asyncpg has handed over, unread
+            await until(lambda: waiting.qsize() == 4, what="the notifications")
+            read = []
+
+            async def drain() -> None:
+                async for document in session.documents():
+                    read.append(document)
+
+            with pytest.raises(TransportError, match="over 3 notifications waiting") as raised:
+                await drain()
+            assert raised.value.reason == FailureReason.TOO_LARGE
+            assert read == documents[:3]
+        finally:
+            await session.aclose()
+
+    asyncio.run(direct())
+
+
+def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn: str) -> None:
+    """An arbiter tier (bucket_count 0, Picodata 26.1): its replicasets and instances are
+    followed, it has no bucket map, and a bucket document about it is skipped."""
+    with NotifyCluster(notify_dsn, tiers={"default": 3000, "arbiter": 0}) as cluster:
+        cluster.publish(*add(1), *add(2, tier="arbiter"), *buckets((1, 3000, 1)))
+
+        async def scenario() -> None:
+            topology = Topology()
+            source = cluster.source()
+            async with running(source, topology):
+                await caught_up(source, cluster.position)
+                assert topology.tiers == {"default": 3000}
+                assert topology.replicasets[R[2]].tier == "arbiter"
+                assert view(topology) == view(cluster.reference)
+                t, i = cluster.position
+                cluster.notify(_raw(t, i + 1, op="replace", **_bucket(1, 10, tier="arbiter")))
+                cluster.publish(InstanceEvent("replace", I[2], current_state="Offline"))
+                await caught_up(source, cluster.position)
+                assert dict(source.state.failures) == {"unknown-tier": 1}
+                assert view(topology) == view(cluster.reference)
+
+        asyncio.run(scenario())
+
+
 def test_a_server_that_is_not_there_is_a_connect_failure(pg: PgServer) -> None:
     async def scenario() -> None:
         source = NotificationSource(
