@@ -151,15 +151,15 @@ class Membership:
             owner = _field("_pico_instance", row, 2, "replicaset_uuid")
             if owner is not None:
                 owner = _uuid("_pico_instance", row, 2, "replicaset_uuid")
-            record = InstanceRecord(
+            instance = InstanceRecord(
                 uuid=key,
                 replicaset_uuid=owner,
                 current_state=_state(row),
                 address=by_raft_id.get(_int("_pico_instance", row, 3, "raft_id")),
             )
             # an expelled instance is nobody's master any more
-            if record.current_state != EXPELLED_INSTANCE:
-                instance_records[key] = record
+            if instance.current_state != EXPELLED_INSTANCE:
+                instance_records[key] = instance
                 uuid_by_name[name] = key
 
         replicaset_records: dict[str, ReplicasetRecord] = {}
