@@ -149,3 +149,18 @@ def test_a_snapshot_with_a_tier_without_buckets_applies_its_members() -> None:
     assert topology.owner("storage", 30) == rs_uuid(2)
     with pytest.raises(TierWithoutBuckets):
         topology.owner("arbiter", 1)
+
+
+def test_the_live_demo_shows_a_tier_without_buckets_instead_of_failing() -> None:
+    from shardline.demo.live import LiveDemo, _Snapshot
+
+    topology = arbiter_topology()
+    keys = [f"user:{i}" for i in range(10)]
+    snapshot = _Snapshot.of(topology, keys)
+    assert snapshot.routes["arbiter"] == []
+    assert len(snapshot.routes["storage"]) == 10
+    arbiter, storage = snapshot.tier_states(None)
+    assert (arbiter.tier, arbiter.bucket_count) == ("arbiter", 0)
+    assert storage.tier == "storage"
+    samples = LiveDemo("postgresql://unused", samples=2)._samples(topology)
+    assert {sample.tier for sample in samples} == {"storage"}
