@@ -37,6 +37,7 @@ from shardline.pool import (
 from shardline.pool.proxy import WorkerProxy
 from shardline.topology import (
     BucketEvent,
+    BucketRange,
     Instance,
     InstanceEvent,
     Replicaset,
@@ -49,6 +50,7 @@ __all__ = [
     "AffinityLoadBalancer",
     "BucketEvent",
     "BucketLoadBalancer",
+    "BucketRange",
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
