@@ -901,14 +901,11 @@ impl Topology {
                 if self.bucket_counts.set(counts).is_err() {
                     return Ok(false);
                 }
-                let counts = self.bucket_counts.get().into_iter().flatten();
-                let no_buckets: Vec<&str> = counts
-                    .filter(|(_, &count)| count == 0)
-                    .map(|(name, _)| &**name)
-                    .collect();
+                let counts = self.bucket_counts.get();
                 for (name, interned) in interned {
                     let index = state.register_tier(&name, interned, &mut displaced);
-                    state.tiers[index].has_buckets = !no_buckets.contains(&&*name);
+                    let count = counts.and_then(|counts| counts.get(&name));
+                    state.tiers[index].has_buckets = count != Some(&0);
                 }
             }
             too_small
