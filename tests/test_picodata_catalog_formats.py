@@ -173,14 +173,16 @@ def test_the_rows_become_the_events_of_the_whole_cluster() -> None:
     assert membership().tiers == {"arbiter": 0, "default": 3000}
     assert membership().events() == (
         (
-            ReplicasetEvent("replace", R1, tier="default", current_master_uuid=I1),
-            ReplicasetEvent("replace", R2, tier="default", current_master_uuid=I2),
-            ReplicasetEvent("replace", R3, tier="arbiter", current_master_uuid=I3),
+            ReplicasetEvent("replace", R1, tier="default", current_master_uuid=I1, name="r1"),
+            ReplicasetEvent("replace", R2, tier="default", current_master_uuid=I2, name="r2"),
+            ReplicasetEvent(
+                "replace", R3, tier="arbiter", current_master_uuid=I3, name="arbiter_1"
+            ),
         ),
         (
-            InstanceEvent("replace", I1, R1, "Online", "127.0.0.1:5437"),
-            InstanceEvent("replace", I2, R2, "Online", "127.0.0.1:5438"),
-            InstanceEvent("replace", I3, R3, "Online", "127.0.0.1:5439"),
+            InstanceEvent("replace", I1, R1, "Online", "127.0.0.1:5437", name="i1"),
+            InstanceEvent("replace", I2, R2, "Online", "127.0.0.1:5438", name="i2"),
+            InstanceEvent("replace", I3, R3, "Online", "127.0.0.1:5439", name="i3"),
         ),
     )
 

@@ -72,10 +72,15 @@ class ReplicasetRecord:
     uuid: str
     tier: str
     current_master_uuid: str | None
+    name: str
 
     def event(self) -> ReplicasetEvent:
         return ReplicasetEvent(
-            "replace", self.uuid, tier=self.tier, current_master_uuid=self.current_master_uuid
+            "replace",
+            self.uuid,
+            tier=self.tier,
+            current_master_uuid=self.current_master_uuid,
+            name=self.name,
         )
 
 
@@ -85,6 +90,7 @@ class InstanceRecord:
     replicaset_uuid: str | None
     current_state: str | None
     address: str | None
+    name: str
 
     def event(self) -> InstanceEvent:
         return InstanceEvent(
@@ -93,6 +99,7 @@ class InstanceRecord:
             replicaset_uuid=self.replicaset_uuid,
             current_state=self.current_state,
             address=self.address,
+            name=self.name,
         )
 
 
@@ -156,6 +163,7 @@ class Membership:
                 replicaset_uuid=owner,
                 current_state=_state(row),
                 address=by_raft_id.get(_int("_pico_instance", row, 3, "raft_id")),
+                name=name,
             )
             # an expelled instance is nobody's master any more
             if instance.current_state != EXPELLED_INSTANCE:
@@ -183,6 +191,7 @@ class Membership:
                 uuid=key,
                 tier=_text("_pico_replicaset", row, 2, "tier"),
                 current_master_uuid=master,
+                name=name,
             )
             # Picodata's column is never NULL (src/replicaset.rs, Replicaset::format): a
             # missing state is a malformed row, not a member of unknown standing
