@@ -66,13 +66,24 @@ class PollingSource(TopologySource):
     view from scratch — so after a reconnect, to the same server or another one, the view is
     whatever that server says.
 
+    Picodata keeps expelled members in its tables: an ``expelled`` replicaset, an instance
+    whose ``current_state`` is ``["Expelled", n]``, and the instances of an expelled replicaset
+    are handed out as ``"delete"`` events (the tier's map is then cleared until its bucket map
+    of the same poll is applied). A ``to-be-expelled`` replicaset is still a member, routable
+    for the buckets ``_pico_bucket`` still maps to it: Picodata marks it so while its governor
+    moves its buckets away. A tier whose ``bucket_count`` is 0 (an "arbiter" tier) is followed
+    for its members and never asked for its buckets; routing in it raises
+    :class:`shardline.TierWithoutBuckets`.
+
     A poll changes nothing it did not fully read. If the tables cannot all be read (no
     connection, connection lost, timeout, an error, a malformed row, a result over the
     bounds), the poll hands out nothing. If they can, they are handed out, and so is every
-    tier whose bucket map was read and is valid; a tier whose ``_pico_bucket`` raised (as
-    during a rebalance) or returned an unusable map keeps its map. Each failure is counted
-    by reason in :attr:`state`; a failed poll is retried after ``retry`` seconds, doubling up
-    to ``interval``. The source never clears a map by itself.
+    tier whose bucket map was read and is valid; a tier whose ``_pico_bucket`` raised (during
+    a rebalance, or before the tier's buckets are bootstrapped) or returned an unusable map
+    keeps its map, and the other tiers of the poll apply all the same. Each failure is
+    counted by reason in :attr:`state`, and in ``state.tier_failures`` for its tier when it
+    concerns one tier alone; a poll with a failure is retried after ``retry`` seconds,
+    doubling up to ``interval``. The source never clears a map by itself.
 
     Args:
         dsn: a ``postgresql://`` (or ``postgres://``) URI, as asyncpg reads it, e.g.
@@ -292,7 +303,7 @@ class PollingSource(TopologySource):
             if name not in membership.tiers:
                 complete = False
                 self._recorder.failure(
-                    FailureReason.UNKNOWN_TIER, f"tier {name!r} is not in _pico_tier"
+                    FailureReason.UNKNOWN_TIER, f"tier {name!r} is not in _pico_tier", tier=name
                 )
         payloads: dict[str, BucketPayload] = {}
         for tier, count in sorted(membership.tiers.items()):
@@ -302,13 +313,17 @@ class PollingSource(TopologySource):
                     FailureReason.UNKNOWN_TIER,
                     f"tier {tier!r} (bucket_count {count}) is not in the tier configuration"
                     f" set at the first poll ({config.get(tier)}); its buckets are not followed",
+                    tier=tier,
                 )
                 continue
+            if count == 0:
+                continue  # a tier without buckets: _pico_bucket raises for it
             try:
                 payloads[tier] = await self._read_buckets(connection, tier, config, deadline)
             except _Failure as failure:
                 complete = False
-                await self._failed(failure)
+                # a lost connection or a timeout is not this tier's failure
+                await self._failed(failure, tier=None if failure.fatal else tier)
                 if failure.fatal:
                     break
 
@@ -332,8 +347,8 @@ class PollingSource(TopologySource):
         self._baseline = membership
         return changes, complete
 
-    async def _failed(self, failure: _Failure) -> None:
-        self._recorder.failure(failure.reason, str(failure))
+    async def _failed(self, failure: _Failure, *, tier: str | None = None) -> None:
+        self._recorder.failure(failure.reason, str(failure), tier=tier)
         if failure.fatal:
             await self._disconnect()
 
