@@ -117,7 +117,7 @@ class NotifyCluster:
         self.connection = psycopg.connect(dsn, autocommit=True)
         self.reference = Topology()
         self.tiers = dict(tiers or {"default": 3000})
-        self.reference.apply_tiers({name: n for name, n in self.tiers.items() if n})
+        self.reference.apply_tiers(self.tiers)
         self.term, self.index = term, 0
         with self.connection.transaction():
             self.connection.execute(

@@ -33,7 +33,7 @@ from notify_documents import Event, event_document, snapshot_documents
 from pg_server import PgServer
 from strategies import TIERS, valid_events
 
-from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, TierWithoutBuckets, Topology
 from shardline.topology.sources.changes import TopologySnapshot, apply_change
 from shardline.topology.sources.notification import NotificationSource, TransportError
 from shardline.topology.sources.notification_documents import (
@@ -638,7 +638,7 @@ def test_the_transport_bounds_its_queue(cluster: NotifyCluster) -> None:
 
 def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn: str) -> None:
     """An arbiter tier (bucket_count 0, Picodata 26.1): its replicasets and instances are
-    followed, it has no bucket map, and a bucket document about it is skipped."""
+    followed, routing in it raises a clear error, and a bucket document about it is skipped."""
     with NotifyCluster(notify_dsn, tiers={"default": 3000, "arbiter": 0}) as cluster:
         cluster.publish(*add(1), *add(2, tier="arbiter"), *buckets((1, 3000, 1)))
 
@@ -647,14 +647,16 @@ def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn: str)
             source = cluster.source()
             async with running(source, topology):
                 await caught_up(source, cluster.position)
-                assert topology.tiers == {"default": 3000}
+                assert topology.tiers == {"default": 3000, "arbiter": 0}
+                with pytest.raises(TierWithoutBuckets, match="'arbiter' has no buckets"):
+                    topology.route("arbiter", 7)
                 assert topology.replicasets[R[2]].tier == "arbiter"
                 assert view(topology) == view(cluster.reference)
                 t, i = cluster.position
                 cluster.notify(_raw(t, i + 1, op="replace", **_bucket(1, 10, tier="arbiter")))
                 cluster.publish(InstanceEvent("replace", I[2], current_state="Offline"))
                 await caught_up(source, cluster.position)
-                assert dict(source.state.failures) == {"unknown-tier": 1}
+                assert dict(source.state.failures) == {"malformed-buckets": 1}
                 assert view(topology) == view(cluster.reference)
 
         asyncio.run(scenario())

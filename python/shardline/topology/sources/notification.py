@@ -200,8 +200,10 @@ class NotificationSource(TopologySource):
     neither does a transport whose ``connect()`` raises something other than
     :class:`TransportError` (counted as ``connect``). A lost connection, a failed connect or an
     unusable snapshot is counted by reason and retried after ``retry`` seconds, doubling up to
-    ``max_retry``. The tier configuration is the first connection's (tiers with a bucket count
-    of 0 have no bucket map, and are followed for membership only); a tier that later appears
+    ``max_retry``. The tier configuration is the first connection's (a tier with a bucket count
+    of 0, an arbiter tier, is followed for membership only: routing in it raises
+    :class:`shardline.TierWithoutBuckets`, and a bucket range in it is skipped as beyond its
+    bucket count); a tier that later appears
     (or changes its bucket count) is counted as ``unknown-tier`` and its buckets are not
     followed.
 
@@ -510,7 +512,7 @@ class NotificationSource(TopologySource):
             )
             return None
         if self._tier_config is None:
-            self._tier_config = {name: count for name, count in tiers.items() if count}
+            self._tier_config = dict(tiers)
         config = self._tier_config
         followed = []
         for tier, ranges in sorted(document.buckets.items()):
