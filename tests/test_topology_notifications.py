@@ -512,6 +512,35 @@ def test_a_killed_connection_rebuilds_from_the_new_snapshot(
     asyncio.run(scenario())
 
 
+def test_a_connection_killed_while_the_snapshot_is_read_is_connection_lost(
+    pg: PgServer, cluster: NotifyCluster
+) -> None:
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+    name = f"killed-early-{cluster.channel}"
+    database = cluster.connection.info.dbname
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source(
+            snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
+            f" {cluster.lock})",
+            connect_kwargs={"server_settings": {"application_name": name}},
+        )
+        with cluster.holding():
+            async with running(source, topology):
+                await until(lambda: cluster.waiting_sessions(name) == 1, what="the snapshot")
+                assert await asyncio.to_thread(
+                    pg.terminate_backends, database, application_name=name
+                )
+                await until(lambda: bool(source.state.failures), what="the failure")
+                assert dict(source.state.failures) == {"connection-lost": 1}
+                cluster.release()
+                await caught_up(source, cluster.position)
+                assert view(topology) == view(cluster.reference)
+
+    asyncio.run(scenario())
+
+
 def test_a_restarted_server_is_reconnected_and_the_view_rebuilt() -> None:
     server = PgServer()
     try:
