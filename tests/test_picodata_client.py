@@ -193,8 +193,11 @@ def test_keyed_queries_run_on_the_master_owning_the_key(pg: PgServer) -> None:
                 )
                 assert row is not None
                 assert (row["k"], c.instance_of(row["p"])) == (key, c.master_of(key))
+            # the DSN's settings and the library's application_name reach every instance
+            assert await db.fetchval("SHOW search_path", key=1) == c.catalog.schema
+            assert await db.fetchval("SHOW application_name", key=1) == "shardline"
             stats = db.stats()
-            assert stats.routed == {"keyed": 120, "read-only": 0, "unkeyed": 1}
+            assert stats.routed == {"keyed": 122, "read-only": 0, "unkeyed": 1}
             assert stats.fallbacks == {}
             assert stats.misses == {}
             assert stats.epochs["default"] == db.topology.epoch("default")
@@ -430,6 +433,8 @@ def test_explain_names_the_bucket_range_replicaset_and_master(pg: PgServer) -> N
                 None,
             )
             assert explained.epoch == db.topology.epoch("default")
+            assert explained.master_name == c.master_of(key)  # the catalog's names
+            assert explained.replicaset_name == c.master_of(key)[:2]
             assert explained.range_set_by == "poll"
             assert explained.range_epoch is not None
             assert explained.range_epoch <= explained.epoch
@@ -621,12 +626,14 @@ def test_an_unknown_tier_and_bad_arguments_are_refused(pg: PgServer) -> None:
     run(main)
     # several hosts (tried in turn for the catalog) are accepted
     connect("postgresql://u:p@127.0.0.1:1,127.0.0.1:2/db", tier="default")
-    with pytest.raises(ValueError, match="postgresql:// URL"):
+    with pytest.raises(ValueError, match="postgresql:// or postgres:// URI"):
         connect("host=127.0.0.1 password=secret", tier="default")
     with pytest.raises(ValueError, match="pool_size"):
         connect("postgresql://127.0.0.1/", tier="default", pool_size=0)
     with pytest.raises(ValueError, match="connect_kwargs must not set host"):
         connect("postgresql://127.0.0.1/", tier="default", connect_kwargs={"host": "x"})
+    with pytest.raises(ValueError, match=r"asyncpg\.connect does not take: nope"):
+        connect("postgresql://127.0.0.1/", tier="default", connect_kwargs={"nope": 1})
 
 
 def test_routed_queries_follow_catalog_histories(pg: PgServer) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import urllib.parse
 from collections import Counter
 from collections.abc import Coroutine, Generator, Mapping
 from types import MappingProxyType, TracebackType
@@ -21,7 +20,7 @@ from shardline.errors import InstanceUnavailable, InvalidArgument, NoWorkersAvai
 from shardline.picodata.instance_pool import InstancePool, split_address
 from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
 from shardline.picodata.stats import ClientStats, Explanation
-from shardline.topology.sources import PollingSource
+from shardline.topology.sources import PollingSource, pg_connect
 
 __all__ = ["Client", "connect"]
 
@@ -141,7 +140,7 @@ class Client:
         poll_interval: float = 1.0,
         connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        self._catalog = _catalog_address(dsn)
+        self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
         if not isinstance(tier, str) or not tier:
             raise ValueError(f"tier must be a non-empty str, got {tier!r}")
         if not isinstance(strict, bool):
@@ -153,26 +152,22 @@ class Client:
         self._route_wait = check_seconds("route_wait", route_wait, zero=True)
         self._strict = strict
         self._poll_interval = check_seconds("poll_interval", poll_interval)
-        kwargs = dict(connect_kwargs or {})
-        if not all(isinstance(name, str) for name in kwargs):
-            raise ValueError(f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}")
-        managed = sorted(name for name in ("dsn", "host", "port") if name in kwargs)
+        given = dict(connect_kwargs or {})
+        # a connect to an instance is bounded like a wait for a busy pool, unless the caller
+        # says otherwise; the catalog's connection is bounded by the source itself
+        timeout = given.pop("timeout", self._acquire_timeout)
+        managed = sorted(name for name in ("host", "port") if name in given)
         if managed:
             raise ValueError(
-                f"connect_kwargs must not set {', '.join(managed)}: the dsn and the catalog do"
+                f"connect_kwargs must not set {', '.join(managed)}: the catalog's addresses do"
             )
-        # the catalog's connection gets the same credentials and TLS (the source bounds its
-        # own connect: it takes no timeout)
-        source_kwargs = {name: value for name, value in kwargs.items() if name != "timeout"}
-        # a connect is bounded like a wait for a busy pool, unless the caller says otherwise
-        kwargs.setdefault("timeout", self._acquire_timeout)
-        self._connect_kwargs = kwargs
+        # the same credentials, TLS and settings for the catalog and every instance
+        kwargs = pg_connect.connect_kwargs(given, dsn_settings)
+        self._connect_kwargs = {**kwargs, "timeout": timeout}
 
         self._topology = Topology()
         self._route = self._topology.route
-        self._source = PollingSource(
-            dsn, interval=self._poll_interval, connect_kwargs=source_kwargs
-        )
+        self._source = PollingSource(dsn, interval=self._poll_interval, connect_kwargs=given)
         self._runner: asyncio.Task[None] | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._started = False
@@ -772,21 +767,6 @@ class Client:
             routable=routable,
             reason=None if routable else self._why(key_tier, values, instance),
         )
-
-
-def _catalog_address(dsn: object) -> str:
-    """Where a ``postgresql://`` URL points (its ``host:port`` list, without credentials), for
-    messages; ValueError for anything else."""
-    if not isinstance(dsn, str):
-        raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
-    parts = urllib.parse.urlsplit(dsn)
-    if parts.scheme not in ("postgresql", "postgres"):
-        # the dsn itself is not quoted: it may hold a password
-        raise ValueError(
-            "dsn must be a postgresql:// URL (asyncpg reads no other form),"
-            f" got scheme {parts.scheme!r}"
-        )
-    return parts.netloc.rpartition("@")[2] or "localhost"
 
 
 def _valid_address(address: str) -> bool:

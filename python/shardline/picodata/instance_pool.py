@@ -13,6 +13,7 @@ from typing import Any
 
 from shardline.errors import InstanceUnavailable, PoolTimeout
 from shardline.picodata.stats import PoolStats
+from shardline.topology.sources import pg_connect
 
 __all__ = ["InstancePool", "split_address"]
 
@@ -257,7 +258,7 @@ class InstancePool:
             self._failures_in_a_row += 1
             delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self._failures_in_a_row - 1))
             self._retry_at = time.monotonic() + delay
-            self._last_error = f"{type(error).__name__}: {_first_line(error)}"
+            self._last_error = f"{type(error).__name__}: {pg_connect.message(error)}"
             if self._failures_in_a_row == 1:  # once per outage, not per attempt
                 logger.warning(
                     "cannot connect to instance %s at %s: %s",
@@ -356,8 +357,3 @@ async def _close(connection: Any) -> None:
         await connection.close(timeout=1.0)
     except Exception:
         connection.terminate()
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
