@@ -2,12 +2,13 @@
 value, ``Topology.apply_tiers``, and the lookups that take caller input (tier, bucket id, key).
 
 Contract: ``apply``/``apply_*`` raise only ``InvalidEvent`` (``UnknownTier`` for a tier never
-configured, once tiers are known: a bucket event of such a tier is never accepted) and change
-nothing then; an accepted event changes the state
-exactly as the reference model does. ``from_row`` raises only ``InvalidEvent``. ``apply_tiers``
-raises only ``InvalidEvent`` and never takes a bool for a count. Lookups never change state and
-raise only ``UnknownTier``, ``UnhashableKey`` or a ``ShardlineError`` that is also a
-``ValueError`` (an out-of-range bucket id); their answers are the model's.
+configured, once tiers are known, and ``TierWithoutBuckets`` for one configured with 0 buckets: a
+bucket event of either is never accepted) and change nothing then; an accepted event changes the
+state exactly as the reference model does. ``from_row`` raises only ``InvalidEvent``.
+``apply_tiers`` raises only ``InvalidEvent`` and never takes a bool for a count. Lookups never
+change state and raise only ``UnknownTier`` (``TierWithoutBuckets`` exactly for a tier of 0
+buckets), ``UnhashableKey`` or a ``ShardlineError`` that is also a ``ValueError`` (an
+out-of-range bucket id); their answers are the model's.
 
 Input layout: structure-aware throughout (``FuzzedDataProvider``); a seed is any byte string.
 """
@@ -39,6 +40,7 @@ from shardline import (
     InvalidEvent,
     ReplicasetEvent,
     ShardlineError,
+    TierWithoutBuckets,
     Topology,
     UnhashableKey,
     UnknownTier,
@@ -129,7 +131,7 @@ def apply_tiers(fdp: atheris.FuzzedDataProvider, topology: Topology, model: Mode
         check(not known, "apply_tiers changed a configuration already set")
         for name, count in tiers.items():
             check(
-                type(count) is int and 1 <= count <= 2**32 - 1 and isinstance(name, str),
+                type(count) is int and 0 <= count <= 2**32 - 1 and isinstance(name, str),
                 f"apply_tiers accepted {show(name)}: {show(count)}",
             )
         model.apply_tiers(tiers)
@@ -181,7 +183,9 @@ def lookup(fdp: atheris.FuzzedDataProvider, topology: Topology, model: Model) ->
         wrong_type = isinstance(error, TypeError) and type(bucket) is not int and kind < 3
         if not (lookup_error(error) or wrong_type):
             raise
-        if isinstance(error, UnknownTier):
+        if isinstance(error, TierWithoutBuckets):
+            check(model.tiers.get(tier) == 0, f"TierWithoutBuckets for the tier {show(tier)}")
+        elif isinstance(error, UnknownTier):
             # hashing needs the tier's bucket count; the other lookups only its map
             known = model.tiers if kind == 3 else model.maps
             check(tier not in known, f"UnknownTier for the known tier {show(tier)}")
@@ -197,8 +201,13 @@ def apply_event(topology: Topology, model: Model, given: Any, method: str) -> No
         return
     configured = topology.tiers
     check(
-        not (isinstance(given, BucketEvent) and configured and given.tier not in configured),
-        f"{method} accepted a bucket event of a tier not in {configured}: {show(given)}",
+        not (
+            isinstance(given, BucketEvent)
+            and configured
+            and configured.get(given.tier, 0) == 0
+        ),
+        f"{method} accepted a bucket event of a tier without buckets in {configured}:"
+        f" {show(given)}",
     )
     try:
         model.apply(given) if method == "apply" else getattr(model, method)(given)
