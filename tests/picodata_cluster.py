@@ -4,16 +4,13 @@ routed SQL.
 Layout (one instance per server, each its own port and data directory; every server holds a
 database named :data:`DATABASE`, as every Picodata instance serves the same database):
 
-===========  ==========  ========  =========================================
-instance     replicaset  role      server also holds
-===========  ==========  ========  =========================================
-``m1``       ``rs1``     master    —
-``r1``       ``rs1``     replica   —
-``m2``       ``rs2``     master    the catalog (``tests/picodata_catalog.py``
-                                   tables and ``_pico_bucket``, plus
-                                   ``_pico_table`` of
-                                   ``tests/picodata_tables.py``)
-===========  ==========  ========  =========================================
+========  ==========  ========  ==============================================
+instance  replicaset  role      its server also holds
+========  ==========  ========  ==============================================
+``m1``    ``rs1``     master    -
+``r1``    ``rs1``     replica   -
+``m2``    ``rs2``     master    the catalog (``tests/picodata_catalog.py``)
+========  ==========  ========  ==============================================
 
 Tier ``default`` has :data:`BUCKET_COUNT` buckets, spread by :meth:`PicodataCluster.reset` as
 ``Catalog.rebalance`` does (equal weights: ``rs1`` 1-1500, ``rs2`` 1501-3000). Every instance's
@@ -22,7 +19,8 @@ that dials what the catalog says reaches that server. The catalog sits with ``m2
 killing ``rs1``'s master (the fail-over case) leaves the catalog up.
 
 Every instance database has ``users(id bigint primary key, name text)``, and ``_pico_table``
-says ``users`` is sharded by ``id`` (murmur3, tier ``default``). The servers do not replicate:
+(a global table in Picodata: on every instance) says ``users`` is sharded by ``id`` (murmur3,
+tier ``default``). The servers do not replicate:
 a row lands only on the server it was written to, which is how :meth:`PicodataCluster.where`
 shows where a routed write went; ``SELECT inet_server_port()`` shows which server answered a
 read (:meth:`PicodataCluster.instance_at`).
@@ -112,8 +110,6 @@ class PicodataCluster:
             catalog_server = self.instances[CATALOG_INSTANCE].server
             self.catalog = Catalog(catalog_server.dsn_for(DATABASE))
             with self.instances[CATALOG_INSTANCE].connect() as connection:
-                picodata_tables.install(connection)
-                picodata_tables.add_sharded(connection, "users", ["id"], fields=["id", "name"])
                 connection.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {USER}")
             self.reset()
         except BaseException:
@@ -130,6 +126,10 @@ class PicodataCluster:
         with instance.connect() as connection:
             connection.execute(USERS_TABLE)
             connection.execute(f"ALTER TABLE users OWNER TO {USER}")
+            # a global system table: every instance has it (a client may read it anywhere)
+            picodata_tables.install(connection)
+            picodata_tables.add_sharded(connection, "users", ["id"], fields=["id", "name"])
+            connection.execute(f"GRANT SELECT ON _pico_table TO {USER}")
 
     # where to connect
 

@@ -71,16 +71,19 @@ def test_the_catalog_describes_the_layout(cluster: PicodataCluster) -> None:
     assert owners == ["m1", "m2"]
 
 
-def test_pico_table_says_users_is_sharded_by_id(cluster: PicodataCluster) -> None:
-    async def tables() -> Any:
-        connection = await asyncpg.connect(cluster.dsn, timeout=10)
+def test_every_instance_has_pico_table_saying_users_is_sharded_by_id(
+    cluster: PicodataCluster,
+) -> None:
+    async def tables(dsn: str) -> Any:
+        connection = await asyncpg.connect(dsn, timeout=10)
         try:
             return await load_tables(connection)
         finally:
             await connection.close()
 
-    users = run(tables())["users"]
-    assert key_of(users, {"id": 5, "name": "x"}) == ShardingKey("users", "default", (5,))
+    for name in cluster.instances:
+        users = run(tables(cluster.dsn_of(name)))["users"]
+        assert key_of(users, {"id": 5, "name": "x"}) == ShardingKey("users", "default", (5,))
 
 
 def test_where_finds_the_server_holding_a_row(cluster: PicodataCluster) -> None:
