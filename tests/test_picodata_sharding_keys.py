@@ -130,6 +130,17 @@ def test_a_missing_key_field_is_named_with_the_table() -> None:
         key_of(table, [1, 7, "x"])  # type: ignore[arg-type]
 
 
+def test_a_distribution_built_by_hand_without_a_key_or_tier_is_refused() -> None:
+    for distribution in (
+        TableDistribution(
+            "t", "sharded_implicitly", tier=None, sharding_key=("id",), sharding_fn="murmur3"
+        ),
+        TableDistribution("t", "sharded_implicitly", tier="default", sharding_fn="murmur3"),
+    ):
+        with pytest.raises(InvalidArgument, match=r"table 't': a sharded_implicitly distribution"):
+            key_of(distribution, {"id": 1})
+
+
 def test_errors_are_documented_types() -> None:
     with pytest.raises(InvalidArgument) as caught:
         key_of(parse_table(("g", "Global", [])), {})
@@ -322,7 +333,14 @@ def test_load_tables_reads_the_stand_in_table(pg: PgServer) -> None:
             server_settings={"search_path": schema},
         )
         try:
-            return await load_tables(connection)
+            tables = await load_tables(connection)
+            # a record read from the database is a row too
+            record = await connection.fetchrow("SELECT 'x' AS name, 7::bigint AS id")
+            assert key_of(tables["users"], record) == ShardingKey("users", "default", (7,))
+            record = await connection.fetchrow("SELECT 'x' AS name")
+            with pytest.raises(InvalidArgument, match="lacks sharding key field 'id'"):
+                key_of(tables["users"], record)
+            return tables
         finally:
             await connection.close()
 

@@ -106,16 +106,19 @@ class TableDistribution:
 
 
 def key_of(distribution: TableDistribution, row: Mapping[str, Any]) -> ShardingKey:
-    """The sharding key of ``row`` (field name → value) in ``distribution``'s table.
+    """The sharding key of ``row`` (field name → value: a mapping, or a record such as
+    asyncpg's ``Record``) in ``distribution``'s table.
 
     Raises :class:`~shardline.errors.InvalidArgument` naming the table when the table has no
     routable key: a global table (run the query without ``key=``: any instance serves it), a
     table sharded by an explicit bucket id field, or a hash function other than ``murmur3``;
-    and naming the field and the table when ``row`` lacks a key field (``row`` that is not a
-    mapping is refused too). Fields outside the key are ignored.
+    and naming the field and the table when ``row`` lacks a key field (a ``row`` that is
+    neither a mapping nor a record is refused too). Fields outside the key are ignored.
     """
     table = distribution.table
-    if not isinstance(row, Mapping):
+    if not isinstance(row, Mapping) and not (
+        hasattr(row, "keys") and hasattr(row, "__getitem__") and not isinstance(row, type)
+    ):
         raise InvalidArgument(
             f"row of table {table!r} must be a mapping of field names to values,"
             f" got {type(row).__name__}"
@@ -135,6 +138,11 @@ def key_of(distribution: TableDistribution, row: Mapping[str, Any]) -> ShardingK
             f"table {table!r} is sharded with hash function {distribution.sharding_fn!r};"
             f" only {ROUTABLE_SHARDING_FN!r} keys can be routed"
         )
+    if not distribution.sharding_key or distribution.tier is None:
+        raise InvalidArgument(
+            f"table {table!r}: a sharded_implicitly distribution needs a sharding_key and a"
+            f" tier, got {list(distribution.sharding_key)!r} and {distribution.tier!r}"
+        )
     values = []
     for name in distribution.sharding_key:
         try:
@@ -144,7 +152,6 @@ def key_of(distribution: TableDistribution, row: Mapping[str, Any]) -> ShardingK
                 f"row of table {table!r} lacks sharding key field {name!r}"
                 f" (the key is {list(distribution.sharding_key)!r})"
             ) from None
-    assert distribution.tier is not None  # a sharded distribution always has one
     return ShardingKey(table=table, tier=distribution.tier, values=tuple(values))
 
 
