@@ -46,6 +46,7 @@ pub struct InstanceChange {
     pub replicaset_uuid: Option<u128>,
     pub current_state: Option<String>,
     pub address: Option<String>,
+    pub name: Option<String>,
 }
 
 pub struct ReplicasetChange {
@@ -53,6 +54,7 @@ pub struct ReplicasetChange {
     pub uuid: u128,
     pub tier: Option<String>,
     pub current_master_uuid: Option<u128>,
+    pub name: Option<String>,
 }
 
 pub struct BucketChange {
@@ -233,6 +235,7 @@ pub fn instance_change(event: &Bound<'_, PyAny>) -> PyResult<InstanceChange> {
             &field(event, intern!(py, "current_state"))?,
         )?,
         address: optional_text("address", &field(event, intern!(py, "address"))?)?,
+        name: optional_text("name", &field(event, intern!(py, "name"))?)?,
     })
 }
 
@@ -254,6 +257,7 @@ pub fn replicaset_change(event: &Bound<'_, PyAny>) -> PyResult<ReplicasetChange>
             "current_master_uuid",
             &field(event, intern!(py, "current_master_uuid"))?,
         )?,
+        name: optional_text("name", &field(event, intern!(py, "name"))?)?,
     })
 }
 

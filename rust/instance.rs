@@ -6,8 +6,9 @@ use crate::errors::quoted;
 
 /// An instance of the cluster: immutable; the topology replaces it on every change.
 ///
-/// `uuid` and `replicaset_uuid` are canonical lowercase UUID strings. Fields an event has not
-/// mentioned yet are `None`.
+/// `uuid` and `replicaset_uuid` are canonical lowercase UUID strings; `name` is the instance's
+/// name in the cluster (Picodata's `_pico_instance.name`), for people reading it: routing goes by
+/// uuid. Fields an event has not mentioned yet are `None`.
 #[pyclass(frozen, eq, hash, module = "shardline", name = "Instance", get_all)]
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Instance {
@@ -15,23 +16,26 @@ pub struct Instance {
     pub replicaset_uuid: Option<String>,
     pub current_state: Option<String>,
     pub address: Option<String>,
+    pub name: Option<String>,
 }
 
 #[pymethods]
 impl Instance {
     #[new]
-    #[pyo3(signature = (uuid, replicaset_uuid = None, current_state = None, address = None))]
+    #[pyo3(signature = (uuid, replicaset_uuid = None, current_state = None, address = None, name = None))]
     fn new(
         uuid: String,
         replicaset_uuid: Option<String>,
         current_state: Option<String>,
         address: Option<String>,
+        name: Option<String>,
     ) -> Self {
         Self {
             uuid,
             replicaset_uuid,
             current_state,
             address,
+            name,
         }
     }
 
@@ -43,11 +47,12 @@ impl Instance {
 
     fn __repr__(&self) -> String {
         format!(
-            "Instance(uuid={}, replicaset_uuid={}, current_state={}, address={})",
+            "Instance(uuid={}, replicaset_uuid={}, current_state={}, address={}, name={})",
             quoted(&self.uuid),
             repr_option(&self.replicaset_uuid),
             repr_option(&self.current_state),
             repr_option(&self.address),
+            repr_option(&self.name),
         )
     }
 }

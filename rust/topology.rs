@@ -376,12 +376,14 @@ impl Topology {
                         .clone()
                         .or_else(|| known.current_state.clone()),
                     address: change.address.clone().or_else(|| known.address.clone()),
+                    name: change.name.clone().or_else(|| known.name.clone()),
                 },
                 None => Instance {
                     uuid: uuid::format(change.uuid),
                     replicaset_uuid: change.replicaset_uuid.map(uuid::format),
                     current_state: change.current_state.clone(),
                     address: change.address.clone(),
+                    name: change.name.clone(),
                 },
             };
             let object = Py::new(py, merged)?;
@@ -439,12 +441,18 @@ impl Topology {
                 }
             };
             let master = change.current_master_uuid.or(old_master);
+            let name = change.name.clone().or_else(|| {
+                old_object
+                    .as_ref()
+                    .and_then(|object| object.get().name.clone())
+            });
             let object = Py::new(
                 py,
                 Replicaset {
                     uuid: uuid::format(change.uuid),
                     tier: tier.to_string(),
                     current_master_uuid: master.map(uuid::format),
+                    name,
                 },
             )?;
             let mut displaced = Displaced::default();

@@ -20,26 +20,32 @@ Op = Literal["replace", "delete"]
 
 @dataclass(frozen=True, slots=True)
 class InstanceEvent:
-    """An instance appeared, changed (state, address, replicaset) or left."""
+    """An instance appeared, changed (state, address, replicaset, name) or left.
+
+    ``name`` is the instance's name in the cluster, kept for people reading the topology.
+    """
 
     op: Op
     instance_uuid: str
     replicaset_uuid: str | None = None
     current_state: str | None = None
     address: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicasetEvent:
     """A replicaset appeared, changed (master switch, tier) or was expelled.
 
-    ``tier`` is required when the replicaset is not yet known to the topology.
+    ``tier`` is required when the replicaset is not yet known to the topology. ``name`` is its
+    name in the cluster, kept for people reading the topology.
     """
 
     op: Op
     replicaset_uuid: str
     tier: str | None = None
     current_master_uuid: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
