@@ -15,14 +15,7 @@ from conftest import rs_uuid
 from pg_server import PgServer
 from picodata_catalog import Catalog, name_uuid
 
-from shardline import Instance
 from shardline.cli import main
-
-# Until the topology's Instance and Replicaset carry the catalog's names (issue 11, merged
-# separately), the name columns are empty: these tests then fail, as expected.
-NAMES_PENDING = pytest.mark.xfail(
-    not hasattr(Instance, "name"), reason="Instance.name not merged yet", strict=True
-)
 
 # The catalog's names, by uuid: replicasets r1..r3, instances r1_1, r1_2, r2_1, r3_1
 NAMES = {rs_uuid(n): f"r{n}" for n in (1, 2, 3)} | {
@@ -44,7 +37,6 @@ def catalog(pg: PgServer) -> Iterator[Catalog]:
         yield catalog
 
 
-@NAMES_PENDING
 def test_plain_tables_of_one_poll(catalog: Catalog, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", catalog.dsn, "--plain"]) == 0
     out, err = capsys.readouterr()
@@ -89,7 +81,6 @@ def test_plain_tables_of_one_poll(catalog: Catalog, capsys: pytest.CaptureFixtur
     ]
 
 
-@NAMES_PENDING
 def test_json_document_of_one_poll(catalog: Catalog, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", catalog.dsn, "--json"]) == 0
     out, err = capsys.readouterr()

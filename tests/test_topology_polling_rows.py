@@ -127,10 +127,12 @@ def test_events_since_orders_replicasets_then_instances_and_deletes_the_vanished
         ],
     )
     assert after.events_since(before) == [
-        ReplicasetEvent("replace", rs_uuid(1), tier="default", current_master_uuid=inst_uuid(3)),
-        ReplicasetEvent("replace", rs_uuid(3), tier="other"),
+        ReplicasetEvent(
+            "replace", rs_uuid(1), tier="default", current_master_uuid=inst_uuid(3), name="r1"
+        ),
+        ReplicasetEvent("replace", rs_uuid(3), tier="other", name="r3"),
         ReplicasetEvent("delete", rs_uuid(2)),
-        InstanceEvent("replace", inst_uuid(3), rs_uuid(1), "Online", None),
+        InstanceEvent("replace", inst_uuid(3), rs_uuid(1), "Online", None, name="i3"),
         InstanceEvent("delete", inst_uuid(2)),
     ]
     assert after.events_since(after) == []
@@ -141,7 +143,7 @@ def test_an_instance_losing_a_field_is_deleted_then_added() -> None:
     after = rows(addresses=[(2, "10.0.0.2:4327")])
     assert after.events_since(before) == [
         InstanceEvent("delete", inst_uuid(1)),
-        InstanceEvent("replace", inst_uuid(1), rs_uuid(1), "Online", None),
+        InstanceEvent("replace", inst_uuid(1), rs_uuid(1), "Online", None, name="i1"),
     ]
 
 

@@ -56,10 +56,15 @@ class ReplicasetRecord:
     uuid: str
     tier: str
     current_master_uuid: str | None
+    name: str | None = None
 
     def event(self) -> ReplicasetEvent:
         return ReplicasetEvent(
-            "replace", self.uuid, tier=self.tier, current_master_uuid=self.current_master_uuid
+            "replace",
+            self.uuid,
+            tier=self.tier,
+            current_master_uuid=self.current_master_uuid,
+            name=self.name,
         )
 
 
@@ -69,6 +74,7 @@ class InstanceRecord:
     replicaset_uuid: str | None
     current_state: str | None
     address: str | None
+    name: str | None = None
 
     def event(self) -> InstanceEvent:
         return InstanceEvent(
@@ -77,6 +83,7 @@ class InstanceRecord:
             replicaset_uuid=self.replicaset_uuid,
             current_state=self.current_state,
             address=self.address,
+            name=self.name,
         )
 
 
@@ -130,6 +137,7 @@ class Membership:
                 replicaset_uuid=owner,
                 current_state=_state(row),
                 address=by_raft_id.get(_int("_pico_instance", row, 3, "raft_id")),
+                name=name,
             )
             uuid_by_name[name] = key
 
@@ -151,6 +159,7 @@ class Membership:
                 uuid=key,
                 tier=_text("_pico_replicaset", row, 2, "tier"),
                 current_master_uuid=master,
+                name=name,
             )
 
         if scope is not None:
