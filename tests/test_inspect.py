@@ -144,7 +144,7 @@ def test_json_when_nothing_could_be_read(capsys: pytest.CaptureFixture[str]) -> 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        status = main(["inspect", f"host=127.0.0.1 port={port} user=x", "--json", "--timeout", "5"])
+        status = main(["inspect", f"postgresql://x@127.0.0.1:{port}", "--json", "--timeout", "5"])
     assert status == 1
     document = json.loads(capsys.readouterr().out)
     assert document["complete"] is False
@@ -155,7 +155,7 @@ def test_json_when_nothing_could_be_read(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_json_and_plain_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        main(["inspect", "host=127.0.0.1", "--json", "--plain"])
+        main(["inspect", "postgresql://127.0.0.1", "--json", "--plain"])
     assert exited.value.code == 2
     assert "not allowed with" in capsys.readouterr().err
 
