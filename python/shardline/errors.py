@@ -13,6 +13,7 @@ __all__ = [
     "NoWorkersAvailable",
     "RpcError",
     "ShardlineError",
+    "TierWithoutBuckets",
     "TransientRpcError",
     "UnhashableKey",
     "UnknownTier",
@@ -54,6 +55,14 @@ class InvalidRecord(ShardlineError, ValueError):
 
 class UnknownTier(ShardlineError, LookupError):
     """A lookup named a tier that was never registered with the topology."""
+
+
+class TierWithoutBuckets(UnknownTier):
+    """The tier has no buckets: its bucket count is 0, as in a Picodata "arbiter" tier (members
+    that vote, no sharded data). Its replicasets and instances are in the topology, but no key
+    or bucket routes to it, and no bucket range can be mapped in it. The message names the
+    tier. A subclass of :class:`UnknownTier`, so a caller that handles a tier it cannot route
+    in keeps working."""
 
 
 class UnhashableKey(ShardlineError, TypeError):
