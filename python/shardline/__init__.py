@@ -16,10 +16,12 @@ from shardline.balancers import (
 )
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import (
+    InstanceUnavailable,
     InvalidArgument,
     InvalidEvent,
     InvalidRecord,
     NoWorkersAvailable,
+    PoolTimeout,
     RpcError,
     ShardlineError,
     TierWithoutBuckets,
@@ -54,6 +56,7 @@ __all__ = [
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",
+    "InstanceUnavailable",
     "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
@@ -62,6 +65,7 @@ __all__ = [
     "LoadBalancerContextView",
     "LoadBalancerLike",
     "NoWorkersAvailable",
+    "PoolTimeout",
     "Replicaset",
     "ReplicasetEvent",
     "RoundRobinLoadBalancer",

@@ -1,10 +1,17 @@
-"""shardline for Picodata: routed SQL over pgwire.
+"""SQL on a Picodata cluster, routed by sharding key: :func:`connect` gives a :class:`Client`
+whose keyed queries go over pgwire (asyncpg, the ``pg`` extra) to the master owning the key."""
 
-Only re-exports (the client lives beside it, one concept per file).
-"""
+from shardline.picodata.client import Client, connect
+from shardline.picodata.instance_pool import InstancePool
+from shardline.picodata.sharding_keys import ShardingKey
+from shardline.picodata.stats import ClientStats, Explanation, PoolStats
 
-from __future__ import annotations
-
-from shardline.picodata.sharding_keys import ShardingKey, TableDistribution
-
-__all__ = ["ShardingKey", "TableDistribution"]
+__all__ = [
+    "Client",
+    "ClientStats",
+    "Explanation",
+    "InstancePool",
+    "PoolStats",
+    "ShardingKey",
+    "connect",
+]
