@@ -271,6 +271,27 @@ def test_a_killed_master_fails_reads_over_and_writes_raise(cluster: PicodataClus
     assert cluster.where(key) == ["r1"]
 
 
+def test_a_killed_replica_fails_reads_over_to_the_master(cluster: PicodataCluster) -> None:
+    key = next(k for k in KEYS if owner_master(cluster, k) == "m1")
+
+    async def scenario() -> None:
+        async with connect(cluster) as db:
+            assert await answered_by(cluster, db, key=key, read_only=True) == "r1"
+            cluster.kill("r1")  # the catalog still says r1 is online
+            try:
+                first = await answered_by(cluster, db, key=key, read_only=True)
+            except asyncpg.ConnectionDoesNotExistError:
+                # the pooled connection was cut but not yet seen closed: the query was sent on
+                # it, so the driver's error is raised as is (and the connection discarded)
+                first = "m1"
+            assert first == "m1"
+            for _ in range(3):
+                assert await answered_by(cluster, db, key=key, read_only=True) == "m1"
+            assert db.stats().unavailable == 0
+
+    run(scenario())
+
+
 def test_a_master_not_online_falls_back_or_raises_when_strict(cluster: PicodataCluster) -> None:
     assert cluster.catalog is not None
     key = next(k for k in KEYS if owner_master(cluster, k) == "m1")
