@@ -98,7 +98,7 @@ class PicodataCluster:
 
     def __init__(self) -> None:
         self.instances: dict[str, ClusterInstance] = {}
-        self.catalog: Catalog | None = None
+        self._catalog: Catalog | None = None
         try:
             for replicaset, names in REPLICASETS.items():
                 for name in names:
@@ -108,7 +108,7 @@ class PicodataCluster:
                 for started in [pool.submit(self._prepare, i) for i in self.instances.values()]:
                     started.result()
             catalog_server = self.instances[CATALOG_INSTANCE].server
-            self.catalog = Catalog(catalog_server.dsn_for(DATABASE))
+            self._catalog = Catalog(catalog_server.dsn_for(DATABASE))
             with self.instances[CATALOG_INSTANCE].connect() as connection:
                 connection.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {USER}")
             self.reset()
@@ -206,23 +206,26 @@ class PicodataCluster:
         member = self.instances[instance]
         member.server.start()
         if self.catalog_instance.running:
-            self._catalog().set_address(instance, member.address)
+            self.catalog.set_address(instance, member.address)
 
     def _drop_catalog_connection(self) -> None:
-        assert self.catalog is not None
-        with contextlib.suppress(psycopg.Error):
-            self.catalog.connection.close()
+        if self._catalog is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._catalog.connection.close()
 
-    def _catalog(self) -> Catalog:
-        """The catalog, its connection opened again after its server restarted."""
-        assert self.catalog is not None
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog (``tests/picodata_catalog.py``), its connection opened again after its
+        server restarted; raises ``RuntimeError`` while that server is down."""
+        if self._catalog is None:
+            raise RuntimeError("the cluster is closed")
         if not self.catalog_instance.running:
             raise RuntimeError(f"the catalog's server ({CATALOG_INSTANCE}) is down")
-        if self.catalog.connection.closed:
-            self.catalog.connection = psycopg.connect(
-                self.catalog.dsn, autocommit=True, cursor_factory=psycopg.ClientCursor
+        if self._catalog.connection.closed:
+            self._catalog.connection = psycopg.connect(
+                self._catalog.dsn, autocommit=True, cursor_factory=psycopg.ClientCursor
             )
-        return self.catalog
+        return self._catalog
 
     def reset(self) -> None:
         """Back to the initial state: every server up, ``users`` empty everywhere, the catalog
@@ -232,7 +235,7 @@ class PicodataCluster:
                 instance.server.start()
             with instance.connect() as connection:
                 connection.execute("TRUNCATE users")
-        catalog = self._catalog()
+        catalog = self.catalog
         with catalog.transaction():
             catalog.reset()
             catalog.add_tier(TIER, BUCKET_COUNT)
@@ -245,9 +248,10 @@ class PicodataCluster:
             catalog.rebalance(TIER)
 
     def close(self) -> None:
-        if self.catalog is not None:
+        if self._catalog is not None:
             with contextlib.suppress(psycopg.Error):
-                self.catalog.close()
+                self._catalog.close()
+            self._catalog = None
         for instance in self.instances.values():
             instance.server.close()
 

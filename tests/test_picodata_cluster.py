@@ -69,7 +69,6 @@ def test_three_servers_each_at_its_catalog_address(cluster: PicodataCluster) -> 
 
 
 def test_the_catalog_describes_the_layout(cluster: PicodataCluster) -> None:
-    assert cluster.catalog is not None
     expected = cluster.catalog.expected()
     masters = {rs: master for rs, (_, master) in expected.replicasets.items()}
     by_uuid = {i.uuid: name for name, i in cluster.instances.items()}
@@ -142,7 +141,6 @@ def test_the_catalog_survives_a_restart_of_its_server(cluster: PicodataCluster) 
     assert cluster.where(1) == []  # the other servers still answer
     cluster.restart("m2")
     cluster.reset()  # changes the catalog again, over a new connection
-    assert cluster.catalog is not None
     assert cluster.catalog.expected().tiers == {"default": BUCKET_COUNT}
 
 
@@ -209,7 +207,6 @@ def test_read_only_queries_reach_replicas(cluster: PicodataCluster) -> None:
 
 
 def test_buckets_moved_between_polls_move_later_queries(cluster: PicodataCluster) -> None:
-    assert cluster.catalog is not None
     rs1, rs2 = (name_uuid(rs) for rs in ("rs1", "rs2"))
 
     async def scenario() -> None:
@@ -293,7 +290,6 @@ def test_a_killed_replica_fails_reads_over_to_the_master(cluster: PicodataCluste
 
 
 def test_a_master_not_online_falls_back_or_raises_when_strict(cluster: PicodataCluster) -> None:
-    assert cluster.catalog is not None
     key = next(k for k in KEYS if owner_master(cluster, k) == "m1")
     bucket = cluster.bucket_of(key)
     cluster.catalog.set_state("m1", "Offline")
@@ -330,7 +326,6 @@ def test_a_refused_tls_handshake_is_a_clear_error(cluster: PicodataCluster) -> N
 
 
 def test_an_expelled_replicaset_leaves_the_routing(cluster: PicodataCluster) -> None:
-    assert cluster.catalog is not None
 
     async def scenario() -> None:
         async with connect(cluster) as db:
@@ -349,7 +344,6 @@ def test_an_expelled_replicaset_leaves_the_routing(cluster: PicodataCluster) -> 
 
 
 def test_an_arbiter_tier_is_followed_and_never_routed(cluster: PicodataCluster) -> None:
-    assert cluster.catalog is not None
     # test/int/test_expelling.py::test_expel_zero_bucket_tier: a tier with bucket_count 0
     with cluster.catalog.transaction():
         cluster.catalog.add_tier("arbiter", 0)
@@ -426,7 +420,6 @@ def apply_step(cluster: PicodataCluster, reference: Reference, step: tuple[Any, 
     """Changes the catalog (one transaction) and the reference alike; a step that does not
     apply to the current state (a member of an expelled replicaset) changes nothing."""
     catalog = cluster.catalog
-    assert catalog is not None
     live = [rs for rs in live_replicasets if rs not in reference.expelled]
     if step[0] == "move":
         cuts = [1, *step[1], BUCKET_COUNT + 1]
