@@ -29,13 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
+import json
 import logging
 import math
 import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -69,7 +70,7 @@ from shardline.demo.live import (
 from shardline.demo.live_view import render_live_plain, render_live_rich
 from shardline.demo.pool import BALANCERS
 from shardline.demo.seed_cases import SOURCE
-from shardline.demo.tables import plain_table, rich_table, topology_tables
+from shardline.demo.tables import plain_table, rich_table
 from shardline.discovery.protocol import Discovery
 
 __all__ = ["main"]
@@ -459,10 +460,10 @@ def _add_inspect_command(commands: argparse._SubParsersAction[argparse.ArgumentP
         description=(
             "Connect to DSN (a postgresql:// URI; credentials and TLS options such as"
             " ?sslmode=verify-full go in it), poll the system tables and _pico_bucket(tier)"
-            " once, as PollingSource does, and print the tiers, replicasets, instances and"
-            " bucket ranges. Exits with status 1 if any part could not be read (each failure"
-            " is printed on stderr)."
-            " Needs the pg extra (asyncpg)."
+            " once, as PollingSource does, and print the tiers, replicasets, instances (names"
+            " next to uuids) and bucket ranges, as tables or, with --json, as one JSON"
+            " document. Exits with status 1 if any part could not be read (each failure is"
+            " printed on stderr). Needs the pg extra (asyncpg)."
         ),
     )
     inspect.add_argument("dsn", metavar="DSN", help="where to connect, e.g. postgresql://…")
@@ -480,10 +481,19 @@ def _add_inspect_command(commands: argparse._SubParsersAction[argparse.ArgumentP
         metavar="SECONDS",
         help="how long the poll may take, connecting included (default: 10)",
     )
-    inspect.add_argument(
+    output = inspect.add_mutually_exclusive_group()
+    output.add_argument(
         "--plain",
         action="store_true",
         help="plain text even on a terminal (the default when stdout is not one)",
+    )
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            "print one JSON document on stdout: server, complete, failures, tiers,"
+            " replicasets, instances and bucket_ranges (even when the poll failed)"
+        ),
     )
     inspect.set_defaults(run=_inspect)
 
@@ -526,12 +536,15 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"shardline inspect: {reason} ({count}x)", file=sys.stderr)
     if state.last_failure is not None:
         print(f"shardline inspect: last failure: {state.last_failure}", file=sys.stderr)
+    out = sys.stdout
+    document = _inspect_document(topology, state, complete)
+    if args.json:
+        json.dump(document, out, indent=2)
+        out.write("\n")
+        return 0 if complete else 1
     if not complete and not (topology.tiers or topology.replicasets):
         return 1
-    out = sys.stdout
-    tables = topology_tables(
-        topology.tiers, topology.replicasets, topology.instances, topology.bucket_maps
-    )
+    tables = _inspect_tables(document)
     title = (
         f"{state.server or '(not connected)'}: one poll,"
         f" {'complete' if complete else 'INCOMPLETE (see the failures above)'}"
@@ -547,6 +560,162 @@ def _inspect(args: argparse.Namespace) -> int:
         for name, header, rows in tables:
             console.print(rich_table(name, header, rows))
     return 0 if complete else 1
+
+
+def _inspect_document(topology: Any, state: Any, complete: bool) -> dict[str, Any]:
+    """One poll's topology as JSON-ready data (``shardline inspect --json`` prints it; the
+    tables are drawn from it). Lists are sorted: tiers by name, replicasets by tier and uuid,
+    instances by replicaset and uuid, ranges by tier and start. A name the catalog did not
+    give is ``null``."""
+    replicasets = topology.replicasets
+    instances = topology.instances
+
+    def name_of(member: Any) -> str | None:
+        return getattr(member, "name", None) if member is not None else None
+
+    def address_of(instance_uuid: str | None) -> str | None:
+        instance = instances.get(instance_uuid) if instance_uuid is not None else None
+        return instance.address if instance is not None else None
+
+    maps = topology.bucket_maps
+    tiers = []
+    for tier, count in sorted(topology.tiers.items()):
+        ranges = maps.get(tier, [])
+        tiers.append(
+            {
+                "name": tier,
+                "bucket_count": count,
+                "ranges": len(ranges),
+                "mapped": sum(end - start + 1 for start, end, _ in ranges),
+                "replicasets": sum(1 for rs in replicasets.values() if rs.tier == tier),
+            }
+        )
+    rs_rows = []
+    for rs in sorted(replicasets.values(), key=lambda r: (r.tier, r.uuid)):
+        members = [i for i in instances.values() if i.replicaset_uuid == rs.uuid]
+        master = rs.current_master_uuid
+        rs_rows.append(
+            {
+                "uuid": rs.uuid,
+                "name": name_of(rs),
+                "tier": rs.tier,
+                "master_uuid": master,
+                "master_name": name_of(instances.get(master) if master else None),
+                "master_address": address_of(master),
+                "online": sum(1 for i in members if i.is_online),
+                "instances": len(members),
+            }
+        )
+    instance_rows = []
+    for i in sorted(instances.values(), key=lambda i: (i.replicaset_uuid or "", i.uuid)):
+        owner = replicasets.get(i.replicaset_uuid) if i.replicaset_uuid else None
+        instance_rows.append(
+            {
+                "uuid": i.uuid,
+                "name": name_of(i),
+                "replicaset_uuid": i.replicaset_uuid,
+                "replicaset_name": name_of(owner),
+                "state": i.current_state,
+                "address": i.address,
+                "master": owner is not None and owner.current_master_uuid == i.uuid,
+            }
+        )
+    range_rows = []
+    for tier in sorted(maps):
+        for start, end, owner_uuid in maps[tier]:
+            owner = replicasets.get(owner_uuid)
+            range_rows.append(
+                {
+                    "tier": tier,
+                    "start": start,
+                    "end": end,
+                    "replicaset_uuid": owner_uuid,
+                    "replicaset_name": name_of(owner),
+                    "master_address": address_of(
+                        owner.current_master_uuid if owner is not None else None
+                    ),
+                }
+            )
+    return {
+        "server": state.server,
+        "complete": complete,
+        "failures": dict(sorted(state.failures.items())),
+        "last_failure": state.last_failure,
+        "tiers": tiers,
+        "replicasets": rs_rows,
+        "instances": instance_rows,
+        "bucket_ranges": range_rows,
+    }
+
+
+def _inspect_tables(document: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """The document's parts as (title, header, rows) tables; a missing value is ``-``."""
+
+    def cell(value: Any) -> Any:
+        return "-" if value is None else value
+
+    tiers = [
+        [
+            t["name"],
+            t["bucket_count"],
+            t["ranges"],
+            f"{t['mapped']}/{t['bucket_count']}",
+            t["replicasets"],
+        ]
+        for t in document["tiers"]
+    ]
+    replicasets = [
+        [
+            cell(r["name"]),
+            r["uuid"],
+            r["tier"],
+            cell(r["master_name"]),
+            cell(r["master_uuid"]),
+            cell(r["master_address"]),
+            f"{r['online']}/{r['instances']}",
+        ]
+        for r in document["replicasets"]
+    ]
+    instances = [
+        [
+            cell(i["name"]),
+            i["uuid"],
+            cell(i["replicaset_name"]),
+            cell(i["replicaset_uuid"]),
+            cell(i["state"]),
+            cell(i["address"]),
+            "master" if i["master"] else "",
+        ]
+        for i in document["instances"]
+    ]
+    ranges = [
+        [
+            r["tier"],
+            f"{r['start']}-{r['end']}",
+            cell(r["replicaset_name"]),
+            r["replicaset_uuid"],
+            cell(r["master_address"]),
+        ]
+        for r in document["bucket_ranges"]
+    ]
+    return [
+        ("tiers", ["tier", "buckets", "ranges", "mapped", "replicasets"], tiers),
+        (
+            "replicasets",
+            ["replicaset", "uuid", "tier", "master", "master uuid", "master address", "online"],
+            replicasets,
+        ),
+        (
+            "instances",
+            ["instance", "uuid", "replicaset", "replicaset uuid", "state", "address", "role"],
+            instances,
+        ),
+        (
+            "bucket ranges",
+            ["tier", "buckets", "replicaset", "replicaset uuid", "master address"],
+            ranges,
+        ),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
