@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
+import picodata_tables
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -26,7 +27,8 @@ from picodata_catalog import Catalog
 from picodata_catalog import name_uuid as _uuid
 
 from shardline import InstanceUnavailable, NoWorkersAvailable, PoolTimeout, bucket_id
-from shardline.picodata import Client, PoolStats, connect
+from shardline.errors import InvalidArgument
+from shardline.picodata import Client, PoolStats, ShardingKey, connect
 
 BUCKETS = 300
 WAIT = 10.0  # the most any condition below is waited for
@@ -731,3 +733,34 @@ def test_routed_queries_follow_catalog_histories(pg: PgServer) -> None:
                     self.loop.run_until_complete(query())
 
     run_state_machine_as_test(Histories, settings=settings(max_examples=20, stateful_step_count=12))
+
+def test_key_for_reads_the_tables_once_and_again_for_an_unknown_one(pg: PgServer) -> None:
+    async def main() -> None:
+        async with cluster(pg) as c:
+            tables = c.catalog.connection
+            picodata_tables.install(tables)
+            picodata_tables.add_sharded(tables, "users", ["id"], fields=["id", "name"])
+            picodata_tables.add_global(tables, "settings", ["k", "v"])
+            async with connect(c.url, tier="default") as db:
+                key = await db.key_for("users", {"id": 7, "name": "x"})
+                assert key == ShardingKey(table="users", tier="default", values=(7,))
+                port = await db.fetchval("SELECT inet_client_port()", key=key)
+                assert c.instance_of(port) == c.master_of(7)
+                assert db.explain(key).bucket == bucket_id(7, BUCKETS)
+                # read once: a row gone from _pico_table since is still known
+                tables.execute("DELETE FROM _pico_table WHERE name = 'users'")
+                assert await db.key_for("users", {"id": 8}) == ShardingKey("users", "default", (8,))
+                # a table created since is read on its first use
+                picodata_tables.add_sharded(
+                    tables, "orders", ["user_id", "id"], fields=["id", "user_id"]
+                )
+                orders = await db.key_for("orders", {"id": 1, "user_id": 2, "note": "?"})
+                assert orders.values == (2, 1)
+                with pytest.raises(InvalidArgument, match="'nope' is not in _pico_table"):
+                    await db.key_for("nope", {"id": 1})
+                with pytest.raises(InvalidArgument, match="global"):
+                    await db.key_for("settings", {"k": 1})
+                with pytest.raises(InvalidArgument, match="lacks sharding key field 'user_id'"):
+                    await db.key_for("orders", {"id": 1})
+
+    run(main)
