@@ -1,0 +1,494 @@
+"""Routed SQL (issue 11): shardline's Picodata client beside raw asyncpg and picopyn 3.2.0.
+
+Everything runs on the stand-in cluster of ``picodata_standin.py``: one PostgreSQL server
+playing 3 replicasets x 2 instances (one loopback address each, so ``inet_server_addr()`` tells
+which instance a query reached), the catalog of ``tests/picodata_catalog.py`` in it. All the
+clients live in one process and one asyncio event loop (the default one) and are opened once
+for the module:
+
+- ``floor``: 16 raw ``asyncpg`` connections to the server (caller ``c`` uses connection ``c``:
+  no pool, no routing);
+- ``shardline``: ``shardline.picodata.connect(dsn, tier="default")`` with its defaults (8
+  connections at most per instance, opened on first use, a poll of the catalog every second);
+- ``picopyn``: ``picopyn.asynchronous.pool.Pool(enable_discovery=True, max_size=48)`` (8 per
+  instance, as shardline's bound; discovery so that every master has connections), keys from
+  ``create_sharding_key_factory("users")``, routed with ``acquire_by_sharding_key`` (which
+  waits for a busy master, as shardline does). It needs a DSN workaround on plain PostgreSQL:
+  see ``StandinCluster.picopyn_dsn``.
+
+Before timing, 256 keyed queries through each client must land on the key's master (the
+catalog's answer, with picopyn's ``calculate_bucket_id`` for the bucket), and every timed
+query's result must equal its key.
+
+Groups (each way timed back to back in every round, the order rotating, so that all see the
+same moments of a shared machine; ``extra_info["by_way"]`` holds each way's figures and
+``extra_info["ratios"]`` the median over rounds (or calls) of the per-round ratio, with its
+quartiles):
+
+``routed query before I/O``: per key of a block of 1,024, what a keyed query costs the client
+before any I/O. shardline: ``Client._take(key)`` (``Topology.route`` of the key, the
+instance's pool found, an idle connection popped) then ``InstancePool.release`` of it: the
+client's keyed hot path, which is private (the client has no public "acquire by key"; see
+RESULTS.md). picopyn: ``async with pool.acquire_by_sharding_key(factory.create_key({"id":
+k})): pass`` (key factory, bucket id, ``find_bucket_master``, acquire by instance uuid under
+the pool's lock, release through ``asyncio.shield``): its public API. Beside them, the
+routing alone: ``Topology.route`` against ``create_key`` + ``Topology.find_bucket_master``.
+Each way runs a block as one coroutine (``loop.run_until_complete``), so the loop's own cost
+is shared alike.
+
+``keyed SELECT, 16 in flight``: ``SELECT $1::bigint`` fetched as a row with the key as its
+argument, 16 callers on the loop making 32 calls each per way and round: calls/s per way, and
+this process's CPU per call (on 2 cores shared with the server, the client's CPU is what
+limits the throughput).
+
+``keyed SELECT, 1 in flight``: one caller; each key goes through the three ways in turn (the
+order rotating), each call timed alone: p50/p99 per way, median of the per-triple ratios.
+
+``keyed INSERT, 16 in flight, where the writes land``: ``INSERT INTO users (id, name,
+landed_on) VALUES ($1, $2, inet_server_addr())``, each key once, 16 callers. shardline:
+``execute(..., key=id)``. picopyn with its *default* settings (``max_size`` 10; discovery on,
+so it has connections to every instance) and its own automatic routing, ``Pool.execute``,
+which sends a 1-row INSERT to the bucket's master when Picodata has described the statement
+and falls back to any connection when the master's are busy (``routing_acquire_timeout`` 0).
+PostgreSQL cannot send Picodata's description (a NOTICE before ParseComplete), so the
+benchmark puts into picopyn's metadata cache what Picodata would send for this statement
+(tier ``default``, key parameter ``$1`` an integer): the one private hook used on picopyn. The
+rows' ``landed_on`` then shows, per way, how many writes went to another instance than the
+key's master; each side's own counters are recorded beside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytest_benchmark")
+pytest.importorskip("picopyn")
+
+import asyncpg
+from picopyn.asynchronous.pool import Pool as PicopynPool
+from picopyn.query_metadata import PreparedStatementMetadata
+
+import shardline.picodata
+
+from .benchkit import int_keys, percentiles
+from .picodata_standin import OID_INT8, TIER, StandinCluster
+
+CALLERS = 16
+WAIT = 30.0  # seconds a round may take before the benchmark fails
+CHECKED_KEYS = 256
+
+ROUTE_BLOCK = 1024
+ROUTE_ROUNDS = 300
+ROUTE_WARMUP = 10
+
+PER_CALLER = 32  # calls per caller per way and round, 16 in flight
+FLIGHT_ROUNDS = 60
+FLIGHT_WARMUP = 4
+
+TRIPLES_PER_ROUND = 64  # 1 in flight
+SINGLE_ROUNDS = 50
+SINGLE_WARMUP = 3
+
+INSERTS_PER_CALLER = 25  # per way and round
+INSERT_ROUNDS = 8
+INSERT_WARMUP = 1
+
+SELECT = "SELECT $1::bigint"
+WHERE = "SELECT host(inet_server_addr())"
+INSERT = "INSERT INTO users (id, name, landed_on) VALUES ($1, $2, inet_server_addr())"
+
+
+# --- the clients ------------------------------------------------------------------------------
+
+
+@dataclass
+class Clients:
+    cluster: StandinCluster
+    loop: asyncio.AbstractEventLoop
+    floor: list[asyncpg.Connection]
+    shardline: shardline.picodata.Client
+    picopyn: PicopynPool
+    factory: Any  # picopyn.ShardingKeyFactory of users
+
+    def run(self, coroutine: Awaitable[Any]) -> Any:
+        return self.loop.run_until_complete(asyncio.wait_for(coroutine, WAIT))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[StandinCluster]:
+    standin = StandinCluster()  # raises PgUnavailable, with the reason, if PostgreSQL cannot run
+    try:
+        yield standin
+    finally:
+        standin.close()
+
+
+@pytest.fixture(scope="module")
+def clients(cluster: StandinCluster) -> Iterator[Clients]:
+    loop = asyncio.new_event_loop()
+
+    async def open_all() -> Clients:
+        floor = [await asyncpg.connect(**cluster.server_connect_kwargs()) for _ in range(CALLERS)]
+        db = await shardline.picodata.connect(cluster.dsn, tier=TIER)
+        pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True, max_size=48)
+        await pool.open()
+        factory = await pool.create_sharding_key_factory("users")
+        return Clients(cluster, loop, floor, db, pool, factory)
+
+    opened = loop.run_until_complete(asyncio.wait_for(open_all(), WAIT))
+    try:
+        opened.run(check_landing(opened))
+        yield opened
+    finally:
+
+        async def close_all() -> None:
+            await asyncio.gather(*(connection.close() for connection in opened.floor))
+            await opened.shardline.close()
+            await opened.picopyn.close()
+
+        loop.run_until_complete(asyncio.wait_for(close_all(), WAIT))
+        loop.close()
+
+
+def host_of(value: Any) -> str:
+    return str(value).split("/")[0]
+
+
+async def check_landing(c: Clients) -> None:
+    """Keyed queries of both routed clients reach the key's master (the floor reaches the one
+    address it dialled)."""
+    for key in int_keys(CHECKED_KEYS):
+        expected = c.cluster.expected_host(key)
+        assert await c.shardline.fetchval(WHERE, key=key) == expected, key
+        async with c.picopyn.acquire_by_sharding_key(c.factory.create_key({"id": key})) as conn:
+            row = await conn.fetchrow(WHERE)
+        assert host_of(row[0]) == expected, key
+
+
+KEYS = int_keys()  # 4,096 seeded int8 keys, every msgpack int width (benchkit)
+
+
+def key_blocks(size: int) -> Iterator[Sequence[int]]:
+    return itertools.cycle([KEYS[i : i + size] for i in range(0, len(KEYS) - size + 1, size)])
+
+
+def summary(samples: Sequence[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(samples),
+        "min": min(samples),
+        "q1": statistics.quantiles(samples, n=4)[0],
+        "q3": statistics.quantiles(samples, n=4)[2],
+    }
+
+
+def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return {"median": round(statistics.median(ratios), 3), "q1": round(q1, 3), "q3": round(q3, 3)}
+
+
+# --- routed query before I/O -------------------------------------------------------------------
+
+
+def route_ways(c: Clients) -> dict[str, Callable[[Sequence[int]], Awaitable[None]]]:
+    db = c.shardline
+    take = db._take  # the keyed hot path of Client._run, before the query is sent
+    route = db.topology.route
+    pool = c.picopyn
+    create_key = c.factory.create_key
+    acquire = pool.acquire_by_sharding_key
+    topology = pool.topology
+    assert topology is not None
+
+    async def shardline_take_release(block: Sequence[int]) -> None:
+        for key in block:
+            instance_pool, connection = take(key)
+            instance_pool.release(connection)
+
+    async def shardline_route(block: Sequence[int]) -> None:
+        for key in block:
+            route(TIER, key)
+
+    async def picopyn_acquire_release(block: Sequence[int]) -> None:
+        for key in block:
+            async with acquire(create_key({"id": key})):
+                pass
+
+    async def picopyn_route(block: Sequence[int]) -> None:
+        for key in block:
+            topology.find_bucket_master(TIER, create_key({"id": key}).bucket_id)
+
+    return {
+        "shardline: route + take + release": shardline_take_release,
+        "picopyn: acquire_by_sharding_key(create_key) + release": picopyn_acquire_release,
+        "shardline: Topology.route only": shardline_route,
+        "picopyn: create_key + find_bucket_master only": picopyn_route,
+    }
+
+
+def test_route_before_io(benchmark: Any, clients: Clients) -> None:
+    c = clients
+    # each key's master must have an idle connection for take() to find (opened by a query)
+    for key in KEYS[:CHECKED_KEYS]:
+        assert c.run(c.shardline.fetchval(SELECT, key, key=key)) == key
+    for key in KEYS[: 2 * ROUTE_BLOCK]:
+        pool, connection = c.shardline._take(key)
+        assert connection is not None, f"no idle connection of the master of {key}"
+        pool.release(connection)
+        master = c.shardline.topology.route(TIER, key)
+        assert master is not None
+        assert master.address.rpartition(":")[0] == c.cluster.expected_host(key)
+    ways = route_ways(c)
+    names = list(ways)
+    timed: dict[str, list[float]] = {name: [] for name in names}
+    blocks = key_blocks(ROUTE_BLOCK)
+    rounds = itertools.count()
+
+    def round_() -> None:
+        block = next(blocks)
+        turn = next(rounds)
+        for i in range(len(names)):
+            name = names[(turn + i) % len(names)]
+            t0 = time.perf_counter_ns()
+            c.loop.run_until_complete(ways[name](block))
+            timed[name].append((time.perf_counter_ns() - t0) / len(block))
+
+    benchmark.group = "routed query before I/O"
+    benchmark.pedantic(round_, rounds=ROUTE_ROUNDS, warmup_rounds=ROUTE_WARMUP, iterations=1)
+    kept = {name: samples[-ROUTE_ROUNDS:] for name, samples in timed.items()}
+    full, route_only = names[0], names[2]
+    benchmark.extra_info.update(
+        impl="four ways interleaved, ns per key",
+        calls_per_round=len(names) * ROUTE_BLOCK,
+        by_way={name: summary(samples) for name, samples in kept.items()},
+        ratios={
+            "picopyn acquire+release / shardline take+release": ratio_summary(
+                [p / s for p, s in zip(kept[names[1]], kept[full], strict=True)]
+            ),
+            "picopyn route / shardline route": ratio_summary(
+                [p / s for p, s in zip(kept[names[3]], kept[route_only], strict=True)]
+            ),
+        },
+    )
+
+
+# --- end to end --------------------------------------------------------------------------------
+
+
+def query_ways(c: Clients) -> dict[str, Callable[[int, int], Awaitable[Any]]]:
+    """Each way as ``call(caller, key) -> the row's first value``."""
+    floor = c.floor
+    db = c.shardline
+    acquire = c.picopyn.acquire_by_sharding_key
+    create_key = c.factory.create_key
+
+    async def raw(caller: int, key: int) -> Any:
+        row = await floor[caller].fetchrow(SELECT, key)
+        return row[0]
+
+    async def routed(caller: int, key: int) -> Any:
+        row = await db.fetchrow(SELECT, key, key=key)
+        return row[0]
+
+    async def picopyn(caller: int, key: int) -> Any:
+        async with acquire(create_key({"id": key})) as conn:
+            row = await conn.fetchrow(SELECT, key)
+        return row[0]
+
+    return {
+        "floor: raw asyncpg connection": raw,
+        "shardline: fetchrow(key=)": routed,
+        "picopyn: acquire_by_sharding_key + fetchrow": picopyn,
+    }
+
+
+def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients) -> None:
+    c = clients
+    ways = query_ways(c)
+    names = list(ways)
+    per_s: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    blocks = key_blocks(CALLERS * PER_CALLER)
+    rounds = itertools.count()
+
+    async def flight(call: Callable[[int, int], Awaitable[Any]], block: Sequence[int]) -> None:
+        async def caller(n: int) -> None:
+            for key in block[n * PER_CALLER : (n + 1) * PER_CALLER]:
+                result = await call(n, key)
+                assert result == key, (result, key)
+
+        await asyncio.gather(*(caller(n) for n in range(CALLERS)))
+
+    def round_() -> None:
+        block = next(blocks)
+        turn = next(rounds)
+        for i in range(len(names)):
+            name = names[(turn + i) % len(names)]
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            c.run(flight(ways[name], block))
+            wall, busy = time.perf_counter() - t0, time.process_time() - cpu0
+            per_s[name].append(len(block) / wall)
+            cpu[name].append(busy / len(block) * 1e6)
+
+    benchmark.group = "keyed SELECT, 16 in flight"
+    benchmark.pedantic(round_, rounds=FLIGHT_ROUNDS, warmup_rounds=FLIGHT_WARMUP, iterations=1)
+    kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
+    floor, ours, peer = names
+    stats = c.shardline.stats()
+    benchmark.extra_info.update(
+        impl="three ways interleaved, 16 callers",
+        calls_per_round=len(names) * CALLERS * PER_CALLER,
+        by_way={
+            name: {
+                "calls_per_s": summary(kept[name]),
+                "client_cpu_us_per_call": statistics.median(cpu[name][-FLIGHT_ROUNDS:]),
+            }
+            for name in names
+        },
+        ratios={
+            "shardline / floor, throughput": ratio_summary(
+                [s / f for s, f in zip(kept[ours], kept[floor], strict=True)]
+            ),
+            "shardline / picopyn, throughput": ratio_summary(
+                [s / p for s, p in zip(kept[ours], kept[peer], strict=True)]
+            ),
+        },
+        shardline_pool_waits=sum(pool.waits for pool in stats.pools.values()),
+        shardline_fallbacks=dict(stats.fallbacks),
+    )
+
+
+def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients) -> None:
+    c = clients
+    ways = query_ways(c)
+    names = list(ways)
+    triples: list[list[int]] = []
+    blocks = key_blocks(TRIPLES_PER_ROUND)
+    clock = time.perf_counter_ns
+
+    async def round_of_triples(block: Sequence[int]) -> None:
+        for key in block:
+            triple = [0] * len(names)
+            turn = len(triples)
+            for i in range(len(names)):
+                way = (turn + i) % len(names)
+                t0 = clock()
+                result = await ways[names[way]](0, key)
+                triple[way] = clock() - t0
+                assert result == key, (result, key)
+            triples.append(triple)
+
+    def round_() -> None:
+        c.run(round_of_triples(next(blocks)))
+
+    benchmark.group = "keyed SELECT, 1 in flight"
+    benchmark.pedantic(round_, rounds=SINGLE_ROUNDS, warmup_rounds=SINGLE_WARMUP, iterations=1)
+    kept = triples[-SINGLE_ROUNDS * TRIPLES_PER_ROUND :]
+    by_way = {name: percentiles([t[i] / 1e9 for t in kept]) for i, name in enumerate(names)}
+    benchmark.extra_info.update(
+        impl="three ways in turn, call by call, 1 caller",
+        calls_per_round=len(names) * TRIPLES_PER_ROUND,
+        samples=len(kept),
+        by_way=by_way,
+        ratios={
+            "shardline / floor, per call": ratio_summary([t[1] / t[0] for t in kept]),
+            "picopyn / floor, per call": ratio_summary([t[2] / t[0] for t in kept]),
+            "shardline p50 / floor p50": round(
+                by_way[names[1]]["p50_ns"] / by_way[names[0]]["p50_ns"], 3
+            ),
+        },
+    )
+
+
+# --- where keyed writes land -------------------------------------------------------------------
+
+
+def test_keyed_insert_landing(benchmark: Any, cluster: StandinCluster, clients: Clients) -> None:
+    c = clients
+    ids = itertools.count(1)
+    names = ["shardline: execute(key=)", "picopyn defaults: Pool.execute (auto-routed)"]
+    written: dict[str, list[int]] = {name: [] for name in names}
+    per_s: dict[str, list[float]] = {name: [] for name in names}
+
+    async def open_default_picopyn() -> PicopynPool:
+        pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True)
+        await pool.open()
+        service = pool._query_metadata_service
+        assert service is not None
+        # what Picodata sends for this statement (see the module's docstring)
+        service._cache.set(PreparedStatementMetadata(INSERT, TIER, [(1, OID_INT8)]))
+        return pool
+
+    picopyn = c.run(open_default_picopyn())
+    db = c.shardline
+    waits_before = sum(pool.waits for pool in db.stats().pools.values())
+
+    async def routed(key: int) -> Any:
+        return await db.execute(INSERT, key, "x", key=key)
+
+    async def automatic(key: int) -> Any:
+        return await picopyn.execute(INSERT, key, "x")
+
+    ways = dict(zip(names, [routed, automatic], strict=True))
+    rounds = itertools.count()
+
+    async def flight(name: str) -> None:
+        async def caller() -> None:
+            for _ in range(INSERTS_PER_CALLER):
+                key = next(ids)
+                written[name].append(key)
+                assert await ways[name](key) == "INSERT 0 1"
+
+        await asyncio.gather(*(caller() for _ in range(CALLERS)))
+
+    def round_() -> None:
+        turn = next(rounds)
+        for i in range(len(names)):
+            name = names[(turn + i) % len(names)]
+            t0 = time.perf_counter()
+            c.run(flight(name))
+            per_s[name].append(CALLERS * INSERTS_PER_CALLER / (time.perf_counter() - t0))
+
+    try:
+        benchmark.group = "keyed INSERT, 16 in flight, where the writes land"
+        benchmark.pedantic(round_, rounds=INSERT_ROUNDS, warmup_rounds=INSERT_WARMUP, iterations=1)
+        landed = dict(c.run(db.fetch("SELECT id, host(landed_on) FROM users")))
+        peer_stats = picopyn.stats()
+    finally:
+        c.run(picopyn.close())
+    off_master = {
+        name: sum(landed[key] != cluster.expected_host(key) for key in keys)
+        for name, keys in written.items()
+    }
+    assert all(key in landed for keys in written.values() for key in keys)
+    ours = db.stats()
+    benchmark.extra_info.update(
+        impl="two ways interleaved, 16 callers",
+        calls_per_round=len(names) * CALLERS * INSERTS_PER_CALLER,
+        by_way={
+            name: {
+                "writes": len(written[name]),
+                "off_master": off_master[name],
+                "off_master_share": round(off_master[name] / len(written[name]), 4),
+                "calls_per_s": summary(per_s[name]),
+            }
+            for name in names
+        },
+        shardline_pool_waits=sum(pool.waits for pool in ours.pools.values()) - waits_before,
+        shardline_fallbacks=dict(ours.fallbacks),
+        picopyn_routing={
+            "attempts": peer_stats.routing_attempts,
+            "hits": peer_stats.routing_hits,
+            "fallbacks": {
+                reason.value: n for reason, n in peer_stats.routing_fallbacks.items() if n
+            },
+        },
+    )
+    assert off_master[names[0]] == 0, "shardline sent a keyed write to another instance"
