@@ -8,6 +8,12 @@ for the module:
 
 - ``floor``: 16 raw ``asyncpg`` connections to the server (caller ``c`` uses connection ``c``:
   no pool, no routing);
+- ``routed floor``: 16 raw ``asyncpg`` connections to each master's address, a key's taken
+  from its master's list (a dict lookup of a bucket owner computed beforehand, a list pop
+  and append): the least a client that routes can do. It spreads the queries over the
+  masters' connections as a routed client must, which on this one server costs more than
+  the plain floor's one connection per caller (more sockets and backends, less locality), so
+  the gap between the two floors is the part of routing that no client code can avoid here;
 - ``shardline``: ``shardline.picodata.connect(dsn, tier="default")`` with its defaults (8
   connections at most per instance, opened on first use, a poll of the catalog every second);
 - ``picopyn``: ``picopyn.asynchronous.pool.Pool(enable_discovery=True, max_size=48)`` (8 per
@@ -37,12 +43,13 @@ Each way runs a block as one coroutine (``loop.run_until_complete``), so the loo
 is shared alike.
 
 ``keyed SELECT, 16 in flight``: ``SELECT $1::bigint`` fetched as a row with the key as its
-argument, 16 callers on the loop making 32 calls each per way and round: calls/s per way, and
+argument, 16 callers on the loop making 64 calls each per way and round: calls/s per way, and
 this process's CPU per call (on 2 cores shared with the server, the client's CPU is what
 limits the throughput).
 
-``keyed SELECT, 1 in flight``: one caller; each key goes through the three ways in turn (the
-order rotating), each call timed alone: p50/p99 per way, median of the per-triple ratios.
+``keyed SELECT, 1 in flight``: one caller; each key goes through the four ways in turn (the
+order rotating), each call timed alone: p50/p99 per way, the median of the per-key ratios and
+the ratio of the p50s.
 
 ``keyed INSERT, 16 in flight, where the writes land``: ``INSERT INTO users (id, name,
 landed_on) VALUES ($1, $2, inet_server_addr())``, each key once, 16 callers. shardline:
@@ -78,7 +85,7 @@ from picopyn.query_metadata import PreparedStatementMetadata
 
 import shardline.picodata
 
-from .benchkit import int_keys, percentiles
+from .benchkit import cpu_snapshot, int_keys, percentiles
 from .picodata_standin import OID_INT8, TIER, StandinCluster
 
 CALLERS = 16
@@ -89,12 +96,12 @@ ROUTE_BLOCK = 1024
 ROUTE_ROUNDS = 300
 ROUTE_WARMUP = 10
 
-PER_CALLER = 32  # calls per caller per way and round, 16 in flight
-FLIGHT_ROUNDS = 60
+PER_CALLER = 64  # calls per caller per way and round, 16 in flight
+FLIGHT_ROUNDS = 50
 FLIGHT_WARMUP = 4
 
-TRIPLES_PER_ROUND = 64  # 1 in flight
-SINGLE_ROUNDS = 50
+KEYS_PER_ROUND = 64  # 1 in flight, each through every way
+SINGLE_ROUNDS = 60
 SINGLE_WARMUP = 3
 
 INSERTS_PER_CALLER = 25  # per way and round
@@ -114,6 +121,7 @@ class Clients:
     cluster: StandinCluster
     loop: asyncio.AbstractEventLoop
     floor: list[asyncpg.Connection]
+    by_master: dict[str, list[asyncpg.Connection]]  # a master's host -> its idle connections
     shardline: shardline.picodata.Client
     picopyn: PicopynPool
     factory: Any  # picopyn.ShardingKeyFactory of users
@@ -136,12 +144,17 @@ def clients(cluster: StandinCluster) -> Iterator[Clients]:
     loop = asyncio.new_event_loop()
 
     async def open_all() -> Clients:
-        floor = [await asyncpg.connect(**cluster.server_connect_kwargs()) for _ in range(CALLERS)]
+        kwargs = cluster.server_connect_kwargs()
+        floor = [await asyncpg.connect(**kwargs) for _ in range(CALLERS)]
+        by_master = {
+            host: [await asyncpg.connect(**{**kwargs, "host": host}) for _ in range(CALLERS)]
+            for host in sorted(cluster.master_hosts)
+        }
         db = await shardline.picodata.connect(cluster.dsn, tier=TIER)
         pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True, max_size=48)
         await pool.open()
         factory = await pool.create_sharding_key_factory("users")
-        return Clients(cluster, loop, floor, db, pool, factory)
+        return Clients(cluster, loop, floor, by_master, db, pool, factory)
 
     opened = loop.run_until_complete(asyncio.wait_for(open_all(), WAIT))
     try:
@@ -150,7 +163,8 @@ def clients(cluster: StandinCluster) -> Iterator[Clients]:
     finally:
 
         async def close_all() -> None:
-            await asyncio.gather(*(connection.close() for connection in opened.floor))
+            raw = [*opened.floor, *itertools.chain(*opened.by_master.values())]
+            await asyncio.gather(*(connection.close() for connection in raw))
             await opened.shardline.close()
             await opened.picopyn.close()
 
@@ -163,8 +177,10 @@ def host_of(value: Any) -> str:
 
 
 async def check_landing(c: Clients) -> None:
-    """Keyed queries of both routed clients reach the key's master (the floor reaches the one
-    address it dialled)."""
+    """Keyed queries of both routed clients reach the key's master (the routed floor's
+    connections are to the addresses they were made for)."""
+    for host, connections in c.by_master.items():
+        assert {host_of(await conn.fetchval(WHERE)) for conn in connections} == {host}
     for key in int_keys(CHECKED_KEYS):
         expected = c.cluster.expected_host(key)
         assert await c.shardline.fetchval(WHERE, key=key) == expected, key
@@ -178,6 +194,26 @@ KEYS = int_keys()  # 4,096 seeded int8 keys, every msgpack int width (benchkit)
 
 def key_blocks(size: int) -> Iterator[Sequence[int]]:
     return itertools.cycle([KEYS[i : i + size] for i in range(0, len(KEYS) - size + 1, size)])
+
+
+def timed_rounds(
+    benchmark: Any, c: Clients, round_: Callable[[], None], rounds: int, warmup: int
+) -> None:
+    """``benchmark.pedantic`` of ``round_``; records in ``extra_info`` how many cores this
+    process (``client_cpu``), the server's processes (``servers_cpu``) and the machine's
+    other processes (``others_cpu``) kept busy meanwhile, warm-up rounds included."""
+    pids = c.cluster.server_pids()
+    before = cpu_snapshot(pids)
+    benchmark.pedantic(round_, rounds=rounds, warmup_rounds=warmup, iterations=1)
+    # a backend that started meanwhile counts whole; its CPU before was 0
+    after = cpu_snapshot(sorted({*pids, *c.cluster.server_pids()}))
+    wall, client, servers = after[0] - before[0], after[2] - before[2], after[3] - before[3]
+    others = (after[1] - before[1]) - client - servers
+    benchmark.extra_info.update(
+        client_cpu=round(client / wall, 2),
+        servers_cpu=round(servers / wall, 2),
+        others_cpu=round(max(others / wall, 0.0), 2),
+    )
 
 
 def summary(samples: Sequence[float]) -> dict[str, float]:
@@ -261,7 +297,7 @@ def test_route_before_io(benchmark: Any, clients: Clients) -> None:
             timed[name].append((time.perf_counter_ns() - t0) / len(block))
 
     benchmark.group = "routed query before I/O"
-    benchmark.pedantic(round_, rounds=ROUTE_ROUNDS, warmup_rounds=ROUTE_WARMUP, iterations=1)
+    timed_rounds(benchmark, c, round_, ROUTE_ROUNDS, ROUTE_WARMUP)
     kept = {name: samples[-ROUTE_ROUNDS:] for name, samples in timed.items()}
     full, route_only = names[0], names[2]
     benchmark.extra_info.update(
@@ -285,12 +321,22 @@ def test_route_before_io(benchmark: Any, clients: Clients) -> None:
 def query_ways(c: Clients) -> dict[str, Callable[[int, int], Awaitable[Any]]]:
     """Each way as ``call(caller, key) -> the row's first value``."""
     floor = c.floor
+    idle_of = {key: c.by_master[c.cluster.expected_host(key)] for key in KEYS}
     db = c.shardline
     acquire = c.picopyn.acquire_by_sharding_key
     create_key = c.factory.create_key
 
     async def raw(caller: int, key: int) -> Any:
         row = await floor[caller].fetchrow(SELECT, key)
+        return row[0]
+
+    async def routed_floor(caller: int, key: int) -> Any:
+        idle = idle_of[key]
+        connection = idle.pop()
+        try:
+            row = await connection.fetchrow(SELECT, key)
+        finally:
+            idle.append(connection)
         return row[0]
 
     async def routed(caller: int, key: int) -> Any:
@@ -304,6 +350,7 @@ def query_ways(c: Clients) -> dict[str, Callable[[int, int], Awaitable[Any]]]:
 
     return {
         "floor: raw asyncpg connection": raw,
+        "routed floor: raw asyncpg connection of the key's master": routed_floor,
         "shardline: fetchrow(key=)": routed,
         "picopyn: acquire_by_sharding_key + fetchrow": picopyn,
     }
@@ -338,12 +385,16 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients) -> None:
             cpu[name].append(busy / len(block) * 1e6)
 
     benchmark.group = "keyed SELECT, 16 in flight"
-    benchmark.pedantic(round_, rounds=FLIGHT_ROUNDS, warmup_rounds=FLIGHT_WARMUP, iterations=1)
+    timed_rounds(benchmark, c, round_, FLIGHT_ROUNDS, FLIGHT_WARMUP)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
-    floor, ours, peer = names
+    floor, routed_floor, ours, peer = names
     stats = c.shardline.stats()
+
+    def ratio(a: str, b: str) -> dict[str, float]:
+        return ratio_summary([x / y for x, y in zip(kept[a], kept[b], strict=True)])
+
     benchmark.extra_info.update(
-        impl="three ways interleaved, 16 callers",
+        impl="four ways interleaved, 16 callers",
         calls_per_round=len(names) * CALLERS * PER_CALLER,
         by_way={
             name: {
@@ -353,12 +404,10 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients) -> None:
             for name in names
         },
         ratios={
-            "shardline / floor, throughput": ratio_summary(
-                [s / f for s, f in zip(kept[ours], kept[floor], strict=True)]
-            ),
-            "shardline / picopyn, throughput": ratio_summary(
-                [s / p for s, p in zip(kept[ours], kept[peer], strict=True)]
-            ),
+            "shardline / floor, throughput": ratio(ours, floor),
+            "shardline / picopyn, throughput": ratio(ours, peer),
+            "routed floor / floor, throughput": ratio(routed_floor, floor),
+            "shardline / routed floor, throughput": ratio(ours, routed_floor),
         },
         shardline_pool_waits=sum(pool.waits for pool in stats.pools.values()),
         shardline_fallbacks=dict(stats.fallbacks),
@@ -369,40 +418,46 @@ def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients) -> None:
     c = clients
     ways = query_ways(c)
     names = list(ways)
-    triples: list[list[int]] = []
-    blocks = key_blocks(TRIPLES_PER_ROUND)
+    turns: list[list[int]] = []  # one key through every way: each way's ns
+    blocks = key_blocks(KEYS_PER_ROUND)
     clock = time.perf_counter_ns
 
-    async def round_of_triples(block: Sequence[int]) -> None:
+    async def round_of_turns(block: Sequence[int]) -> None:
         for key in block:
-            triple = [0] * len(names)
-            turn = len(triples)
+            turn = [0] * len(names)
+            first = len(turns)
             for i in range(len(names)):
-                way = (turn + i) % len(names)
+                way = (first + i) % len(names)
                 t0 = clock()
                 result = await ways[names[way]](0, key)
-                triple[way] = clock() - t0
+                turn[way] = clock() - t0
                 assert result == key, (result, key)
-            triples.append(triple)
+            turns.append(turn)
 
     def round_() -> None:
-        c.run(round_of_triples(next(blocks)))
+        c.run(round_of_turns(next(blocks)))
 
     benchmark.group = "keyed SELECT, 1 in flight"
-    benchmark.pedantic(round_, rounds=SINGLE_ROUNDS, warmup_rounds=SINGLE_WARMUP, iterations=1)
-    kept = triples[-SINGLE_ROUNDS * TRIPLES_PER_ROUND :]
+    timed_rounds(benchmark, c, round_, SINGLE_ROUNDS, SINGLE_WARMUP)
+    kept = turns[-SINGLE_ROUNDS * KEYS_PER_ROUND :]
     by_way = {name: percentiles([t[i] / 1e9 for t in kept]) for i, name in enumerate(names)}
+
+    def ratio(a: int, b: int) -> dict[str, float]:
+        return {
+            **ratio_summary([t[a] / t[b] for t in kept]),
+            "of_p50s": round(by_way[names[a]]["p50_ns"] / by_way[names[b]]["p50_ns"], 3),
+        }
+
     benchmark.extra_info.update(
-        impl="three ways in turn, call by call, 1 caller",
-        calls_per_round=len(names) * TRIPLES_PER_ROUND,
+        impl="four ways in turn, call by call, 1 caller",
+        calls_per_round=len(names) * KEYS_PER_ROUND,
         samples=len(kept),
         by_way=by_way,
         ratios={
-            "shardline / floor, per call": ratio_summary([t[1] / t[0] for t in kept]),
-            "picopyn / floor, per call": ratio_summary([t[2] / t[0] for t in kept]),
-            "shardline p50 / floor p50": round(
-                by_way[names[1]]["p50_ns"] / by_way[names[0]]["p50_ns"], 3
-            ),
+            "shardline / floor, per call": ratio(2, 0),
+            "picopyn / floor, per call": ratio(3, 0),
+            "routed floor / floor, per call": ratio(1, 0),
+            "shardline / routed floor, per call": ratio(2, 1),
         },
     )
 
@@ -458,7 +513,7 @@ def test_keyed_insert_landing(benchmark: Any, cluster: StandinCluster, clients: 
 
     try:
         benchmark.group = "keyed INSERT, 16 in flight, where the writes land"
-        benchmark.pedantic(round_, rounds=INSERT_ROUNDS, warmup_rounds=INSERT_WARMUP, iterations=1)
+        timed_rounds(benchmark, c, round_, INSERT_ROUNDS, INSERT_WARMUP)
         landed = dict(c.run(db.fetch("SELECT id, host(landed_on) FROM users")))
         peer_stats = picopyn.stats()
     finally:

@@ -145,6 +145,18 @@ class StandinCluster:
                 return self.address_of[self.master_of[owner]].rpartition(":")[0]
         raise AssertionError(f"bucket {bucket} of key {key} is in no range: {self.maps}")
 
+    def server_pids(self) -> list[int]:
+        """The server's processes: the postmaster and its children (a backend per
+        connection, the background workers)."""
+        process = self.server.process
+        assert process is not None, "the server is not running"
+        pid = process.pid
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        return [pid, *map(int, children)]
+
     def server_connect_kwargs(self) -> dict[str, Any]:
         """asyncpg.connect keyword arguments for a raw connection to the server (the floor)."""
         return {
