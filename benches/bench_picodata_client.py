@@ -51,12 +51,14 @@ limits the throughput).
 order rotating), each call timed alone: p50/p99 per way, the median of the per-key ratios and
 the ratio of the p50s.
 
-``keyed INSERT, 16 in flight, where the writes land``: ``INSERT INTO users (id, name,
-landed_on) VALUES ($1, $2, inet_server_addr())``, each key once, 16 callers. shardline:
-``execute(..., key=id)``. picopyn with its *default* settings (``max_size`` 10; discovery on,
-so it has connections to every instance) and its own automatic routing, ``Pool.execute``,
-which sends a 1-row INSERT to the bucket's master when Picodata has described the statement
-and falls back to any connection when the master's are busy (``routing_acquire_timeout`` 0).
+``keyed INSERT, {16,4} in flight, where the writes land``: ``INSERT INTO users (id, name,
+landed_on) VALUES ($1, $2, inet_server_addr())``, each key once, 16 or 4 callers. shardline:
+``execute(..., key=id)``. picopyn with its default settings (``max_size`` 10, spread over the
+six instances) but discovery on (off, its default, it has connections to the DSN's instance
+only, so every key of another master goes elsewhere), and its own automatic routing,
+``Pool.execute``, which sends a 1-row INSERT to the bucket's master when Picodata has
+described the statement, and to any connection when the master's are busy
+(``routing_acquire_timeout`` 0).
 PostgreSQL cannot send Picodata's description (a NOTICE before ParseComplete), so the
 benchmark puts into picopyn's metadata cache what Picodata would send for this statement
 (tier ``default``, key parameter ``$1`` an integer): the one private hook used on picopyn. The
@@ -107,6 +109,7 @@ SINGLE_WARMUP = 3
 INSERTS_PER_CALLER = 25  # per way and round
 INSERT_ROUNDS = 8
 INSERT_WARMUP = 1
+INSERT_IDS = itertools.count(1)  # each users.id is written once in the module
 
 SELECT = "SELECT $1::bigint"
 WHERE = "SELECT host(inet_server_addr())"
@@ -465,9 +468,12 @@ def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients) -> None:
 # --- where keyed writes land -------------------------------------------------------------------
 
 
-def test_keyed_insert_landing(benchmark: Any, cluster: StandinCluster, clients: Clients) -> None:
+@pytest.mark.parametrize("callers", [CALLERS, 4])
+def test_keyed_insert_landing(
+    benchmark: Any, cluster: StandinCluster, clients: Clients, callers: int
+) -> None:
     c = clients
-    ids = itertools.count(1)
+    ids = INSERT_IDS
     names = ["shardline: execute(key=)", "picopyn defaults: Pool.execute (auto-routed)"]
     written: dict[str, list[int]] = {name: [] for name in names}
     per_s: dict[str, list[float]] = {name: [] for name in names}
@@ -501,7 +507,7 @@ def test_keyed_insert_landing(benchmark: Any, cluster: StandinCluster, clients: 
                 written[name].append(key)
                 assert await ways[name](key) == "INSERT 0 1"
 
-        await asyncio.gather(*(caller() for _ in range(CALLERS)))
+        await asyncio.gather(*(caller() for _ in range(callers)))
 
     def round_() -> None:
         turn = next(rounds)
@@ -509,10 +515,10 @@ def test_keyed_insert_landing(benchmark: Any, cluster: StandinCluster, clients: 
             name = names[(turn + i) % len(names)]
             t0 = time.perf_counter()
             c.run(flight(name))
-            per_s[name].append(CALLERS * INSERTS_PER_CALLER / (time.perf_counter() - t0))
+            per_s[name].append(callers * INSERTS_PER_CALLER / (time.perf_counter() - t0))
 
     try:
-        benchmark.group = "keyed INSERT, 16 in flight, where the writes land"
+        benchmark.group = f"keyed INSERT, {callers} in flight, where the writes land"
         timed_rounds(benchmark, c, round_, INSERT_ROUNDS, INSERT_WARMUP)
         landed = dict(c.run(db.fetch("SELECT id, host(landed_on) FROM users")))
         peer_stats = picopyn.stats()
@@ -525,8 +531,8 @@ def test_keyed_insert_landing(benchmark: Any, cluster: StandinCluster, clients: 
     assert all(key in landed for keys in written.values() for key in keys)
     ours = db.stats()
     benchmark.extra_info.update(
-        impl="two ways interleaved, 16 callers",
-        calls_per_round=len(names) * CALLERS * INSERTS_PER_CALLER,
+        impl=f"two ways interleaved, {callers} callers",
+        calls_per_round=len(names) * callers * INSERTS_PER_CALLER,
         by_way={
             name: {
                 "writes": len(written[name]),
