@@ -17,10 +17,10 @@ topology's ``events_applied`` must not move). *Changed*: before each round (unti
 committed transaction switches the master of one replicaset per tier and moves every range of
 both tiers to the next replicaset, so each poll hands out 2 replicaset events and 2 new bucket
 maps, and the topology must then hold exactly the maps just written. The floor is the bare
-reads: the same four SELECTs and ``SELECT _pico_bucket(%s) AS buckets`` per tier, on the
-source's own psycopg connection (so with its prepared statements), rows fetched, nothing
-converted or applied. The floor runs first in even rounds and second in odd ones. Before
-timing and after it, the topology must equal ``Catalog.expected()``.
+reads: the same four SELECTs and ``SELECT _pico_bucket($1) AS buckets`` per tier, on the
+source's own asyncpg connection (so with the statements it has prepared and cached), rows
+fetched, nothing converted or applied. The floor runs first in even rounds and second in odd
+ones. Before timing and after it, the topology must equal ``Catalog.expected()``.
 
 ``notify burst of {N}``: ``NotificationSource`` under ``run(topology)``, subscribed on a channel
 of ``tests/notify_cluster.py``. A round sends ``N`` event documents (a third each: a
@@ -206,19 +206,18 @@ class PolledCatalog:
         """The poll's SELECTs on the source's own connection, rows fetched, nothing else."""
         connection = self.source._connection  # the source is idle between refreshes
         assert connection is not None
-        assert not connection.closed
+        assert not connection.is_closed()
 
         async def reads() -> list[Any]:
             fetched = []
             for query, params in (
-                (TIERS_QUERY, None),
-                (REPLICASETS_QUERY, None),
-                (INSTANCES_QUERY, None),
+                (TIERS_QUERY, ()),
+                (REPLICASETS_QUERY, ()),
+                (INSTANCES_QUERY, ()),
                 (ADDRESSES_OF_TYPE_QUERY, ("pgproto",)),
                 *((BUCKETS_QUERY, (tier,)) for tier in TIERS),
             ):
-                cursor = await connection.execute(query, params)
-                fetched.append(await cursor.fetchmany(100_001))
+                fetched.append(await connection.fetch(query, *params))
             return fetched
 
         result: list[Any] = self.loop.run_until_complete(reads())

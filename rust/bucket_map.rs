@@ -5,6 +5,10 @@
 //! the rules (overlap checks, redelivery, snapshots) work on. Lookups go through a dense
 //! bucket → range table built from it on the first lookup after a change: one load instead of a
 //! chain of dependent loads in a bisection. `docs/architecture.md` has the measurements.
+//!
+//! Each range also carries a [`Stamp`] (when and by what it was last set), kept in a vector
+//! parallel to the ranges rather than inside them: lookups never read it, and `Range` stays the
+//! size the lookup path was measured with.
 
 use std::sync::OnceLock;
 
@@ -17,6 +21,46 @@ pub struct Range<O> {
     pub start: u32,
     pub end: u32,
     pub owner: O,
+}
+
+/// What kind of apply set a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetBy {
+    /// One bucket event.
+    Event,
+    /// A snapshot given as bucket events or `_pico_bucket` rows.
+    Snapshot,
+    /// A snapshot given as the JSON text of `_pico_bucket(tier)` (what a poll reads).
+    Poll,
+}
+
+impl SetBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            SetBy::Event => "event",
+            SetBy::Snapshot => "snapshot",
+            SetBy::Poll => "poll",
+        }
+    }
+}
+
+/// One apply that may set ranges: its kind and its wall-clock time (unix seconds), read once
+/// per apply by the caller.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Setting {
+    pub at: f64,
+    pub by: SetBy,
+}
+
+/// When a range was last set: the map's epoch right after the change that set it, and that
+/// change's [`Setting`]. A range that a later snapshot repeats identically keeps its stamp.
+///
+/// 24 bytes per range (8 epoch, 8 time, 1 kind, padded), beside the range's own 48.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stamp {
+    pub epoch: u64,
+    pub at: f64,
+    pub by: SetBy,
 }
 
 /// What an upsert did to the map.
@@ -50,6 +94,8 @@ impl Overlap {
 #[derive(Debug)]
 pub struct BucketMap<O> {
     ranges: Vec<Range<O>>,
+    /// `stamps[i]` is the stamp of `ranges[i]`; read only by [`range`](Self::range).
+    stamps: Vec<Stamp>,
     epoch: u64,
     /// `slots[bucket]` is 1 + the index of the range holding `bucket`, 0 for none; `None` when
     /// the map reaches past `DENSE_LIMIT`. Reset on every change, rebuilt by the next lookup.
@@ -60,6 +106,7 @@ impl<O> Default for BucketMap<O> {
     fn default() -> Self {
         Self {
             ranges: Vec::new(),
+            stamps: Vec::new(),
             epoch: 0,
             dense: OnceLock::new(),
         }
@@ -95,6 +142,13 @@ impl<O: PartialEq> BucketMap<O> {
         (slot != 0).then(|| &self.ranges[slot - 1].owner)
     }
 
+    /// The range covering `bucket`, with its stamp. Not on the lookup path: the stamps are read
+    /// only here.
+    pub fn range(&self, bucket: u32) -> Option<(&Range<O>, &Stamp)> {
+        let index = (self.slot(bucket) as usize).checked_sub(1)?;
+        Some((&self.ranges[index], &self.stamps[index]))
+    }
+
     /// 1 + the index in [`ranges`](Self::ranges) of the range covering `bucket`, or 0 for none:
     /// a ready index into a table with one leading "none" entry (see `Topology`'s masters).
     #[inline]
@@ -111,6 +165,15 @@ impl<O: PartialEq> BucketMap<O> {
         }
     }
 
+    /// The stamp of a range set by the change being made now (before [`changed`](Self::changed)).
+    fn stamp(&self, setting: Setting) -> Stamp {
+        Stamp {
+            epoch: self.epoch + 1,
+            at: setting.at,
+            by: setting.by,
+        }
+    }
+
     fn changed(&mut self) {
         self.epoch += 1;
         self.dense = OnceLock::new();
@@ -121,6 +184,7 @@ impl<O: PartialEq> BucketMap<O> {
     pub fn clear(&mut self, displaced: &mut Vec<Range<O>>) {
         if !self.ranges.is_empty() {
             displaced.append(&mut self.ranges);
+            self.stamps.clear();
             self.changed();
         }
     }
@@ -133,14 +197,15 @@ impl<O: PartialEq> BucketMap<O> {
     }
 
     /// Applies one bucket event: an overlap with anything but an identical range clears the map
-    /// first, then `[start, end] → owner` is inserted. Bounds are the caller's to validate.
-    /// The ranges the map lets go of (and the given one, if it was already there) are moved to
-    /// `displaced`.
+    /// first, then `[start, end] → owner` is inserted, stamped with `setting`. Bounds are the
+    /// caller's to validate. The ranges the map lets go of (and the given one, if it was already
+    /// there: a redelivery keeps its stamp) are moved to `displaced`.
     pub fn upsert(
         &mut self,
         start: u32,
         end: u32,
         owner: O,
+        setting: Setting,
         displaced: &mut Vec<Range<O>>,
     ) -> Upsert {
         let hits = self.overlapping(start, end);
@@ -151,12 +216,16 @@ impl<O: PartialEq> BucketMap<O> {
                 return Upsert::Unchanged;
             }
         }
+        let stamp = self.stamp(setting);
         let outcome = if hits.is_empty() {
             self.ranges.insert(hits.start, Range { start, end, owner });
+            self.stamps.insert(hits.start, stamp);
             Upsert::Inserted
         } else {
             displaced.append(&mut self.ranges);
             self.ranges.push(Range { start, end, owner });
+            self.stamps.clear();
+            self.stamps.push(stamp);
             Upsert::ClearedThenInserted
         };
         self.changed();
@@ -178,6 +247,7 @@ impl<O: PartialEq> BucketMap<O> {
             && existing.owner == *owner
         {
             displaced.push(self.ranges.remove(hits.start));
+            self.stamps.remove(hits.start);
             self.changed();
         } else {
             self.clear(displaced);
@@ -185,17 +255,41 @@ impl<O: PartialEq> BucketMap<O> {
     }
 
     /// Makes the map exactly `snapshot` (sorted and disjoint: see [`sort_snapshot`]).
-    /// Returns whether anything changed; an identical snapshot leaves the epoch alone. The
-    /// ranges replaced (or the snapshot itself, if identical) are moved to `displaced`.
+    /// Returns whether anything changed; an identical snapshot leaves the epoch alone. A range
+    /// the map already held identically (same bounds, same owner) keeps its stamp; the others
+    /// are stamped with `setting`. The ranges replaced (or the snapshot itself, if identical)
+    /// are moved to `displaced`. O(old ranges + new ranges).
     pub fn replace_all(
         &mut self,
         mut snapshot: Vec<Range<O>>,
+        setting: Setting,
         displaced: &mut Vec<Range<O>>,
     ) -> bool {
         if self.ranges == snapshot {
             displaced.append(&mut snapshot);
             return false;
         }
+        // Both are sorted by start and disjoint: one walk pairs each new range with the old
+        // range of the same start, if any.
+        let fresh = self.stamp(setting);
+        let mut old = 0;
+        let stamps = snapshot
+            .iter()
+            .map(|range| {
+                while self
+                    .ranges
+                    .get(old)
+                    .is_some_and(|kept| kept.start < range.start)
+                {
+                    old += 1;
+                }
+                match self.ranges.get(old) {
+                    Some(kept) if kept == range => self.stamps[old],
+                    _ => fresh,
+                }
+            })
+            .collect();
+        self.stamps = stamps;
         displaced.append(&mut std::mem::replace(&mut self.ranges, snapshot));
         self.changed();
         true
@@ -218,10 +312,38 @@ pub fn sort_snapshot<O>(ranges: &mut [Range<O>]) -> Result<(), Overlap> {
 mod tests {
     use super::*;
 
+    const EVENT: Setting = Setting {
+        at: 10.0,
+        by: SetBy::Event,
+    };
+    const POLL: Setting = Setting {
+        at: 20.0,
+        by: SetBy::Poll,
+    };
+
+    fn ranges(ranges: &[(u32, u32, char)]) -> Vec<Range<char>> {
+        ranges
+            .iter()
+            .map(|&(start, end, owner)| Range { start, end, owner })
+            .collect()
+    }
+
+    /// Each range's stamp as (start, epoch, kind), read through `range`.
+    fn stamps(map: &BucketMap<char>) -> Vec<(u32, u64, SetBy)> {
+        map.ranges()
+            .iter()
+            .map(|r| {
+                let (found, stamp) = map.range(r.start).unwrap();
+                assert_eq!(found, r);
+                (r.start, stamp.epoch, stamp.by)
+            })
+            .collect()
+    }
+
     fn map(ranges: &[(u32, u32, char)]) -> BucketMap<char> {
         let mut map = BucketMap::default();
         for &(start, end, owner) in ranges {
-            map.upsert(start, end, owner, &mut Vec::new());
+            map.upsert(start, end, owner, EVENT, &mut Vec::new());
         }
         map
     }
@@ -247,7 +369,7 @@ mod tests {
     #[test]
     fn lookup_bisects_past_the_dense_limit() {
         let mut map = map(&[(1, 10, 'a')]);
-        map.upsert(DENSE_LIMIT, DENSE_LIMIT + 5, 'b', &mut Vec::new());
+        map.upsert(DENSE_LIMIT, DENSE_LIMIT + 5, 'b', EVENT, &mut Vec::new());
         assert_eq!(map.lookup(5), Some(&'a'));
         assert_eq!(map.lookup(11), None);
         assert_eq!(map.lookup(DENSE_LIMIT + 5), Some(&'b'));
@@ -258,9 +380,9 @@ mod tests {
     fn lookup_follows_changes_after_the_table_was_built() {
         let mut map = map(&[(1, 10, 'a')]);
         assert_eq!(map.lookup(5), Some(&'a'));
-        map.upsert(11, 20, 'b', &mut Vec::new());
+        map.upsert(11, 20, 'b', EVENT, &mut Vec::new());
         assert_eq!(map.lookup(15), Some(&'b'));
-        map.upsert(5, 12, 'c', &mut Vec::new());
+        map.upsert(5, 12, 'c', EVENT, &mut Vec::new());
         assert_eq!(map.lookup(15), None);
         assert_eq!(map.lookup(5), Some(&'c'));
         map.clear(&mut Vec::new());
@@ -271,7 +393,10 @@ mod tests {
     fn redelivery_is_a_no_op() {
         let mut map = map(&[(1, 10, 'a')]);
         let epoch = map.epoch();
-        assert_eq!(map.upsert(1, 10, 'a', &mut Vec::new()), Upsert::Unchanged);
+        assert_eq!(
+            map.upsert(1, 10, 'a', EVENT, &mut Vec::new()),
+            Upsert::Unchanged
+        );
         assert_eq!(map.epoch(), epoch);
     }
 
@@ -279,7 +404,7 @@ mod tests {
     fn same_bounds_other_owner_clears() {
         let mut map = map(&[(1, 10, 'a'), (11, 20, 'b')]);
         assert_eq!(
-            map.upsert(1, 10, 'c', &mut Vec::new()),
+            map.upsert(1, 10, 'c', EVENT, &mut Vec::new()),
             Upsert::ClearedThenInserted
         );
         assert_eq!(contents(&map), vec![(1, 10, 'c')]);
@@ -289,15 +414,15 @@ mod tests {
     fn overlap_clears_then_inserts() {
         let mut map = map(&[(1, 1000, 'a'), (1001, 2000, 'b'), (2001, 3000, 'c')]);
         assert_eq!(
-            map.upsert(1, 750, 'a', &mut Vec::new()),
+            map.upsert(1, 750, 'a', EVENT, &mut Vec::new()),
             Upsert::ClearedThenInserted
         );
         assert_eq!(
-            map.upsert(751, 1500, 'b', &mut Vec::new()),
+            map.upsert(751, 1500, 'b', EVENT, &mut Vec::new()),
             Upsert::Inserted
         );
         assert_eq!(
-            map.upsert(1501, 3000, 'c', &mut Vec::new()),
+            map.upsert(1501, 3000, 'c', EVENT, &mut Vec::new()),
             Upsert::Inserted
         );
         assert_eq!(
@@ -331,7 +456,7 @@ mod tests {
         let mut map: BucketMap<char> = BucketMap::default();
         map.clear(&mut Vec::new());
         assert_eq!(map.epoch(), 0);
-        map.upsert(1, 5, 'a', &mut Vec::new());
+        map.upsert(1, 5, 'a', EVENT, &mut Vec::new());
         assert_eq!(map.epoch(), 1);
         assert!(!map.replace_all(
             vec![Range {
@@ -339,6 +464,7 @@ mod tests {
                 end: 5,
                 owner: 'a'
             }],
+            POLL,
             &mut Vec::new()
         ));
         assert_eq!(map.epoch(), 1);
@@ -350,17 +476,17 @@ mod tests {
     fn what_the_map_lets_go_of_is_handed_back() {
         let mut m = map(&[(1, 10, 'a'), (11, 20, 'b')]);
         let mut displaced = Vec::new();
-        m.upsert(1, 10, 'a', &mut displaced);
+        m.upsert(1, 10, 'a', EVENT, &mut displaced);
         assert_eq!(displaced.len(), 1, "the redelivered owner");
         m.remove(11, 20, &'b', &mut displaced);
-        m.upsert(5, 12, 'c', &mut displaced);
+        m.upsert(5, 12, 'c', EVENT, &mut displaced);
         let snapshot = vec![Range {
             start: 1,
             end: 3,
             owner: 'd',
         }];
-        m.replace_all(snapshot.clone(), &mut displaced);
-        m.replace_all(snapshot, &mut displaced);
+        m.replace_all(snapshot.clone(), EVENT, &mut displaced);
+        m.replace_all(snapshot, EVENT, &mut displaced);
         m.clear(&mut displaced);
         let owners: String = displaced.iter().map(|r| r.owner).collect();
         assert_eq!(owners, "abacdd");
@@ -387,5 +513,60 @@ mod tests {
                 second: (11, 20)
             })
         );
+    }
+
+    #[test]
+    fn a_stamp_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<Stamp>(), 24);
+    }
+
+    #[test]
+    fn events_stamp_what_they_set_and_nothing_else() {
+        let mut m = map(&[(1, 10, 'a'), (11, 20, 'b')]);
+        assert_eq!(
+            stamps(&m),
+            vec![(1, 1, SetBy::Event), (11, 2, SetBy::Event)]
+        );
+        m.upsert(11, 20, 'b', POLL, &mut Vec::new());
+        assert_eq!(
+            stamps(&m)[1],
+            (11, 2, SetBy::Event),
+            "a redelivery is not a set"
+        );
+        m.upsert(21, 30, 'c', EVENT, &mut Vec::new());
+        m.remove(1, 10, &'a', &mut Vec::new());
+        assert_eq!(
+            stamps(&m),
+            vec![(11, 2, SetBy::Event), (21, 3, SetBy::Event)]
+        );
+        m.upsert(15, 25, 'd', EVENT, &mut Vec::new());
+        assert_eq!(stamps(&m), vec![(15, 5, SetBy::Event)]);
+        assert!(m.range(11).is_none());
+        m.clear(&mut Vec::new());
+        assert!(m.range(15).is_none());
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_stamps_of_the_ranges_it_repeats() {
+        let mut m = map(&[(1, 10, 'a'), (11, 20, 'b'), (21, 30, 'c')]);
+        let snapshot = ranges(&[(1, 10, 'a'), (11, 15, 'b'), (16, 20, 'b'), (21, 30, 'd')]);
+        assert!(m.replace_all(snapshot.clone(), POLL, &mut Vec::new()));
+        let fresh = (4, SetBy::Poll);
+        assert_eq!(
+            stamps(&m),
+            vec![
+                (1, 1, SetBy::Event),
+                (11, fresh.0, fresh.1),
+                (16, fresh.0, fresh.1),
+                (21, fresh.0, fresh.1)
+            ]
+        );
+        assert_eq!(m.range(5).unwrap().1.at, 10.0);
+        assert_eq!(m.range(25).unwrap().1.at, 20.0);
+        let before = stamps(&m);
+        assert!(!m.replace_all(snapshot, EVENT, &mut Vec::new()));
+        assert_eq!(stamps(&m), before, "an identical snapshot changes nothing");
+        assert!(m.replace_all(ranges(&[(16, 20, 'b')]), EVENT, &mut Vec::new()));
+        assert_eq!(stamps(&m), vec![(16, 4, SetBy::Poll)]);
     }
 }

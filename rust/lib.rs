@@ -2,6 +2,7 @@
 
 mod bucket_map;
 mod bucket_payload;
+mod bucket_range;
 mod crc32c;
 mod errors;
 mod events;
@@ -22,6 +23,8 @@ use pyo3::prelude::*;
 mod _core {
     #[pymodule_export]
     use crate::bucket_payload::BucketPayload;
+    #[pymodule_export]
+    use crate::bucket_range::BucketRange;
     #[pymodule_export]
     use crate::events::parse_bucket_row;
     #[pymodule_export]

@@ -9,8 +9,9 @@
 //! under it (`clone_ref` runs no code); errors are raised after the guard is released; and
 //! every value a writer takes out of the state goes into a [`Displaced`] that outlives the guard.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
 use pyo3::prelude::*;
@@ -18,9 +19,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
 use rustc_hash::FxHashMap;
 
-use crate::bucket_map::{sort_snapshot, BucketMap, Range};
+use crate::bucket_map::{sort_snapshot, BucketMap, Range, SetBy, Setting};
 use crate::bucket_payload::{self, BucketPayload};
-use crate::errors::{invalid_event, quoted, repr, unknown_tier};
+use crate::bucket_range::BucketRange;
+use crate::errors::{invalid_argument, invalid_event, quoted, repr, unknown_tier};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
 use crate::int_arrays::{self, BucketId, IntArray};
@@ -74,6 +76,10 @@ impl Displaced {
 #[derive(Default)]
 struct State {
     instances: FxHashMap<u128, Py<Instance>>,
+    /// Replicaset uuid → the uuids of the instances whose `replicaset_uuid` names it, sorted.
+    /// Kept by every write of `instances` (see [`State::join`]); a replicaset nothing names has
+    /// no entry. The replicaset itself need not be known.
+    members: FxHashMap<u128, Vec<u128>>,
     replicasets: FxHashMap<u128, ReplicasetEntry>,
     /// Tiers are never removed, so an index into this vector stays valid for good.
     tiers: Vec<Tier>,
@@ -85,6 +91,29 @@ struct State {
 }
 
 impl State {
+    /// Moves `instance` in [`members`](Self::members) from replicaset `from` to `to`.
+    fn join(&mut self, instance: u128, from: Option<u128>, to: Option<u128>) {
+        if from == to {
+            return;
+        }
+        if let Some(from) = from {
+            if let Some(members) = self.members.get_mut(&from) {
+                if let Ok(at) = members.binary_search(&instance) {
+                    members.remove(at);
+                }
+                if members.is_empty() {
+                    self.members.remove(&from);
+                }
+            }
+        }
+        if let Some(to) = to {
+            let members = self.members.entry(to).or_default();
+            if let Err(at) = members.binary_search(&instance) {
+                members.insert(at, instance);
+            }
+        }
+    }
+
     /// The tier named `name`: one hash lookup, whatever the number of tiers.
     fn known_tier(&self, name: &str) -> Option<&Tier> {
         self.tier_index.get(name).map(|&index| &self.tiers[index])
@@ -197,6 +226,9 @@ impl State {
 pub struct Topology {
     bucket_counts: OnceLock<FxHashMap<Box<str>, u32>>,
     state: RwLock<State>,
+    /// Bumped under the write lock by every change of `instances` or `replicasets`, so a
+    /// reader that sees a value and then takes the read lock sees at least that state.
+    membership: AtomicU64,
 }
 
 static EVENT_CLASSES: PyOnceLock<[Py<PyType>; 3]> = PyOnceLock::new();
@@ -243,6 +275,19 @@ fn snapshot_tier<'a>(tier: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
             ),
         )),
     }
+}
+
+/// The uuid of the replicaset an instance names, if any. Instances are made here, from
+/// `uuid::format`, so the text always parses.
+fn replicaset_of(instance: &Instance) -> Option<u128> {
+    instance.replicaset_uuid.as_deref().and_then(uuid::parse)
+}
+
+/// The wall-clock time of an apply, in unix seconds: read once per apply, before the lock.
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
 }
 
 /// One tier's ranges as `(start, end, owner)`, copied out of the state to be built after the
@@ -344,12 +389,19 @@ impl Topology {
         state.register_tier(name, interned, &mut displaced)
     }
 
+    /// Called under the write lock, after the change: see [`Topology::membership`].
+    fn membership_moved(&self) {
+        self.membership.fetch_add(1, Ordering::Release);
+    }
+
     fn apply_instance_change(&self, py: Python<'_>, change: InstanceChange) -> PyResult<()> {
         if change.op == Op::Delete {
             let mut displaced = Displaced::default();
             let mut state = self.state.write();
             state.forget_masters(&mut displaced);
             if let Some(gone) = state.instances.remove(&change.uuid) {
+                state.join(change.uuid, replicaset_of(gone.get()), None);
+                self.membership_moved();
                 displaced.objects.push(gone.into_any());
             }
             return Ok(());
@@ -386,15 +438,23 @@ impl Topology {
                     name: change.name.clone(),
                 },
             };
+            let known = known.as_ref();
+            let changed = known.is_none_or(|known| *known.get() != merged);
+            let from = known.and_then(|known| replicaset_of(known.get()));
+            let to = replicaset_of(&merged);
             let object = Py::new(py, merged)?;
             let mut displaced = Displaced::default();
             let mut state = self.state.write();
-            if state.instances.get(&change.uuid).map(Py::as_ptr) != known.as_ref().map(Py::as_ptr) {
+            if state.instances.get(&change.uuid).map(Py::as_ptr) != known.map(Py::as_ptr) {
                 continue;
             }
             state.forget_masters(&mut displaced);
             if let Some(old) = state.instances.insert(change.uuid, object) {
                 displaced.objects.push(old.into_any());
+            }
+            state.join(change.uuid, from, to);
+            if changed {
+                self.membership_moved();
             }
             return Ok(());
         }
@@ -407,6 +467,7 @@ impl Topology {
             state.forget_masters(&mut displaced);
             if let Some(gone) = state.replicasets.remove(&change.uuid) {
                 state.clear_tier(&gone.tier, &mut displaced);
+                self.membership_moved();
                 displaced.objects.push(gone.object.into_any());
             }
             return Ok(());
@@ -446,15 +507,14 @@ impl Topology {
                     .as_ref()
                     .and_then(|object| object.get().name.clone())
             });
-            let object = Py::new(
-                py,
-                Replicaset {
-                    uuid: uuid::format(change.uuid),
-                    tier: tier.to_string(),
-                    current_master_uuid: master.map(uuid::format),
-                    name,
-                },
-            )?;
+            let merged = Replicaset {
+                uuid: uuid::format(change.uuid),
+                tier: tier.to_string(),
+                current_master_uuid: master.map(uuid::format),
+                name,
+            };
+            let changed = old_object.as_ref().is_none_or(|old| *old.get() != merged);
+            let object = Py::new(py, merged)?;
             let mut displaced = Displaced::default();
             let mut state = self.state.write();
             let current = state
@@ -482,6 +542,9 @@ impl Topology {
             if let Some(old) = state.replicasets.insert(change.uuid, entry) {
                 displaced.objects.push(old.object.into_any());
             }
+            if changed {
+                self.membership_moved();
+            }
             return Ok(());
         }
     }
@@ -500,9 +563,13 @@ impl Topology {
         match op {
             Op::Replace => {
                 let index = self.registered_tier(py, &tier);
+                let setting = Setting {
+                    at: now(),
+                    by: SetBy::Event,
+                };
                 let mut state = self.state.write();
                 state.edit_map(index, &mut displaced, |map, out| {
-                    map.upsert(start, end, owner, out)
+                    map.upsert(start, end, owner, setting, out)
                 });
             }
             Op::Delete => {
@@ -612,7 +679,8 @@ impl Topology {
     }
 
     /// Replaces the tier's map, remembering the payload text it came from (if any) with the
-    /// epoch it produced, in the same critical section.
+    /// epoch it produced, in the same critical section. Ranges it sets are stamped as set by
+    /// a poll if it came from a payload, else by a snapshot.
     fn replace_tier(
         &self,
         py: Python<'_>,
@@ -621,11 +689,19 @@ impl Topology {
         payload: Option<&Bound<'_, PyAny>>,
     ) -> bool {
         let index = self.registered_tier(py, tier);
+        let setting = Setting {
+            at: now(),
+            by: if payload.is_some() {
+                SetBy::Poll
+            } else {
+                SetBy::Snapshot
+            },
+        };
         let payload = payload.map(|text| text.clone().unbind());
         let mut displaced = Displaced::default();
         let mut state = self.state.write();
         let changed = state.edit_map(index, &mut displaced, |map, out| {
-            map.replace_all(ranges, out)
+            map.replace_all(ranges, setting, out)
         });
         if let Some(text) = payload {
             let known = &mut state.tiers[index];
@@ -738,6 +814,7 @@ impl Topology {
         Self {
             bucket_counts: OnceLock::new(),
             state: RwLock::new(State::default()),
+            membership: AtomicU64::new(0),
         }
     }
 
@@ -885,11 +962,13 @@ impl Topology {
                     displaced.objects.push(payload.text);
                 }
             }
-            (
-                std::mem::take(&mut state.instances),
-                std::mem::take(&mut state.replicasets),
-                had_ranges,
-            )
+            let instances = std::mem::take(&mut state.instances);
+            let replicasets = std::mem::take(&mut state.replicasets);
+            state.members.clear();
+            if !instances.is_empty() || !replicasets.is_empty() {
+                self.membership_moved();
+            }
+            (instances, replicasets, had_ranges)
         };
         had_ranges || !instances.is_empty() || !replicasets.is_empty()
     }
@@ -1068,6 +1147,93 @@ impl Topology {
                 .collect()
         })?;
         PyList::new(py, masters)
+    }
+
+    /// The range of `tier` holding `bucket_id`, with where it came from, or None when no range
+    /// covers it. Raises as `owner` does.
+    ///
+    /// The answer an operator needs when a request went to an unexpected node: the range's
+    /// bounds and replicaset, the tier's map epoch right after the change that last set the
+    /// range, that change's wall-clock time and kind (see `BucketRange`). A range repeated
+    /// identically by a later snapshot or poll keeps its stamp; an overlapping bucket event or
+    /// a cleared map sets the ranges that come after it anew.
+    ///
+    /// Implementation notes:
+    ///     Stamps live in a vector beside the ranges (24 bytes per range), read only here;
+    ///     `owner`, `route` and `route_many` never touch them. The clock is read once per
+    ///     apply that may set ranges, before the lock.
+    fn bucket_range(
+        &self,
+        tier: &Bound<'_, PyString>,
+        bucket_id: BucketId,
+    ) -> PyResult<Option<BucketRange>> {
+        let found = self.read_tier(tier, |_, known| {
+            known
+                .map
+                .range(bucket_id.0)
+                .map(|(range, stamp)| (range.start, range.end, range.owner.uuid, *stamp))
+        })?;
+        Ok(found.map(|(start, end, owner, stamp)| BucketRange {
+            start,
+            end,
+            replicaset_uuid: uuid::format(owner),
+            epoch: stamp.epoch,
+            set_at: stamp.at,
+            set_by: stamp.by.name(),
+        }))
+    }
+
+    /// A counter that moves whenever an instance or a replicaset is added, changed (a replace
+    /// whose fields differ from what was known) or deleted, and when `clear` forgets any; it
+    /// does not move on bucket changes, nor on a replace that changes nothing. A cache derived
+    /// from `instances`, `replicasets` or `replicaset_instances` is current while this has not
+    /// moved since the cache was built (read it before reading them).
+    ///
+    /// Implementation notes:
+    ///     An atomic, bumped under the write lock after the change: a reader that sees a value
+    ///     and then reads the state sees that change or a later one.
+    #[getter]
+    fn membership_version(&self) -> u64 {
+        self.membership.load(Ordering::Acquire)
+    }
+
+    /// The instances whose `replicaset_uuid` is `replicaset_uuid`, in every state, sorted by
+    /// uuid: a snapshot copy, taken atomically. Empty when no instance names it (the
+    /// replicaset need not be known). `replicaset_uuid` is a UUID in its canonical form, either
+    /// case, or 32 bare hex digits; anything else raises `InvalidArgument`.
+    ///
+    /// Implementation notes:
+    ///     An index replicaset → member uuids, kept by every instance write, makes this
+    ///     O(members) rather than O(instances).
+    fn replicaset_instances<'py>(
+        &self,
+        replicaset_uuid: &Bound<'py, PyString>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = replicaset_uuid.py();
+        let key = replicaset_uuid
+            .to_str()
+            .ok()
+            .and_then(uuid::parse)
+            .ok_or_else(|| {
+                invalid_argument(
+                    py,
+                    format!(
+                        "replicaset_uuid must be a UUID, got {}",
+                        repr(replicaset_uuid.as_any())
+                    ),
+                )
+            })?;
+        let members: Vec<Py<Instance>> = {
+            let state = self.state.read();
+            state.members.get(&key).map_or_else(Vec::new, |members| {
+                members
+                    .iter()
+                    .filter_map(|member| state.instances.get(member))
+                    .map(|instance| instance.clone_ref(py))
+                    .collect()
+            })
+        };
+        PyList::new(py, members)
     }
 
     fn __repr__(&self) -> String {

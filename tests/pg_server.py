@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import psycopg
 
@@ -46,6 +47,11 @@ _database_names = itertools.count(1)
 
 class PgUnavailable(RuntimeError):
     """PostgreSQL could not be found or started."""
+
+
+def with_params(dsn: str, **params: str) -> str:
+    """``dsn`` (a URI) with ``params`` added to its query string."""
+    return dsn + ("&" if "?" in dsn else "?") + urlencode(params, quote_via=quote)
 
 
 def _version_key(path: Path) -> tuple[int, ...]:
@@ -123,10 +129,13 @@ class PgServer:
     def dsn_for(
         self, database: str, *, user: str = SUPERUSER, password: str | None = PASSWORD
     ) -> str:
-        dsn = f"host=127.0.0.1 port={self.port} dbname={database} user={user}"
-        if password is not None:
-            dsn += f" password={password}"
-        return dsn + " connect_timeout=5"
+        """A ``postgresql://`` URI: asyncpg (the library's driver) reads URIs only, psycopg
+        (the catalog stand-in's) reads both. No ``connect_timeout``: asyncpg would send it to
+        the server as a setting, which refuses it; a loopback connect fails fast anyway."""
+        auth = quote(user, safe="") + (
+            f":{quote(password, safe='')}" if password is not None else ""
+        )
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{quote(database, safe='')}"
 
     def create_database(self, name: str | None = None) -> str:
         """Creates an empty database (default: a fresh unique name) and returns its DSN."""
@@ -142,7 +151,7 @@ class PgServer:
         name = name or f"test_{os.getpid()}_{next(_database_names)}"
         with self.connect(database) as connection:
             connection.execute(f'CREATE SCHEMA "{name}"')
-        return self.dsn_for(database) + f" options='-c search_path={name}'"
+        return with_params(self.dsn_for(database), options=f"-c search_path={name}")
 
     @contextmanager
     def connect(self, database: str = "postgres") -> Iterator[psycopg.Connection[Any]]:

@@ -1320,20 +1320,20 @@ def test_pg_that_cannot_be_reached_exits_1_with_the_reason(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, not listening: refused
         status, out, err = run_demo(
-            capsys, "--part", "topology", "--pg", f"host=127.0.0.1 port={port} user=x"
+            capsys, "--part", "topology", "--pg", f"postgresql://x@127.0.0.1:{port}"
         )
     assert (status, out) == (1, "")
     assert "shardline demo: error: cannot read the cluster: connect (1x)" in err
     assert "refused" in err
 
 
-def test_pg_without_psycopg_says_what_to_install(
+def test_pg_without_asyncpg_says_what_to_install(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "shardline.topology.sources.polling", None)
-    status, out, err = run_demo(capsys, "--part", "topology", "--pg", "host=127.0.0.1")
+    status, out, err = run_demo(capsys, "--part", "topology", "--pg", "postgresql://127.0.0.1")
     assert (status, out) == (1, "")
-    assert "--pg needs psycopg: pip install 'shardline[pg]'" in err
+    assert "--pg needs asyncpg: pip install 'shardline[pg]'" in err
 
 
 @pytest.mark.parametrize(
@@ -1341,12 +1341,15 @@ def test_pg_without_psycopg_says_what_to_install(
     [
         (["--polls", "2"], "--polls and --interval need --pg"),
         (["--interval", "1"], "--polls and --interval need --pg"),
-        (["--pg", "host=127.0.0.1", "--part", "pool"], "--pg needs the topology part"),
-        (["--pg", "host=127.0.0.1", "--scenario", "f.json"], "--pg and --scenario"),
-        (["--pg", "host=127.0.0.1", "--polls", "0"], "--polls must be an integer from 1"),
-        (["--pg", "host=127.0.0.1", "--interval", "nan"], "--interval must be a number of seconds"),
-        (["--pg", "host=127.0.0.1", "--keys", "0"], "--keys must be an integer from 1"),
-        (["--pg", "host=127.0.0.1 nokey", "--part", "topology"], "--pg: dsn is not a valid"),
+        (["--pg", "postgresql://127.0.0.1", "--part", "pool"], "--pg needs the topology part"),
+        (["--pg", "postgresql://127.0.0.1", "--scenario", "f.json"], "--pg and --scenario"),
+        (["--pg", "postgresql://127.0.0.1", "--polls", "0"], "--polls must be an integer from 1"),
+        (
+            ["--pg", "postgresql://127.0.0.1", "--interval", "nan"],
+            "--interval must be a number of seconds",
+        ),
+        (["--pg", "postgresql://127.0.0.1", "--keys", "0"], "--keys must be an integer from 1"),
+        (["--pg", "host=127.0.0.1", "--part", "topology"], "--pg: dsn must be a postgresql://"),
     ],
 )
 def test_pg_usage_errors_exit_2(

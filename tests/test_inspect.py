@@ -82,7 +82,7 @@ def test_an_unreachable_server_exits_1_with_the_reason(capsys: pytest.CaptureFix
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, not listening: refused
-        status = main(["inspect", f"host=127.0.0.1 port={port} user=x", "--timeout", "5"])
+        status = main(["inspect", f"postgresql://x@127.0.0.1:{port}", "--timeout", "5"])
     assert status == 1
     out, err = capsys.readouterr()
     assert out == ""
@@ -91,8 +91,12 @@ def test_an_unreachable_server_exits_1_with_the_reason(capsys: pytest.CaptureFix
 
 
 def test_invalid_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inspect", "host=127.0.0.1", "--timeout", "0"]) == 2
+    assert main(["inspect", "postgresql://127.0.0.1", "--timeout", "0"]) == 2
     assert "timeout" in capsys.readouterr().err
+    assert main(["inspect", "host=127.0.0.1 password=secret"]) == 2
+    err = capsys.readouterr().err
+    assert "dsn must be a postgresql:// or postgres:// URI" in err
+    assert "secret" not in err
 
 
 def test_the_command_line(catalog: Catalog) -> None:

@@ -14,8 +14,9 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
-import psycopg
+import asyncpg
 import pytest
 from discovery_contract import kinds, take
 from etcd_server import EtcdServer
@@ -23,8 +24,6 @@ from notify_cluster import NotifyCluster, install, running, until, view
 from notify_documents import event_document, snapshot_document
 from pg_server import PgServer
 from picodata_catalog import Catalog, topology_state
-from psycopg.adapt import AdaptersMap
-from psycopg.types.string import TextLoader
 from registration_contract import take as take_changes
 from test_discovery_local import write_by_hand
 from test_pool_context import worker
@@ -228,18 +227,17 @@ def test_a_polling_source_counts_a_poisoned_row_or_map_and_goes_on(pg: PgServer)
         run_polled(catalog.dsn, scenario)
 
 
-class _Picky(TextLoader):
-    """A text loader of one's own (say, with a bug) that raises on one value."""
+class _Picky(asyncpg.Connection):  # type: ignore[misc]
+    """A connection class of one's own (say, with a bug) that raises on one value it reads."""
 
-    def load(self, data: bytes | bytearray | memoryview) -> str:
-        if bytes(data) == b"poison":
-            raise RuntimeError("the loader cannot read 'poison'")
-        return super().load(data)
+    async def fetch(self, query: str, *args: object, **options: object) -> list[Any]:
+        rows: list[Any] = await super().fetch(query, *args, **options)
+        if any("poison" in tuple(row) for row in rows):
+            raise RuntimeError("the connection cannot read 'poison'")
+        return rows
 
 
 def test_a_polling_source_survives_a_value_that_raises_while_it_is_read(pg: PgServer) -> None:
-    adapters = AdaptersMap(psycopg.adapters)
-    adapters.register_loader("text", _Picky)
     with Catalog(pg.create_schema()) as catalog:
         seed_tier(catalog, 2)
 
@@ -249,13 +247,13 @@ def test_a_polling_source_survives_a_value_that_raises_while_it_is_read(pg: PgSe
             catalog.set_address("r1_1", "poison")
             assert not await source.refresh()
             assert dict(source.state.failures) == {"unexpected-error": 1}
-            assert "the loader cannot read 'poison'" in (source.state.last_failure or "")
+            assert "the connection cannot read 'poison'" in (source.state.last_failure or "")
             catalog.set_address("r1_1", "127.0.0.1:7001")
             assert await source.refresh()
             assert topology_state(topology) == catalog.expected()
             assert source.state.connects == 2  # the poll that raised left its connection
 
-        run_polled(catalog.dsn, scenario, connect_kwargs={"context": adapters})
+        run_polled(catalog.dsn, scenario, connect_kwargs={"connection_class": _Picky})
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ as the seed says after each step; partial and failed polls; the soak.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -14,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 from conftest import rs_uuid
-from pg_server import PgServer
+from pg_server import PgServer, with_params
 from picodata_catalog import Catalog, Expected, name_uuid, topology_state
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology
@@ -422,13 +423,16 @@ def test_a_tier_added_after_the_first_poll_is_reported_not_followed(catalog: Cat
     run_polled(catalog.dsn, scenario)
 
 
-def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(catalog: Catalog) -> None:
+@pytest.mark.parametrize("sql_type", ["json", "jsonb"])
+def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(
+    catalog: Catalog, sql_type: str
+) -> None:
     seed_tier(catalog, 2)
     with catalog.transaction():
         catalog._run("ALTER FUNCTION _pico_bucket(text) RENAME TO _pico_bucket_text")
         catalog._run(
-            "CREATE FUNCTION _pico_bucket(tier text) RETURNS json LANGUAGE sql STABLE"
-            " AS $$ SELECT _pico_bucket_text(tier)::json $$"
+            f"CREATE FUNCTION _pico_bucket(tier text) RETURNS {sql_type} LANGUAGE sql STABLE"
+            f" AS $$ SELECT _pico_bucket_text(tier)::{sql_type} $$"
         )
 
     async def main() -> list[TopologyChange]:
@@ -643,7 +647,33 @@ def test_a_connection_killed_mid_poll(pg: PgServer, catalog: Catalog) -> None:
         assert source.state.connects == 2
         assert topology_state(topology) == catalog.expected()
 
-    run_polled(catalog.dsn, scenario, connect_kwargs={"application_name": name})
+    run_polled(
+        catalog.dsn, scenario, connect_kwargs={"server_settings": {"application_name": name}}
+    )
+
+
+def test_sessions_are_named_shardline_unless_the_dsn_names_them(
+    pg: PgServer, catalog: Catalog
+) -> None:
+    seed_tier(catalog, 1)
+    given = f"dsn-{catalog.schema}"
+
+    def names() -> list[str]:
+        with pg.connect() as admin:
+            rows = admin.execute(
+                "SELECT application_name FROM pg_stat_activity"
+                " WHERE datname = %s AND application_name IN ('shardline', %s)",
+                (catalog.database, given),
+            ).fetchall()
+        return [name for (name,) in rows]
+
+    async def named(expected: str, topology: Topology, source: PollingSource) -> None:
+        await started(source)
+        assert await source.refresh()
+        assert await asyncio.to_thread(names) == [expected]
+
+    run_polled(catalog.dsn, functools.partial(named, "shardline"))
+    run_polled(with_params(catalog.dsn, application_name=given), functools.partial(named, given))
 
 
 def wait_for_query(pg: PgServer, application_name: str, fragment: str) -> None:
@@ -890,16 +920,46 @@ def test_aclose_ends_run_and_answers_waiting_refreshes(catalog: Catalog) -> None
         ({"max_rows": 0}, "max_rows"),
         ({"max_payload": True}, "max_payload"),
         ({"address_type": ""}, "address_type"),
-        ({"connect_kwargs": {"autocommit": False}}, "autocommit"),
+        ({"connect_kwargs": {"timeout": 1}}, "timeout"),
+        ({"connect_kwargs": {"dsn": "postgresql://x"}}, "dsn"),
+        ({"connect_kwargs": {"application_name": "x"}}, "does not take: application_name"),
+        ({"connect_kwargs": {"server_settings": {"application_name": 1}}}, "server_settings"),
     ],
 )
 def test_arguments_are_validated(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        PollingSource("host=127.0.0.1", **kwargs)
+        PollingSource("postgresql://127.0.0.1", **kwargs)
 
 
-def test_a_dsn_that_does_not_parse_is_refused() -> None:
-    with pytest.raises(ValueError, match="dsn"):
-        PollingSource("host=127.0.0.1 port")
-    with pytest.raises(ValueError, match="dsn"):
-        PollingSource(None)  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("dsn", "message"),
+    [
+        ("host=127.0.0.1 port=5432", "dsn must be a postgresql:// or postgres:// URI.*no scheme"),
+        ("mysql://127.0.0.1", "scheme 'mysql'"),
+        ("postgresql://127.0.0.1:port/db", "dsn has a port that is not a number: 'port'"),
+        ("postgresql://127.0.0.1/db?sslmode", "dsn has a malformed query string"),
+        (None, "dsn must be a str"),
+    ],
+)
+def test_a_dsn_that_does_not_parse_is_refused(dsn: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PollingSource(dsn)
+
+
+def test_a_password_in_the_dsn_stays_out_of_the_error() -> None:
+    with pytest.raises(ValueError, match="dsn") as refused:
+        PollingSource("host=127.0.0.1 password=secret")
+    assert "secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "server"),
+    [
+        ("postgresql://u:secret@db.example:4327/app", "db.example:4327"),
+        ("postgres://u@[::1]:5432,10.0.0.2:5433/app", "[::1]:5432,10.0.0.2:5433"),
+        ("postgresql:///app?host=/run/postgresql&port=5433", "/run/postgresql:5433"),
+        ("postgresql://", "localhost"),
+    ],
+)
+def test_the_source_is_logged_as_the_dsn_hosts_without_credentials(dsn: str, server: str) -> None:
+    assert PollingSource(dsn)._recorder.name == f"PollingSource({server})"

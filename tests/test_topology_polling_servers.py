@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import rs_uuid
 from etcd_server import make_certificates
-from pg_server import PgServer
+from pg_server import PgServer, with_params
 from picodata_catalog import Catalog, topology_state
 from test_topology_polling import owners, run_polled, seed_tier, started
 
@@ -89,10 +89,10 @@ def test_a_reconnect_to_a_different_server_rebuilds_the_view(pg: PgServer, tls: 
             second.add_replicaset("r1", uuid=rs_uuid(1))
             second.add_replicaset("r4", uuid=rs_uuid(4))
             second.rebalance("default")
-        dsn = (
-            f"host=127.0.0.1,127.0.0.1 port={tls_pg.port},{pg.port} dbname=postgres"
-            f" user=shardline password=shardline options='-c search_path={schema}'"
-            " connect_timeout=2"
+        dsn = with_params(
+            f"postgresql://shardline:shardline@127.0.0.1:{tls_pg.port},127.0.0.1:{pg.port}"
+            "/postgres",
+            options=f"-c search_path={schema}",
         )
 
         async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -138,9 +138,9 @@ def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
         assert row == (True,)
 
     run_polled(
-        f"{dsn} sslmode=verify-full sslrootcert={ca}",
+        with_params(dsn, sslmode="verify-full", sslrootcert=str(ca)),
         verified,
-        connect_kwargs={"application_name": name},
+        connect_kwargs={"server_settings": {"application_name": name}},
     )
 
     async def refused(topology: Topology, source: PollingSource) -> None:
@@ -151,4 +151,4 @@ def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
 
     # the server's own certificate is not a CA: verification fails
     wrong = tls_pg.directory / "server.crt"
-    run_polled(f"{dsn} sslmode=verify-full sslrootcert={wrong}", refused, retry=0.05)
+    run_polled(with_params(dsn, sslmode="verify-full", sslrootcert=str(wrong)), refused, retry=0.05)

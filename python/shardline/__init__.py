@@ -36,6 +36,7 @@ from shardline.pool import (
 from shardline.pool.proxy import WorkerProxy
 from shardline.topology import (
     BucketEvent,
+    BucketRange,
     Instance,
     InstanceEvent,
     Replicaset,
@@ -48,6 +49,7 @@ __all__ = [
     "AffinityLoadBalancer",
     "BucketEvent",
     "BucketLoadBalancer",
+    "BucketRange",
     "DiscoveryEvent",
     "Instance",
     "InstanceEvent",

@@ -150,9 +150,9 @@ def _parser() -> argparse.ArgumentParser:
         "--pg",
         metavar="DSN",
         help=(
-            "the topology part polls the live cluster at DSN (a libpq connection string or"
-            " URI) and shows its tiers, bucket maps and routing, instead of replaying events;"
-            " needs the pg extra (psycopg)"
+            "the topology part polls the live cluster at DSN (a postgresql:// URI) and shows"
+            " its tiers, bucket maps and routing, instead of replaying events; needs the pg"
+            " extra (asyncpg)"
         ),
     )
     demo.add_argument(
@@ -457,11 +457,12 @@ def _add_inspect_command(commands: argparse._SubParsersAction[argparse.ArgumentP
         "inspect",
         help="poll a Picodata cluster once over pgwire and print its topology",
         description=(
-            "Connect to DSN (a libpq connection string or URI; credentials and TLS options go"
-            " in it), poll the system tables and _pico_bucket(tier) once, as PollingSource"
-            " does, and print the tiers, replicasets, instances and bucket ranges. Exits with"
-            " status 1 if any part could not be read (each failure is printed on stderr)."
-            " Needs the pg extra (psycopg)."
+            "Connect to DSN (a postgresql:// URI; credentials and TLS options such as"
+            " ?sslmode=verify-full go in it), poll the system tables and _pico_bucket(tier)"
+            " once, as PollingSource does, and print the tiers, replicasets, instances and"
+            " bucket ranges. Exits with status 1 if any part could not be read (each failure"
+            " is printed on stderr)."
+            " Needs the pg extra (asyncpg)."
         ),
     )
     inspect.add_argument("dsn", metavar="DSN", help="where to connect, e.g. postgresql://…")
@@ -490,9 +491,9 @@ def _add_inspect_command(commands: argparse._SubParsersAction[argparse.ArgumentP
 def _inspect(args: argparse.Namespace) -> int:
     import importlib.util
 
-    if importlib.util.find_spec("psycopg") is None:
+    if importlib.util.find_spec("asyncpg") is None:
         print(
-            "shardline inspect: error: needs psycopg: pip install 'shardline[pg]'", file=sys.stderr
+            "shardline inspect: error: needs asyncpg: pip install 'shardline[pg]'", file=sys.stderr
         )
         return 1
     from shardline.topology import Topology

@@ -8,7 +8,7 @@ per master, the keys with no route, a few sample keys, and what changed since th
 (tiers, replicasets, masters, instances, epochs, maps, keys that now reach another master), so a
 rebalancing cluster's maps are seen to move.
 
-psycopg (the ``pg`` extra) is imported only when :meth:`LiveDemo.polls` runs.
+asyncpg (the ``pg`` extra) is imported only when :meth:`LiveDemo.polls` runs.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class LiveDemo:
         try:
             from shardline.topology.sources.polling import PollingSource
         except ImportError:
-            raise LiveDemoError("--pg needs psycopg: pip install 'shardline[pg]'") from None
+            raise LiveDemoError("--pg needs asyncpg: pip install 'shardline[pg]'") from None
         # failures are shown in the output; the source's own warnings would repeat them
         logging.getLogger("shardline.topology.sources").addHandler(logging.NullHandler())
         try:

@@ -2,12 +2,13 @@
 instances as pool members (:class:`TopologyDiscovery`). Sources that feed it from a live
 cluster are in :mod:`shardline.topology.sources`."""
 
-from shardline._core import Instance, Replicaset, Topology
+from shardline._core import BucketRange, Instance, Replicaset, Topology
 from shardline.topology.discovery import TopologyDiscovery, instance_record
 from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
 
 __all__ = [
     "BucketEvent",
+    "BucketRange",
     "Instance",
     "InstanceEvent",
     "Op",

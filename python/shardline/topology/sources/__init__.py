@@ -4,8 +4,8 @@ Every source is a :class:`TopologySource`: an async iterable of :data:`TopologyC
 ``run(topology)`` helper, ``refresh()``, ``trigger()`` and a ``state`` report.
 :class:`PollingSource` polls Picodata's system tables over pgwire; :class:`NotificationSource`
 applies pushed topology events in raft order, through a transport (``PgNotifyTransport``: the
-PostgreSQL ``LISTEN``/``NOTIFY`` stand-in). Both need the ``pg`` extra (psycopg) only to talk
-PostgreSQL; the modules that import it load on first use, so this package loads without it.
+PostgreSQL ``LISTEN``/``NOTIFY`` stand-in). Both need the ``pg`` extra only to talk PostgreSQL;
+the modules that import its driver load on first use, so this package loads without it.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # psycopg is an optional extra: import it only for a caller that talks to PostgreSQL
+    # the pg extra is optional: import its driver only for a caller that talks to PostgreSQL
     if name == "PollingSource":
         from shardline.topology.sources.polling import PollingSource
 

@@ -33,7 +33,7 @@ TIERS_QUERY = "SELECT name, bucket_count FROM _pico_tier"
 REPLICASETS_QUERY = "SELECT name, uuid, tier, current_master_name FROM _pico_replicaset"
 INSTANCES_QUERY = "SELECT name, uuid, replicaset_uuid, raft_id, current_state FROM _pico_instance"
 ADDRESSES_QUERY = "SELECT raft_id, address FROM _pico_peer_address"
-ADDRESSES_OF_TYPE_QUERY = ADDRESSES_QUERY + " WHERE connection_type = %s"
+ADDRESSES_OF_TYPE_QUERY = ADDRESSES_QUERY + " WHERE connection_type = $1"
 
 MAX_TEXT = 1024
 """Longest name, uuid, address or state text accepted from a catalog row."""

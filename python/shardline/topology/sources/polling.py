@@ -1,19 +1,20 @@
 """``PollingSource``: the topology read from Picodata's system tables over pgwire, on a timer.
 
-This is the only module that imports psycopg (the ``pg`` extra); shardline works without it.
+It imports asyncpg (the ``pg`` extra) and loads only on first use; shardline works without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import math
+import os
+import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.types.string import TextLoader
+import asyncpg
 
 from shardline._core import BucketPayload
 from shardline.checks import check_count, check_seconds
@@ -32,9 +33,15 @@ from shardline.topology.sources.state import FailureReason
 
 __all__ = ["BUCKETS_QUERY", "PollingSource"]
 
-BUCKETS_QUERY = "SELECT _pico_bucket(%s) AS buckets"
+BUCKETS_QUERY = "SELECT _pico_bucket($1) AS buckets"
 
 Rows = list[tuple[Any, ...]]
+
+_SCHEMES = ("postgresql", "postgres")
+# the connect arguments the source sets itself
+_MANAGED = ("dsn", "timeout")
+# how long closing a connection politely (asyncpg's Terminate message) may take
+_CLOSE_TIMEOUT = 1.0
 
 
 class _Failure(Exception):
@@ -68,8 +75,12 @@ class PollingSource(TopologySource):
     to ``interval``. The source never clears a map by itself.
 
     Args:
-        dsn: a libpq connection string or URI; credentials and TLS (``sslmode``,
-            ``sslrootcert``, …) go here or in ``connect_kwargs``.
+        dsn: a ``postgresql://`` (or ``postgres://``) URI, as asyncpg reads it, e.g.
+            ``postgresql://user:secret@host:4327/db?sslmode=verify-full&sslrootcert=ca.crt``;
+            several ``host:port`` pairs separated by commas are tried in turn. libpq's
+            ``key=value`` strings are not accepted. Credentials and TLS (``sslmode``,
+            ``sslrootcert``, …) go here or in ``connect_kwargs`` (``password=``, ``ssl=``);
+            query parameters asyncpg does not know are sent to the server as settings.
         interval: seconds between polls.
         tiers: the tiers to follow (default: every tier in ``_pico_tier``); replicasets and
             instances of other tiers are left out.
@@ -81,23 +92,25 @@ class PollingSource(TopologySource):
             gets (``None``: the table has no such column, take its only address).
         max_rows: the most rows accepted from one table.
         max_payload: the longest ``_pico_bucket`` text accepted, in characters.
-        connect_kwargs: passed to ``psycopg.AsyncConnection.connect`` (``autocommit`` is
-            always on; ``application_name`` defaults to ``"shardline"``).
+        connect_kwargs: passed to ``asyncpg.connect`` (not ``dsn`` nor ``timeout``, which the
+            source sets; the ``application_name`` in ``server_settings`` defaults to
+            ``"shardline"`` unless the DSN names one).
 
     Raises ``ValueError`` naming the argument for an invalid one.
 
     Implementation notes:
-        Statements run in autocommit mode, one after the other, so each sees the latest
-        committed catalog; Picodata's system tables are not read in one transaction. Rows
+        Statements run outside any transaction block (asyncpg's autocommit), one after the
+        other, so each sees the latest committed catalog; Picodata's system tables are not
+        read in one transaction. Rows
         are validated whole into a :class:`~shardline.topology.sources.membership.Membership`
         before anything is handed out; the previous poll's membership is the baseline the
         events are computed from. A bucket map whose text differs from the last one accepted
         for its tier is read into a :class:`BucketPayload`, which validates it with the rules
         the topology applies, so an invalid map is never handed out, and the topology applies
         the ranges already read instead of reading the text again. A text equal to the last
-        one accepted hands out that payload again, unread. ``json`` columns are read as text,
-        so the map's text reaches the parser undecoded whatever type the server gives
-        ``_pico_bucket``.
+        one accepted hands out that payload again, unread. asyncpg hands ``json`` and ``jsonb``
+        values over as text (no codec is set for them), so the map's text reaches the parser
+        undecoded whatever type the server gives ``_pico_bucket``.
     """
 
     def __init__(
@@ -114,12 +127,7 @@ class PollingSource(TopologySource):
         max_payload: int = 16 << 20,
         connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(dsn, str):
-            raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
-        try:
-            given = conninfo_to_dict(dsn)
-        except psycopg.Error as error:
-            raise ValueError(f"dsn is not a valid connection string: {error}") from None
+        where, dsn_settings = _parse_dsn(dsn)
         self._interval = check_seconds("interval", interval)
         self._timeout = check_seconds("timeout", timeout)
         self._retry = check_seconds("retry", retry)
@@ -133,16 +141,31 @@ class PollingSource(TopologySource):
         kwargs = dict(connect_kwargs or {})
         if not all(isinstance(key, str) for key in kwargs):
             raise ValueError(f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}")
-        managed = sorted(key for key in ("autocommit", "row_factory") if key in kwargs)
+        managed = sorted(key for key in _MANAGED if key in kwargs)
         if managed:
             raise ValueError(f"connect_kwargs must not set {', '.join(managed)}: the source does")
-        if "application_name" not in kwargs and "application_name" not in given:
-            kwargs["application_name"] = "shardline"
+        unknown = sorted(set(kwargs) - set(inspect.signature(asyncpg.connect).parameters))
+        if unknown:
+            raise ValueError(
+                f"connect_kwargs has arguments asyncpg.connect does not take: {', '.join(unknown)}"
+                " (server settings such as application_name go in server_settings)"
+            )
+        settings = kwargs.get("server_settings") or {}
+        if not isinstance(settings, Mapping) or not all(
+            isinstance(key, str) and isinstance(value, str) for key, value in settings.items()
+        ):
+            raise ValueError(
+                f"connect_kwargs['server_settings'] must map str to str, got {settings!r}"
+            )
+        settings = dict(settings)  # the caller's mapping is left as it is
+        if "application_name" not in dsn_settings:
+            settings.setdefault("application_name", "shardline")
+        kwargs["server_settings"] = settings
         self._dsn = dsn
         self._connect_kwargs = kwargs
-        super().__init__(f"PollingSource({_where(given)})")
+        super().__init__(f"PollingSource({where})")
 
-        self._connection: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
+        self._connection: asyncpg.Connection | None = None
         self._baseline: Membership | None = None
         self._tier_config: dict[str, int] | None = None
         # tier → (the bucket count it was validated for, the last map accepted)
@@ -188,7 +211,7 @@ class PollingSource(TopologySource):
         self._closed = True
         self._wake.set()
         self._finish_waiters(None)
-        await self._disconnect()
+        await self._disconnect(polite=True)
 
     # the poll loop
 
@@ -229,7 +252,7 @@ class PollingSource(TopologySource):
         finally:
             self._iterating = False
             self._finish_waiters(None)
-            await self._disconnect()
+            await self._disconnect(polite=True)
 
     async def _sleep(self, delay: float) -> None:
         """Waits ``delay`` seconds, less if triggered (not before ``min_interval`` since the
@@ -314,41 +337,42 @@ class PollingSource(TopologySource):
         if failure.fatal:
             await self._disconnect()
 
-    async def _connect(self, deadline: float) -> psycopg.AsyncConnection[tuple[Any, ...]]:
-        if self._connection is not None and not self._connection.closed:
+    async def _connect(self, deadline: float) -> asyncpg.Connection:
+        if self._connection is not None and not self._connection.is_closed():
             return self._connection
         await self._disconnect()
         try:
             async with asyncio.timeout_at(deadline):
-                connection = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, **self._connect_kwargs
-                )
+                connection = await asyncpg.connect(self._dsn, **self._connect_kwargs)
         except TimeoutError:
             raise _Failure(
                 FailureReason.CONNECT, f"no connection within {self._timeout} s", fatal=True
             ) from None
-        except psycopg.Error as error:
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
+            # a refused or failed socket, TLS or authentication, or a bad connect argument
             raise _Failure(FailureReason.CONNECT, _message(error), fatal=True) from None
-        # the bucket map's text must reach the topology undecoded, whatever its SQL type
-        for name in ("json", "jsonb"):
-            connection.adapters.register_loader(name, TextLoader)
         self._connection = connection
         self._baseline = None  # a new connection: rebuild the view from a full poll
-        self._recorder.connected(f"{connection.info.host}:{connection.info.port}")
+        self._recorder.connected(_peer(connection))
         return connection
 
-    async def _disconnect(self) -> None:
+    async def _disconnect(self, *, polite: bool = False) -> None:
+        """Drops the connection: ``polite``, it says goodbye (bounded: a server busy with a
+        query reads it late); otherwise, after a failure, its socket is closed at once."""
         connection, self._connection = self._connection, None
         if connection is not None:
             self._recorder.disconnected()
-            with contextlib.suppress(Exception):
-                await connection.close()
+            if polite:
+                with contextlib.suppress(Exception):  # a close that fails aborts the socket
+                    await connection.close(timeout=_CLOSE_TIMEOUT)
+            else:
+                connection.terminate()
 
     async def _fetch(
         self,
-        connection: psycopg.AsyncConnection[tuple[Any, ...]],
+        connection: asyncpg.Connection,
         query: str,
-        params: tuple[Any, ...] | None,
+        params: tuple[Any, ...],
         deadline: float,
         *,
         what: str,
@@ -356,37 +380,41 @@ class PollingSource(TopologySource):
     ) -> Rows:
         try:
             async with asyncio.timeout_at(deadline):
-                cursor = await connection.execute(query, params)
-                rows = await cursor.fetchmany(self._max_rows + 1)
+                # The whole result is read, then checked against max_rows: asyncpg's public API
+                # bounds the rows of a statement only through a cursor, which needs a
+                # transaction block, and the statements run outside one (the contract above,
+                # and Picodata's pgproto). The poll's deadline bounds how much can arrive.
+                records = await connection.fetch(query, *params)
         except TimeoutError:
             raise _Failure(
                 FailureReason.TIMEOUT, f"{what}: no answer within {self._timeout} s", fatal=True
             ) from None
-        except psycopg.Error as error:
-            if connection.closed:
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
+            if connection.is_closed() or _ends_the_session(error):
+                # ConnectionDoesNotExistError, a reset socket, a FATAL error (the backend was
+                # terminated): the connection is gone, whether or not asyncpg has seen it close
                 raise _Failure(
                     FailureReason.CONNECTION_LOST, f"{what}: {_message(error)}", fatal=True
                 ) from None
             raise _Failure(error_reason, f"{what}: {_message(error)}") from None
+        rows = [tuple(record) for record in records]
         if len(rows) > self._max_rows:
             raise _Failure(
                 FailureReason.TOO_LARGE, f"{what}: more than max_rows={self._max_rows} rows"
             )
         return rows
 
-    async def _read_membership(
-        self, connection: psycopg.AsyncConnection[tuple[Any, ...]], deadline: float
-    ) -> Membership:
-        tiers = await self._fetch(connection, TIERS_QUERY, None, deadline, what="_pico_tier")
+    async def _read_membership(self, connection: asyncpg.Connection, deadline: float) -> Membership:
+        tiers = await self._fetch(connection, TIERS_QUERY, (), deadline, what="_pico_tier")
         replicasets = await self._fetch(
-            connection, REPLICASETS_QUERY, None, deadline, what="_pico_replicaset"
+            connection, REPLICASETS_QUERY, (), deadline, what="_pico_replicaset"
         )
         instances = await self._fetch(
-            connection, INSTANCES_QUERY, None, deadline, what="_pico_instance"
+            connection, INSTANCES_QUERY, (), deadline, what="_pico_instance"
         )
         if self._address_type is None:
             addresses = await self._fetch(
-                connection, ADDRESSES_QUERY, None, deadline, what="_pico_peer_address"
+                connection, ADDRESSES_QUERY, (), deadline, what="_pico_peer_address"
             )
         else:
             addresses = await self._fetch(
@@ -407,7 +435,7 @@ class PollingSource(TopologySource):
 
     async def _read_buckets(
         self,
-        connection: psycopg.AsyncConnection[tuple[Any, ...]],
+        connection: asyncpg.Connection,
         tier: str,
         config: Mapping[str, int],
         deadline: float,
@@ -448,13 +476,64 @@ class PollingSource(TopologySource):
 
 def _message(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0] if text else text
+    if isinstance(error, ConnectionError) and error.errno:
+        # asyncio says "[Errno 111] Connect call failed (…)": the reason, in words, goes first
+        text = f"{os.strerror(error.errno)}: {text}"
+    return text.splitlines()[0]
 
 
-def _where(conninfo: Mapping[str, Any]) -> str:
-    host = conninfo.get("host") or conninfo.get("hostaddr") or "localhost"
-    port = conninfo.get("port")
-    return f"{host}:{port}" if port else str(host)
+def _ends_the_session(error: Exception) -> bool:
+    if not isinstance(error, asyncpg.PostgresError):
+        return True
+    # severity_en is the untranslated severity; servers before 9.6 send only the other
+    severity = getattr(error, "severity_en", None) or getattr(error, "severity", None)
+    return severity in ("FATAL", "PANIC")
+
+
+def _parse_dsn(dsn: object) -> tuple[str, dict[str, str]]:
+    """Checks ``dsn`` the way asyncpg will read it; returns where it points (its hosts, for
+    the source's name) and its query parameters.
+
+    Implementation notes:
+        asyncpg parses a DSN only when it connects, and reads URIs only; this catches at
+        construction what it would refuse at every poll: another scheme (a libpq
+        ``key=value`` string has none), a malformed query string, a port that is not a number.
+        Credentials are left out of every message.
+    """
+    if not isinstance(dsn, str):
+        raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.scheme not in _SCHEMES:
+        raise ValueError(
+            "dsn must be a postgresql:// or postgres:// URI (libpq key=value strings are not"
+            f" accepted), got {'scheme ' + repr(parts.scheme) if parts.scheme else 'no scheme'}"
+        )
+    try:
+        query = urllib.parse.parse_qs(parts.query, strict_parsing=True) if parts.query else {}
+    except ValueError as error:
+        raise ValueError(f"dsn has a malformed query string: {error}") from None
+    settings = {key: values[-1] for key, values in query.items()}
+    hosts = parts.netloc.rpartition("@")[2]
+    for item in hosts.split(","):
+        port = item.rpartition("]")[2].partition(":")[2]  # "[::1]:5432", "host:5432", "host"
+        if port and not port.isdigit():
+            raise ValueError(f"dsn has a port that is not a number: {port!r}")
+    host = urllib.parse.unquote(hosts) or settings.get("host") or "localhost"
+    query_port = settings.get("port")
+    return (f"{host}:{query_port}" if query_port and ":" not in host else host), settings
+
+
+def _peer(connection: asyncpg.Connection) -> str:
+    """The server a connection reached, ``host:port`` (or its socket path).
+
+    Implementation notes:
+        asyncpg has no public accessor for it; ``Connection._addr`` holds the address it
+        connected to, among the DSN's hosts.
+    """
+    address = getattr(connection, "_addr", None)
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
 
 
 def _tier_names(tiers: Iterable[str] | None) -> frozenset[str] | None:
