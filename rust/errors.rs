@@ -10,6 +10,7 @@ use pyo3::types::PyType;
 
 static INVALID_EVENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNKNOWN_TIER: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static TIER_WITHOUT_BUCKETS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNHASHABLE_KEY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INVALID_ARGUMENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
@@ -28,6 +29,11 @@ pub fn invalid_event(py: Python<'_>, msg: String) -> PyErr {
 /// A tier that was never registered (or, for hashing, has no bucket count).
 pub fn unknown_tier(py: Python<'_>, msg: String) -> PyErr {
     raise(py, &UNKNOWN_TIER, "UnknownTier", msg)
+}
+
+/// Routing, or a bucket range, in a tier configured with bucket_count 0.
+pub fn tier_without_buckets(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, &TIER_WITHOUT_BUCKETS, "TierWithoutBuckets", msg)
 }
 
 /// A key value the hashing scheme cannot encode.

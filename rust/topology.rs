@@ -22,7 +22,9 @@ use rustc_hash::FxHashMap;
 use crate::bucket_map::{sort_snapshot, BucketMap, Range, SetBy, Setting};
 use crate::bucket_payload::{self, BucketPayload};
 use crate::bucket_range::BucketRange;
-use crate::errors::{invalid_argument, invalid_event, quoted, repr, unknown_tier};
+use crate::errors::{
+    invalid_argument, invalid_event, quoted, repr, tier_without_buckets, unknown_tier,
+};
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
 use crate::int_arrays::{self, BucketId, IntArray};
@@ -47,6 +49,9 @@ struct Tier {
     masters: OnceLock<Box<[Option<Py<Instance>>]>>,
     /// The JSON text of the last poll applied as text, valid while the map is at `epoch`.
     last_payload: Option<Payload>,
+    /// False for a tier `apply_tiers` configured with bucket_count 0 (Picodata's "arbiter"
+    /// tier): its map stays empty and routing in it raises `TierWithoutBuckets`.
+    has_buckets: bool,
 }
 
 struct Payload {
@@ -151,6 +156,7 @@ impl State {
             map: BucketMap::default(),
             masters: OnceLock::new(),
             last_payload: None,
+            has_buckets: true,
         });
         self.tier_index.insert(name.into(), self.tiers.len() - 1);
         self.tiers.len() - 1
@@ -302,19 +308,24 @@ fn copy_ranges(py: Python<'_>, map: &BucketMap<Owner>) -> RangeCopy {
 }
 
 impl Topology {
+    /// The tier's bucket count, to hash keys with: never 0 (a tier without buckets raises
+    /// `TierWithoutBuckets`, a tier not configured `UnknownTier`).
     fn bucket_count(&self, py: Python<'_>, tier: &str) -> PyResult<u32> {
-        self.bucket_counts
+        match self
+            .bucket_counts
             .get()
             .and_then(|counts| counts.get(tier).copied())
-            .ok_or_else(|| {
-                unknown_tier(
-                    py,
-                    format!(
-                        "tier {} has no bucket count: it is not in apply_tiers",
-                        quoted(tier)
-                    ),
-                )
-            })
+        {
+            Some(0) => Err(no_route_in(py, tier)),
+            Some(count) => Ok(count),
+            None => Err(unknown_tier(
+                py,
+                format!(
+                    "tier {} has no bucket count: it is not in apply_tiers",
+                    quoted(tier)
+                ),
+            )),
+        }
     }
 
     /// Bucket events and snapshots may name any tier until `apply_tiers`; from then on only a
@@ -336,11 +347,21 @@ impl Topology {
     }
 
     /// A range ending at `end` may be mapped in `tier` (see `check_configured`), within the
-    /// tier's bucket count (else `InvalidEvent`).
+    /// tier's bucket count (else `InvalidEvent`); no range may be mapped in a tier without
+    /// buckets (`TierWithoutBuckets`).
     fn check_range_fits(&self, py: Python<'_>, tier: &str, end: u32) -> PyResult<()> {
         let Some(count) = self.check_configured(py, tier)? else {
             return Ok(());
         };
+        if count == 0 {
+            return Err(tier_without_buckets(
+                py,
+                format!(
+                    "tier {} has no buckets (bucket_count 0): it takes no bucket range, got one ending at {end}",
+                    quoted(tier)
+                ),
+            ));
+        }
         if end > count {
             return Err(invalid_event(
                 py,
@@ -375,6 +396,19 @@ impl Topology {
             state.find_tier(text).map(|known| read(&state, known))
         };
         found.ok_or_else(|| unknown_tier(tier.py(), format!("unknown tier {}", quoted(text))))
+    }
+
+    /// `read_tier` for a lookup by bucket: a tier without buckets raises `TierWithoutBuckets`
+    /// (after the lock is released).
+    fn read_routable<R>(
+        &self,
+        tier: &Bound<'_, PyString>,
+        read: impl FnOnce(&State, &Tier) -> R,
+    ) -> PyResult<R> {
+        self.read_tier(tier, |state, known| {
+            known.has_buckets.then(|| read(state, known))
+        })?
+        .ok_or_else(|| no_route_in(tier.py(), &tier.to_string_lossy()))
     }
 
     /// The index of the tier named `name`, registering it if it is new. Its interned name is
@@ -751,6 +785,17 @@ impl Topology {
     }
 }
 
+/// Routing by key or bucket in a tier configured with bucket_count 0.
+fn no_route_in(py: Python<'_>, tier: &str) -> PyErr {
+    tier_without_buckets(
+        py,
+        format!(
+            "tier {} has no buckets (bucket_count 0, an arbiter tier): no key or bucket routes to it",
+            quoted(tier)
+        ),
+    )
+}
+
 fn other_tier(py: Python<'_>, tier: &str, item_tier: &str) -> PyErr {
     invalid_event(
         py,
@@ -763,7 +808,7 @@ fn other_tier(py: Python<'_>, tier: &str, item_tier: &str) -> PyErr {
 }
 
 /// One entry of `apply_tiers`: a name that is non-empty text, a count that is an int (not a
-/// bool) in `1..=u32::MAX`.
+/// bool) in `0..=u32::MAX`.
 fn tier_entry(item: &Bound<'_, PyAny>) -> PyResult<(Box<str>, u32)> {
     let py = item.py();
     let malformed = || {
@@ -793,7 +838,6 @@ fn tier_entry(item: &Bound<'_, PyAny>) -> PyResult<(Box<str>, u32)> {
     };
     let count = number
         .and_then(|number| u32::try_from(number).ok())
-        .filter(|&number| number >= 1)
         .ok_or_else(|| {
             invalid_event(
                 py,
@@ -822,8 +866,15 @@ impl Topology {
     ///
     /// The configuration is set once; later calls change nothing and return False. Raises
     /// `InvalidEvent` for an empty name, a count that is not an int (a bool is refused) or is
-    /// below 1, or a count smaller than a range already mapped in that tier. From then on, a
-    /// bucket event or snapshot of a tier not configured here raises `UnknownTier`.
+    /// outside 0..2**32 - 1, or a count smaller than a range already mapped in that tier. From
+    /// then on, a bucket event or snapshot of a tier not configured here raises `UnknownTier`.
+    ///
+    /// A count of 0 configures a tier without buckets (Picodata's "arbiter" tier, which holds
+    /// members but no sharded data): its replicasets and instances are kept like any other,
+    /// its map stays empty, `tiers` shows it with 0, and routing in it (`bucket_id`, `route`,
+    /// `route_many`, `owner`, `owners`, `find_bucket_master`) raises `TierWithoutBuckets`, as
+    /// does a bucket event or a snapshot holding a range for it (an empty snapshot changes
+    /// nothing).
     fn apply_tiers(&self, py: Python<'_>, tiers: &Bound<'_, PyMapping>) -> PyResult<bool> {
         if self.bucket_counts.get().is_some() {
             return Ok(false);
@@ -850,8 +901,11 @@ impl Topology {
                 if self.bucket_counts.set(counts).is_err() {
                     return Ok(false);
                 }
+                let counts = self.bucket_counts.get();
                 for (name, interned) in interned {
-                    state.register_tier(&name, interned, &mut displaced);
+                    let index = state.register_tier(&name, interned, &mut displaced);
+                    let count = counts.and_then(|counts| counts.get(&name));
+                    state.tiers[index].has_buckets = count != Some(&0);
                 }
             }
             too_small
@@ -868,7 +922,8 @@ impl Topology {
         }
     }
 
-    /// Tier name → bucket count, as set by `apply_tiers` (empty before).
+    /// Tier name → bucket count, as set by `apply_tiers` (empty before); 0 for a tier without
+    /// buckets.
     #[getter]
     fn tiers(&self) -> FxHashMap<String, u32> {
         self.bucket_counts
@@ -1058,15 +1113,16 @@ impl Topology {
     }
 
     /// The uuid of the replicaset owning `bucket_id` in `tier`, or None when no range covers it.
-    /// Raises `UnknownTier` for a tier never registered, and `InvalidArgument` for a `bucket_id`
-    /// that is not an int from 0 to 2**32 - 1 (a bool is not).
+    /// Raises `UnknownTier` for a tier never registered, `TierWithoutBuckets` for a tier
+    /// configured with bucket_count 0, and `InvalidArgument` for a `bucket_id` that is not an
+    /// int from 0 to 2**32 - 1 (a bool is not).
     fn owner(
         &self,
         tier: &Bound<'_, PyString>,
         bucket_id: BucketId,
     ) -> PyResult<Option<Py<PyString>>> {
         let py = tier.py();
-        self.read_tier(tier, |_, known| {
+        self.read_routable(tier, |_, known| {
             known
                 .map
                 .lookup(bucket_id.0)
@@ -1082,7 +1138,7 @@ impl Topology {
         bucket_id: BucketId,
     ) -> PyResult<Option<Py<Instance>>> {
         let py = tier.py();
-        self.read_tier(tier, |state, known| {
+        self.read_routable(tier, |state, known| {
             state.masters(py, known)[known.map.slot(bucket_id.0) as usize]
                 .as_ref()
                 .map(|instance| instance.clone_ref(py))
@@ -1090,6 +1146,8 @@ impl Topology {
     }
 
     /// The bucket id of `key` (one value or a tuple of values) in `tier`, by the Picodata scheme.
+    /// Raises `UnknownTier` for a tier not in `apply_tiers`, `TierWithoutBuckets` for one
+    /// configured with bucket_count 0.
     fn bucket_id(&self, tier: &Bound<'_, PyString>, key: &Bound<'_, PyAny>) -> PyResult<u32> {
         let count = self.bucket_count(tier.py(), lookup_text(tier)?)?;
         let hash = with_scratch(|hasher| hasher.picodata(key, DecimalFormat::Binary))?;
@@ -1117,7 +1175,7 @@ impl Topology {
     ) -> PyResult<Bound<'py, PyList>> {
         let py = tier.py();
         let ids = int_arrays::bucket_ids(bucket_ids)?;
-        let owners: Vec<Option<Py<PyString>>> = self.read_tier(tier, |_, known| {
+        let owners: Vec<Option<Py<PyString>>> = self.read_routable(tier, |_, known| {
             ids.into_iter()
                 .map(|id| known.map.lookup(id).map(|owner| owner.name.clone_ref(py)))
                 .collect()

@@ -1,21 +1,26 @@
-"""A cluster that pushes topology notifications, stood in for by PostgreSQL ``LISTEN``/``NOTIFY``.
+"""A cluster that pushes Picodata's topology notifications, stood in for by PostgreSQL
+``LISTEN``/``NOTIFY``.
 
 The design (see ``shardline/topology/sources/pg_notify.py``): every change is one transaction
-that takes the next raft position under a row lock, stores the snapshot document of the state
-after it, and sends the change's event document with ``pg_notify``. The source ``LISTEN``\\ s,
-then reads the snapshot with ``SELECT shardline_topology_snapshot(channel)``.
+that takes the next raft position under a row lock, stores the snapshot burst of the state after
+it (the ADR's replace documents, tests/notify_documents.py), and sends the change's document
+with ``pg_notify``. The source reads the tiers, ``LISTEN``\\ s, then reads the burst with
+``SELECT shardline_topology_snapshot(channel)`` (one row per document, in the ADR's order).
 
 Here the "cluster state" is a reference :class:`shardline.Topology` that the publisher applies
 each event to in raft order, so the snapshot at a position is exactly what in-order application
 of every event up to it gives — the state a source must converge to. Each test (or Hypothesis
-example) uses its own channel, which keys its own row of ``shardline_topology_state``, so one
-database serves a whole module.
+example) uses its own channel, which keys its own rows, so one database serves a whole module.
 
 Schema:
 
-- ``shardline_topology_state(channel, term, index, document)``: the snapshot document of each
+- ``shardline_topology_state(channel, term, index, documents)``: the snapshot burst of each
   channel's cluster and its raft position.
-- ``shardline_topology_snapshot(channel)``: that document (``STABLE``: one statement snapshot).
+- ``shardline_topology_tier(channel, name, bucket_count)``: each channel's tiers, the columns of
+  Picodata's ``_pico_tier`` that the source reads; ``shardline_topology_tiers(channel)`` returns
+  them.
+- ``shardline_topology_snapshot(channel)``: the burst, one row per document (``STABLE``: one
+  statement snapshot).
 - ``shardline_topology_snapshot_after(channel, lock)``: waits for the advisory lock ``lock``
   (which a test holds: :meth:`NotifyCluster.holding`), *then* reads — each statement of a
   ``VOLATILE`` plpgsql function sees what committed before it began — so changes committed
@@ -35,7 +40,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
-from notify_documents import Event, event_document, snapshot_document
+from notify_documents import Event, event_document, snapshot_documents
 
 from shardline import Topology
 from shardline.topology.sources.notification import NotificationSource
@@ -45,27 +50,39 @@ CREATE TABLE IF NOT EXISTS shardline_topology_state (
     channel text PRIMARY KEY,
     term bigint NOT NULL,
     index bigint NOT NULL,
-    document text NOT NULL
+    documents text[] NOT NULL
 );
-CREATE OR REPLACE FUNCTION shardline_topology_snapshot(wanted text) RETURNS text
+CREATE TABLE IF NOT EXISTS shardline_topology_tier (
+    channel text NOT NULL,
+    name text NOT NULL,
+    bucket_count bigint NOT NULL,
+    PRIMARY KEY (channel, name)
+);
+CREATE OR REPLACE FUNCTION shardline_topology_tiers(wanted text)
+RETURNS TABLE (name text, bucket_count bigint) LANGUAGE sql STABLE AS $$
+    SELECT name, bucket_count FROM shardline_topology_tier WHERE channel = wanted ORDER BY name
+$$;
+CREATE OR REPLACE FUNCTION shardline_topology_snapshot(wanted text) RETURNS SETOF text
 LANGUAGE sql STABLE AS $$
-    SELECT document FROM shardline_topology_state WHERE channel = wanted
+    SELECT d FROM shardline_topology_state, unnest(documents) WITH ORDINALITY AS u(d, n)
+    WHERE channel = wanted ORDER BY n
 $$;
 CREATE OR REPLACE FUNCTION shardline_topology_snapshot_after(wanted text, lock bigint)
-RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+RETURNS SETOF text LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(lock);
-    RETURN (SELECT document FROM shardline_topology_state WHERE channel = wanted);
+    RETURN QUERY SELECT d FROM shardline_topology_state,
+        unnest(documents) WITH ORDINALITY AS u(d, n) WHERE channel = wanted ORDER BY n;
 END
 $$;
 CREATE OR REPLACE FUNCTION shardline_topology_snapshot_then(wanted text, lock bigint)
-RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+RETURNS SETOF text LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    found text;
+    found text[];
 BEGIN
-    SELECT document INTO found FROM shardline_topology_state WHERE channel = wanted;
+    SELECT documents INTO found FROM shardline_topology_state WHERE channel = wanted;
     PERFORM pg_advisory_xact_lock_shared(lock);
-    RETURN found;
+    RETURN QUERY SELECT d FROM unnest(found) WITH ORDINALITY AS u(d, n) ORDER BY n;
 END
 $$;
 """
@@ -99,13 +116,20 @@ class NotifyCluster:
         self._held = False
         self.connection = psycopg.connect(dsn, autocommit=True)
         self.reference = Topology()
-        self.reference.apply_tiers(tiers or {"default": 3000})
+        self.tiers = dict(tiers or {"default": 3000})
+        self.reference.apply_tiers(self.tiers)
         self.term, self.index = term, 0
-        self.connection.execute(
-            "INSERT INTO shardline_topology_state (channel, term, index, document)"
-            " VALUES (%s, %s, %s, %s)",
-            (self.channel, self.term, self.index, self.snapshot()),
-        )
+        with self.connection.transaction():
+            self.connection.execute(
+                "INSERT INTO shardline_topology_state (channel, term, index, documents)"
+                " VALUES (%s, %s, %s, %s)",
+                (self.channel, self.term, self.index, self.snapshot()),
+            )
+            for name, count in self.tiers.items():
+                self.connection.execute(
+                    "INSERT INTO shardline_topology_tier VALUES (%s, %s, %s)",
+                    (self.channel, name, count),
+                )
 
     def close(self) -> None:
         self.connection.close()
@@ -122,11 +146,16 @@ class NotifyCluster:
     def snapshot_query(self) -> str:
         return f"SELECT shardline_topology_snapshot('{self.channel}')"
 
+    @property
+    def tiers_query(self) -> str:
+        return f"SELECT name, bucket_count FROM shardline_topology_tiers('{self.channel}')"
+
     def source(self, **options: Any) -> NotificationSource:
         """A source on this channel, with short retries and no resync rate limit."""
         settings: dict[str, Any] = {
             "channel": self.channel,
             "snapshot_query": self.snapshot_query,
+            "tiers_query": self.tiers_query,
             "timeout": 5.0,
             "retry": 0.02,
             "max_retry": 0.2,
@@ -135,8 +164,9 @@ class NotifyCluster:
         }
         return NotificationSource(self.dsn, **settings)
 
-    def snapshot(self) -> str:
-        return snapshot_document(self.reference, self.term, self.index)
+    def snapshot(self) -> list[str]:
+        """The snapshot burst of the reference at the current position."""
+        return snapshot_documents(self.reference, self.term, self.index)
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -188,7 +218,7 @@ class NotifyCluster:
                 if not same_entry:
                     self.index += 1
                 self.reference.apply(event)
-                document = event_document(event, self.term, self.index, timestamp=time.time())
+                document = event_document(event, self.term, self.index)
                 documents.append(document)
                 if notify:
                     self.connection.execute("SELECT pg_notify(%s, %s)", (self.channel, document))
@@ -209,7 +239,7 @@ class NotifyCluster:
 
     def _store(self) -> None:
         self.connection.execute(
-            "UPDATE shardline_topology_state SET term = %s, index = %s, document = %s"
+            "UPDATE shardline_topology_state SET term = %s, index = %s, documents = %s"
             " WHERE channel = %s",
             (self.term, self.index, self.snapshot(), self.channel),
         )

@@ -1,8 +1,13 @@
-"""The notification document format, written out independently of the library's decoder.
+"""Picodata's topology-notification documents, written out independently of the library's
+decoder, as the ADR specifies them: repository picodata/picodata,
+``doc/adr/2025-09-12-pgproto-topology-notifications.md`` ("Структуры событий", "Примеры",
+"Отправка снапшота топологии").
 
-:mod:`shardline.topology.sources.notification` documents the format; these encoders follow that
-text, so a test that decodes their output checks the decoder against the documentation rather
-than against itself.
+Each document is flat: ``op``, ``map`` (the table without its ``_pico_`` prefix),
+``timestamp``, ``raft: {term, index}``, then the fields of the map; a field that is ``None`` is
+left out ("При сериализации они не будут включены в итоговое JSON-сообщение"). The snapshot is
+a burst of ``replace`` documents: replicasets, then instances, then bucket ranges. A test that
+decodes these encoders' output checks the decoder against the ADR rather than against itself.
 """
 
 from __future__ import annotations
@@ -14,65 +19,67 @@ from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 
 Event = InstanceEvent | ReplicasetEvent | BucketEvent
 
+TIMESTAMP = "2025-08-19T11:24:28+00:00"
+"""The timestamp of the ADR's examples (an ISO 8601 string, its ``timestamp: String``)."""
 
-def event_map(event: Event) -> dict[str, Any]:
-    """The ADR ``map`` of one event (``None`` fields written as ``null``)."""
+
+def event_fields(event: Event) -> dict[str, Any]:
+    """The ADR fields of one event, ``map`` included, ``None`` fields left out."""
+    fields: dict[str, Any]
     if isinstance(event, InstanceEvent):
-        return {
-            "instance_uuid": event.instance_uuid,
+        fields = {
+            "map": "instance",
             "replicaset_uuid": event.replicaset_uuid,
+            "instance_uuid": event.instance_uuid,
             "current_state": event.current_state,
             "address": event.address,
         }
-    if isinstance(event, ReplicasetEvent):
-        return {
+    elif isinstance(event, ReplicasetEvent):
+        fields = {
+            "map": "replicaset",
             "replicaset_uuid": event.replicaset_uuid,
             "tier": event.tier,
             "current_master_uuid": event.current_master_uuid,
         }
-    return {
-        "tier": event.tier,
-        "state": event.state,
-        "bucket_id": {"start": event.start, "end": event.end},
-        "current_replicaset_uuid": event.current_replicaset_uuid,
-    }
+    else:
+        fields = {
+            "map": "bucket",
+            "tier": event.tier,
+            "state": event.state,
+            "bucket_id": {"start": event.start, "end": event.end},
+            "current_replicaset_uuid": event.current_replicaset_uuid,
+        }
+    return {key: value for key, value in fields.items() if value is not None}
 
 
-def event_document(event: Event, term: int, index: int, *, timestamp: float = 0.0) -> str:
-    """One event document, as a publisher sends it."""
+def event_document(event: Event, term: int, index: int, *, timestamp: Any = TIMESTAMP) -> str:
+    """One document, as Picodata would send it for ``event`` committed at term:index."""
+    fields = event_fields(event)
     return json.dumps(
         {
             "op": event.op,
-            "map": event_map(event),
+            "map": fields.pop("map"),
             "timestamp": timestamp,
             "raft": {"term": term, "index": index},
+            **fields,
         }
     )
 
 
-def snapshot_document(topology: Topology, term: int, index: int) -> str:
-    """The snapshot document of everything ``topology`` holds, at raft position term:index."""
-    buckets = [
-        event_map(BucketEvent(tier, start, end, owner))
+def snapshot_documents(topology: Topology, term: int, index: int) -> list[str]:
+    """The snapshot burst of everything ``topology`` holds, every document at term:index."""
+    events: list[Event] = [
+        ReplicasetEvent("replace", rs.uuid, rs.tier, rs.current_master_uuid)
+        for rs in topology.replicasets.values()
+    ]
+    events += [
+        InstanceEvent("replace", i.uuid, i.replicaset_uuid, i.current_state, i.address)
+        for i in topology.instances.values()
+    ]
+    events += [
+        BucketEvent(tier, start, end, owner)
         for tier, ranges in sorted(topology.bucket_maps.items())
         if tier in topology.tiers
         for start, end, owner in ranges
     ]
-    return json.dumps(
-        {
-            "raft": {"term": term, "index": index},
-            "timestamp": 0.0,
-            "tiers": topology.tiers,
-            "replicasets": [
-                event_map(ReplicasetEvent("replace", rs.uuid, rs.tier, rs.current_master_uuid))
-                for rs in topology.replicasets.values()
-            ],
-            "instances": [
-                event_map(
-                    InstanceEvent("replace", i.uuid, i.replicaset_uuid, i.current_state, i.address)
-                )
-                for i in topology.instances.values()
-            ],
-            "buckets": buckets,
-        }
-    )
+    return [event_document(event, term, index) for event in events]

@@ -5,33 +5,57 @@
 transaction, or joins the one opened by :meth:`Catalog.transaction`) and reads back what a
 driver should conclude (:meth:`Catalog.expected`), straight from the tables with its own SQL.
 
-Assumptions about Picodata (system tables as documented for 25.5; ``_pico_bucket`` as the
-Picodata driver's design shows it):
+Assumptions about Picodata, each with its source (repository picodata/picodata unless named):
 
-- Column names and meanings are Picodata's: ``_pico_tier(name, bucket_count, …)``,
-  ``_pico_replicaset(name, uuid, tier, current_master_name, target_master_name, weight,
+- Column names and meanings are Picodata's (docs: the system tables' reference, "Описание
+  соответствует версии Picodata 25.5.0"; src/tier.rs ``Tier::format``, src/replicaset.rs
+  ``Replicaset::format``): ``_pico_tier(name, …, vshard_bootstrapped, bucket_count, …)``,
+  ``_pico_replicaset(name, uuid, current_master_name, target_master_name, tier, weight,
   weight_origin, state, …)``, ``_pico_instance(name, uuid, raft_id, replicaset_name,
   replicaset_uuid, current_state, target_state, failure_domain, tier, …)``,
   ``_pico_peer_address(raft_id, address, connection_type)``. Only the columns a driver reads
   or a test changes are kept; version counters and vclocks are left out.
+- ``bucket_count`` may be 0: an "arbiter" tier, with members but no sharded data and
+  ``vshard_bootstrapped`` false for good (src/tier.rs ``Tier::has_buckets``;
+  test/int/test_expelling.py ``test_expel_zero_bucket_tier``, which also checks the flag).
 - Picodata's column types differ from PostgreSQL's. Uuids and names are ``text``; Picodata's
   *array* and *map* columns (``current_state``, ``target_state``, ``failure_domain``) are
   ``text`` holding JSON, e.g. ``'["Online", 1]'``, so a test can also store a malformed value.
 - A replicaset's master is named by instance *name* (``current_master_name``), not uuid.
-- ``_pico_peer_address`` keeps one row per instance and connection type; clients connect to
-  the ``'pgproto'`` address (an ``'iproto'`` row is kept as well).
-- Expelling a replicaset removes its rows and its instances' rows (Picodata keeps expelled
-  instances with ``current_state`` ``["Expelled", n]``; a driver sees either as "gone" or
-  "not online"; the tests need the rows gone to exercise delete events).
+- ``_pico_peer_address`` keeps one row per instance and connection type (its primary key is
+  ``[raft_id, connection_type]``, docs above): ``'iproto'``, ``'pgproto'``, ``'http'`` (the
+  web UI reads HTTP addresses from it, CHANGELOG.md) and ``'plugin:<plugin>.<service>'`` (a
+  test/int plugin test reads ``'plugin:testplug_listener.listenerservice'``). SQL clients
+  dial the ``'pgproto'`` address (picodata/picodata-go joins ``_pico_peer_address`` on
+  ``connection_type = 'pgproto'`` to find the instances it connects to).
+- Expelled members stay in the tables. A replicaset's ``state`` is ``not-ready``, ``ready``,
+  ``to-be-expelled`` (its governor waits for its buckets to be moved away; no instance may
+  join it) or ``expelled`` (src/replicaset.rs ``ReplicasetState``); an expelled instance's
+  ``current_state`` and ``target_state`` are ``["Expelled", n]`` (test/int/test_expelling.py
+  ``test_join_replicaset_after_expel``, ``test_expel_zero_bucket_tier``). Its peer addresses
+  are kept too (not checked against Picodata; a driver ignores them either way).
 - ``_pico_bucket(tier)`` returns one JSON *text*: an array of objects with the keys
   ``bucket_id_start``, ``target_replicaset_uuid``, ``tier_name``, ``state``, ``bucket_id_end``,
   ``current_replicaset_uuid``, ordered by ``bucket_id_start`` (so an unchanged map gives an
-  identical text, as a poll of a quiet cluster does); ``[]`` for a tier without buckets. An
-  unknown tier raises ``sbroad: _pico_bucket: tier '<name>' doesn't exist``. The ranges live
-  in ``_test_bucket``, a table Picodata does not have.
-- A rebalance makes ``_pico_bucket(tier)`` raise until it settles: :meth:`Catalog.fail_buckets`
-  stores the error in ``_test_bucket_fault``, which also holds a delay (to kill a connection
-  mid-poll) and a raw replacement payload (to serve malformed JSON).
+  identical text, as a poll of a quiet cluster does). The ranges live in ``_test_bucket``, a
+  table Picodata does not have.
+- ``_pico_bucket`` errors (the SQL engine's Lua builtin ``_PICO_BUCKET``; texts as
+  test/pgproto/_pico_bucket_function_test.py matches them, with the ``sbroad:`` prefix the
+  admin console shows in the bucket-map seed): a tier without a vshard router (unknown, or
+  an arbiter tier, as the issue reports) raises ``sbroad: _pico_bucket: tier '<name>'
+  doesn't exist``; a tier whose buckets are not bootstrapped yet fails to route its first
+  bucket: ``sbroad: _pico_bucket: Bucket 1 cannot be found. Is rebalancing in progress?``
+  (vshard's ``NO_ROUTE_TO_BUCKET`` message).
+- A rebalance makes ``_pico_bucket(tier)`` raise until it settles (in Picodata, vshard's
+  ``NO_ROUTE_TO_BUCKET`` again, for a bucket in transfer; the stand-in's default text,
+  ``REBALANCE_ERROR``, is its own): :meth:`Catalog.fail_buckets` stores the error in
+  ``_test_bucket_fault``, which also holds a delay (to kill a connection mid-poll) and a raw
+  replacement payload (to serve malformed JSON).
+- The tests reuse names (and the uuids made from them) after an expel. Picodata's
+  ``_pico_replicaset`` is keyed by name, so a new replicaset of an expelled one's name
+  replaces its row (with a new uuid there; test_expelling.py
+  ``test_join_replicaset_after_expel``); the stand-in also lets a new instance replace an
+  expelled one of its name, which Picodata would name afresh.
 - ``_test_bucket``, ``_test_bucket_fault`` and the ``_test_*`` functions (which add an
   instance with the next raft id, and spread a tier's buckets by weight) are the tests' own.
 - Transactions: a driver may read the tables in separate statements; the tests commit their
@@ -53,6 +77,7 @@ CREATE TABLE _pico_tier (
     name text PRIMARY KEY,
     replication_factor integer NOT NULL DEFAULT 1,
     can_vote boolean NOT NULL DEFAULT true,
+    vshard_bootstrapped boolean NOT NULL DEFAULT true,
     bucket_count integer NOT NULL,
     is_default boolean NOT NULL DEFAULT false
 );
@@ -116,8 +141,12 @@ BEGIN
             RETURN fault.payload;
         END IF;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM _pico_tier t WHERE t.name = tier) THEN
+    IF NOT EXISTS (SELECT 1 FROM _pico_tier t WHERE t.name = tier AND t.bucket_count > 0) THEN
         RAISE EXCEPTION 'sbroad: _pico_bucket: tier ''%'' doesn''t exist', tier;
+    END IF;
+    IF NOT (SELECT t.vshard_bootstrapped FROM _pico_tier t WHERE t.name = tier) THEN
+        RAISE EXCEPTION 'sbroad: _pico_bucket: %',
+            'Bucket 1 cannot be found. Is rebalancing in progress?';
     END IF;
     SELECT json_agg(json_build_object(
                'bucket_id_start', b.bucket_id_start,
@@ -134,6 +163,10 @@ END
 $$;
 CREATE FUNCTION _test_add_instance(_name text, _replicaset text, _uuid text, _state text,
                                    _port integer) RETURNS void LANGUAGE sql AS $$
+    DELETE FROM _pico_peer_address WHERE raft_id IN (
+        SELECT raft_id FROM _pico_instance
+         WHERE name = _name AND current_state::json->>0 = 'Expelled');
+    DELETE FROM _pico_instance WHERE name = _name AND current_state::json->>0 = 'Expelled';
     INSERT INTO _pico_instance (name, uuid, raft_id, replicaset_name, replicaset_uuid,
                                 current_state, target_state, tier)
     SELECT _name, _uuid, (SELECT coalesce(max(raft_id), 0) + 1 FROM _pico_instance), r.name,
@@ -143,7 +176,9 @@ CREATE FUNCTION _test_add_instance(_name text, _replicaset text, _uuid text, _st
     SELECT i.raft_id, a.address, a.kind
       FROM _pico_instance i,
            (VALUES ('127.0.0.1:' || _port, 'pgproto'),
-                   ('127.0.0.1:' || (_port + 10000), 'iproto')) AS a(address, kind)
+                   ('127.0.0.1:' || (_port + 10000), 'iproto'),
+                   ('127.0.0.1:' || (_port + 20000), 'http'),
+                   ('127.0.0.1:' || (_port + 30000), 'plugin:radix.cache')) AS a(address, kind)
      WHERE i.name = _name;
 $$;
 CREATE FUNCTION _test_rebalance(_tier text) RETURNS void LANGUAGE sql AS $$
@@ -159,7 +194,7 @@ CREATE FUNCTION _test_rebalance(_tier text) RETURNS void LANGUAGE sql AS $$
                                            / (sum(r.weight) OVER ()))::integer
                            END AS end_id
                       FROM _pico_replicaset r JOIN _pico_tier t ON t.name = r.tier
-                     WHERE r.tier = _tier AND r.weight > 0
+                     WHERE r.tier = _tier AND r.weight > 0 AND r.state <> 'expelled'
                     WINDOW w AS (ORDER BY r.name ROWS BETWEEN UNBOUNDED PRECEDING
                                  AND CURRENT ROW)) AS ends) AS ranges
      WHERE end_id >= start_id;
@@ -175,16 +210,22 @@ TABLES = (
     "_test_bucket_fault",
 )
 
+# expelled replicasets and instances, and the instances of expelled replicasets, are not
+# members: the rows stay, a driver must leave them out
 _EXPECTED_QUERY = """
+WITH members AS (
+    SELECT i.* FROM _pico_instance i JOIN _pico_replicaset r ON r.uuid = i.replicaset_uuid
+     WHERE i.current_state::json->>0 <> 'Expelled' AND r.state <> 'expelled')
 SELECT json_build_object(
     'tiers', (SELECT json_agg(json_build_array(name, bucket_count)) FROM _pico_tier),
     'replicasets', (
         SELECT json_agg(json_build_array(r.uuid, r.tier, m.uuid))
-        FROM _pico_replicaset r LEFT JOIN _pico_instance m ON m.name = r.current_master_name),
+        FROM _pico_replicaset r LEFT JOIN members m ON m.name = r.current_master_name
+        WHERE r.state <> 'expelled'),
     'instances', (
         SELECT json_agg(json_build_array(
             i.uuid, i.replicaset_uuid, i.current_state::json->>0, p.address))
-        FROM _pico_instance i LEFT JOIN _pico_peer_address p
+        FROM members i LEFT JOIN _pico_peer_address p
         ON p.raft_id = i.raft_id AND p.connection_type = 'pgproto'),
     'buckets', (
         SELECT json_agg(json_build_array(
@@ -194,6 +235,16 @@ SELECT json_build_object(
 """
 
 REBALANCE_ERROR = "sbroad: _pico_bucket: rebalance in progress"
+UNKNOWN_TIER_ERROR = "sbroad: _pico_bucket: tier '{}' doesn't exist"
+NOT_BOOTSTRAPPED_ERROR = (
+    "sbroad: _pico_bucket: Bucket 1 cannot be found. Is rebalancing in progress?"
+)
+
+_EXPEL_INSTANCES = (
+    "UPDATE _pico_instance SET"
+    " current_state = json_build_array('Expelled', current_state::json->1)::text,"
+    " target_state = json_build_array('Expelled', current_state::json->1)::text"
+)
 
 _NAMESPACE = uuid.UUID("5d3c1b7e-0c55-4a59-9a51-6a8f0e0a6c11")
 
@@ -304,11 +355,17 @@ class Catalog:
 
     # tiers, replicasets, instances
 
-    def add_tier(self, name: str, bucket_count: int) -> None:
+    def add_tier(self, name: str, bucket_count: int, *, bootstrapped: bool = True) -> None:
+        """Adds a tier; ``bucket_count`` 0 is an arbiter tier (never bootstrapped)."""
         self._run(
-            "INSERT INTO _pico_tier (name, bucket_count, is_default) VALUES (%s, %s, %s)",
-            (name, bucket_count, name == "default"),
+            "INSERT INTO _pico_tier (name, vshard_bootstrapped, bucket_count, is_default)"
+            " VALUES (%s, %s, %s, %s)",
+            (name, bootstrapped and bucket_count > 0, bucket_count, name == "default"),
         )
+
+    def bootstrap(self, tier: str) -> None:
+        """The tier's buckets are bootstrapped (``_pico_bucket`` answers from now on)."""
+        self._run("UPDATE _pico_tier SET vshard_bootstrapped = true WHERE name = %s", (tier,))
 
     def add_replicaset(
         self,
@@ -324,6 +381,9 @@ class Catalog:
         the first instance is its master. Returns the replicaset's uuid."""
         rs_uuid = uuid or name_uuid(name)
         with self.transaction():
+            self._run(
+                "DELETE FROM _pico_replicaset WHERE name = %s AND state = 'expelled'", (name,)
+            )
             self._run(
                 "INSERT INTO _pico_replicaset (name, uuid, current_master_name,"
                 " target_master_name, tier, weight) VALUES (%s, %s, %s, %s, %s, %s)",
@@ -347,25 +407,21 @@ class Catalog:
         )
         return instance_uuid
 
+    def start_expelling(self, name: str) -> None:
+        """The replicaset turns ``to-be-expelled``: it keeps its buckets until they are moved
+        away (a rebalance), then :meth:`expel_replicaset` finishes the expel."""
+        self._run("UPDATE _pico_replicaset SET state = 'to-be-expelled' WHERE name = %s", (name,))
+
     def expel_replicaset(self, name: str) -> None:
-        """Removes the replicaset and its instances (move its buckets away first)."""
+        """The replicaset turns ``expelled`` and its instances ``["Expelled", n]``; the rows
+        stay, as in Picodata (move its buckets away first)."""
         with self.transaction():
-            self._run(
-                "DELETE FROM _pico_peer_address WHERE raft_id IN"
-                " (SELECT raft_id FROM _pico_instance WHERE replicaset_name = %s)",
-                (name,),
-            )
-            self._run("DELETE FROM _pico_instance WHERE replicaset_name = %s", (name,))
-            self._run("DELETE FROM _pico_replicaset WHERE name = %s", (name,))
+            self._run(_EXPEL_INSTANCES + " WHERE replicaset_name = %s", (name,))
+            self._run("UPDATE _pico_replicaset SET state = 'expelled' WHERE name = %s", (name,))
 
     def expel_instance(self, name: str) -> None:
-        with self.transaction():
-            self._run(
-                "DELETE FROM _pico_peer_address WHERE raft_id ="
-                " (SELECT raft_id FROM _pico_instance WHERE name = %s)",
-                (name,),
-            )
-            self._run("DELETE FROM _pico_instance WHERE name = %s", (name,))
+        """The instance turns ``["Expelled", n]`` (its incarnation kept); the row stays."""
+        self._run(_EXPEL_INSTANCES + " WHERE name = %s", (name,))
 
     def switch_master(self, replicaset: str, instance: str) -> None:
         self._run(

@@ -21,7 +21,7 @@ import pytest
 from discovery_contract import kinds, take
 from etcd_server import EtcdServer
 from notify_cluster import NotifyCluster, install, running, until, view
-from notify_documents import event_document, snapshot_document
+from notify_documents import event_document, snapshot_documents
 from pg_server import PgServer
 from picodata_catalog import Catalog, topology_state
 from registration_contract import take as take_changes
@@ -278,7 +278,9 @@ def test_a_notification_source_skips_a_poisoned_document_and_goes_on(notify_dsn:
                         t,
                         i + 1,
                         op="replace",
-                        map={"instance_uuid": I[1], "current_state": LONE_SURROGATE},
+                        map="instance",
+                        instance_uuid=I[1],
+                        current_state=LONE_SURROGATE,
                     )
                 )
                 cluster.publish(InstanceEvent("replace", I[1], current_state="Offline"))
@@ -298,11 +300,13 @@ def test_a_transport_that_raises_or_hands_over_a_lone_surrogate_never_ends_the_s
     reference.apply_tiers({"default": 3000})
     for event in add(1):
         reference.apply(event)
-    snapshot = snapshot_document(reference, 1, 2)
+    snapshot = snapshot_documents(reference, 1, 2)
     moved = buckets((1, 3000, 1))[0]
     reference.apply(moved)
     # a str transport may hand over what no UTF-8 payload can carry: a lone surrogate itself
-    surrogate = _raw(1, 3, op="replace", map={"replicaset_uuid": R[1], "tier": LONE_SURROGATE})
+    surrogate = _raw(
+        1, 3, op="replace", map="replicaset", replicaset_uuid=R[1], tier=LONE_SURROGATE
+    )
     transport = _Transport(
         [
             ValueError("a bug in the transport's connect()"),

@@ -1,5 +1,6 @@
-"""NotificationSource against a real PostgreSQL standing in for a cluster that pushes topology
-events (``LISTEN``/``NOTIFY``; the design is in tests/notify_cluster.py).
+"""NotificationSource against a real PostgreSQL standing in for a cluster that pushes Picodata's
+topology notifications in the ADR's format (``LISTEN``/``NOTIFY``; the design is in
+tests/notify_cluster.py, the documents in tests/notify_documents.py).
 
 The seed's three cases as notification streams with ``find_bucket_master`` checked after each
 step; redelivered, out-of-order and malformed documents; the snapshot/stream boundary; a killed
@@ -28,22 +29,23 @@ from notify_cluster import (
     until,
     view,
 )
-from notify_documents import Event, event_document, snapshot_document
+from notify_documents import Event, event_document, snapshot_documents
 from pg_server import PgServer
 from strategies import TIERS, valid_events
 
-from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, TierWithoutBuckets, Topology
 from shardline.topology.sources.changes import TopologySnapshot, apply_change
 from shardline.topology.sources.notification import NotificationSource, TransportError
 from shardline.topology.sources.notification_documents import (
     DocumentError,
     RaftPosition,
     parse_event_document,
-    parse_snapshot_document,
+    parse_snapshot,
 )
 from shardline.topology.sources.pg_notify import PgNotifySession, PgNotifyTransport
 from shardline.topology.sources.state import FailureReason
 
+DSN = "postgresql://u:secret@x:5432/db"
 R = {n: rs_uuid(n) for n in range(1, 10)}
 I = {n: inst_uuid(n) for n in range(1, 10)}  # noqa: E741  (the master instance of Rn)
 
@@ -219,7 +221,8 @@ def test_several_documents_of_one_raft_entry_and_a_new_term(cluster: NotifyClust
         topology = Topology()
         source = cluster.source()
         async with running(source, topology):
-            await caught_up(source, cluster.position)
+            # an empty cluster: its burst is empty, at no position
+            await until(lambda: source.deliveries.snapshots == 1, what="the snapshot")
             one_entry = cluster.publish(
                 *add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2)), same_entry=True
             )
@@ -266,7 +269,8 @@ def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
                     cluster.dsn,
                     channel=cluster.channel,
                     snapshot_query=f"SELECT {function}('{cluster.channel}', {cluster.lock})",
-                    connect_kwargs={"application_name": name},
+                    tiers_query=cluster.tiers_query,
+                    connect_kwargs={"server_settings": {"application_name": name}},
                 ),
                 delivered,
             ),
@@ -314,6 +318,7 @@ class _HeldBackSession:
         self._session = session
         self._delivered = delivered
         self.server = session.server
+        self.tiers = session.tiers
         self.snapshot = session.snapshot
 
     async def documents(self) -> AsyncIterator[str | bytes]:
@@ -332,65 +337,53 @@ def _raw(term: int, index: int, **body: Any) -> str:
     return json.dumps({"raft": {"term": term, "index": index}, **body})
 
 
+def _bucket(start: Any, end: Any, tier: str = "default", **fields: Any) -> dict[str, Any]:
+    """The fields of an ADR bucket document (its "map" included)."""
+    return {
+        "map": "bucket",
+        "tier": tier,
+        "bucket_id": {"start": start, "end": end},
+        "current_replicaset_uuid": R[1],
+        **fields,
+    }
+
+
 def test_malformed_documents_are_skipped_counted_and_the_stream_goes_on(
     cluster: NotifyCluster,
 ) -> None:
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
     t, i = cluster.position
-    good = {"replicaset_uuid": R[1]}
+    good = {"map": "replicaset", "replicaset_uuid": R[1]}
     bad = {
         "not JSON": "{oops",
         "not an object": "[1, 2]",
-        "no raft": json.dumps({"op": "replace", "map": good}),
-        "negative index": _raw(t, -1, op="replace", map=good),
-        "bool term": json.dumps({"op": "replace", "map": good, "raft": {"term": True, "index": 1}}),
-        "unknown op": _raw(t, i + 1, op="upsert", map=good),
-        "no map": _raw(t, i + 1, op="replace"),
-        "map of nothing known": _raw(t, i + 1, op="replace", map={"name": "r1"}),
-        "bad uuid": _raw(t, i + 1, op="replace", map={"replicaset_uuid": "r1"}),
-        "start > end": _raw(
-            t,
-            i + 1,
-            op="replace",
-            map={
-                "tier": "default",
-                "bucket_id": {"start": 9, "end": 3},
-                "current_replicaset_uuid": R[1],
-            },
+        "no raft": json.dumps({"op": "replace", **good}),
+        "negative index": _raw(t, -1, op="replace", **good),
+        "bool term": json.dumps({"op": "replace", **good, "raft": {"term": True, "index": 1}}),
+        "unknown op": _raw(t, i + 1, op="upsert", **good),
+        "no map": _raw(t, i + 1, op="replace", replicaset_uuid=R[1]),
+        "map an object (shardline's old format)": _raw(
+            t, i + 1, op="replace", map={"replicaset_uuid": R[1]}
         ),
-        "bad timestamp": _raw(t, i + 1, op="replace", map=good, timestamp=[1]),
+        "bad uuid": _raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid="r1"),
+        "start > end": _raw(t, i + 1, op="replace", **_bucket(9, 3)),
+        "bad timestamp": _raw(t, i + 1, op="replace", **good, timestamp=[1]),
         "empty state": _raw(
-            t, i + 1, op="replace", map={"instance_uuid": I[1], "current_state": ""}
+            t, i + 1, op="replace", map="instance", instance_uuid=I[1], current_state=""
         ),
     }
-    beyond = _raw(
-        t,
-        i + 1,
-        op="replace",
-        map={
-            "tier": "default",
-            "bucket_id": {"start": 1, "end": 3001},
-            "current_replicaset_uuid": R[1],
-        },
-    )
-    unknown_tier = _raw(
-        t,
-        i + 1,
-        op="replace",
-        map={
-            "tier": "elsewhere",
-            "bucket_id": {"start": 1, "end": 10},
-            "current_replicaset_uuid": R[1],
-        },
-    )
-    oversized = _raw(t, i + 1, op="replace", map=good, padding="x" * 1500)
+    beyond = _raw(t, i + 1, op="replace", **_bucket(1, 3001))
+    unknown_tier = _raw(t, i + 1, op="replace", **_bucket(1, 10, tier="elsewhere"))
+    oversized = _raw(t, i + 1, op="replace", **good, padding="x" * 1500)
+    # a map shardline does not follow: the ADR lets event types be added
+    other_map = _raw(t, i + 1, op="replace", map="plugin", name="p")
 
     async def scenario() -> None:
         topology = Topology()
         source = cluster.source(max_document=1200)
         async with running(source, topology):
             await caught_up(source, cluster.position)
-            cluster.notify(*bad.values(), beyond, unknown_tier, oversized)
+            cluster.notify(*bad.values(), beyond, unknown_tier, oversized, other_map)
             cluster.publish(*buckets((1, 2000, 1)))
             await caught_up(source, cluster.position)
             assert topology.ranges("default") == [(1, 2000, R[1])]
@@ -403,6 +396,7 @@ def test_malformed_documents_are_skipped_counted_and_the_stream_goes_on(
             }
             assert state.connects == 1  # the stream never stopped
             assert source.deliveries.skipped == len(bad) + 3
+            assert source.deliveries.ignored == 1
             assert source.deliveries.handed_out == 1
 
     asyncio.run(scenario())
@@ -420,7 +414,7 @@ def test_a_document_the_topology_refuses_is_rejected_and_the_snapshot_read_again
             await caught_up(source, cluster.position)
             t, i = cluster.position
             # well formed, but a replicaset the topology does not know needs its tier
-            cluster.notify(_raw(t, i + 1, op="replace", map={"replicaset_uuid": R[7]}))
+            cluster.notify(_raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid=R[7]))
             await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
             assert source.state.failures == {"rejected": 1}
             assert view(topology) == view(cluster.reference)
@@ -431,22 +425,22 @@ def test_a_document_the_topology_refuses_is_rejected_and_the_snapshot_read_again
 def test_an_unusable_snapshot_is_counted_and_retried(cluster: NotifyCluster) -> None:
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
     good = cluster.snapshot()
-    overlapping = json.loads(good)
-    overlapping["buckets"].append(overlapping["buckets"][0])
+    t, i = cluster.position
+    overlapping = [*good, event_document(BucketEvent("default", 10, 20, R[1]), t, i)]
 
-    def store(document: str) -> None:
+    def store(documents: list[str]) -> None:
         cluster.connection.execute(
-            "UPDATE shardline_topology_state SET document = %s WHERE channel = %s",
-            (document, cluster.channel),
+            "UPDATE shardline_topology_state SET documents = %s WHERE channel = %s",
+            (documents, cluster.channel),
         )
 
     async def scenario() -> None:
         topology = Topology()
-        store("{not json")
+        store([*good[:1], "{not json", *good[1:]])
         source = cluster.source()
         async with running(source, topology):
             await until(lambda: source.state.failures.get("malformed-row", 0) >= 2)
-            store(json.dumps(overlapping))
+            store(overlapping)
             await until(lambda: source.state.failures.get("malformed-buckets", 0) >= 2)
             assert source.deliveries.snapshots == 0
             assert not topology.replicasets
@@ -454,10 +448,18 @@ def test_an_unusable_snapshot_is_counted_and_retried(cluster: NotifyCluster) -> 
             await caught_up(source, cluster.position)
             assert view(topology) == view(cluster.reference)
 
-        # a snapshot query that finds nothing is a query error
-        source = cluster.source(snapshot_query="SELECT shardline_topology_snapshot('nowhere')")
+        # a snapshot query of the wrong shape, or one that fails, is a query error
+        for query in ("SELECT 1, 2", "SELECT no_such_function()"):
+            wrong = cluster.source(snapshot_query=query)
+            async with running(wrong, Topology()):
+                await until(lambda s=wrong: s.state.failures.get("query-error", 0) >= 2)
+        # so is a tiers query that fails; one of the wrong shape is a malformed row
+        source = cluster.source(tiers_query="SELECT * FROM _pico_tier")
         async with running(source, Topology()):
             await until(lambda: source.state.failures.get("query-error", 0) >= 2)
+        source = cluster.source(tiers_query="SELECT 'default', 'many'")
+        async with running(source, Topology()):
+            await until(lambda: source.state.failures.get("malformed-row", 0) >= 2)
 
     asyncio.run(scenario())
 
@@ -478,7 +480,7 @@ def test_a_killed_connection_rebuilds_from_the_new_snapshot(
         # something the cluster never said: gone after the first snapshot
         topology.apply_tiers({"default": 3000})
         topology.apply(ReplicasetEvent("replace", R[8], tier="default"))
-        source = cluster.source(connect_kwargs={"application_name": name})
+        source = cluster.source(connect_kwargs={"server_settings": {"application_name": name}})
         async with running(source, topology):
             await caught_up(source, cluster.position)
             assert view(topology) == view(cluster.reference)
@@ -506,6 +508,35 @@ def test_a_killed_connection_rebuilds_from_the_new_snapshot(
             state = source.state
             assert state.failures == {"connection-lost": 1}
             assert (state.connects, state.refreshes, state.connected) == (2, 2, True)
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_killed_while_the_snapshot_is_read_is_connection_lost(
+    pg: PgServer, cluster: NotifyCluster
+) -> None:
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+    name = f"killed-early-{cluster.channel}"
+    database = cluster.connection.info.dbname
+
+    async def scenario() -> None:
+        topology = Topology()
+        source = cluster.source(
+            snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
+            f" {cluster.lock})",
+            connect_kwargs={"server_settings": {"application_name": name}},
+        )
+        with cluster.holding():
+            async with running(source, topology):
+                await until(lambda: cluster.waiting_sessions(name) == 1, what="the snapshot")
+                assert await asyncio.to_thread(
+                    pg.terminate_backends, database, application_name=name
+                )
+                await until(lambda: bool(source.state.failures), what="the failure")
+                assert dict(source.state.failures) == {"connection-lost": 1}
+                cluster.release()
+                await caught_up(source, cluster.position)
+                assert view(topology) == view(cluster.reference)
 
     asyncio.run(scenario())
 
@@ -578,7 +609,7 @@ def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
         slow = cluster.source(
             snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
             f" {cluster.lock})",
-            connect_kwargs={"application_name": f"slow-{cluster.channel}"},
+            connect_kwargs={"server_settings": {"application_name": f"slow-{cluster.channel}"}},
         )
         with cluster.holding():
             task = asyncio.create_task(slow.run(Topology()))
@@ -590,6 +621,74 @@ def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
         assert not slow.state.failures
 
     asyncio.run(scenario())
+
+
+def test_the_transport_bounds_its_queue(cluster: NotifyCluster) -> None:
+    """More notifications waiting than max_queue end the session (too-large) rather than grow
+    without bound (the source then reconnects and reads a new snapshot: nothing is lost). The
+    snapshot is the burst of ADR documents, the tiers come from the tiers query."""
+    cluster.publish(*add(1), *buckets((1, 3000, 1)))
+
+    async def direct() -> None:
+        transport = PgNotifyTransport(
+            cluster.dsn,
+            channel=cluster.channel,
+            snapshot_query=cluster.snapshot_query,
+            tiers_query=cluster.tiers_query,
+            max_queue=3,
+        )
+        session = await transport.connect()
+        try:
+            assert session.tiers == {"default": 3000}
+            assert [parse_event_document(d).event for d in session.snapshot] == [
+                *add(1),
+                *buckets((1, 3000, 1)),
+            ]
+            documents = cluster.publish(
+                *[InstanceEvent("replace", I[1], address=f"h:{n}") for n in range(6)]
+            )
+            waiting = session._queue  # what asyncpg has handed over, unread
+            await until(lambda: waiting.qsize() == 4, what="the notifications")
+            read = []
+
+            async def drain() -> None:
+                async for document in session.documents():
+                    read.append(document)
+
+            with pytest.raises(TransportError, match="over 3 notifications waiting") as raised:
+                await drain()
+            assert raised.value.reason == FailureReason.TOO_LARGE
+            assert read == documents[:3]
+        finally:
+            await session.aclose()
+
+    asyncio.run(direct())
+
+
+def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn: str) -> None:
+    """An arbiter tier (bucket_count 0, Picodata 26.1): its replicasets and instances are
+    followed, routing in it raises a clear error, and a bucket document about it is skipped."""
+    with NotifyCluster(notify_dsn, tiers={"default": 3000, "arbiter": 0}) as cluster:
+        cluster.publish(*add(1), *add(2, tier="arbiter"), *buckets((1, 3000, 1)))
+
+        async def scenario() -> None:
+            topology = Topology()
+            source = cluster.source()
+            async with running(source, topology):
+                await caught_up(source, cluster.position)
+                assert topology.tiers == {"default": 3000, "arbiter": 0}
+                with pytest.raises(TierWithoutBuckets, match="'arbiter' has no buckets"):
+                    topology.route("arbiter", 7)
+                assert topology.replicasets[R[2]].tier == "arbiter"
+                assert view(topology) == view(cluster.reference)
+                t, i = cluster.position
+                cluster.notify(_raw(t, i + 1, op="replace", **_bucket(1, 10, tier="arbiter")))
+                cluster.publish(InstanceEvent("replace", I[2], current_state="Offline"))
+                await caught_up(source, cluster.position)
+                assert dict(source.state.failures) == {"malformed-buckets": 1}
+                assert view(topology) == view(cluster.reference)
+
+        asyncio.run(scenario())
 
 
 def test_a_server_that_is_not_there_is_a_connect_failure(pg: PgServer) -> None:
@@ -648,7 +747,7 @@ def test_any_delivery_order_converges_to_in_order_application(
         topology = Topology()
         source = cluster.source()
         async with running(source, topology):
-            await caught_up(source, cluster.position)
+            await until(lambda: source.deliveries.snapshots == 1, what="the snapshot")
             documents = cluster.publish(*events, notify=False)
             cluster.notify(*(documents[i] for i in order))
             cluster.publish(barrier)
@@ -685,18 +784,17 @@ def test_documents_decode_to_the_event_they_describe(event: Event, term: int, in
     assert decoded.event == expected
 
 
-def test_a_snapshot_document_decodes_to_the_topology_it_describes() -> None:
+def test_a_snapshot_burst_decodes_to_the_topology_it_describes() -> None:
     reference = Topology()
     reference.apply_tiers({"default": 3000, "empty": 10})
     for event in [*add(1), *add(2), *buckets((1001, 3000, 2), (1, 1000, 1))]:
         reference.apply(event)
-    decoded = parse_snapshot_document(snapshot_document(reference, 4, 2))
+    decoded = parse_snapshot(snapshot_documents(reference, 4, 2))
     assert decoded.position == RaftPosition(4, 2)
-    assert decoded.tiers == {"default": 3000, "empty": 10}
     assert [e.start for e in decoded.buckets["default"]] == [1, 1001]
-    assert decoded.buckets["empty"] == ()
+    assert "empty" not in decoded.buckets
     rebuilt = Topology()
-    rebuilt.apply_tiers(decoded.tiers)
+    rebuilt.apply_tiers(reference.tiers)
     for event in (*decoded.replicasets, *decoded.instances):
         rebuilt.apply(event)
     for tier, ranges in decoded.buckets.items():
@@ -704,47 +802,73 @@ def test_a_snapshot_document_decodes_to_the_topology_it_describes() -> None:
     assert view(rebuilt) == view(reference)
 
 
+def test_a_burst_merges_documents_about_one_member_and_takes_its_highest_position() -> None:
+    burst = [
+        _raw(3, 7, op="replace", map="replicaset", replicaset_uuid=R[1], tier="default"),
+        _raw(3, 9, op="replace", map="instance", instance_uuid=I[1], current_state="Online"),
+        # the address from _pico_peer_address, in a document of its own
+        _raw(3, 8, op="replace", map="instance", instance_uuid=I[1], address="h1:1"),
+        _raw(3, 5, op="replace", map="replicaset", replicaset_uuid=R[1], current_master_uuid=I[1]),
+        _raw(3, 4, op="replace", **_bucket(1, 10)),
+        _raw(3, 4, op="replace", **_bucket(1, 10)),  # the same range twice is one
+        _raw(3, 4, op="replace", map="tier", name="default", bucket_count=3000),  # ignored
+    ]
+    decoded = parse_snapshot(burst)
+    assert decoded.position == RaftPosition(3, 9)
+    assert decoded.replicasets == (ReplicasetEvent("replace", R[1], "default", I[1]),)
+    assert decoded.instances == (InstanceEvent("replace", I[1], None, "Online", "h1:1"),)
+    assert decoded.buckets == {"default": (BucketEvent("default", 1, 10, R[1]),)}
+    assert decoded.ignored == 1
+    empty = parse_snapshot([])
+    assert (empty.position, empty.replicasets, empty.buckets) == (RaftPosition(0, 0), (), {})
+
+
 def test_uuids_come_out_canonical_and_unknown_fields_are_ignored() -> None:
     document = _raw(
         1,
         2,
         op="replace",
-        map={
-            "instance_uuid": I[1].upper(),
-            "replicaset_uuid": "{" + R[1] + "}",
-            "current_state": "Online",
-            "address": None,
-            "future_field": [1, 2],
-        },
-        later="ignored",
+        map="instance",
+        instance_uuid=I[1].upper(),
+        replicaset_uuid="{" + R[1] + "}",
+        current_state="Online",
+        address=None,
+        future_field=[1, 2],
     )
     decoded = parse_event_document(document)
     assert decoded.event == InstanceEvent("replace", I[1], R[1], "Online", None)
+    assert decoded.map == "instance"
+
+
+def _rs(**fields: Any) -> str:
+    return _raw(1, 1, op="replace", map="replicaset", replicaset_uuid=R[1], **fields)
 
 
 @pytest.mark.parametrize(
     ("document", "reason", "message"),
     [
         ('{"raft": {"term": 1, "index": 1}', "malformed-row", "not JSON"),
-        (_raw(1, 1, op="replace", map={"instance_uuid": I[1], "bucket_id": {}}), "malformed-row",
-         "both"),
-        (_raw(1, 1, op="replace", map={"replicaset_uuid": R[1], "tier": "x" * 1025}),
-         "malformed-row", "over the limit"),
-        (_raw(1, 1, op="replace", map={"tier": "t", "current_replicaset_uuid": R[1],
-                                        "bucket_id": {"start": 0, "end": 3}}),
-         "malformed-row", "bucket_id.start"),
-        (_raw(1, 1, op="replace", map={"tier": "t", "current_replicaset_uuid": R[1],
-                                        "bucket_id": [1, 3]}),
-         "malformed-row", "'bucket_id' must be an object"),
-        (_raw(1, 1, op="replace", map={"tier": "t", "bucket_id": {"start": 1, "end": 3}}),
+        ('{"raft": {"term": 1, "index": 1},, }', "malformed-row", "not JSON"),
+        (_rs(tier="x" * 1025), "malformed-row", "over the limit"),
+        (_raw(1, 1, op="replace", **_bucket(0, 3)), "malformed-row", "bucket_id.start"),
+        (_raw(1, 1, op="replace", **_bucket(1, 3, current_replicaset_uuid=None)),
          "malformed-row", "current_replicaset_uuid"),
+        (_raw(1, 1, op="replace", **{**_bucket(1, 3), "bucket_id": [1, 3]}),
+         "malformed-row", "'bucket_id' must be an object"),
+        (_raw(1, 1, op="replace", map="instance", instance_uuid="268a62a-8af6-4a3d-9f24-23e6c5f4"),
+         "malformed-row", "'instance_uuid' must be a UUID string, got '268a62a-"),
+        (_raw(1, 1, op="replace", map={"replicaset_uuid": R[1]}), "malformed-row",
+         "'map' must be a table name"),
+        (_raw(1, 1, op="replace", map=""), "malformed-row", "'map' must be a table name"),
+        (_raw(2**64, 1, op="replace", map="replicaset", replicaset_uuid=R[1]),
+         "malformed-row", "raft.term"),
         ("[" * 5000 + "]" * 5000, "too-large", "over the limit"),
         (b"\xff\xfe", "malformed-row", "not JSON"),
         # a lone surrogate, escaped (any transport) or as it is (a str transport)
-        (_raw(1, 1, op="replace", map={"instance_uuid": I[1], "address": "\ud800"}),
+        (_raw(1, 1, op="replace", map="instance", instance_uuid=I[1], address="\ud800"),
          "malformed-row", "'address' holds a lone surrogate"),
-        (json.dumps({"op": "replace", "raft": {"term": 1, "index": 1},
-                     "map": {"replicaset_uuid": R[1], "tier": "t\ud800"}}, ensure_ascii=False),
+        (json.dumps({"op": "replace", "raft": {"term": 1, "index": 1}, "map": "replicaset",
+                     "replicaset_uuid": R[1], "tier": "t\ud800"}, ensure_ascii=False),
          "malformed-row", "'tier' holds a lone surrogate"),
     ],
 )  # fmt: skip
@@ -757,39 +881,23 @@ def test_malformed_event_documents_name_what_is_wrong(
 
 
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("burst", "reason", "message"),
     [
-        ({"tiers": []}, "'tiers' must be an object"),
-        ({"tiers": {"default": 0}}, "bucket count 0"),
-        ({"replicasets": [{"replicaset_uuid": R[1]}]}, "has no 'tier'"),
-        ({"replicasets": [{"replicaset_uuid": R[1], "tier": "default"}] * 2}, "twice"),
-        ({"instances": [{"instance_uuid": I[1]}] * 2}, "twice"),
-        ({"instances": {"instance_uuid": I[1]}}, "array of objects"),
-        (
-            {"buckets": [{"tier": "t", "bucket_id": {"start": 1, "end": 2},
-                          "current_replicaset_uuid": R[1]}]},
-            "not in 'tiers'",
-        ),
-        (
-            {"buckets": [{"tier": "default", "bucket_id": {"start": 1, "end": 3001},
-                          "current_replicaset_uuid": R[1]}]},
-            "beyond the bucket count",
-        ),
-        ({"raft": {"term": 1}}, "raft.index"),
-        ({"tiers": {"\udfff": 3000}}, "'tiers' holds a lone surrogate"),
+        ([_rs(tier="default"), _raw(1, 2, op="delete", map="replicaset", replicaset_uuid=R[2])],
+         "malformed-row", "snapshot document 2 is a 'delete'"),
+        ([_rs(tier="default"), "{"], "malformed-row", "snapshot document 2: document is not JSON"),
+        ([_raw(1, 1, op="replace", **_bucket(1, 10)), _raw(1, 1, op="replace", **_bucket(5, 20))],
+         "malformed-buckets", r"\[1, 10\] and \[5, 20\] of tier 'default' overlap"),
+        ([_rs(tier="default")] * 40, "too-large", "over the limit of 1000 bytes at document"),
+        ([_rs(tier="d" * 750)], "too-large", "snapshot document 1: document of"),
     ],
 )  # fmt: skip
-def test_malformed_snapshots_name_what_is_wrong(change: dict[str, Any], message: str) -> None:
-    body: dict[str, Any] = {
-        "raft": {"term": 1, "index": 1},
-        "tiers": {"default": 3000},
-        "replicasets": [],
-        "instances": [],
-        "buckets": [],
-        **change,
-    }
-    with pytest.raises(DocumentError, match=message):
-        parse_snapshot_document(json.dumps(body))
+def test_malformed_snapshots_name_what_is_wrong(
+    burst: list[str], reason: str, message: str
+) -> None:
+    with pytest.raises(DocumentError, match=message) as raised:
+        parse_snapshot(burst, max_document=800, max_size=1000)
+    assert raised.value.reason == FailureReason(reason)
 
 
 def test_a_complete_snapshot_leaves_nothing_it_does_not_hold() -> None:
@@ -810,9 +918,10 @@ def test_a_complete_snapshot_leaves_nothing_it_does_not_hold() -> None:
 
 class _Session:
     def __init__(
-        self, snapshot: str, documents: list[str | Exception], *, hold: bool = False
+        self, snapshot: list[str], documents: list[str | Exception], *, hold: bool = False
     ) -> None:
         self.server = "memory"
+        self.tiers = {"default": 3000}
         self.snapshot = snapshot
         self._documents = documents
         self._hold = hold
@@ -852,10 +961,10 @@ def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
     reference.apply_tiers({"default": 3000})
     for event in add(1):
         reference.apply(event)
-    first = snapshot_document(reference, 1, 2)
+    first = snapshot_documents(reference, 1, 2)
     moved = BucketEvent("default", 1, 3000, R[1])
     reference.apply(moved)
-    second = snapshot_document(reference, 1, 3)
+    second = snapshot_documents(reference, 1, 3)
     transport = _Transport(
         [
             TransportError(FailureReason.CONNECT, "refused"),
@@ -887,21 +996,27 @@ def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
     [
         ({}, "give a dsn or a transport"),
         ({"dsn": 5}, "dsn must be a str"),
-        ({"dsn": "nonsense"}, "not a valid connection string"),
-        ({"dsn": "host=x", "channel": ""}, "channel"),
-        ({"dsn": "host=x", "channel": "é" * 40}, "channel"),
-        ({"dsn": "host=x", "snapshot_query": " "}, "snapshot_query"),
-        ({"dsn": "host=x", "ping_interval": 0}, "ping_interval"),
-        ({"dsn": "host=x", "connect_kwargs": {"autocommit": False}}, "autocommit"),
-        ({"dsn": "host=x", "timeout": -1}, "timeout"),
-        ({"dsn": "host=x", "retry": float("nan")}, "retry"),
-        ({"dsn": "host=x", "retry": 1.0, "max_retry": 0.5}, "max_retry"),
-        ({"dsn": "host=x", "min_resync_interval": -0.1}, "min_resync_interval"),
-        ({"dsn": "host=x", "max_document": 0}, "max_document"),
-        ({"dsn": "host=x", "max_snapshot": True}, "max_snapshot"),
-        ({"dsn": "host=x", "max_queue": 1.5}, "max_queue"),
+        ({"dsn": "host=x port=5432"}, "must be a postgresql:// or postgres:// URI"),
+        ({"dsn": "postgresql://x:port/db"}, "port that is not a number"),
+        ({"dsn": "postgresql://x/db?a"}, "malformed query string"),
+        ({"dsn": DSN, "channel": ""}, "channel"),
+        ({"dsn": DSN, "channel": "é" * 40}, "channel"),
+        ({"dsn": DSN, "snapshot_query": " "}, "snapshot_query"),
+        ({"dsn": DSN, "tiers_query": ""}, "tiers_query"),
+        ({"dsn": DSN, "ping_interval": 0}, "ping_interval"),
+        ({"dsn": DSN, "connect_kwargs": {"timeout": 1}}, "must not set timeout"),
+        ({"dsn": DSN, "connect_kwargs": {"application_name": "x"}}, "server_settings"),
+        ({"dsn": DSN, "connect_kwargs": {"server_settings": {"a": 1}}}, "map str to str"),
+        ({"dsn": DSN, "timeout": -1}, "timeout"),
+        ({"dsn": DSN, "retry": float("nan")}, "retry"),
+        ({"dsn": DSN, "retry": 1.0, "max_retry": 0.5}, "max_retry"),
+        ({"dsn": DSN, "min_resync_interval": -0.1}, "min_resync_interval"),
+        ({"dsn": DSN, "max_document": 0}, "max_document"),
+        ({"dsn": DSN, "max_snapshot": True}, "max_snapshot"),
+        ({"dsn": DSN, "max_queue": 1.5}, "max_queue"),
         ({"transport": _Transport([]), "channel": "c"}, "channel configure"),
-        ({"transport": _Transport([]), "dsn": "host=x"}, "dsn configure"),
+        ({"transport": _Transport([]), "tiers_query": "q"}, "tiers_query configure"),
+        ({"transport": _Transport([]), "dsn": DSN}, "dsn configure"),
         ({"transport": object()}, "connect"),
     ],
 )

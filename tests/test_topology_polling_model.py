@@ -1,11 +1,16 @@
 """Drawn catalog histories, polled by a PollingSource, against the reference model.
 
-Each step changes the catalog (replicasets join and leave, weights change, buckets move,
-masters switch, instances go offline, ``_pico_bucket`` fails or serves garbage for a tier),
-then polls once. The model (tests/topology_model.py) is fed what the catalog says, the way the
+Each step changes the catalog (replicasets join, turn ``to-be-expelled`` while their buckets
+move away, and are expelled; instances are expelled; weights change, buckets move, masters
+switch, instances go offline, ``_pico_bucket`` fails or serves garbage for a tier, a tier's
+buckets get bootstrapped), then polls once. Expelled members stay in the catalog's tables, as
+in Picodata; the arbiter tier ``z`` (bucket_count 0) has members and no buckets.
+
+The model (tests/topology_model.py) is fed what the catalog says, the way the
 issue states it: membership changes as events (replicasets, then instances), then a snapshot
 of every tier whose buckets could be read. A tier whose buckets could not be read keeps its
-map, unless a membership event cleared it — the source never clears one on its own.
+map, unless a membership event cleared it — the source never clears one on its own — and its
+failure is counted for it alone (``SourceState.tier_failures``).
 """
 
 from __future__ import annotations
@@ -21,22 +26,28 @@ from pg_server import PgServer
 from picodata_catalog import Catalog, Expected, name_uuid, topology_state
 from topology_model import Model
 
-from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, TierWithoutBuckets, Topology
 from shardline.topology.sources import PollingSource
 
-TIERS = {"a": 30, "b": 20}
-MEMBERS = {"r1": "a", "r2": "a", "r3": "a", "r4": "b", "r5": "b"}
+# "c" starts with its buckets not bootstrapped (_pico_bucket raises until then); "z" is an
+# arbiter tier: members, no buckets, never asked for its buckets
+TIERS = {"a": 30, "b": 20, "c": 10, "z": 0}
+BUCKETED = sorted(tier for tier, count in TIERS.items() if count)
+MEMBERS = {"r1": "a", "r2": "a", "r3": "a", "r4": "b", "r5": "b", "r6": "c", "q1": "z", "q2": "z"}
 
 steps = st.one_of(
     st.tuples(st.just("add"), st.sampled_from(sorted(MEMBERS))),
     st.tuples(st.just("expel"), st.sampled_from(sorted(MEMBERS))),
+    st.tuples(st.just("leave"), st.sampled_from(sorted(MEMBERS))),
+    st.tuples(st.just("expel second"), st.sampled_from(sorted(MEMBERS))),
+    st.tuples(st.just("bootstrap"), st.just("c")),
     st.tuples(st.just("weight"), st.sampled_from(sorted(MEMBERS)), st.sampled_from([1.0, 2.0])),
-    st.tuples(st.just("rebalance"), st.sampled_from(sorted(TIERS))),
+    st.tuples(st.just("rebalance"), st.sampled_from(BUCKETED)),
     st.tuples(st.just("offline"), st.sampled_from(sorted(MEMBERS)), st.booleans()),
     st.tuples(st.just("second master"), st.sampled_from(sorted(MEMBERS))),
-    st.tuples(st.just("fail"), st.sampled_from(sorted(TIERS))),
-    st.tuples(st.just("garble"), st.sampled_from(sorted(TIERS))),
-    st.tuples(st.just("heal"), st.sampled_from(sorted(TIERS))),
+    st.tuples(st.just("fail"), st.sampled_from(BUCKETED)),
+    st.tuples(st.just("garble"), st.sampled_from(BUCKETED)),
+    st.tuples(st.just("heal"), st.sampled_from(BUCKETED)),
 )
 
 
@@ -46,17 +57,31 @@ def catalog(pg: PgServer) -> Iterator[Catalog]:
         yield catalog
 
 
-def change(catalog: Catalog, step: tuple[Any, ...], broken: set[str]) -> None:
+def change(catalog: Catalog, step: tuple[Any, ...], faults: set[str], waiting: set[str]) -> None:
     """Applies one drawn step; steps that do not apply (expel an absent replicaset) do
-    nothing. ``broken`` tracks the tiers whose ``_pico_bucket`` fails."""
+    nothing. ``faults`` tracks the tiers whose ``_pico_bucket`` is made to fail, ``waiting``
+    the tiers whose buckets are not bootstrapped yet."""
     kind, target = step[0], step[1]
-    present = set(catalog.expected().replicasets)
+    expected = catalog.expected()
+    present = set(expected.replicasets)
     with catalog.transaction():
         if kind == "add" and name_uuid(target) not in present:
             catalog.add_replicaset(target, MEMBERS[target])
         elif kind == "expel" and name_uuid(target) in present:
             catalog.expel_replicaset(target)
             catalog.rebalance(MEMBERS[target])
+        elif kind == "leave" and name_uuid(target) in present:
+            # to-be-expelled: still a member, its buckets being moved away
+            catalog.start_expelling(target)
+            catalog.set_weight(target, 0.0)
+            catalog.rebalance(MEMBERS[target])
+        elif kind == "expel second" and name_uuid(f"{target}_2") in expected.instances:
+            if expected.replicasets[name_uuid(target)][1] == name_uuid(f"{target}_2"):
+                catalog.switch_master(target, f"{target}_1")  # Picodata moves a master first
+            catalog.expel_instance(f"{target}_2")
+        elif kind == "bootstrap":
+            catalog.bootstrap(target)
+            waiting.discard(target)
         elif kind == "weight" and name_uuid(target) in present:
             catalog.set_weight(target, step[2])
         elif kind == "rebalance":
@@ -69,13 +94,13 @@ def change(catalog: Catalog, step: tuple[Any, ...], broken: set[str]) -> None:
             catalog.switch_master(target, f"{target}_2")
         elif kind == "fail":
             catalog.fail_buckets(target)
-            broken.add(target)
+            faults.add(target)
         elif kind == "garble":
             catalog.serve_raw_buckets(target, '[{"bucket_id_start": 1, "bucket_id_end": ')
-            broken.add(target)
+            faults.add(target)
         elif kind == "heal":
             catalog.heal_buckets(target)
-            broken.discard(target)
+            faults.discard(target)
 
 
 def feed(model: Model, before: Expected, after: Expected, broken: set[str]) -> None:
@@ -125,28 +150,38 @@ def test_drawn_catalog_histories_against_the_model(
     catalog.reset()
     with catalog.transaction():
         for tier, count in TIERS.items():
-            catalog.add_tier(tier, count)
+            catalog.add_tier(tier, count, bootstrapped=tier != "c")
         for name in sorted(initial):
             catalog.add_replicaset(name, MEMBERS[name])
-        for tier in TIERS:
+        for tier in BUCKETED:
             catalog.rebalance(tier)
 
     async def main() -> None:
         topology, model = Topology(), Model()
         async with PollingSource(catalog.dsn, interval=60) as source:
             task = asyncio.create_task(source.run(topology))
-            broken: set[str] = set()
+            faults: set[str] = set()
+            waiting = {"c"}
+            failed = dict.fromkeys(BUCKETED, 0)
             before = Expected({}, {}, {}, {})
             model.apply_tiers(TIERS)
             for step in [None, *history]:
                 if step is not None:
-                    change(catalog, step, broken)
+                    change(catalog, step, faults, waiting)
                 after = catalog.expected()
+                broken = faults | waiting
                 assert await source.refresh() == (not broken)
                 feed(model, before, after, broken)
                 assert topology_state(topology) == model_state(model), step
                 if not broken:
                     assert topology_state(topology) == after
+                for tier in broken:
+                    failed[tier] += 1
+                assert dict(source.state.tier_failures) == {
+                    tier: n for tier, n in failed.items() if n
+                }, step
+                with pytest.raises(TierWithoutBuckets):
+                    topology.route("z", 7)
                 before = after
         await asyncio.wait_for(task, 10)
 

@@ -23,11 +23,13 @@ def rows(
     addresses: list[tuple[Any, ...]] | None = None,
     scope: frozenset[str] | None = None,
 ) -> Membership:
+    """A membership of these rows; a replicaset row of four columns is given the state
+    ``"ready"`` as its fifth."""
+    if replicasets is None:
+        replicasets = [("r1", rs_uuid(1), "default", "i1"), ("r2", rs_uuid(2), "other", "i2")]
     return Membership.from_rows(
         TIERS,
-        replicasets
-        if replicasets is not None
-        else [("r1", rs_uuid(1), "default", "i1"), ("r2", rs_uuid(2), "other", "i2")],
+        [(*row, "ready") if len(row) == 4 else row for row in replicasets],
         instances
         if instances is not None
         else [
@@ -53,7 +55,7 @@ def test_rows_become_records() -> None:
     [
         (["Online", 1], "Online"),
         (("Offline", 2), "Offline"),
-        ({"Expelled": 0}, "Expelled"),
+        ({"Offline": 0}, "Offline"),
         (b'["Online", 1]', "Online"),
         (None, None),
     ],
@@ -85,6 +87,16 @@ def test_an_instance_without_an_address_has_none() -> None:
         ({"replicasets": [("r1", rs_uuid(1), None, None)]}, "malformed-row", "tier"),
         ({"replicasets": [("r1", rs_uuid(1))]}, "malformed-row", "no column 'tier'"),
         (
+            {"replicasets": [("r1", rs_uuid(1), "default", None, None)]},
+            "malformed-row",
+            "state must be a non-empty string, got None",
+        ),
+        (
+            {"replicasets": [("r1", rs_uuid(1), "default", None, 1)]},
+            "malformed-row",
+            "state must be a non-empty string, got 1",
+        ),
+        (
             {"replicasets": [("r1", rs_uuid(1), "default", None)] * 2},
             "malformed-row",
             "duplicate",
@@ -105,7 +117,7 @@ def test_malformed_rows_are_refused_with_the_reason(
 
 
 def test_a_malformed_bucket_count_is_refused() -> None:
-    for count in (0, -1, 2**32, "3000", None):
+    for count in (-1, 2**32, "3000", None, True):
         with pytest.raises(CatalogError, match="bucket_count"):
             Membership.from_rows([("default", count)], [], [], [])
 
@@ -127,10 +139,12 @@ def test_events_since_orders_replicasets_then_instances_and_deletes_the_vanished
         ],
     )
     assert after.events_since(before) == [
-        ReplicasetEvent("replace", rs_uuid(1), tier="default", current_master_uuid=inst_uuid(3)),
-        ReplicasetEvent("replace", rs_uuid(3), tier="other"),
+        ReplicasetEvent(
+            "replace", rs_uuid(1), tier="default", current_master_uuid=inst_uuid(3), name="r1"
+        ),
+        ReplicasetEvent("replace", rs_uuid(3), tier="other", name="r3"),
         ReplicasetEvent("delete", rs_uuid(2)),
-        InstanceEvent("replace", inst_uuid(3), rs_uuid(1), "Online", None),
+        InstanceEvent("replace", inst_uuid(3), rs_uuid(1), "Online", None, name="i3"),
         InstanceEvent("delete", inst_uuid(2)),
     ]
     assert after.events_since(after) == []
@@ -141,7 +155,7 @@ def test_an_instance_losing_a_field_is_deleted_then_added() -> None:
     after = rows(addresses=[(2, "10.0.0.2:4327")])
     assert after.events_since(before) == [
         InstanceEvent("delete", inst_uuid(1)),
-        InstanceEvent("replace", inst_uuid(1), rs_uuid(1), "Online", None),
+        InstanceEvent("replace", inst_uuid(1), rs_uuid(1), "Online", None, name="i1"),
     ]
 
 

@@ -16,7 +16,7 @@ from pg_server import PgServer, with_params
 from picodata_catalog import Catalog, topology_state
 from test_topology_polling import owners, run_polled, seed_tier, started
 
-from shardline import Topology
+from shardline import TierWithoutBuckets, Topology
 from shardline.topology.sources import PollingSource
 
 
@@ -152,3 +152,57 @@ def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
     # the server's own certificate is not a CA: verification fails
     wrong = tls_pg.directory / "server.crt"
     run_polled(with_params(dsn, sslmode="verify-full", sslrootcert=str(wrong)), refused, retry=0.05)
+
+
+def test_an_arbiter_tier_a_tier_not_bootstrapped_and_an_expel(pg: PgServer) -> None:
+    """The catalog as Picodata keeps it (tests/picodata_catalog.py): an arbiter tier (bucket
+    count 0) is followed for its members and never asked for buckets; a tier whose buckets
+    are not bootstrapped yet fails alone, counted for it, while the others apply; a
+    to-be-expelled replicaset stays routable until expelled, and an expelled one (its rows
+    kept) is deleted."""
+    dsn = pg.create_schema()
+    with Catalog(dsn) as catalog:
+        seed_tier(catalog, 3)
+        with catalog.transaction():
+            catalog.add_tier("arbiter", 0)
+            catalog.add_replicaset("a1", "arbiter", uuid=rs_uuid(8))
+            catalog.add_tier("late", 3000, bootstrapped=False)
+            catalog.add_replicaset("l1", "late", uuid=rs_uuid(9))
+            catalog.rebalance("late")
+
+        async def scenario(topology: Topology, source: PollingSource) -> None:
+            await started(source)
+            assert not await source.refresh()
+            failed = source.state.failures["bucket-error"]
+            assert dict(source.state.failures) == {"bucket-error": failed}
+            assert dict(source.state.tier_failures) == {"late": failed}
+            assert "Bucket 1 cannot be found" in (source.state.last_failure or "")
+            assert topology.tiers == {"default": 3000, "arbiter": 0, "late": 3000}
+            assert owners(topology, 1, 1001, 2001) == ["r1", "r2", "r3"]
+            assert topology.replicasets[rs_uuid(8)].tier == "arbiter"
+            with pytest.raises(TierWithoutBuckets, match="'arbiter'"):
+                topology.route("arbiter", 1)
+
+            catalog.bootstrap("late")
+            assert await source.refresh()
+            assert topology_state(topology) == catalog.expected()
+            assert owners(topology, 1, tier="late") == ["r9"]
+            assert dict(source.state.tier_failures) == {"late": failed}
+
+            with catalog.transaction():
+                catalog.start_expelling("r2")
+                catalog.set_weight("r2", 0.0)
+                catalog.rebalance("default")
+            assert await source.refresh()
+            assert rs_uuid(2) in topology.replicasets  # to-be-expelled: still a member
+            assert owners(topology, 1, 1500, 1501, 3000) == ["r1", "r1", "r3", "r3"]
+
+            catalog.expel_replicaset("r2")
+            assert await source.refresh()
+            assert topology_state(topology) == catalog.expected()
+            assert rs_uuid(2) not in topology.replicasets
+            assert catalog._rows("SELECT state FROM _pico_replicaset WHERE name = 'r2'") == [
+                ("expelled",)
+            ]
+
+        run_polled(dsn, scenario, retry=60.0)

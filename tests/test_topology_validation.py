@@ -92,7 +92,7 @@ def test_not_an_event_is_rejected() -> None:
     ("tiers", "message"),
     [
         ({"": 3}, "empty"),
-        ({"a": 0}, "'a' has an invalid bucket_count 0"),
+        ({"a": -1}, "'a' has an invalid bucket_count -1"),
         ({"a": "x"}, "str to an int"),
         ({"a": 2.0}, "str to an int"),
         ({"a": True}, "'a' has an invalid bucket_count True"),

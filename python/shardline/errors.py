@@ -7,12 +7,15 @@ caller that already catches ``ValueError`` or ``LookupError`` keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "InstanceUnavailable",
     "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
     "NoWorkersAvailable",
+    "PoolTimeout",
     "RpcError",
     "ShardlineError",
+    "TierWithoutBuckets",
     "TransientRpcError",
     "UnhashableKey",
     "UnknownTier",
@@ -56,6 +59,14 @@ class UnknownTier(ShardlineError, LookupError):
     """A lookup named a tier that was never registered with the topology."""
 
 
+class TierWithoutBuckets(UnknownTier):
+    """The tier has no buckets: its bucket count is 0, as in a Picodata "arbiter" tier (members
+    that vote, no sharded data). Its replicasets and instances are in the topology, but no key
+    or bucket routes to it, and no bucket range can be mapped in it. The message names the
+    tier. A subclass of :class:`UnknownTier`, so a caller that handles a tier it cannot route
+    in keeps working."""
+
+
 class UnhashableKey(ShardlineError, TypeError):
     """A sharding-key value that the hashing scheme cannot encode (type or range)."""
 
@@ -70,7 +81,28 @@ class TransientRpcError(RpcError):
 
 
 class NoWorkersAvailable(ShardlineError, LookupError):
-    """The balancer ran out of candidates: no pooled worker could take the task."""
+    """The balancer ran out of candidates: no pooled worker could take the task; or, for the
+    Picodata client with ``strict=True``, a key's bucket has no routable master (the message
+    names the tier, the bucket and why)."""
+
+
+class InstanceUnavailable(ShardlineError, ConnectionError):
+    """The Picodata client could not reach an instance before sending the query (no connection
+    could be opened, or the pooled one was found broken), even after one refresh and retry.
+    Nothing was sent. The message names the instance (name or uuid) and its address, and the
+    driver's error is chained as ``__cause__``. ``instance`` is the uuid (``None`` for the
+    catalog's server), ``address`` the ``host:port`` dialled."""
+
+    def __init__(self, message: str, *, instance: str | None, address: str | None) -> None:
+        super().__init__(message)
+        self.instance = instance
+        self.address = address
+
+
+class PoolTimeout(ShardlineError, TimeoutError):
+    """Every connection of an instance's pool stayed busy for the client's ``acquire_timeout``;
+    the query was not sent (and never sent elsewhere instead). The message names the instance,
+    its address, the pool size and the time waited."""
 
 
 class WorkerError(ShardlineError):

@@ -1,13 +1,15 @@
-"""Fuzz target: notification documents (``parse_event_document``, ``parse_snapshot_document``),
-and the events they yield applied to a topology, as ``NotificationSource`` does.
+"""Fuzz target: notification documents in the ADR's format (``parse_event_document``, and
+``parse_snapshot`` for a burst), and the events they yield applied to a topology, as
+``NotificationSource`` does.
 
 Contract (the parsers' docstrings): a bad document raises ``DocumentError`` and nothing else; the
 same document as str and as bytes parses alike. An accepted document holds only what the format
 allows (canonical uuids, non-empty texts, bounded ids), and its events applied to a topology raise
 only ``InvalidEvent``/``UnknownTier`` (changing nothing) or change it as the reference model does.
 
-Input layout: byte 0 picks the parser (even: event document, odd: snapshot document) and byte 1
-the form (even: str, odd: bytes); the rest is the document, so a seed is ``b"\\x00\\x00" + json``.
+Input layout: byte 0 picks the parser (even: event document, odd: snapshot burst, its documents
+separated by newlines) and byte 1 the form (even: str, odd: bytes); the rest is the document, so
+a seed is ``b"\\x00\\x00" + json``.
 With bit 1 of byte 1 set the document is nested deep first (``fuzzkit.nested_text``).
 With byte 0 >= 128 the document is built from the input instead (structure-aware).
 """
@@ -37,13 +39,20 @@ from shardline.topology.sources.notification_documents import (
     MAX_TEXT,
     DocumentError,
     parse_event_document,
-    parse_snapshot_document,
+    parse_snapshot,
 )
+
+BUCKET_COUNTS = {"t": 3000, "u": 100}
+"""The tier configuration a burst is applied under (the ADR's documents carry none)."""
 
 
 def parse(document: str | bytes, snapshot: bool) -> Any:
     try:
-        return parse_snapshot_document(document) if snapshot else parse_event_document(document)
+        if not snapshot:
+            return parse_event_document(document)
+        if isinstance(document, str):
+            return parse_snapshot(document.split("\n"))
+        return parse_snapshot(document.split(b"\n"))
     except DocumentError as error:
         return ("rejected", error.reason)
 
@@ -96,8 +105,8 @@ def apply_snapshot(topology: Topology, model: Model, snapshot: Any) -> None:
     apply(
         topology,
         model,
-        lambda: topology.apply_tiers(dict(snapshot.tiers)),
-        lambda: model.apply_tiers(dict(snapshot.tiers)),
+        lambda: topology.apply_tiers(BUCKET_COUNTS),
+        lambda: model.apply_tiers(BUCKET_COUNTS),
         "apply_tiers",
     )
     for event in (*snapshot.replicasets, *snapshot.instances):
@@ -124,38 +133,43 @@ def built(fdp: atheris.FuzzedDataProvider, snapshot: bool) -> Any:
         return good if fdp.ConsumeIntInRange(0, 6) else json_value(fdp)
 
     def fields() -> dict[str, Any]:
-        kind = fdp.ConsumeIntInRange(0, 2)
+        kind = fdp.ConsumeIntInRange(0, 3)
         if kind == 0:
             start = fdp.ConsumeIntInRange(1, 120)
             return {
+                "map": pick("bucket"),
                 "tier": pick(fdp.PickValueInList(TIERS)),
                 "bucket_id": pick({"start": pick(start), "end": pick(start + 10)}),
                 "current_replicaset_uuid": pick(fdp.PickValueInList(UUIDS)),
             }
         if kind == 1:
             return {
+                "map": pick("instance"),
                 "instance_uuid": pick(fdp.PickValueInList(UUIDS)),
                 "replicaset_uuid": pick(fdp.PickValueInList(UUIDS)),
                 "current_state": pick("Online"),
                 "address": pick("127.0.0.1:3301"),
             }
+        if kind == 2:
+            return {"map": pick("plugin"), "name": json_value(fdp)}
         return {
+            "map": pick("replicaset"),
             "replicaset_uuid": pick(fdp.PickValueInList(UUIDS)),
             "tier": pick(fdp.PickValueInList(TIERS)),
             "current_master_uuid": pick(fdp.PickValueInList(UUIDS)),
         }
 
-    body: dict[str, Any] = {"raft": pick({"term": pick(1), "index": pick(7)})}
-    if fdp.ConsumeBool():
-        body["timestamp"] = json_value(fdp)
-    if not snapshot:
-        body["op"] = pick(fdp.PickValueInList(["replace", "delete"]))
-        body["map"] = pick(fields())
+    def document(op: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"raft": pick({"term": pick(1), "index": pick(7)})}
+        if fdp.ConsumeBool():
+            body["timestamp"] = json_value(fdp)
+        body["op"] = pick(op)
+        body.update(fields())
         return body
-    body["tiers"] = pick({"t": pick(3000), "u": pick(100)})
-    for name in ("replicasets", "instances", "buckets"):
-        body[name] = pick([fields() for _ in range(fdp.ConsumeIntInRange(0, 3))])
-    return body
+
+    if not snapshot:
+        return json.dumps(document(fdp.PickValueInList(["replace", "delete"])))
+    return "\n".join(json.dumps(document("replace")) for _ in range(fdp.ConsumeIntInRange(0, 4)))
 
 
 def test_one_input(data: bytes) -> None:
@@ -166,7 +180,7 @@ def test_one_input(data: bytes) -> None:
         body = nested_text(body)
     if data[0] >= 128:
         try:
-            body = json.dumps(built(atheris.FuzzedDataProvider(body), snapshot)).encode()
+            body = built(atheris.FuzzedDataProvider(body), snapshot).encode()
         except (ValueError, RecursionError):
             return
     # invalid UTF-8 in the str form becomes lone surrogates, which a Python str can hold
@@ -187,7 +201,7 @@ def test_one_input(data: bytes) -> None:
     topology, model = Topology(), Model()
     if snapshot:
         apply_snapshot(topology, model, parsed)
-    else:
+    elif parsed.event is not None:
         apply_event(topology, model, parsed.event)
 
 

@@ -240,7 +240,8 @@ class LiveDemo:
 
     def _samples(self, topology: Topology) -> tuple[SampleKey, ...]:
         samples = []
-        for tier in sorted(topology.tiers):
+        # a tier without buckets (an arbiter tier) routes no key
+        for tier in sorted(tier for tier, count in topology.tiers.items() if count):
             for key in self.keys.keys()[: self.samples]:
                 bucket = topology.bucket_id(tier, key)
                 master = topology.find_bucket_master(tier, bucket)
@@ -316,7 +317,7 @@ class _Snapshot:
         routes: dict[str, list[str | None]] = {}
         addresses: dict[str, str | None] = {}
         for tier in sorted(tiers):
-            masters = topology.route_many(tier, keys)
+            masters = topology.route_many(tier, keys) if tiers[tier] else []
             routes[tier] = [None if m is None else m.uuid for m in masters]
             addresses.update((m.uuid, m.address) for m in masters if m is not None)
         return cls(

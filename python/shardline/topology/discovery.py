@@ -33,7 +33,7 @@ DEFAULT_INTERVAL: Final = 1.0
 """Seconds between two re-reads of a topology given without a source."""
 
 DEFAULT_CHECK_INTERVAL: Final = 0.05
-"""Seconds between two checks of a running ``TopologySource``'s ``events_applied``."""
+"""Seconds between two checks of the followed topology's ``membership_version``."""
 
 TopologyApply = Callable[[Topology, Any], object]
 """How one item of a source is applied to the topology (``apply_change`` by default)."""
@@ -91,8 +91,9 @@ class TopologyDiscovery(Subscription):
     - A :class:`~shardline.topology.sources.TopologySource` (``PollingSource``,
       ``NotificationSource``) is run as it runs itself, ``source.run(topology)``, so its own
       rules (a snapshot clearing the topology first, rejections counted in its ``state`` and
-      answered with a resync) hold. Its ``state.events_applied`` is checked every
-      ``interval`` seconds (default 0.05 s), and the instances are re-read when it moved.
+      answered with a resync) hold. The topology's ``membership_version`` is checked every
+      ``interval`` seconds (default 0.05 s), and the instances are re-read when it moved (a
+      bucket map changing alone costs no re-read).
     - Any other async iterable of topology changes (``InstanceEvent``, ``ReplicasetEvent``,
       ``BucketEvent``, ``BucketSnapshot``, ``TopologySnapshot``) — or a ``TopologySource``
       when ``apply`` is given — is iterated by this stream, which applies each item with
@@ -172,7 +173,7 @@ class TopologyDiscovery(Subscription):
             raise ValueError(f"interval must be positive (or None), got {period}")
         self._interval = period
         self._apply = apply if apply is not None else apply_change
-        self._applied_seen = -1
+        self._version_seen = -1
         self._wake = asyncio.Event()
         self._last: dict[str, tuple[Instance, Replicaset | None, WorkerMetadata | None]] = {}
         self._replicas: dict[str, tuple[uuid.UUID, ...]] = {}
@@ -236,10 +237,9 @@ class TopologyDiscovery(Subscription):
         self._replicas = {rs: tuple(sorted(uids)) for rs, uids in members.items()}
         return events
 
-    def _runner_moved(self) -> bool:
-        """Whether the source run by this stream applied something since the last re-read."""
-        assert self._runner is not None
-        return self._runner.state.events_applied != self._applied_seen
+    def _membership_moved(self) -> bool:
+        """Whether an instance or replicaset changed since the last re-read."""
+        return self._topology.membership_version != self._version_seen
 
     async def _stream(self) -> AsyncGenerator[DiscoveryEvent, None]:
         pump: asyncio.Task[None] | None = None
@@ -254,8 +254,7 @@ class TopologyDiscovery(Subscription):
             while True:
                 if reread:
                     self._wake.clear()
-                    if self._runner is not None:
-                        self._applied_seen = self._runner.state.events_applied
+                    self._version_seen = self._topology.membership_version
                     for event in self._reread():
                         yield event
                 if pump is not None and pump.done() and not self._wake.is_set():
@@ -270,7 +269,7 @@ class TopologyDiscovery(Subscription):
                 try:
                     await asyncio.wait_for(self._wake.wait(), self._interval)
                 except TimeoutError:
-                    reread = self._runner is None or self._runner_moved()
+                    reread = self._runner is None or self._membership_moved()
         finally:
             if pump is not None and not pump.done():
                 pump.cancel()

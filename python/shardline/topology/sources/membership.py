@@ -3,6 +3,16 @@
 
 Nothing here does I/O: :class:`~shardline.topology.sources.PollingSource` fetches the rows and
 hands them over as tuples, in the column order of the ``*_QUERY`` constants.
+
+Picodata keeps expelled members in its tables: a replicaset's ``state`` goes ``not-ready`` →
+``ready`` → ``to-be-expelled`` → ``expelled``, and an expelled instance's ``current_state`` is
+``["Expelled", n]`` (picodata/picodata ``src/replicaset.rs`` ``ReplicasetState``,
+``test/int/test_expelling.py``). A membership leaves expelled replicasets, expelled instances
+and the instances of expelled replicasets out, so comparing two polls turns an expel into the
+``"delete"`` events of the bucket-map rules (the tier's map is cleared until its next bucket
+map is applied). A ``to-be-expelled`` replicaset is still a member and still routable: Picodata
+marks it so while its governor waits for every bucket to be transferred away from it, so until
+then it still holds (and serves) the buckets ``_pico_bucket`` maps to it.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ __all__ = [
 ]
 
 TIERS_QUERY = "SELECT name, bucket_count FROM _pico_tier"
-REPLICASETS_QUERY = "SELECT name, uuid, tier, current_master_name FROM _pico_replicaset"
+REPLICASETS_QUERY = "SELECT name, uuid, tier, current_master_name, state FROM _pico_replicaset"
 INSTANCES_QUERY = "SELECT name, uuid, replicaset_uuid, raft_id, current_state FROM _pico_instance"
 ADDRESSES_QUERY = "SELECT raft_id, address FROM _pico_peer_address"
 ADDRESSES_OF_TYPE_QUERY = ADDRESSES_QUERY + " WHERE connection_type = $1"
@@ -39,6 +49,12 @@ MAX_TEXT = 1024
 """Longest name, uuid, address or state text accepted from a catalog row."""
 
 MAX_BUCKET_COUNT = 2**32 - 1
+
+EXPELLED_REPLICASET = "expelled"
+"""``_pico_replicaset.state`` of an expelled replicaset (left out of a :class:`Membership`)."""
+
+EXPELLED_INSTANCE = "Expelled"
+"""The state name in ``_pico_instance.current_state`` of an expelled instance (left out)."""
 
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
@@ -56,10 +72,15 @@ class ReplicasetRecord:
     uuid: str
     tier: str
     current_master_uuid: str | None
+    name: str
 
     def event(self) -> ReplicasetEvent:
         return ReplicasetEvent(
-            "replace", self.uuid, tier=self.tier, current_master_uuid=self.current_master_uuid
+            "replace",
+            self.uuid,
+            tier=self.tier,
+            current_master_uuid=self.current_master_uuid,
+            name=self.name,
         )
 
 
@@ -69,6 +90,7 @@ class InstanceRecord:
     replicaset_uuid: str | None
     current_state: str | None
     address: str | None
+    name: str
 
     def event(self) -> InstanceEvent:
         return InstanceEvent(
@@ -77,12 +99,18 @@ class InstanceRecord:
             replicaset_uuid=self.replicaset_uuid,
             current_state=self.current_state,
             address=self.address,
+            name=self.name,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Membership:
-    """Tiers (name → bucket count), replicasets and instances (by canonical uuid) of one poll."""
+    """Tiers (name → bucket count), replicasets and instances (by canonical uuid) of one poll.
+
+    A tier's count is 0 for a tier without buckets (an "arbiter" tier: its members are kept,
+    it has no bucket map). Expelled replicasets and instances, and the instances of an expelled
+    replicaset, are not members; ``to-be-expelled`` replicasets are (see the module's doc).
+    """
 
     tiers: Mapping[str, int]
     replicasets: Mapping[str, ReplicasetRecord]
@@ -99,8 +127,9 @@ class Membership:
         scope: frozenset[str] | None = None,
     ) -> Membership:
         """Reads the rows of the four ``*_QUERY`` queries; with ``scope``, keeps only the
-        replicasets of those tiers and their instances. Raises :class:`CatalogError`
-        (``malformed-row`` or ``too-large``) naming the table, the row and the field."""
+        replicasets of those tiers and their instances. Expelled members are validated like
+        the others, then left out. Raises :class:`CatalogError` (``malformed-row`` or
+        ``too-large``) naming the table, the row and the field."""
         tier_counts: dict[str, int] = {}
         for row in tiers:
             name = _text("_pico_tier", row, 0, "name")
@@ -117,41 +146,63 @@ class Membership:
 
         instance_records: dict[str, InstanceRecord] = {}
         uuid_by_name: dict[str, str] = {}
+        instance_keys: set[str] = set()
+        instance_names: set[str] = set()
         for row in instances:
             name = _text("_pico_instance", row, 0, "name")
             key = _uuid("_pico_instance", row, 1, "uuid")
-            if key in instance_records or name in uuid_by_name:
+            if key in instance_keys or name in instance_names:
                 raise _malformed("_pico_instance", row, f"duplicate instance {name!r}")
+            instance_keys.add(key)
+            instance_names.add(name)
             owner = _field("_pico_instance", row, 2, "replicaset_uuid")
             if owner is not None:
                 owner = _uuid("_pico_instance", row, 2, "replicaset_uuid")
-            instance_records[key] = InstanceRecord(
+            instance = InstanceRecord(
                 uuid=key,
                 replicaset_uuid=owner,
                 current_state=_state(row),
                 address=by_raft_id.get(_int("_pico_instance", row, 3, "raft_id")),
+                name=name,
             )
-            uuid_by_name[name] = key
+            # an expelled instance is nobody's master any more
+            if instance.current_state != EXPELLED_INSTANCE:
+                instance_records[key] = instance
+                uuid_by_name[name] = key
 
         replicaset_records: dict[str, ReplicasetRecord] = {}
+        replicaset_keys: set[str] = set()
+        expelled: set[str] = set()
         names: set[str] = set()
         for row in replicasets:
             name = _text("_pico_replicaset", row, 0, "name")
             key = _uuid("_pico_replicaset", row, 1, "uuid")
-            if key in replicaset_records or name in names:
+            if key in replicaset_keys or name in names:
                 raise _malformed("_pico_replicaset", row, f"duplicate replicaset {name!r}")
             names.add(name)
+            replicaset_keys.add(key)
             master = row[3] if len(row) > 3 else None
             if master is not None and master != "":
                 # a master named but not (or no longer) among the instances is unknown
                 master = uuid_by_name.get(_text("_pico_replicaset", row, 3, "current_master_name"))
             else:
                 master = None
-            replicaset_records[key] = ReplicasetRecord(
+            record = ReplicasetRecord(
                 uuid=key,
                 tier=_text("_pico_replicaset", row, 2, "tier"),
                 current_master_uuid=master,
+                name=name,
             )
+            # Picodata's column is never NULL (src/replicaset.rs, Replicaset::format): a
+            # missing state is a malformed row, not a member of unknown standing
+            if _text("_pico_replicaset", row, 4, "state") == EXPELLED_REPLICASET:
+                expelled.add(key)
+            else:
+                replicaset_records[key] = record
+        if expelled:
+            instance_records = {
+                key: i for key, i in instance_records.items() if i.replicaset_uuid not in expelled
+            }
 
         if scope is not None:
             tier_counts = {name: count for name, count in tier_counts.items() if name in scope}
@@ -256,9 +307,10 @@ def _int(table: str, row: Sequence[Any], index: int, name: str) -> int:
 
 
 def _bucket_count(row: Sequence[Any]) -> int:
+    """0 is a tier without buckets (Picodata's ``Tier::has_buckets``, src/tier.rs)."""
     count = _int("_pico_tier", row, 1, "bucket_count")
-    if not 1 <= count <= MAX_BUCKET_COUNT:
-        raise _malformed("_pico_tier", row, f"bucket_count must be 1..{MAX_BUCKET_COUNT}")
+    if not 0 <= count <= MAX_BUCKET_COUNT:
+        raise _malformed("_pico_tier", row, f"bucket_count must be 0..{MAX_BUCKET_COUNT}")
     return count
 
 

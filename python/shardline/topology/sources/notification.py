@@ -1,12 +1,15 @@
-"""``NotificationSource``: the topology pushed by the cluster as event documents, applied in raft
-order.
+"""``NotificationSource``: the topology pushed by the cluster as the documents of Picodata's
+topology-notification ADR, applied in raft order.
 
-The transport is a small adapter (:class:`NotificationTransport`): it connects, subscribes, reads
-a snapshot and then hands over the documents pushed after it. :mod:`.pg_notify` is the one over
-PostgreSQL ``LISTEN``/``NOTIFY`` the tests use; a Picodata one replaces it once Picodata pushes
-topology notifications. Nothing here does I/O or imports psycopg.
+Picodata has not shipped these notifications yet: its accepted ADR
+(``doc/adr/2025-09-12-pgproto-topology-notifications.md``) specifies them, as ``NOTICE``
+messages on a pgproto connection opened with ``picodata_catalog_cdc=1``. The transport is a
+small adapter (:class:`NotificationTransport`): it connects, subscribes, reads the snapshot burst
+and then hands over the documents pushed after it. :mod:`.pg_notify` is the PostgreSQL
+``LISTEN``/``NOTIFY`` stand-in the tests use, carrying the ADR's documents; a Picodata one
+replaces it once Picodata pushes them. Nothing here does I/O or imports a driver.
 
-The document format is described in :mod:`.notification_documents`.
+The document format is described in :mod:`.notification_documents` and docs/notifications.md.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -34,7 +37,7 @@ from shardline.topology.sources.notification_documents import (
     RaftPosition,
     TopologyEvent,
     parse_event_document,
-    parse_snapshot_document,
+    parse_snapshot,
 )
 from shardline.topology.sources.source import TopologySource
 from shardline.topology.sources.state import FailureReason
@@ -63,7 +66,8 @@ class TransportError(Exception):
 
 
 class NotificationSession(Protocol):
-    """One subscription: the snapshot read after subscribing, then the documents pushed since.
+    """One subscription: the tiers, the snapshot burst read after subscribing, then the
+    documents pushed since.
 
     ``documents()`` yields every document the subscription received, in delivery order,
     starting with those that arrived while the snapshot was read (the source drops the ones the
@@ -78,8 +82,15 @@ class NotificationSession(Protocol):
         ...
 
     @property
-    def snapshot(self) -> str | bytes:
-        """The snapshot document, read *after* the subscription was in place."""
+    def tiers(self) -> Mapping[str, int]:
+        """Each tier's bucket count (0: a tier without buckets), which the ADR's documents do
+        not carry."""
+        ...
+
+    @property
+    def snapshot(self) -> Sequence[str | bytes]:
+        """The snapshot: the burst of ``replace`` documents the server sends first, read
+        *after* the subscription was in place."""
         ...
 
     def documents(self) -> AsyncIterator[str | bytes]: ...
@@ -109,13 +120,15 @@ class NotificationTransport(Protocol):
 class DeliveryStats:
     """What happened to the documents a :class:`NotificationSource` received.
 
-    ``received`` counts event documents; each ends as exactly one of ``handed_out`` (newer
-    than everything before it, or part of the last raft entry), ``duplicates`` (a redelivery,
-    or at or below the snapshot's position), ``stale`` (older than the last event handed out
-    and never seen: ignored, and a re-read of the snapshot is scheduled), ``skipped``
-    (malformed, too large, or about a tier outside the tier configuration: also counted in
-    :attr:`SourceState.failures`). ``snapshots`` counts snapshots handed out; ``position``
-    is the raft position of what was handed out last (``None`` before the first snapshot);
+    ``received`` counts the documents of the stream; each ends as exactly one of
+    ``handed_out`` (newer than everything before it, or part of the last raft entry),
+    ``duplicates`` (a redelivery, or at or below the snapshot's position), ``stale`` (older
+    than the last event handed out and never seen: ignored, and a re-read of the snapshot is
+    scheduled), ``skipped`` (malformed, too large, or about a tier outside the tier
+    configuration: also counted in :attr:`SourceState.failures`), ``ignored`` (well formed, of
+    a ``map`` shardline does not follow: the ADR lets new event types appear; the snapshot's
+    such documents count here too). ``snapshots`` counts snapshots handed out; ``position`` is
+    the raft position of what was handed out last (``None`` before the first snapshot);
     ``last_event`` the wall-clock time an event was last handed out.
     """
 
@@ -124,6 +137,7 @@ class DeliveryStats:
     duplicates: int
     stale: int
     skipped: int
+    ignored: int
     snapshots: int
     position: RaftPosition | None
     last_event: float | None
@@ -136,6 +150,7 @@ class _Counters:
     duplicates: int = 0
     stale: int = 0
     skipped: int = 0
+    ignored: int = 0
     snapshots: int = 0
     last_event: float | None = None
 
@@ -160,16 +175,24 @@ class _Session:
 
 
 class NotificationSource(TopologySource):
-    """The topology of a cluster that pushes its changes as event documents.
+    """The topology of a cluster that pushes its changes as the documents of Picodata's
+    topology-notification ADR (``doc/adr/2025-09-12-pgproto-topology-notifications.md`` in
+    picodata/picodata).
 
-    Each connection subscribes, reads a snapshot (replicasets, instances, every tier's bucket
-    map) and hands it out as a :class:`TopologySnapshot`; then it hands out one event per
-    document, in raft order. A document at or below the snapshot's position, or a redelivery
-    of one already handed out, is ignored. A document older than the last one handed out
-    (delivered out of order) is ignored too, and, since the view may now lack what it said,
-    the snapshot is read again (not sooner than ``min_resync_interval`` after the last one).
-    Several documents at the same raft position (one entry changing several things) are all
-    handed out.
+    Picodata has not shipped these notifications yet. Until it does, the transport is the
+    PostgreSQL ``LISTEN``/``NOTIFY`` stand-in (``dsn=``), which carries the ADR's documents
+    unchanged; a transport of Picodata's ``picodata_catalog_cdc`` connection can be passed as
+    ``transport=`` once there is one (docs/notifications.md).
+
+    Each connection subscribes, reads the tiers' bucket counts and the snapshot burst (the
+    ``replace`` documents of every replicaset, instance and bucket range) and hands it out as a
+    :class:`TopologySnapshot`; then it hands out one event per document, in raft order. A
+    document at or below the snapshot's position, or a redelivery of one already handed out, is
+    ignored. A document older than the last one handed out (delivered out of order) is ignored
+    too, and, since the view may now lack what it said, the snapshot is read again (not sooner
+    than ``min_resync_interval`` after the last one). Several documents at the same raft
+    position (one entry changing several things) are all handed out. A document of a ``map``
+    other than replicaset, instance and bucket is ignored (counted in :attr:`deliveries`).
 
     A malformed or oversized document (or one the parser fails on in any way), or a bucket
     range of a tier the tier configuration lacks or beyond its bucket count, is skipped, logged
@@ -177,7 +200,10 @@ class NotificationSource(TopologySource):
     neither does a transport whose ``connect()`` raises something other than
     :class:`TransportError` (counted as ``connect``). A lost connection, a failed connect or an
     unusable snapshot is counted by reason and retried after ``retry`` seconds, doubling up to
-    ``max_retry``. The tier configuration is the first snapshot's; a tier that later appears
+    ``max_retry``. The tier configuration is the first connection's (a tier with a bucket count
+    of 0, an arbiter tier, is followed for membership only: routing in it raises
+    :class:`shardline.TierWithoutBuckets`, and a bucket range in it is skipped as beyond its
+    bucket count); a tier that later appears
     (or changes its bucket count) is counted as ``unknown-tier`` and its buckets are not
     followed.
 
@@ -189,22 +215,25 @@ class NotificationSource(TopologySource):
     the current connection was made.
 
     Args:
-        dsn: a libpq connection string for the PostgreSQL ``LISTEN``/``NOTIFY`` transport
+        dsn: a libpq connection string or URI for the PostgreSQL ``LISTEN``/``NOTIFY``
+            stand-in transport
             (:class:`~shardline.topology.sources.pg_notify.PgNotifyTransport`, which needs the
             ``pg`` extra); exclusive with ``transport``.
         transport: any :class:`NotificationTransport` (e.g. Picodata's, once it pushes).
-        channel, snapshot_query, ping_interval, connect_kwargs: passed to the PostgreSQL
-            transport (only with ``dsn``): the channel to ``LISTEN`` on (default
-            ``shardline_topology``), the query returning the snapshot document (default
-            ``SELECT shardline_topology_snapshot()``), the seconds of silence after which the
-            connection is checked, and extra ``psycopg`` connect arguments.
+        channel, snapshot_query, tiers_query, ping_interval, connect_kwargs: passed to the
+            PostgreSQL transport (only with ``dsn``): the channel to ``LISTEN`` on (default
+            ``shardline_topology``), the query returning the snapshot burst, one document per
+            row (default ``SELECT shardline_topology_snapshot()``), the query returning each
+            tier's name and bucket count (default ``SELECT name, bucket_count FROM
+            _pico_tier``), the seconds of silence after which the connection is checked, and
+            extra ``asyncpg.connect`` arguments.
         timeout: seconds a connection (subscribing and reading the snapshot) may take.
         retry, max_retry: seconds before the first retry of a failed connection, and the cap
             of its doubling.
         min_resync_interval: the least time between the starts of two connections that
             :meth:`trigger` or an out-of-order document asked for.
-        max_document: the largest event document accepted, in bytes.
-        max_snapshot: the largest snapshot document accepted, in bytes.
+        max_document: the largest document accepted, in bytes.
+        max_snapshot: the largest snapshot burst accepted, in bytes (all its documents).
         max_queue: how many received documents may wait to be handed out before the
             transport is paused.
 
@@ -227,6 +256,7 @@ class NotificationSource(TopologySource):
         transport: NotificationTransport | None = None,
         channel: str | None = None,
         snapshot_query: str | None = None,
+        tiers_query: str | None = None,
         ping_interval: float | None = None,
         connect_kwargs: Mapping[str, Any] | None = None,
         timeout: float = 5.0,
@@ -256,11 +286,13 @@ class NotificationSource(TopologySource):
             pg_options: dict[str, Any] = {
                 "channel": channel,
                 "snapshot_query": snapshot_query,
+                "tiers_query": tiers_query,
                 "ping_interval": ping_interval,
             }
             transport = PgNotifyTransport(
                 dsn,
                 timeout=timeout,
+                max_queue=max_queue,
                 connect_kwargs=connect_kwargs,
                 **{key: value for key, value in pg_options.items() if value is not None},
             )
@@ -271,6 +303,7 @@ class NotificationSource(TopologySource):
                     ("dsn", dsn),
                     ("channel", channel),
                     ("snapshot_query", snapshot_query),
+                    ("tiers_query", tiers_query),
                     ("ping_interval", ping_interval),
                     ("connect_kwargs", connect_kwargs),
                 )
@@ -317,6 +350,7 @@ class NotificationSource(TopologySource):
             duplicates=c.duplicates,
             stale=c.stale,
             skipped=c.skipped,
+            ignored=c.ignored,
             snapshots=c.snapshots,
             position=self._position,
             last_event=c.last_event,
@@ -465,7 +499,10 @@ class NotificationSource(TopologySource):
     def _read_snapshot(self, session: NotificationSession) -> TopologySnapshot | None:
         """The session's snapshot as a change to hand out, or None (the failure counted)."""
         try:
-            document = parse_snapshot_document(session.snapshot, max_size=self._max_snapshot)
+            tiers = _checked_tiers(session.tiers)
+            document = parse_snapshot(
+                session.snapshot, max_document=self._max_document, max_size=self._max_snapshot
+            )
         except DocumentError as error:
             self._recorder.failure(error.reason, f"unusable snapshot: {error}")
             return None
@@ -475,21 +512,29 @@ class NotificationSource(TopologySource):
             )
             return None
         if self._tier_config is None:
-            self._tier_config = dict(document.tiers)
+            self._tier_config = dict(tiers)
         config = self._tier_config
         followed = []
         for tier, ranges in sorted(document.buckets.items()):
-            if config.get(tier) == document.tiers[tier]:
-                followed.append(BucketSnapshot(tier, ranges))
-            else:
+            count = config.get(tier)
+            if count is None or count != tiers.get(tier):
                 self._recorder.failure(
                     FailureReason.UNKNOWN_TIER,
-                    f"tier {tier!r} (bucket_count {document.tiers[tier]}) is not in the tier"
-                    f" configuration set by the first snapshot ({config.get(tier)});"
+                    f"tier {tier!r} (bucket_count {tiers.get(tier)}) is not in the tier"
+                    f" configuration set by the first connection ({count});"
                     " its buckets are not followed",
                 )
+            elif ranges[-1].end > count:
+                self._recorder.failure(
+                    FailureReason.MALFORMED_BUCKETS,
+                    f"unusable snapshot: range [{ranges[-1].start}, {ranges[-1].end}] is beyond"
+                    f" the bucket count {count} of tier {tier!r}",
+                )
+                return None
+            else:
+                followed.append(BucketSnapshot(tier, ranges))
         followed.extend(
-            BucketSnapshot(tier, ()) for tier in sorted(set(config) - set(document.tiers))
+            BucketSnapshot(tier, ()) for tier in sorted(set(config) - set(document.buckets))
         )
         if self._position is not None and document.position < self._position:
             logger.info(
@@ -501,6 +546,7 @@ class NotificationSource(TopologySource):
         self._position = self._snapshot_position = document.position
         self._seen.clear()
         self._counters.snapshots += 1
+        self._counters.ignored += document.ignored
         return TopologySnapshot(
             tiers=dict(config),
             replicasets=document.replicasets,
@@ -526,6 +572,12 @@ class NotificationSource(TopologySource):
             )
             return None
         position, event = decoded.position, decoded.event
+        if event is None:
+            counters.ignored += 1
+            logger.debug(
+                "%s: document at %s of map %r ignored", self._recorder.name, position, decoded.map
+            )
+            return None
         if isinstance(event, BucketEvent):
             count = (self._tier_config or {}).get(event.tier)
             if count is None or event.end > count:
@@ -613,6 +665,25 @@ class NotificationSource(TopologySource):
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), due - now)
+
+
+def _checked_tiers(tiers: Mapping[str, int]) -> dict[str, int]:
+    """The session's tiers, checked: names, and bucket counts of 0..2**32-1."""
+    checked: dict[str, int] = {}
+    for name, count in dict(tiers).items():
+        if (
+            not isinstance(name, str)
+            or not name
+            or isinstance(count, bool)
+            or not isinstance(count, int)
+            or not 0 <= count < 2**32
+        ):
+            raise DocumentError(
+                FailureReason.MALFORMED_ROW,
+                f"tier {name!r} has bucket count {count!r}: a name and 0..4294967295 expected",
+            )
+        checked[name] = count
+    return checked
 
 
 async def _close_session(current: _Session) -> None:

@@ -1,139 +1,167 @@
-"""The PostgreSQL ``LISTEN``/``NOTIFY`` transport of :class:`NotificationSource`.
+"""The PostgreSQL ``LISTEN``/``NOTIFY`` stand-in transport of :class:`NotificationSource`.
 
-Picodata does not push topology notifications yet, and no Picodata server runs in the tests, so
-the tests publish the documents through a real PostgreSQL. This module is that adapter; it
-needs the ``pg`` extra (psycopg 3) and is imported only when a ``NotificationSource`` is given a
-DSN.
+Picodata has not shipped its topology notifications yet (its accepted ADR,
+``doc/adr/2025-09-12-pgproto-topology-notifications.md``, sends them as ``NOTICE`` messages on
+a pgproto connection opened with the startup parameter ``picodata_catalog_cdc=1``). Until it
+does, the tests publish the ADR's documents through a real PostgreSQL, and this module is that
+adapter. It needs the ``pg`` extra (asyncpg) and is imported only when a
+``NotificationSource`` is given a DSN.
 
 The design over PostgreSQL
 ==========================
 
-- **Events**: one event document per notification on one channel (default
+- **Events**: one ADR document per notification on one channel (default
   ``shardline_topology``; quoted, so case-sensitive). ``NOTIFY`` payloads are limited to 8,000
-  bytes, and an ADR event carries one instance, one replicaset or one bucket range — a few
-  hundred bytes with real names, about 2.3 KB with ASCII texts at their 1,024-character limit
-  — so an event is never chunked. A publisher with more to say at one raft position (one
-  entry changing several things) sends several notifications with that position, each a
-  whole event. (PostgreSQL refuses a larger payload at ``pg_notify``, so the publisher learns
-  of it; the source also skips and counts any document over ``max_document``.)
-- **Snapshot**: ``snapshot_query`` (default ``SELECT shardline_topology_snapshot()``) returns
-  the snapshot document as one ``text`` or ``json`` value: the whole topology with the raft
-  position it is at.
+  bytes, and an ADR document carries one instance, one replicaset or one bucket range, so a
+  document is never chunked. A publisher with more to say at one raft position (one entry
+  changing several things) sends several notifications with that position.
+- **Snapshot**: the ADR's initial snapshot is a burst of ``replace`` documents before
+  ``ReadyForQuery``. Here ``snapshot_query`` (default ``SELECT shardline_topology_snapshot()``)
+  returns that burst: one row per document, one ``text`` or ``json`` column, in the ADR's order
+  (replicasets, instances, bucket ranges). The rows are what the ADR's server would send, so
+  the source reads the stand-in's snapshot and Picodata's with the same code.
+- **Tiers**: the ADR's documents do not carry a tier's bucket count, which routing needs;
+  ``tiers_query`` (default ``SELECT name, bucket_count FROM _pico_tier``, Picodata's catalog
+  table) reads them, once per connection, before the snapshot.
 - **The publisher's side**: each change is one transaction that takes the next raft position
   under a lock (so positions increase in commit order), updates what the snapshot query reads,
   and calls ``pg_notify(channel, document)``. PostgreSQL delivers notifications at commit, in
-  commit order, and drops a repeat of an identical payload within one transaction (so a
-  redelivery test sends each copy in its own transaction).
-- **No gap between snapshot and stream**: the adapter runs ``LISTEN`` first (autocommit, so
-  it is in force when the statement returns), then the snapshot query. A change committed
-  before the snapshot's statement began is in the snapshot, and if it committed after the
-  ``LISTEN`` it is also queued: the source drops it, its position being at or below the
-  snapshot's. A change committed later is queued and handed out. psycopg keeps notifications
-  that arrive while a query runs and yields them first from ``notifies()``.
+  commit order.
+- **No gap between snapshot and stream**: the adapter runs ``LISTEN`` first, then the snapshot
+  query. A change committed before the snapshot's statement began is in the snapshot, and if
+  it committed after the ``LISTEN`` it is also queued: the source drops it, its position being
+  at or below the snapshot's. A change committed later is queued and handed out.
 - **Liveness**: after ``ping_interval`` seconds without a notification the adapter runs
-  ``SELECT 1`` (within ``timeout``), so a dead peer is noticed even when no FIN arrives.
+  ``SELECT 1`` (within ``timeout``), so a dead peer is noticed even when no FIN arrives; a
+  connection asyncpg sees close is reported at once.
+- **Bounds**: at most ``max_queue`` notifications wait in the adapter; one more ends the
+  session (``too-large``) and the source reconnects, reading a new snapshot, so nothing is
+  lost and memory stays bounded. Each document's size is bounded by the source.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.types.string import TextLoader
+import asyncpg
 
+from shardline.topology.sources import pg_connect
+from shardline.topology.sources.membership import TIERS_QUERY
 from shardline.topology.sources.notification import TransportError
+from shardline.topology.sources.pg_connect import CLOSE_TIMEOUT, message, parse_dsn, peer
 from shardline.topology.sources.state import FailureReason
 
 __all__ = [
     "DEFAULT_CHANNEL",
     "DEFAULT_SNAPSHOT_QUERY",
+    "DEFAULT_TIERS_QUERY",
     "PgNotifySession",
     "PgNotifyTransport",
 ]
 
 DEFAULT_CHANNEL: Final = "shardline_topology"
 DEFAULT_SNAPSHOT_QUERY: Final = "SELECT shardline_topology_snapshot()"
+DEFAULT_TIERS_QUERY: Final = TIERS_QUERY
 
 _MAX_CHANNEL = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers
+_MAX_BUCKET_COUNT = 2**32 - 1
+
+# what asyncpg raises when the connection itself fails, as opposed to a statement's error
+_CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
 
 
 class PgNotifySession:
-    """One connection: ``LISTEN`` on the channel, the snapshot read after it, and the
-    notifications since (see :class:`NotificationSession`)."""
+    """One connection: ``LISTEN`` on the channel, the tiers and the snapshot burst read after
+    it, and the notifications since (see :class:`NotificationSession`)."""
 
     def __init__(
         self,
-        connection: psycopg.AsyncConnection[tuple[Any, ...]],
+        connection: asyncpg.Connection,
+        queue: asyncio.Queue[str | TransportError],
         *,
-        channel: str,
-        snapshot: str | bytes,
+        server: str,
+        tiers: Mapping[str, int],
+        snapshot: Sequence[str | bytes],
         ping_interval: float,
         timeout: float,
     ) -> None:
         self._connection = connection
-        self._channel = channel
+        self._queue = queue
+        self._server = server
+        self._tiers = tiers
         self._snapshot = snapshot
         self._ping_interval = ping_interval
         self._timeout = timeout
-        self._server = f"{connection.info.host}:{connection.info.port}"
 
     @property
     def server(self) -> str:
         return self._server
 
     @property
-    def snapshot(self) -> str | bytes:
+    def tiers(self) -> Mapping[str, int]:
+        return self._tiers
+
+    @property
+    def snapshot(self) -> Sequence[str | bytes]:
         return self._snapshot
 
     async def documents(self) -> AsyncIterator[str | bytes]:
-        connection = self._connection
+        queue = self._queue
         while True:
             try:
-                async with contextlib.aclosing(
-                    connection.notifies(timeout=self._ping_interval)
-                ) as notifies:
-                    async for notify in notifies:
-                        if notify.channel == self._channel:
-                            yield notify.payload
-                async with asyncio.timeout(self._timeout):
-                    await connection.execute("SELECT 1")
+                async with asyncio.timeout(self._ping_interval):
+                    item = await queue.get()
             except TimeoutError:
-                raise TransportError(
-                    FailureReason.TIMEOUT,
-                    f"{self._server}: no answer to a ping within {self._timeout} s",
-                ) from None
-            except psycopg.Error as error:
-                raise TransportError(
-                    FailureReason.CONNECTION_LOST, f"{self._server}: {_message(error)}"
-                ) from None
+                await self._ping()
+                continue
+            if isinstance(item, TransportError):
+                raise item
+            yield item
+
+    async def _ping(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._connection.execute("SELECT 1")
+        except TimeoutError:
+            raise TransportError(
+                FailureReason.TIMEOUT,
+                f"{self._server}: no answer to a ping within {self._timeout} s",
+            ) from None
+        except (*_CONNECTION_ERRORS, asyncpg.PostgresError) as error:
+            raise TransportError(
+                FailureReason.CONNECTION_LOST, f"{self._server}: {message(error)}"
+            ) from None
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._connection.close()
+        await _close(self._connection)
 
 
 class PgNotifyTransport:
-    """Connects to PostgreSQL, ``LISTEN``\\ s on ``channel``, then reads the snapshot with
-    ``snapshot_query`` (see the module docstring for the whole design).
+    """Connects to PostgreSQL, reads the tiers, ``LISTEN``\\ s on ``channel``, then reads the
+    snapshot burst with ``snapshot_query`` (see the module docstring for the whole design).
 
     Args:
-        dsn: a libpq connection string or URI.
+        dsn: a ``postgresql://`` (or ``postgres://``) URI, as asyncpg reads it (as for
+            :class:`PollingSource`: credentials, TLS ``sslmode``, and server settings as query
+            parameters).
         channel: the notification channel (a name of at most 63 bytes).
-        snapshot_query: SQL returning one row with one ``text`` or ``json`` column, the
-            snapshot document.
+        snapshot_query: SQL returning one row per snapshot document, each one ``text`` or
+            ``json`` column.
+        tiers_query: SQL returning one row per tier: its name and bucket count (0 for a tier
+            without buckets).
         ping_interval: seconds without a notification after which the connection is checked.
-        timeout: seconds a ping may take.
-        connect_kwargs: passed to ``psycopg.AsyncConnection.connect`` (``autocommit`` is always
-            on; ``application_name`` defaults to ``"shardline"``).
+        timeout: seconds connecting, or a ping, may take.
+        max_queue: how many notifications may wait in the transport before the session ends.
+        connect_kwargs: passed to ``asyncpg.connect`` (not ``dsn`` nor ``timeout``, which the
+            transport sets; ``server_settings["application_name"]`` defaults to
+            ``"shardline"``).
 
     Raises ``ValueError`` naming the argument for an invalid one; :meth:`connect` raises
-    :class:`TransportError` (``connect``, ``query-error``, ``connection-lost``).
+    :class:`TransportError` (``connect``, ``query-error``, ``connection-lost``,
+    ``malformed-row`` for a tiers row that is not a name and a bucket count).
     """
 
     def __init__(
@@ -142,22 +170,19 @@ class PgNotifyTransport:
         *,
         channel: str = DEFAULT_CHANNEL,
         snapshot_query: str = DEFAULT_SNAPSHOT_QUERY,
+        tiers_query: str = DEFAULT_TIERS_QUERY,
         ping_interval: float = 5.0,
         timeout: float = 5.0,
+        max_queue: int = 10_000,
         connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(dsn, str):
-            raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
-        try:
-            given = conninfo_to_dict(dsn)
-        except psycopg.Error as error:
-            raise ValueError(f"dsn is not a valid connection string: {error}") from None
         if not isinstance(channel, str) or not channel or len(channel.encode()) > _MAX_CHANNEL:
             raise ValueError(
                 f"channel must be a non-empty str of at most {_MAX_CHANNEL} bytes, got {channel!r}"
             )
-        if not isinstance(snapshot_query, str) or not snapshot_query.strip():
-            raise ValueError(f"snapshot_query must be a non-empty str, got {snapshot_query!r}")
+        for name, query in (("snapshot_query", snapshot_query), ("tiers_query", tiers_query)):
+            if not isinstance(query, str) or not query.strip():
+                raise ValueError(f"{name} must be a non-empty str, got {query!r}")
         for name, value in (("ping_interval", ping_interval), ("timeout", timeout)):
             if (
                 isinstance(value, bool)
@@ -168,25 +193,19 @@ class PgNotifyTransport:
                 raise ValueError(
                     f"{name} must be a positive finite number of seconds, got {value!r}"
                 )
-        kwargs = dict(connect_kwargs or {})
-        if not all(isinstance(key, str) for key in kwargs):
-            raise ValueError(f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}")
-        managed = sorted(key for key in ("autocommit", "row_factory") if key in kwargs)
-        if managed:
-            raise ValueError(
-                f"connect_kwargs must not set {', '.join(managed)}: the transport does"
-            )
-        if "application_name" not in kwargs and "application_name" not in given:
-            kwargs["application_name"] = "shardline"
+        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
+            raise ValueError(f"max_queue must be a positive int, got {max_queue!r}")
+        where, dsn_settings = parse_dsn(dsn)
         self._dsn = dsn
+        self._connect_kwargs = pg_connect.connect_kwargs(connect_kwargs, dsn_settings)
         self._channel = channel
         self._snapshot_query = snapshot_query
+        self._tiers_query = tiers_query
         self._ping_interval = float(ping_interval)
         self._timeout = float(timeout)
-        self._connect_kwargs = kwargs
-        host = given.get("host") or given.get("hostaddr") or "localhost"
-        port = given.get("port")
-        self._name = f"{host}:{port}/{channel}" if port else f"{host}/{channel}"
+        self._max_queue = max_queue
+        self._where = where
+        self._name = f"{where}/{channel}"
 
     @property
     def name(self) -> str:
@@ -194,41 +213,98 @@ class PgNotifyTransport:
 
     async def connect(self) -> PgNotifySession:
         try:
-            connection = await psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, **self._connect_kwargs
+            connection = await asyncpg.connect(
+                self._dsn, timeout=self._timeout, **self._connect_kwargs
             )
-        except psycopg.Error as error:
-            raise TransportError(FailureReason.CONNECT, _message(error)) from None
+        except (*_CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as error:
+            raise TransportError(
+                FailureReason.CONNECT, f"{self._where}: {message(error)}"
+            ) from None
         try:
-            # the snapshot's text must reach the source undecoded, whatever its SQL type
-            for name in ("json", "jsonb"):
-                connection.adapters.register_loader(name, TextLoader)
-            await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-            cursor = await connection.execute(self._snapshot_query)
-            rows = await cursor.fetchmany(2)
-            if len(rows) != 1 or len(rows[0]) != 1 or not isinstance(rows[0][0], str | bytes):
-                shape = f"{len(rows)} row(s)" if len(rows) != 1 else f"row {rows[0]!r:.80}"
-                raise TransportError(
-                    FailureReason.QUERY,
-                    f"{self._snapshot_query!r} must return one text value, got {shape}",
-                )
-            return PgNotifySession(
-                connection,
-                channel=self._channel,
-                snapshot=rows[0][0],
-                ping_interval=self._ping_interval,
-                timeout=self._timeout,
-            )
+            return await self._subscribe(connection)
         except BaseException as error:
-            lost = connection.closed
-            with contextlib.suppress(Exception):
-                await connection.close()
-            if isinstance(error, psycopg.Error):
-                reason = FailureReason.CONNECTION_LOST if lost else FailureReason.QUERY
-                raise TransportError(reason, f"snapshot: {_message(error)}") from None
+            lost = connection.is_closed()
+            connection.terminate()
+            if isinstance(error, _CONNECTION_ERRORS) or lost:
+                raise TransportError(
+                    FailureReason.CONNECTION_LOST, f"{self._where}: {message(error)}"
+                ) from None
+            if isinstance(error, asyncpg.PostgresError):
+                raise TransportError(
+                    FailureReason.QUERY, f"{self._where}: {message(error)}"
+                ) from None
             raise
 
+    async def _subscribe(self, connection: asyncpg.Connection) -> PgNotifySession:
+        tiers = _tiers(self._tiers_query, await connection.fetch(self._tiers_query))
+        queue: asyncio.Queue[str | TransportError] = asyncio.Queue()
+        limit = self._max_queue
+        where = self._where
 
-def _message(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
+        def notified(_connection: object, _pid: int, _channel: str, payload: str) -> None:
+            if queue.qsize() < limit:
+                queue.put_nowait(payload)
+            elif queue.qsize() == limit:
+                queue.put_nowait(
+                    TransportError(
+                        FailureReason.TOO_LARGE,
+                        f"{where}: over {limit} notifications waiting; reconnecting",
+                    )
+                )
+
+        def terminated(_connection: object) -> None:
+            queue.put_nowait(
+                TransportError(FailureReason.CONNECTION_LOST, f"{where}: the connection closed")
+            )
+
+        connection.add_termination_listener(terminated)
+        # A notification that arrives before add_listener has registered the callback (right
+        # after LISTEN commits) is dropped by asyncpg, but its transaction committed before the
+        # snapshot query is sent, so the snapshot holds it: nothing is lost.
+        await connection.add_listener(self._channel, notified)
+        rows = await connection.fetch(self._snapshot_query)
+        snapshot = []
+        for row in rows:
+            if len(row) != 1 or not isinstance(row[0], str | bytes):
+                raise TransportError(
+                    FailureReason.QUERY,
+                    f"{self._snapshot_query!r} must return rows of one text value, got"
+                    f" {tuple(row)!r:.80}",
+                )
+            snapshot.append(row[0])
+        return PgNotifySession(
+            connection,
+            queue,
+            server=peer(connection),
+            tiers=tiers,
+            snapshot=snapshot,
+            ping_interval=self._ping_interval,
+            timeout=self._timeout,
+        )
+
+
+def _tiers(query: str, rows: Sequence[Any]) -> dict[str, int]:
+    tiers: dict[str, int] = {}
+    for row in rows:
+        name, count = (row[0], row[1]) if len(row) == 2 else (None, None)
+        if (
+            not isinstance(name, str)
+            or not name
+            or isinstance(count, bool)
+            or not isinstance(count, int)
+            or not 0 <= count <= _MAX_BUCKET_COUNT
+            or name in tiers
+        ):
+            raise TransportError(
+                FailureReason.MALFORMED_ROW,
+                f"{query!r} must return distinct (name, bucket_count) rows, got {tuple(row)!r:.80}",
+            )
+        tiers[name] = count
+    return tiers
+
+
+async def _close(connection: asyncpg.Connection) -> None:
+    try:
+        await connection.close(timeout=CLOSE_TIMEOUT)
+    except Exception:  # closing a broken connection: drop it
+        connection.terminate()

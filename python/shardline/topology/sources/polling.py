@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import math
-import os
-import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -18,6 +15,7 @@ import asyncpg
 
 from shardline._core import BucketPayload
 from shardline.checks import check_count, check_seconds
+from shardline.topology.sources import pg_connect
 from shardline.topology.sources.changes import BucketSnapshot, TopologyChange, TopologySnapshot
 from shardline.topology.sources.membership import (
     ADDRESSES_OF_TYPE_QUERY,
@@ -36,12 +34,6 @@ __all__ = ["BUCKETS_QUERY", "PollingSource"]
 BUCKETS_QUERY = "SELECT _pico_bucket($1) AS buckets"
 
 Rows = list[tuple[Any, ...]]
-
-_SCHEMES = ("postgresql", "postgres")
-# the connect arguments the source sets itself
-_MANAGED = ("dsn", "timeout")
-# how long closing a connection politely (asyncpg's Terminate message) may take
-_CLOSE_TIMEOUT = 1.0
 
 
 class _Failure(Exception):
@@ -66,13 +58,24 @@ class PollingSource(TopologySource):
     view from scratch — so after a reconnect, to the same server or another one, the view is
     whatever that server says.
 
+    Picodata keeps expelled members in its tables: an ``expelled`` replicaset, an instance
+    whose ``current_state`` is ``["Expelled", n]``, and the instances of an expelled replicaset
+    are handed out as ``"delete"`` events (the tier's map is then cleared until its bucket map
+    of the same poll is applied). A ``to-be-expelled`` replicaset is still a member, routable
+    for the buckets ``_pico_bucket`` still maps to it: Picodata marks it so while its governor
+    moves its buckets away. A tier whose ``bucket_count`` is 0 (an "arbiter" tier) is followed
+    for its members and never asked for its buckets; routing in it raises
+    :class:`shardline.TierWithoutBuckets`.
+
     A poll changes nothing it did not fully read. If the tables cannot all be read (no
     connection, connection lost, timeout, an error, a malformed row, a result over the
     bounds), the poll hands out nothing. If they can, they are handed out, and so is every
-    tier whose bucket map was read and is valid; a tier whose ``_pico_bucket`` raised (as
-    during a rebalance) or returned an unusable map keeps its map. Each failure is counted
-    by reason in :attr:`state`; a failed poll is retried after ``retry`` seconds, doubling up
-    to ``interval``. The source never clears a map by itself.
+    tier whose bucket map was read and is valid; a tier whose ``_pico_bucket`` raised (during
+    a rebalance, or before the tier's buckets are bootstrapped) or returned an unusable map
+    keeps its map, and the other tiers of the poll apply all the same. Each failure is
+    counted by reason in :attr:`state`, and in ``state.tier_failures`` for its tier when it
+    concerns one tier alone; a poll with a failure is retried after ``retry`` seconds,
+    doubling up to ``interval``. The source never clears a map by itself.
 
     Args:
         dsn: a ``postgresql://`` (or ``postgres://``) URI, as asyncpg reads it, e.g.
@@ -127,7 +130,7 @@ class PollingSource(TopologySource):
         max_payload: int = 16 << 20,
         connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        where, dsn_settings = _parse_dsn(dsn)
+        where, dsn_settings = pg_connect.parse_dsn(dsn)
         self._interval = check_seconds("interval", interval)
         self._timeout = check_seconds("timeout", timeout)
         self._retry = check_seconds("retry", retry)
@@ -138,29 +141,7 @@ class PollingSource(TopologySource):
         self._address_type = address_type
         self._max_rows = check_count("max_rows", max_rows)
         self._max_payload = check_count("max_payload", max_payload)
-        kwargs = dict(connect_kwargs or {})
-        if not all(isinstance(key, str) for key in kwargs):
-            raise ValueError(f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}")
-        managed = sorted(key for key in _MANAGED if key in kwargs)
-        if managed:
-            raise ValueError(f"connect_kwargs must not set {', '.join(managed)}: the source does")
-        unknown = sorted(set(kwargs) - set(inspect.signature(asyncpg.connect).parameters))
-        if unknown:
-            raise ValueError(
-                f"connect_kwargs has arguments asyncpg.connect does not take: {', '.join(unknown)}"
-                " (server settings such as application_name go in server_settings)"
-            )
-        settings = kwargs.get("server_settings") or {}
-        if not isinstance(settings, Mapping) or not all(
-            isinstance(key, str) and isinstance(value, str) for key, value in settings.items()
-        ):
-            raise ValueError(
-                f"connect_kwargs['server_settings'] must map str to str, got {settings!r}"
-            )
-        settings = dict(settings)  # the caller's mapping is left as it is
-        if "application_name" not in dsn_settings:
-            settings.setdefault("application_name", "shardline")
-        kwargs["server_settings"] = settings
+        kwargs = pg_connect.connect_kwargs(connect_kwargs, dsn_settings)
         self._dsn = dsn
         self._connect_kwargs = kwargs
         super().__init__(f"PollingSource({where})")
@@ -292,7 +273,7 @@ class PollingSource(TopologySource):
             if name not in membership.tiers:
                 complete = False
                 self._recorder.failure(
-                    FailureReason.UNKNOWN_TIER, f"tier {name!r} is not in _pico_tier"
+                    FailureReason.UNKNOWN_TIER, f"tier {name!r} is not in _pico_tier", tier=name
                 )
         payloads: dict[str, BucketPayload] = {}
         for tier, count in sorted(membership.tiers.items()):
@@ -302,13 +283,17 @@ class PollingSource(TopologySource):
                     FailureReason.UNKNOWN_TIER,
                     f"tier {tier!r} (bucket_count {count}) is not in the tier configuration"
                     f" set at the first poll ({config.get(tier)}); its buckets are not followed",
+                    tier=tier,
                 )
                 continue
+            if count == 0:
+                continue  # a tier without buckets: _pico_bucket raises for it
             try:
                 payloads[tier] = await self._read_buckets(connection, tier, config, deadline)
             except _Failure as failure:
                 complete = False
-                await self._failed(failure)
+                # a lost connection or a timeout is not this tier's failure
+                await self._failed(failure, tier=None if failure.fatal else tier)
                 if failure.fatal:
                     break
 
@@ -332,8 +317,8 @@ class PollingSource(TopologySource):
         self._baseline = membership
         return changes, complete
 
-    async def _failed(self, failure: _Failure) -> None:
-        self._recorder.failure(failure.reason, str(failure))
+    async def _failed(self, failure: _Failure, *, tier: str | None = None) -> None:
+        self._recorder.failure(failure.reason, str(failure), tier=tier)
         if failure.fatal:
             await self._disconnect()
 
@@ -350,10 +335,10 @@ class PollingSource(TopologySource):
             ) from None
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
             # a refused or failed socket, TLS or authentication, or a bad connect argument
-            raise _Failure(FailureReason.CONNECT, _message(error), fatal=True) from None
+            raise _Failure(FailureReason.CONNECT, pg_connect.message(error), fatal=True) from None
         self._connection = connection
         self._baseline = None  # a new connection: rebuild the view from a full poll
-        self._recorder.connected(_peer(connection))
+        self._recorder.connected(pg_connect.peer(connection))
         return connection
 
     async def _disconnect(self, *, polite: bool = False) -> None:
@@ -364,7 +349,7 @@ class PollingSource(TopologySource):
             self._recorder.disconnected()
             if polite:
                 with contextlib.suppress(Exception):  # a close that fails aborts the socket
-                    await connection.close(timeout=_CLOSE_TIMEOUT)
+                    await connection.close(timeout=pg_connect.CLOSE_TIMEOUT)
             else:
                 connection.terminate()
 
@@ -394,9 +379,11 @@ class PollingSource(TopologySource):
                 # ConnectionDoesNotExistError, a reset socket, a FATAL error (the backend was
                 # terminated): the connection is gone, whether or not asyncpg has seen it close
                 raise _Failure(
-                    FailureReason.CONNECTION_LOST, f"{what}: {_message(error)}", fatal=True
+                    FailureReason.CONNECTION_LOST,
+                    f"{what}: {pg_connect.message(error)}",
+                    fatal=True,
                 ) from None
-            raise _Failure(error_reason, f"{what}: {_message(error)}") from None
+            raise _Failure(error_reason, f"{what}: {pg_connect.message(error)}") from None
         rows = [tuple(record) for record in records]
         if len(rows) > self._max_rows:
             raise _Failure(
@@ -474,66 +461,12 @@ class PollingSource(TopologySource):
         return parsed
 
 
-def _message(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    if isinstance(error, ConnectionError) and error.errno:
-        # asyncio says "[Errno 111] Connect call failed (…)": the reason, in words, goes first
-        text = f"{os.strerror(error.errno)}: {text}"
-    return text.splitlines()[0]
-
-
 def _ends_the_session(error: Exception) -> bool:
     if not isinstance(error, asyncpg.PostgresError):
         return True
     # severity_en is the untranslated severity; servers before 9.6 send only the other
     severity = getattr(error, "severity_en", None) or getattr(error, "severity", None)
     return severity in ("FATAL", "PANIC")
-
-
-def _parse_dsn(dsn: object) -> tuple[str, dict[str, str]]:
-    """Checks ``dsn`` the way asyncpg will read it; returns where it points (its hosts, for
-    the source's name) and its query parameters.
-
-    Implementation notes:
-        asyncpg parses a DSN only when it connects, and reads URIs only; this catches at
-        construction what it would refuse at every poll: another scheme (a libpq
-        ``key=value`` string has none), a malformed query string, a port that is not a number.
-        Credentials are left out of every message.
-    """
-    if not isinstance(dsn, str):
-        raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
-    parts = urllib.parse.urlsplit(dsn)
-    if parts.scheme not in _SCHEMES:
-        raise ValueError(
-            "dsn must be a postgresql:// or postgres:// URI (libpq key=value strings are not"
-            f" accepted), got {'scheme ' + repr(parts.scheme) if parts.scheme else 'no scheme'}"
-        )
-    try:
-        query = urllib.parse.parse_qs(parts.query, strict_parsing=True) if parts.query else {}
-    except ValueError as error:
-        raise ValueError(f"dsn has a malformed query string: {error}") from None
-    settings = {key: values[-1] for key, values in query.items()}
-    hosts = parts.netloc.rpartition("@")[2]
-    for item in hosts.split(","):
-        port = item.rpartition("]")[2].partition(":")[2]  # "[::1]:5432", "host:5432", "host"
-        if port and not port.isdigit():
-            raise ValueError(f"dsn has a port that is not a number: {port!r}")
-    host = urllib.parse.unquote(hosts) or settings.get("host") or "localhost"
-    query_port = settings.get("port")
-    return (f"{host}:{query_port}" if query_port and ":" not in host else host), settings
-
-
-def _peer(connection: asyncpg.Connection) -> str:
-    """The server a connection reached, ``host:port`` (or its socket path).
-
-    Implementation notes:
-        asyncpg has no public accessor for it; ``Connection._addr`` holds the address it
-        connected to, among the DSN's hosts.
-    """
-    address = getattr(connection, "_addr", None)
-    if isinstance(address, tuple) and len(address) >= 2:
-        return f"{address[0]}:{address[1]}"
-    return str(address)
 
 
 def _tier_names(tiers: Iterable[str] | None) -> frozenset[str] | None:

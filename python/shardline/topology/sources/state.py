@@ -52,6 +52,9 @@ class SourceState:
     handed out everything (``None`` before the first); ``refreshes`` counts such refreshes and
     ``attempts`` every one. ``failures`` counts failures by :class:`FailureReason` value (a
     refresh that fails in two ways counts twice); ``last_failure`` describes the latest.
+    ``tier_failures`` counts by tier name the failures that concern one tier alone (its bucket
+    map could not be read, was unusable, or was not applied), so one tier whose buckets fail
+    (not bootstrapped yet, rebalancing) is told from the others; each is in ``failures`` too.
     ``events_emitted`` counts what the source handed out, ``events_applied`` the changes
     :meth:`~shardline.topology.sources.TopologySource.run` made to its topology (a change that
     the topology already held is not counted). ``server`` names the server the source is
@@ -64,6 +67,7 @@ class SourceState:
     refreshes: int
     attempts: int
     failures: Mapping[str, int]
+    tier_failures: Mapping[str, int]
     last_failure: str | None
     events_emitted: int
     events_applied: int
@@ -84,6 +88,7 @@ class StateRecorder:
         self.refreshes = 0
         self.attempts = 0
         self.failures: Counter[str] = Counter()
+        self.tier_failures: Counter[str] = Counter()
         self.last_failure: str | None = None
         self.events_emitted = 0
         self.events_applied = 0
@@ -98,6 +103,7 @@ class StateRecorder:
             refreshes=self.refreshes,
             attempts=self.attempts,
             failures=MappingProxyType(dict(self.failures)),
+            tier_failures=MappingProxyType(dict(self.tier_failures)),
             last_failure=self.last_failure,
             events_emitted=self.events_emitted,
             events_applied=self.events_applied,
@@ -112,8 +118,11 @@ class StateRecorder:
     def disconnected(self) -> None:
         self.server = None
 
-    def failure(self, reason: FailureReason, message: str) -> None:
+    def failure(self, reason: FailureReason, message: str, *, tier: str | None = None) -> None:
+        """Counts a failure by reason, and by ``tier`` when it concerns that tier alone."""
         self.failures[reason.value] += 1
+        if tier is not None:
+            self.tier_failures[tier] += 1
         self.last_failure = f"{reason.value}: {message}"
         if reason.value in self._failing:
             logger.debug("%s: %s (still failing)", self.name, self.last_failure)

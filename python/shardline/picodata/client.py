@@ -1,0 +1,777 @@
+"""``connect`` and ``Client``: SQL on a Picodata cluster, each keyed query sent over pgwire to
+the master of the replicaset that owns its key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Coroutine, Generator, Mapping
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
+
+import asyncpg
+
+from shardline._core import Instance, Topology
+from shardline.checks import check_count, check_seconds
+from shardline.errors import InstanceUnavailable, InvalidArgument, NoWorkersAvailable, UnknownTier
+from shardline.picodata.instance_pool import InstancePool, split_address
+from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
+from shardline.picodata.stats import ClientStats, Explanation
+from shardline.topology.sources import PollingSource, pg_connect
+
+__all__ = ["Client", "connect"]
+
+logger = logging.getLogger("shardline.picodata")
+
+WARNING_INTERVAL = 60.0
+"""Seconds between two warnings of the same kind (a fallback for the same reason)."""
+
+_NO_KEY: Any = object()
+
+_EXECUTE = asyncpg.Connection.execute
+_FETCH = asyncpg.Connection.fetch
+_FETCHROW = asyncpg.Connection.fetchrow
+_FETCHVAL = asyncpg.Connection.fetchval
+
+
+def connect(
+    dsn: str,
+    *,
+    tier: str,
+    pool_size: int = 8,
+    acquire_timeout: float = 5.0,
+    route_wait: float = 1.0,
+    strict: bool = False,
+    poll_interval: float = 1.0,
+    connect_kwargs: Mapping[str, Any] | None = None,
+) -> Client:
+    """A client of the Picodata cluster whose catalog ``dsn`` reaches; use it as
+    ``async with connect(...) as db:`` or ``db = await connect(...)`` (then ``await
+    db.close()``). Nothing is dialled before it is awaited or entered.
+
+    Args:
+        dsn: a ``postgresql://`` URL of any instance's pgproto port; its user, password,
+            database and TLS settings (``sslmode``, …) are used for every instance.
+        tier: the tier ``key=`` routes in (a :class:`ShardingKey` carries its own).
+        pool_size: the most connections open to one instance.
+        acquire_timeout: seconds a query waits for a connection of a busy instance (or for
+            a connection to open) before :class:`~shardline.errors.PoolTimeout`.
+        route_wait: seconds a key without a route waits for a fresh poll of the catalog.
+        strict: what a key still without a route after ``route_wait`` does: ``False`` sends
+            the query to any online instance (the server routes it), ``True`` raises
+            :class:`~shardline.errors.NoWorkersAvailable`. Each query may override it.
+        poll_interval: seconds between two polls of the catalog.
+        connect_kwargs: more keyword arguments for ``asyncpg.connect`` of every instance
+            and of the catalog's connection (``ssl=`` an ``SSLContext``,
+            ``server_settings``, …; ``timeout`` bounds a connect to an instance, default
+            ``acquire_timeout``).
+
+    Raises ``ValueError`` naming the argument for an invalid one.
+    """
+    return Client(
+        dsn,
+        tier=tier,
+        pool_size=pool_size,
+        acquire_timeout=acquire_timeout,
+        route_wait=route_wait,
+        strict=strict,
+        poll_interval=poll_interval,
+        connect_kwargs=connect_kwargs,
+    )
+
+
+class Client:
+    """SQL on a Picodata cluster, routed by sharding key; made by :func:`connect`.
+
+    ``execute``, ``fetch``, ``fetchrow`` and ``fetchval`` take asyncpg's arguments, plus:
+
+    - ``key=``: a value or tuple of values (hashed by Picodata's scheme in the client's tier),
+      or a :class:`ShardingKey` from :meth:`key_for`. The query goes to the current master of
+      the replicaset owning the key's bucket. With ``read_only=True`` it goes to that
+      replicaset's online replicas in turn, the master when none is reachable. A write never
+      goes to a replica, and never to another instance because the master's connections are
+      busy: it waits up to ``acquire_timeout`` (counted), then raises
+      :class:`~shardline.errors.PoolTimeout`.
+    - No key: any online instance, in turn (the server routes the query).
+    - A key without a route (the map was cleared, the range or the master is unknown or not
+      online) triggers a poll of the catalog and waits for it up to ``route_wait``, then
+      routes again; if there is still no route, the query goes to any online instance
+      (counted as a fallback by reason, warned about at most once a minute per reason), or
+      with ``strict`` raises :class:`~shardline.errors.NoWorkersAvailable` naming the tier,
+      the bucket and why.
+    - If the instance cannot be reached before the query is sent (no connection opens), the
+      client refreshes the topology and tries once more on the instance that serves the key
+      then; if that fails too, :class:`~shardline.errors.InstanceUnavailable`. An error after
+      the query was sent is the driver's, raised as it is: the query is never repeated. If
+      the connection broke, it is discarded and a poll is triggered.
+
+    A client works on the event loop it was started on. :meth:`close` (or leaving ``async
+    with``) waits for the queries in flight, then closes every connection.
+
+    Implementation notes:
+        The topology is a :class:`shardline.Topology` fed by a
+        :class:`~shardline.topology.sources.PollingSource` in a background task. A keyed
+        query costs, before any I/O, one ``Topology.route`` call (hash and lookup in Rust),
+        one dict lookup of the instance's pool by the identity of the ``Instance`` object
+        the topology returned (it returns the same object while the instance is unchanged,
+        and a new one when anything about it changes, so a cached decision is never stale),
+        and a pop of the pool's idle list. The pools are one :class:`InstancePool` per
+        instance (lean: see its notes on asyncpg's ``Pool``). What derives from membership
+        (pools of instances that left or changed address to close, the online members of
+        each replicaset, the online instances) is rebuilt when
+        ``Topology.membership_version`` has moved: checked on every path but the hot one,
+        and once per ``poll_interval`` in the background. A miss waits on
+        ``PollingSource.refresh``, which joins a poll not started yet, so concurrent misses
+        share one poll.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        tier: str,
+        pool_size: int = 8,
+        acquire_timeout: float = 5.0,
+        route_wait: float = 1.0,
+        strict: bool = False,
+        poll_interval: float = 1.0,
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
+        if not isinstance(tier, str) or not tier:
+            raise ValueError(f"tier must be a non-empty str, got {tier!r}")
+        if not isinstance(strict, bool):
+            raise ValueError(f"strict must be a bool, got {strict!r}")
+        self._dsn = dsn
+        self._tier = tier
+        self._pool_size = check_count("pool_size", pool_size)
+        self._acquire_timeout = check_seconds("acquire_timeout", acquire_timeout)
+        self._route_wait = check_seconds("route_wait", route_wait, zero=True)
+        self._strict = strict
+        self._poll_interval = check_seconds("poll_interval", poll_interval)
+        given = dict(connect_kwargs or {})
+        # a connect to an instance is bounded like a wait for a busy pool, unless the caller
+        # says otherwise; the catalog's connection is bounded by the source itself
+        timeout = given.pop("timeout", self._acquire_timeout)
+        managed = sorted(name for name in ("host", "port") if name in given)
+        if managed:
+            raise ValueError(
+                f"connect_kwargs must not set {', '.join(managed)}: the catalog's addresses do"
+            )
+        # the same credentials, TLS and settings for the catalog and every instance
+        kwargs = pg_connect.connect_kwargs(given, dsn_settings)
+        self._connect_kwargs = {**kwargs, "timeout": timeout}
+
+        self._topology = Topology()
+        self._route = self._topology.route
+        self._source = PollingSource(dsn, interval=self._poll_interval, connect_kwargs=given)
+        self._runner: asyncio.Task[None] | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._started = False
+        self._closed = False
+
+        self._pools: dict[str, InstancePool] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        # id(Instance) -> its pool, or None when it cannot be dialled; _pinned keeps each of
+        # these Instance objects alive, so no other object can have its id meanwhile
+        self._routes: dict[int, InstancePool | None] = {}
+        self._pinned: dict[int, Instance] = {}
+        self._version = -1  # the topology's membership_version the caches below reflect
+        self._instances = 0
+        # replicaset uuid -> its online instances with an address: (uuid, pool), filled on
+        # first use
+        self._members: dict[str, list[tuple[str, InstancePool]]] = {}
+        self._online: list[InstancePool] = []
+        self._turn = 0  # of the unkeyed queries, over the online instances
+        self._read_turn = 0  # of the reads, over a replicaset's replicas
+        self._tables: dict[str, TableDistribution] | None = None
+
+        self._keyed = 0
+        self._read_only = 0
+        self._unkeyed = 0
+        self._misses: Counter[str] = Counter()
+        self._fallbacks: Counter[str] = Counter()
+        self._retries = 0
+        self._unavailable = 0
+        self._warned: dict[str, float] = {}
+
+    # life cycle
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> Self:
+        return await self._start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _start(self) -> Self:
+        """Reads the catalog once (bounded by the source's poll timeout) and starts following
+        it. Raises :class:`~shardline.errors.InstanceUnavailable` if the catalog could not be
+        read at all, :class:`~shardline.errors.UnknownTier` if ``tier`` is not in it."""
+        if self._started:
+            return self
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        self._started = True
+        self._runner = asyncio.get_running_loop().create_task(self._source.run(self._topology))
+        try:
+            await self._source.refresh()
+            tiers = self._topology.tiers
+            if not tiers:
+                state = self._source.state
+                raise InstanceUnavailable(
+                    f"cannot read the catalog at {self._catalog}: {state.last_failure}",
+                    instance=None,
+                    address=self._catalog,
+                )
+            if self._tier not in tiers:
+                raise UnknownTier(
+                    f"tier {self._tier!r} is not in the catalog (its tiers: {sorted(tiers)})"
+                )
+        except BaseException:
+            await self.close()
+            raise
+        self._sync()
+        self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+        return self
+
+    async def close(self) -> None:
+        """Stops following the catalog, waits for the queries in flight, and closes every
+        connection. Queries started after it raise ``RuntimeError``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in (self._maintenance, self._runner):
+            if task is not None:
+                task.cancel()
+        await self._source.aclose()
+        for task in (self._maintenance, self._runner):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        pools, self._pools = list(self._pools.values()), {}
+        self._online, self._members = [], {}
+        self._forget_routes()
+        await asyncio.gather(*(pool.aclose() for pool in pools), *self._retiring)
+
+    async def _maintain(self) -> None:
+        """Every ``poll_interval``: follows membership, and dials the instances that could not
+        be reached again (each waits out its own backoff)."""
+        while True:
+            await asyncio.sleep(self._poll_interval)
+            self._sync()
+            await asyncio.gather(*(pool.probe() for pool in list(self._pools.values())))
+
+    @property
+    def topology(self) -> Topology:
+        """The topology the client routes with (kept current in the background)."""
+        return self._topology
+
+    async def refresh(self) -> bool:
+        """Polls the catalog now and applies what it says; True if the poll read everything
+        and the topology accepted it."""
+        self._check_open()
+        ok = await self._source.refresh()
+        self._sync()
+        return ok
+
+    # queries
+
+    # The four query methods return _run's coroutine rather than awaiting it in one of their
+    # own: a coroutine frame less on every query.
+
+    def execute(
+        self,
+        query: str,
+        *args: Any,
+        key: Any = _NO_KEY,
+        read_only: bool = False,
+        strict: bool | None = None,
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, str]:
+        """Runs ``query`` (see the class for ``key``, ``read_only`` and ``strict``); returns
+        the status of its last command, as ``asyncpg.Connection.execute`` does. Await it."""
+        return self._run(_EXECUTE, query, args, timeout, key, read_only, strict)
+
+    def fetch(
+        self,
+        query: str,
+        *args: Any,
+        key: Any = _NO_KEY,
+        read_only: bool = False,
+        strict: bool | None = None,
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, list[Any]]:
+        """Runs ``query`` and returns its rows (``asyncpg.Record``). Await it."""
+        return self._run(_FETCH, query, args, timeout, key, read_only, strict)
+
+    def fetchrow(
+        self,
+        query: str,
+        *args: Any,
+        key: Any = _NO_KEY,
+        read_only: bool = False,
+        strict: bool | None = None,
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Runs ``query`` and returns its first row (``asyncpg.Record``), or None. Await it."""
+        return self._run(_FETCHROW, query, args, timeout, key, read_only, strict)
+
+    def fetchval(
+        self,
+        query: str,
+        *args: Any,
+        key: Any = _NO_KEY,
+        column: int = 0,
+        read_only: bool = False,
+        strict: bool | None = None,
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Runs ``query`` and returns ``column`` of its first row, or None. Await it."""
+        if column:
+            return self._run(_FETCHVAL, query, args, timeout, key, read_only, strict, column)
+        return self._run(_FETCHVAL, query, args, timeout, key, read_only, strict)
+
+    async def _run(
+        self,
+        method: Any,
+        query: str,
+        args: tuple[Any, ...],
+        timeout: float | None,
+        key: Any,
+        read_only: bool,
+        strict: bool | None,
+        column: int | None = None,
+    ) -> Any:
+        if key is _NO_KEY:
+            pool, connection = await self._unkeyed_connection()
+        elif read_only:
+            pool, connection = await self._read_connection(key, strict)
+        else:
+            pool, connection = self._take(key)
+            if connection is None:
+                pool, connection = await self._keyed_connection(key, strict)
+        try:
+            if column is None:
+                result = await method(connection, query, *args, timeout=timeout)
+            else:
+                result = await method(connection, query, *args, column=column, timeout=timeout)
+        except BaseException as error:
+            self._failed(pool, connection, error)
+            raise
+        pool.release(connection)
+        return result
+
+    def _take(self, key: Any) -> tuple[Any, Any]:
+        """The hot path of a keyed write: (pool, an idle connection of the key's master), or
+        (None, None) when anything needs more than that."""
+        if key.__class__ is ShardingKey:
+            instance = self._route(key.tier, key.values)
+        else:
+            instance = self._route(self._tier, key)
+        if instance is not None:
+            pool = self._routes.get(id(instance))
+            if pool is not None:
+                connection = pool.take()
+                if connection is not None:
+                    self._keyed += 1
+                    return pool, connection
+        return None, None
+
+    async def _keyed_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
+        """A connection to the master serving ``key``, after the waits, fallbacks and the one
+        retry the class describes."""
+        self._check_open()
+        self._sync()
+        tier, values = self._split(key)
+        for attempt in (1, 2):
+            instance = self._route(tier, values)
+            pool = self._pool_of(instance)
+            if pool is None:
+                reason = self._why(tier, values, instance)
+                self._misses[reason] += 1
+                await self._poll()
+                instance = self._route(tier, values)
+                pool = self._pool_of(instance)
+                if pool is None:
+                    pool, connection = await self._fallback(tier, values, instance, strict)
+                    self._keyed += 1
+                    return pool, connection
+            try:
+                connection = await pool.acquire(redial=attempt == 2)
+            except InstanceUnavailable:
+                if attempt == 2 or self._closed:
+                    self._unavailable += 1
+                    raise
+                self._retries += 1
+                await self._poll()
+                continue
+            self._keyed += 1
+            return pool, connection
+        raise AssertionError("unreachable")
+
+    async def _fallback(
+        self, tier: str, values: Any, instance: Instance | None, strict: bool | None
+    ) -> tuple[Any, Any]:
+        """No route after the wait for a poll: any online instance, or NoWorkersAvailable."""
+        reason = self._why(tier, values, instance)
+        bucket = self._topology.bucket_id(tier, values)
+        if self._strict if strict is None else strict:
+            raise NoWorkersAvailable(
+                f"no route for bucket {bucket} of tier {tier!r}: {reason} (after waiting up to"
+                f" route_wait={self._route_wait} s for a poll of the catalog)"
+            )
+        self._fallbacks[reason] += 1
+        self._warn(
+            f"fallback:{reason}",
+            "no route for bucket %s of tier %r (%s): queries go to any online instance",
+            bucket,
+            tier,
+            reason,
+        )
+        return await self._any_connection()
+
+    async def _read_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
+        """A connection for a read of ``key``: an online replica of the owning replicaset in
+        turn, the master when no replica can be reached."""
+        self._check_open()
+        tier, values = self._split(key)
+        for attempt in (1, 2):
+            candidates = self._read_candidates(tier, values)
+            if not candidates:
+                instance = self._route(tier, values)
+                self._misses[self._why(tier, values, instance)] += 1
+                await self._poll()
+                candidates = self._read_candidates(tier, values)
+                if not candidates:
+                    pool, connection = await self._fallback(
+                        tier, values, self._route(tier, values), strict
+                    )
+                    self._read_only += 1
+                    return pool, connection
+            try:
+                pool, connection = await self._first_reachable(candidates, redial=attempt == 2)
+            except InstanceUnavailable:
+                if attempt == 2 or self._closed:
+                    self._unavailable += 1
+                    raise
+                self._retries += 1
+                await self._poll()
+                continue
+            self._read_only += 1
+            return pool, connection
+        raise AssertionError("unreachable")
+
+    def _read_candidates(self, tier: str, values: Any) -> list[InstancePool]:
+        """The owning replicaset's online replicas, starting at the next in turn, then its
+        master (if it can be dialled)."""
+        master = self._route(tier, values)
+        if master is not None:
+            replicaset = master.replicaset_uuid
+            master_uuid = master.uuid
+        else:
+            replicaset = self._topology.owner(tier, self._topology.bucket_id(tier, values))
+            master_uuid = None
+        members = self._members_of(replicaset) if replicaset is not None else []
+        replicas = [pool for uuid, pool in members if uuid != master_uuid]
+        if replicas:
+            self._read_turn += 1
+            start = self._read_turn % len(replicas)
+            replicas = replicas[start:] + replicas[:start]
+        master_pool = self._pool_of(master)
+        if master_pool is not None:
+            replicas.append(master_pool)
+        return replicas
+
+    async def _unkeyed_connection(self) -> tuple[Any, Any]:
+        online = self._online
+        self._turn += 1
+        if online:  # the common case: an idle connection of the next instance in turn
+            pool = online[self._turn % len(online)]
+            connection = pool.take()
+            if connection is not None:
+                self._unkeyed += 1
+                return pool, connection
+        self._check_open()
+        pool, connection = await self._any_connection(self._turn)
+        self._unkeyed += 1
+        return pool, connection
+
+    async def _any_connection(self, turn: int | None = None) -> tuple[Any, Any]:
+        """A connection to any online instance, starting at the one whose turn it is (or
+        ``turn``); one refresh and retry if none can be reached."""
+        self._sync()
+        for attempt in (1, 2):
+            candidates = self._online
+            if not candidates:
+                await self._poll()
+                candidates = self._online
+                if not candidates:
+                    raise NoWorkersAvailable(
+                        "no instance of the cluster is online with a pgproto address"
+                    )
+            if turn is None:
+                self._turn += 1
+                turn = self._turn
+            start = turn % len(candidates)
+            try:
+                return await self._first_reachable(
+                    candidates[start:] + candidates[:start], redial=attempt == 2
+                )
+            except InstanceUnavailable:
+                if attempt == 2 or self._closed:
+                    self._unavailable += 1
+                    raise
+                self._retries += 1
+                turn = None
+                await self._poll()
+        raise AssertionError("unreachable")
+
+    async def _first_reachable(
+        self, candidates: list[InstancePool], *, redial: bool
+    ) -> tuple[Any, Any]:
+        """A connection from the first candidate that gives one; candidates in their backoff
+        are tried last. Raises the last candidate's InstanceUnavailable if none does."""
+        ordered = [pool for pool in candidates if not pool.down]
+        ordered += [pool for pool in candidates if pool.down]
+        last: InstanceUnavailable | None = None
+        for pool in ordered:
+            try:
+                return pool, await pool.acquire(redial=redial)
+            except InstanceUnavailable as error:
+                last = error
+        assert last is not None  # candidates is never empty
+        raise last
+
+    def _failed(self, pool: InstancePool, connection: Any, error: BaseException) -> None:
+        """A query raised after it was sent: keep the connection if the server answered and
+        the session is intact, else discard it and ask for a poll (the instance may be gone)."""
+        if isinstance(error, asyncpg.PostgresError) and not connection.is_closed():
+            pool.release(connection)
+            return
+        pool.release(connection, broken=True)
+        if not isinstance(error, asyncio.CancelledError | TimeoutError):
+            self._source.trigger()
+
+    # routing helpers
+
+    def _split(self, key: Any) -> tuple[str, Any]:
+        if isinstance(key, ShardingKey):
+            return key.tier, key.values
+        return self._tier, key
+
+    def _pool_of(self, instance: Instance | None) -> InstancePool | None:
+        """The pool of ``instance``, None if it cannot be dialled (not online, no address);
+        the decision is cached for this very object."""
+        if instance is None:
+            return None
+        if id(instance) in self._routes:
+            return self._routes[id(instance)]
+        pool = None
+        address = instance.address
+        if instance.is_online and address is not None and _valid_address(address):
+            pool = self._pools.get(instance.uuid)
+            if pool is None or pool.address != address:
+                if pool is not None:
+                    self._retire(pool)
+                pool = InstancePool(
+                    instance.uuid,
+                    address,
+                    connect=self._dial,
+                    size=self._pool_size,
+                    acquire_timeout=self._acquire_timeout,
+                    name=instance.name,
+                )
+                self._pools[instance.uuid] = pool
+        if len(self._routes) > 4 * self._instances + 64:
+            # the Instance objects of past states are of no use any more
+            self._forget_routes()
+        self._routes[id(instance)] = pool
+        self._pinned[id(instance)] = instance
+        return pool
+
+    def _forget_routes(self) -> None:
+        self._routes.clear()
+        self._pinned.clear()
+
+    def _why(self, tier: str, values: Any, instance: Instance | None) -> str:
+        """Why ``values`` has no instance to go to in ``tier`` (the reasons misses and
+        fallbacks are counted by)."""
+        if instance is not None:
+            if not instance.is_online:
+                return "master not online"
+            return "no address"
+        if not self._topology.ranges(tier):
+            return "map cleared"
+        if self._topology.owner(tier, self._topology.bucket_id(tier, values)) is None:
+            return "no range"
+        return "master unknown"
+
+    async def _poll(self) -> None:
+        """Asks for a poll and waits for it up to ``route_wait``, then reconciles the pools."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._route_wait):
+                await self._source.refresh()
+        self._sync()
+
+    async def _dial(self, host: str, port: int) -> Any:
+        return await asyncpg.connect(self._dsn, host=host, port=port, **self._connect_kwargs)
+
+    def _sync(self) -> None:
+        """Reconciles the pools with the topology's instances, if its membership moved since
+        the last time: closes the pools of instances that left or changed address (once
+        their queries end), and lists every online instance afresh."""
+        if self._closed:
+            return
+        version = self._topology.membership_version  # read before the state it vouches for
+        if version == self._version:
+            return
+        self._version = version
+        instances = self._topology.instances
+        self._instances = len(instances)
+        self._forget_routes()
+        self._members = {}
+        for uuid, pool in list(self._pools.items()):
+            instance = instances.get(uuid)
+            if instance is None or instance.address != pool.address:
+                del self._pools[uuid]
+                self._retire(pool)
+        online = []
+        for _, instance in sorted(instances.items()):
+            member = self._pool_of(instance)
+            if member is not None:
+                online.append(member)
+        self._online = online
+
+    def _members_of(self, replicaset: str) -> list[tuple[str, InstancePool]]:
+        """The online members of ``replicaset`` that can be dialled, as (uuid, pool)."""
+        if self._topology.membership_version != self._version:
+            self._sync()
+        members = self._members.get(replicaset)
+        if members is None:
+            members = []
+            for instance in self._topology.replicaset_instances(replicaset):
+                pool = self._pool_of(instance)
+                if pool is not None:
+                    members.append((instance.uuid, pool))
+            self._members[replicaset] = members
+        return members
+
+    def _retire(self, pool: InstancePool) -> None:
+        task = asyncio.get_running_loop().create_task(pool.aclose())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        if not self._started:
+            raise RuntimeError("the client is not connected: await it or use async with")
+
+    def _warn(self, kind: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._warned.get(kind)
+        if last is None or now - last >= WARNING_INTERVAL:
+            self._warned[kind] = now
+            logger.warning(message, *args)
+
+    # sharding keys
+
+    async def key_for(self, table: str, row: Mapping[str, Any]) -> ShardingKey:
+        """The sharding key of ``row`` (field name → value) of ``table``, to pass as ``key=``.
+
+        The tables' distributions are read from ``_pico_table`` once, and again when ``table``
+        is not among them. Raises :class:`~shardline.errors.InvalidArgument` for a table the
+        catalog does not have, a global table, a table sharded by an explicit bucket id or by
+        another hash function than murmur3, or a row without a key field (naming it).
+        """
+        self._check_open()
+        tables = self._tables
+        if tables is None or table not in tables:
+            pool, connection = await self._any_connection()
+            try:
+                tables = await load_tables(connection)
+            except BaseException as error:
+                self._failed(pool, connection, error)
+                raise
+            pool.release(connection)
+            self._tables = tables
+        distribution = tables.get(table)
+        if distribution is None:
+            raise InvalidArgument(f"table {table!r} is not in _pico_table")
+        return key_of(distribution, row)
+
+    # reports
+
+    def stats(self) -> ClientStats:
+        """A snapshot of the client's counters (see :class:`ClientStats`)."""
+        state = self._source.state
+        pools = {uuid: pool.stats() for uuid, pool in self._pools.items()}
+        return ClientStats(
+            routed=MappingProxyType(
+                {"keyed": self._keyed, "read-only": self._read_only, "unkeyed": self._unkeyed}
+            ),
+            misses=MappingProxyType(dict(self._misses)),
+            fallbacks=MappingProxyType(dict(self._fallbacks)),
+            retries=self._retries,
+            unavailable=self._unavailable,
+            pools=MappingProxyType(pools),
+            polls=state.attempts,
+            poll_failures=state.failures,
+            last_poll=state.last_refresh,
+            epochs=MappingProxyType(
+                {tier: self._topology.epoch(tier) for tier in self._topology.tiers}
+            ),
+        )
+
+    def explain(self, key: Any, *, tier: str | None = None) -> Explanation:
+        """Where a query with ``key`` would go now, and why (see :class:`Explanation`).
+        ``tier`` overrides the client's tier (a :class:`ShardingKey` carries its own)."""
+        key_tier, values = self._split(key)
+        if tier is not None and not isinstance(key, ShardingKey):
+            key_tier = tier
+        topology = self._topology
+        epoch = topology.epoch(key_tier)  # read first: the range is as new or newer
+        bucket = topology.bucket_id(key_tier, values)
+        found = topology.bucket_range(key_tier, bucket)
+        owner = found.replicaset_uuid if found is not None else None
+        replicaset = topology.replicasets.get(owner) if owner is not None else None
+        master_uuid = replicaset.current_master_uuid if replicaset is not None else None
+        master = topology.instances.get(master_uuid) if master_uuid is not None else None
+        instance = self._route(key_tier, values)
+        routable = self._pool_of(instance) is not None
+        return Explanation(
+            tier=key_tier,
+            bucket=bucket,
+            range=(found.start, found.end) if found is not None else None,
+            replicaset=owner,
+            replicaset_name=replicaset.name if replicaset is not None else None,
+            master=master_uuid,
+            master_name=master.name if master is not None else None,
+            address=master.address if master is not None else None,
+            state=master.current_state if master is not None else None,
+            epoch=epoch,
+            range_epoch=found.epoch if found is not None else None,
+            range_set_at=found.set_at if found is not None else None,
+            range_set_by=found.set_by if found is not None else None,
+            routable=routable,
+            reason=None if routable else self._why(key_tier, values, instance),
+        )
+
+
+def _valid_address(address: str) -> bool:
+    try:
+        split_address(address)
+    except ValueError:
+        return False
+    return True

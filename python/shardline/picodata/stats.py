@@ -1,0 +1,99 @@
+"""What the Picodata client reports about itself: :class:`ClientStats` (``db.stats()``),
+:class:`PoolStats` (one instance's pool) and :class:`Explanation` (``db.explain(key)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["ClientStats", "Explanation", "PoolStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """One instance's connection pool.
+
+    ``open`` counts the connections open or being opened, ``idle`` those waiting in the pool,
+    ``in_use`` those lent to a query; ``size`` is the bound on ``open``. ``waits`` counts the
+    acquisitions that found every connection busy and had to wait, ``timeouts`` those of them
+    that gave up after ``acquire_timeout``; ``connects`` and ``connect_failures`` count the
+    connections opened and the attempts that failed; ``discarded`` the connections closed
+    because they broke (or were left mid-operation or in a transaction). ``down`` is True
+    while the instance is in its reconnection backoff after a failed connect.
+    """
+
+    uuid: str
+    address: str
+    size: int
+    open: int
+    idle: int
+    in_use: int
+    waits: int
+    timeouts: int
+    connects: int
+    connect_failures: int
+    discarded: int
+    down: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStats:
+    """A snapshot of the client's counters.
+
+    ``routed`` counts the queries sent, by kind: ``"keyed"`` (``key=`` to the master),
+    ``"read-only"`` (``key=`` with ``read_only=True``) and ``"unkeyed"`` (no key: any online
+    instance). ``misses`` counts the keys that found no route at first, by reason (``"map
+    cleared"``, ``"no range"``, ``"master unknown"``, ``"master not online"``, ``"no
+    address"``); ``fallbacks`` the keyed queries sent to another
+    instance than the bucket's master after the wait for a poll, by the same reasons (a read
+    sent to the master because its replicas are unavailable is not a fallback). ``retries``
+    counts the queries retried after a refresh because the first instance could not be
+    reached, ``unavailable`` those that raised
+    :class:`~shardline.errors.InstanceUnavailable`. ``pools`` are the instances' pools by
+    uuid; ``polls``, ``poll_failures`` (by reason) and ``last_poll`` (wall-clock time of the
+    last complete poll) come from the topology source; ``epochs`` is each tier's map epoch.
+    """
+
+    routed: Mapping[str, int]
+    misses: Mapping[str, int]
+    fallbacks: Mapping[str, int]
+    retries: int
+    unavailable: int
+    pools: Mapping[str, PoolStats]
+    polls: int
+    poll_failures: Mapping[str, int]
+    last_poll: float | None
+    epochs: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Where a key would be routed now, and why (``db.explain(key)``).
+
+    ``bucket`` is the key's bucket id in ``tier``; ``range`` the inclusive ``(start, end)``
+    range of the bucket map holding it (``None`` if no range does); ``replicaset`` and
+    ``replicaset_name`` the range's owner; ``master`` and ``master_name`` the owner's current
+    master (names when the catalog gave them); ``address`` and ``state`` the master's pgproto
+    address and state. ``epoch`` is the tier's map epoch now; ``range_epoch``,
+    ``range_set_at`` (wall-clock, ``time.time()``) and ``range_set_by`` (``"event"``,
+    ``"snapshot"`` or ``"poll"``) say when and how the range was last set (see
+    :class:`shardline.BucketRange`). ``routable`` says whether a query with this key goes to
+    that master now; if not, ``reason`` says why, with the same words :class:`ClientStats`
+    counts misses by.
+    """
+
+    tier: str
+    bucket: int
+    range: tuple[int, int] | None
+    replicaset: str | None
+    replicaset_name: str | None
+    master: str | None
+    master_name: str | None
+    address: str | None
+    state: str | None
+    epoch: int
+    range_epoch: int | None
+    range_set_at: float | None
+    range_set_by: str | None
+    routable: bool
+    reason: str | None
