@@ -11,9 +11,10 @@ for the module:
 - ``routed floor``: 16 raw ``asyncpg`` connections to each master's address, a key's taken
   from its master's list (a dict lookup of a bucket owner computed beforehand, a list pop
   and append): the least a client that routes can do. It spreads the queries over the
-  masters' connections as a routed client must, which on this one server costs more than
-  the plain floor's one connection per caller (more sockets and backends, less locality), so
-  the gap between the two floors is the part of routing that no client code can avoid here;
+  masters' connections as a routed client must; when the scheduler places the processes,
+  that can cost more than the plain floor's one connection per caller (other backends, other
+  cores), and the gap between the two floors is then the part of routing that no client code
+  can avoid here;
 - ``shardline``: ``shardline.picodata.connect(dsn, tier="default")`` with its defaults (8
   connections at most per instance, opened on first use, a poll of the catalog every second);
 - ``picopyn``: ``picopyn.asynchronous.pool.Pool(enable_discovery=True, max_size=48)`` (8 per
@@ -42,14 +43,25 @@ routing alone: ``Topology.route`` against ``create_key`` + ``Topology.find_bucke
 Each way runs a block as one coroutine (``loop.run_until_complete``), so the loop's own cost
 is shared alike.
 
-``keyed SELECT, 16 in flight``: ``SELECT $1::bigint`` fetched as a row with the key as its
-argument, 16 callers on the loop making 64 calls each per way and round: calls/s per way, and
-this process's CPU per call (on 2 cores shared with the server, the client's CPU is what
-limits the throughput).
+``keyed SELECT, 16 in flight, {placement}``: ``SELECT $1::bigint`` fetched as a row with the
+key as its argument, 16 callers on the loop making 64 calls each per way and round: calls/s
+per way, and this process's CPU per call.
 
-``keyed SELECT, 1 in flight``: one caller; each key goes through the four ways in turn (the
-order rotating), each call timed alone: p50/p99 per way, the median of the per-key ratios and
-the ratio of the p50s.
+``keyed SELECT, 1 in flight, {placement}``: one caller; each key goes through the four ways in
+turn (the order rotating), each call timed alone: p50/p99 per way, the median of the per-key
+ratios and the ratio of the p50s.
+
+Placement: on a 2-core virtual machine, a round trip to a server backend costs what waking
+that backend costs, which depends on where the scheduler put it: on the client's core (a
+context switch, ~20 µs here) or on the other, idle one (waking an idle virtual CPU, ~90 µs on
+a quiet machine). Left to the scheduler, each backend settles on one or the other, so each
+way's latency (and, at 16 in flight, throughput) depends on where its backends happen to be
+(one run: the floor's p50 105 µs, the others' 35-40 µs). So these groups are measured with
+the benchmark's thread on one CPU and every server process on another (``separate CPUs``: a
+client on one machine and a server on another, the client's core its own, so at 16 in
+flight the client's CPU per call sets the throughput), on the same CPU (``one CPU``: every
+round trip a context switch; 1 in flight only) and as the scheduler places them
+(``unpinned``); the affinities are restored after each test.
 
 ``keyed INSERT, {16,4} in flight, where the writes land``: ``INSERT INTO users (id, name,
 landed_on) VALUES ($1, $2, inet_server_addr())``, each key once, 16 or 4 callers. shardline:
@@ -69,7 +81,9 @@ key's master; each side's own counters are recorded beside.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -219,6 +233,36 @@ def timed_rounds(
     )
 
 
+PLACEMENTS = ["separate CPUs", "one CPU", "unpinned"]
+
+
+@contextlib.contextmanager
+def placed(cluster: StandinCluster, placement: str) -> Iterator[None]:
+    """Runs this thread and the server's processes on the CPUs ``placement`` says (see the
+    module), restoring their affinities after."""
+    if placement == "unpinned":
+        yield
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if placement == "separate CPUs" and len(cpus) < 2:
+        pytest.skip(f"one CPU available ({cpus}): client and server cannot be kept apart")
+    client = {cpus[0]}
+    server = {cpus[1]} if placement == "separate CPUs" else client
+    pids = cluster.server_pids()  # the postmaster's affinity is inherited by new backends
+    saved = {pid: os.sched_getaffinity(pid) for pid in pids}
+    own = os.sched_getaffinity(0)
+    try:
+        for pid in pids:
+            os.sched_setaffinity(pid, server)
+        os.sched_setaffinity(0, client)
+        yield
+    finally:
+        os.sched_setaffinity(0, own)
+        for pid, cpus_before in saved.items():
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(pid, cpus_before)
+
+
 def summary(samples: Sequence[float]) -> dict[str, float]:
     return {
         "median": statistics.median(samples),
@@ -359,7 +403,8 @@ def query_ways(c: Clients) -> dict[str, Callable[[int, int], Awaitable[Any]]]:
     }
 
 
-def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients) -> None:
+@pytest.mark.parametrize("placement", ["separate CPUs", "unpinned"])
+def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients, placement: str) -> None:
     c = clients
     ways = query_ways(c)
     names = list(ways)
@@ -387,8 +432,10 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients) -> None:
             per_s[name].append(len(block) / wall)
             cpu[name].append(busy / len(block) * 1e6)
 
-    benchmark.group = "keyed SELECT, 16 in flight"
-    timed_rounds(benchmark, c, round_, FLIGHT_ROUNDS, FLIGHT_WARMUP)
+    benchmark.group = f"keyed SELECT, 16 in flight, {placement}"
+    waits_before = sum(pool.waits for pool in c.shardline.stats().pools.values())
+    with placed(c.cluster, placement):
+        timed_rounds(benchmark, c, round_, FLIGHT_ROUNDS, FLIGHT_WARMUP)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     floor, routed_floor, ours, peer = names
     stats = c.shardline.stats()
@@ -397,7 +444,7 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients) -> None:
         return ratio_summary([x / y for x, y in zip(kept[a], kept[b], strict=True)])
 
     benchmark.extra_info.update(
-        impl="four ways interleaved, 16 callers",
+        impl=f"four ways interleaved, 16 callers, {placement}",
         calls_per_round=len(names) * CALLERS * PER_CALLER,
         by_way={
             name: {
@@ -412,12 +459,13 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients) -> None:
             "routed floor / floor, throughput": ratio(routed_floor, floor),
             "shardline / routed floor, throughput": ratio(ours, routed_floor),
         },
-        shardline_pool_waits=sum(pool.waits for pool in stats.pools.values()),
+        shardline_pool_waits=sum(pool.waits for pool in stats.pools.values()) - waits_before,
         shardline_fallbacks=dict(stats.fallbacks),
     )
 
 
-def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients) -> None:
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients, placement: str) -> None:
     c = clients
     ways = query_ways(c)
     names = list(ways)
@@ -440,8 +488,9 @@ def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients) -> None:
     def round_() -> None:
         c.run(round_of_turns(next(blocks)))
 
-    benchmark.group = "keyed SELECT, 1 in flight"
-    timed_rounds(benchmark, c, round_, SINGLE_ROUNDS, SINGLE_WARMUP)
+    benchmark.group = f"keyed SELECT, 1 in flight, {placement}"
+    with placed(c.cluster, placement):
+        timed_rounds(benchmark, c, round_, SINGLE_ROUNDS, SINGLE_WARMUP)
     kept = turns[-SINGLE_ROUNDS * KEYS_PER_ROUND :]
     by_way = {name: percentiles([t[i] / 1e9 for t in kept]) for i, name in enumerate(names)}
 
@@ -452,7 +501,7 @@ def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients) -> None:
         }
 
     benchmark.extra_info.update(
-        impl="four ways in turn, call by call, 1 caller",
+        impl=f"four ways in turn, call by call, 1 caller, {placement}",
         calls_per_round=len(names) * KEYS_PER_ROUND,
         samples=len(kept),
         by_way=by_way,
