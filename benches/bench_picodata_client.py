@@ -24,8 +24,9 @@ for the module:
   see ``StandinCluster.picopyn_dsn``.
 
 Before timing, 256 keyed queries through each client must land on the key's master (the
-catalog's answer, with picopyn's ``calculate_bucket_id`` for the bucket), and every timed
-query's result must equal its key.
+catalog's answer, with picopyn's ``calculate_bucket_id`` for the bucket; for shardline both
+with the key and with ``key_for("users", row)``), and every timed query's result must equal its
+key.
 
 Groups (each way timed back to back in every round, the order rotating, so that all see the
 same moments of a shared machine; ``extra_info["by_way"]`` holds each way's figures and
@@ -201,6 +202,8 @@ async def check_landing(c: Clients) -> None:
     for key in int_keys(CHECKED_KEYS):
         expected = c.cluster.expected_host(key)
         assert await c.shardline.fetchval(WHERE, key=key) == expected, key
+        row_key = await c.shardline.key_for("users", {"id": key, "name": "x"})
+        assert await c.shardline.fetchval(WHERE, key=row_key) == expected, key
         async with c.picopyn.acquire_by_sharding_key(c.factory.create_key({"id": key})) as conn:
             row = await conn.fetchrow(WHERE)
         assert host_of(row[0]) == expected, key
