@@ -734,6 +734,7 @@ def test_routed_queries_follow_catalog_histories(pg: PgServer) -> None:
 
     run_state_machine_as_test(Histories, settings=settings(max_examples=20, stateful_step_count=12))
 
+
 def test_key_for_reads_the_tables_once_and_again_for_an_unknown_one(pg: PgServer) -> None:
     async def main() -> None:
         async with cluster(pg) as c:

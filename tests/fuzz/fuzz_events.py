@@ -201,11 +201,7 @@ def apply_event(topology: Topology, model: Model, given: Any, method: str) -> No
         return
     configured = topology.tiers
     check(
-        not (
-            isinstance(given, BucketEvent)
-            and configured
-            and configured.get(given.tier, 0) == 0
-        ),
+        not (isinstance(given, BucketEvent) and configured and configured.get(given.tier, 0) == 0),
         f"{method} accepted a bucket event of a tier without buckets in {configured}:"
         f" {show(given)}",
     )
