@@ -15,9 +15,9 @@ for the module:
   that can cost more than the plain floor's one connection per caller (other backends, other
   cores), and the gap between the two floors is then the part of routing that no client code
   can avoid here;
-- ``shardline``: ``shardline.picodata.connect(dsn, tier="default")`` with its defaults (8
+- ``shardline``: ``shardline.picodata.connect(dsn, tier="default")`` with its defaults (16
   connections at most per instance, opened on first use, a poll of the catalog every second);
-- ``picopyn``: ``picopyn.asynchronous.pool.Pool(enable_discovery=True, max_size=48)`` (8 per
+- ``picopyn``: ``picopyn.asynchronous.pool.Pool(enable_discovery=True, max_size=96)`` (16 per
   instance, as shardline's bound; discovery so that every master has connections), keys from
   ``create_sharding_key_factory("users")``, routed with ``acquire_by_sharding_key`` (which
   waits for a busy master, as shardline does). It needs a DSN workaround on plain PostgreSQL:
@@ -169,7 +169,7 @@ def clients(cluster: StandinCluster) -> Iterator[Clients]:
             for host in sorted(cluster.master_hosts)
         }
         db = await shardline.picodata.connect(cluster.dsn, tier=TIER)
-        pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True, max_size=48)
+        pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True, max_size=96)
         await pool.open()
         factory = await pool.create_sharding_key_factory("users")
         return Clients(cluster, loop, floor, by_master, db, pool, factory)

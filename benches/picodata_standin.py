@@ -17,13 +17,12 @@ query must land, computed from the catalog's own tables and picopyn's ``calculat
 
 ``users(id bigint primary key, name text, landed_on inet)`` is there for keyed writes (a
 write records the instance it landed on), and ``_pico_table`` says ``users`` is sharded by
-``id`` (murmur3, tier ``default``), so picopyn's ``create_sharding_key_factory`` and
-shardline's ``key_for`` can read it.
+``id`` (murmur3, tier ``default``; ``tests/picodata_tables.py``, where the format's sources are
+named), so picopyn's ``create_sharding_key_factory`` and shardline's ``key_for`` can read it.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from urllib.parse import quote
 
 # The test suite's helpers, used as they are (a missing PostgreSQL raises PgUnavailable).
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
+import picodata_tables
 from pg_server import PASSWORD, SUPERUSER, PgServer
 from picodata_catalog import Catalog
 
@@ -42,25 +42,6 @@ INSTANCES_PER_REPLICASET = 2
 MAX_CONNECTIONS = 400  # the three clients and the floor hold their connections all at once
 
 USERS_TABLE = "CREATE TABLE users (id bigint PRIMARY KEY, name text, landed_on inet)"
-
-# Picodata's _pico_table as a sharding-key reader sees it: distribution and format are JSON
-# (``{"ShardedImplicitly": [["id"], "murmur3", "default"]}``, ``bucket_id`` the second field;
-# picodata test/int/test_ddl.py::test_ddl_create_sharded_space and the docs' _pico_table page,
-# https://docs.picodata.io/picodata/devel/architecture/system_tables/#_pico_table).
-PICO_TABLE = """
-CREATE TABLE _pico_table (
-    id bigint PRIMARY KEY,
-    name text NOT NULL UNIQUE,
-    distribution text NOT NULL,
-    format text NOT NULL
-)
-"""
-USERS_DISTRIBUTION = {"ShardedImplicitly": [["id"], "murmur3", TIER]}
-USERS_FORMAT = [
-    {"name": "id", "field_type": "integer", "is_nullable": False},
-    {"name": "bucket_id", "field_type": "unsigned", "is_nullable": False},
-    {"name": "name", "field_type": "string", "is_nullable": True},
-]
 
 
 class StandinCluster:
@@ -96,10 +77,9 @@ class StandinCluster:
                 self.catalog.set_address(instance, f"{host}:{self.server.port}")
         with self.server.connect(DATABASE) as connection:
             connection.execute(USERS_TABLE)
-            connection.execute(PICO_TABLE)
-            connection.execute(
-                "INSERT INTO _pico_table VALUES (1024, 'users', %s, %s)",
-                (json.dumps(USERS_DISTRIBUTION), json.dumps(USERS_FORMAT)),
+            picodata_tables.install(connection)
+            picodata_tables.add_sharded(
+                connection, "users", ["id"], fields=["id", "name"], tier=TIER
             )
         expected = self.catalog.expected()
         self.maps = expected.maps[TIER]

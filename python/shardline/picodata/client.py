@@ -41,7 +41,7 @@ def connect(
     dsn: str,
     *,
     tier: str,
-    pool_size: int = 8,
+    pool_size: int = 16,
     acquire_timeout: float = 5.0,
     route_wait: float = 1.0,
     strict: bool = False,
@@ -56,7 +56,8 @@ def connect(
         dsn: a ``postgresql://`` URL of any instance's pgproto port; its user, password,
             database and TLS settings (``sslmode``, …) are used for every instance.
         tier: the tier ``key=`` routes in (a :class:`ShardingKey` carries its own).
-        pool_size: the most connections open to one instance.
+        pool_size: the most connections open to one instance (opened on demand, so a light
+            load holds fewer; 16 lets 16 queries in flight on one master run without waiting).
         acquire_timeout: seconds a query waits for a connection of a busy instance (or for
             a connection to open) before :class:`~shardline.errors.PoolTimeout`.
         route_wait: seconds a key without a route waits for a fresh poll of the catalog.
@@ -133,7 +134,7 @@ class Client:
         dsn: str,
         *,
         tier: str,
-        pool_size: int = 8,
+        pool_size: int = 16,
         acquire_timeout: float = 5.0,
         route_wait: float = 1.0,
         strict: bool = False,
