@@ -49,7 +49,7 @@ fuzz-short: ## The fuzz targets FUZZ_SHORT_SECONDS (default 10) s each, seed fix
 	$(BIN)/python tests/fuzz/run.py --seconds $(FUZZ_SHORT_SECONDS) --seed 1
 
 bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build); rewrites benches/RESULTS.md
-	$(MATURIN) develop --release --extras bench --quiet
+	$(MATURIN) develop --release --extras test,bench --quiet
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
 
 servers: ## Install the servers the tests start on loopback (etcd, PostgreSQL) from Debian's packages
