@@ -765,3 +765,27 @@ def test_key_for_reads_the_tables_once_and_again_for_an_unknown_one(pg: PgServer
                     await db.key_for("orders", {"id": 1})
 
     run(main)
+
+
+def test_pool_stats_count_the_queries_each_instance_ran(pg: PgServer) -> None:
+    async def main() -> None:
+        async with cluster(pg) as c, connect(c.url, tier="default") as db:
+            keys = [key for key in range(40) if c.master_of(key) == "r2_1"][:5]
+            assert len(keys) == 5
+            for n, key in enumerate(keys, 1):
+                assert await db.fetchval("SELECT $1::bigint", key, key=key) == key
+                assert pool_of(db, "r2_1").queries == n
+            # a failed query ran too
+            with pytest.raises(asyncpg.PostgresError):
+                await db.execute("SELECT 1/0", key=keys[0])
+            assert pool_of(db, "r2_1").queries == 6
+            others = {
+                name: stats.queries
+                for uuid, stats in db.stats().pools.items()
+                for name in c.forwarders
+                if _uuid(name) == uuid and name != "r2_1"
+            }
+            assert set(others) == {"r1_1", "r1_2", "r1_3", "r2_2"}
+            assert set(others.values()) == {0}
+
+    run(main)

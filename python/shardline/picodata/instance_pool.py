@@ -110,6 +110,7 @@ class InstancePool:
         self.connects = 0
         self.connect_failures = 0
         self.discarded = 0
+        self.queries = 0
 
     @property
     def label(self) -> str:
@@ -139,6 +140,7 @@ class InstancePool:
             connect_failures=self.connect_failures,
             discarded=self.discarded,
             down=self.down,
+            queries=self.queries,
         )
 
     # taking and giving back
@@ -150,6 +152,7 @@ class InstancePool:
             connection = idle.pop()
             if not connection.is_closed():
                 self._in_use += 1
+                self.queries += 1
                 return connection
             self._discard(connection, terminate=True)
         return None
@@ -163,17 +166,20 @@ class InstancePool:
         while True:
             if self._closing:
                 raise self._closed_error()
-            connection = self.take()
+            connection = self.take()  # counts the query itself
             if connection is not None:
                 return connection
             if self._open < self._size:
-                return await self._open_one(redial=redial)
+                connection = await self._open_one(redial=redial)
+                self.queries += 1
+                return connection
             if deadline is None:
                 self.waits += 1
                 deadline = asyncio.get_running_loop().time() + self._acquire_timeout
             connection = await self._wait(deadline)
             if connection is not None:
                 if not connection.is_closed():
+                    self.queries += 1
                     return connection
                 self._in_use -= 1
                 self._discard(connection, terminate=True)

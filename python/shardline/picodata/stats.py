@@ -19,7 +19,10 @@ class PoolStats:
     that gave up after ``acquire_timeout``; ``connects`` and ``connect_failures`` count the
     connections opened and the attempts that failed; ``discarded`` the connections closed
     because they broke (or were left mid-operation or in a transaction). ``down`` is True
-    while the instance is in its reconnection backoff after a failed connect.
+    while the instance is in its reconnection backoff after a failed connect. ``queries``
+    counts the connections handed out, one per query run on the instance (whether it then
+    succeeded or not): a client's keyed queries are seen here landing on the master they were
+    routed to.
     """
 
     uuid: str
@@ -34,6 +37,7 @@ class PoolStats:
     connect_failures: int
     discarded: int
     down: bool
+    queries: int
 
 
 @dataclass(frozen=True, slots=True)
