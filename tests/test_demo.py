@@ -1139,7 +1139,7 @@ from collections.abc import Iterator  # noqa: E402
 
 from conftest import rs_uuid  # noqa: E402
 from pg_server import PgServer  # noqa: E402
-from picodata_catalog import Catalog, Expected  # noqa: E402
+from picodata_catalog import Catalog, Expected, name_uuid  # noqa: E402
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology  # noqa: E402
 from shardline.demo import live as live_module  # noqa: E402
@@ -1309,6 +1309,7 @@ def test_pg_on_a_terminal_draws_rich_tables(
     assert (status, err) == (0, "")
     assert "━" in out or "─" in out
     assert "routing: keys per master" in out
+    assert "routed queries: where they ran" in out
     assert rs_uuid(3) in out
     assert "Live summary:" in out
 
@@ -1350,6 +1351,12 @@ def test_pg_without_asyncpg_says_what_to_install(
         ),
         (["--pg", "postgresql://127.0.0.1", "--keys", "0"], "--keys must be an integer from 1"),
         (["--pg", "host=127.0.0.1", "--part", "topology"], "--pg: dsn must be a postgresql://"),
+        (["--queries", "5"], "--queries needs --pg"),
+        (["--pg", "postgresql://127.0.0.1", "--queries", "-1"], "--queries must be an integer"),
+        (
+            ["--pg", "postgresql://127.0.0.1", "--queries", "1000001"],
+            "--queries must be an integer from 0 to 1000000",
+        ),
     ],
 )
 def test_pg_usage_errors_exit_2(
@@ -1358,3 +1365,142 @@ def test_pg_usage_errors_exit_2(
     status, out, err = run_demo(capsys, *args)
     assert (status, out) == (2, "")
     assert message in err
+
+
+# --- routed queries (--pg DSN --queries N) ------------------------------------------------------
+
+from picodata_cluster import (  # noqa: E402
+    BUCKET_COUNT,
+    REPLICASETS,
+    PicodataCluster,
+    picodata_cluster_fixture,  # noqa: F401  (the picodata_cluster fixture)
+)
+
+
+def query_rows(block: str) -> dict[str, tuple[str, str, int, int, int]]:
+    """The routed-queries table of a poll block: instance → (tier, address, keys, queries,
+    failed)."""
+    rows = {}
+    for tier, *label, address, keys, queries, failed in live_table(
+        block, "routed queries: where they ran"
+    ):
+        rows[" ".join(label)] = (
+            tier,
+            address,
+            int(keys),
+            int(queries) if queries != "-" else -1,
+            int(failed),
+        )
+    return rows
+
+
+def test_pg_routed_queries_run_on_the_master_owning_each_key(
+    picodata_cluster: PicodataCluster,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = picodata_cluster
+    cluster.reset()
+    m2 = cluster.instances["m2"]
+    with cluster.catalog.transaction():
+        # a second tier, on an instance of its own (m2's server): its keys are routed there
+        # with their own tier, not the client's
+        cluster.catalog.add_tier("other", 100)
+        cluster.catalog.add_replicaset("rs3", "other", instances=0)
+        cluster.catalog.add_instance("o1", "rs3")
+        cluster.catalog.set_address("o1", m2.address)
+        cluster.catalog.switch_master("rs3", "o1")
+        cluster.catalog.rebalance("other")
+
+    async def between_polls(after: int, interval: float) -> None:
+        cluster.catalog.switch_master("rs1", "r1")  # r1 takes over rs1's buckets
+
+    monkeypatch.setattr(live_module, "between_polls", between_polls)
+    try:
+        status, out, err = run_demo(
+            capsys,
+            *("--part", "topology", "--pg", cluster.dsn, "--plain"),
+            *("--polls", "2", "--interval", "0", "--keys", "500", "--queries", "300"),
+        )
+    finally:
+        cluster.reset()
+    assert (status, err) == (0, "")
+    keys = [f"user:{i}" for i in range(300)]  # the first 300 of the demo's keys
+    # the owner of each key's bucket, worked out here: rs1 has buckets 1-1500, rs2 the rest
+    assert REPLICASETS == {"rs1": ("m1", "r1"), "rs2": ("m2",)}
+    in_rs1 = sum(1 for key in keys if bucket_id(key, BUCKET_COUNT) <= 1500)
+    assert 0 < in_rs1 < 300
+    address = {name: instance.address for name, instance in cluster.instances.items()}
+
+    first, second = poll_block(out, 1), poll_block(out, 2)
+    assert query_rows(first) == {
+        "m1": ("default", address["m1"], in_rs1, in_rs1, 0),
+        "m2": ("default", address["m2"], 300 - in_rs1, 300 - in_rs1, 0),
+        "o1": ("other", address["m2"], 300, 300, 0),
+    }  # r1, a replica, ran none
+    assert "600 queries in " in first
+    assert ", 0 failed; misses: none, fallbacks: none; retries: 0;" in first
+
+    assert f"- replicaset {name_uuid('rs1')}: master {name_uuid('m1')} -> {name_uuid('r1')}" in (
+        second
+    )
+    assert query_rows(second) == {
+        "r1": ("default", address["r1"], in_rs1, in_rs1, 0),
+        "m2": ("default", address["m2"], 300 - in_rs1, 300 - in_rs1, 0),
+        "o1": ("other", address["m2"], 300, 300, 0),
+    }  # m1 is a replica now: it ran none
+    summary = out[out.index("Live summary:") :]
+    assert "routed queries: 1200 sent, 0 failed, 0 fallbacks" in summary
+
+
+def test_pg_queries_to_unreachable_instances_are_reported_and_the_demo_goes_on(
+    live_catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = {name_uuid(name): name for name in ("r1_1", "r1_2", "r2_1", "r3_1")}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{sock.getsockname()[1]}"  # bound, not listening: refused
+        for name in names.values():
+            live_catalog.set_address(name, closed)
+        status, out, err = run_demo(
+            capsys,
+            *("--part", "topology", "--pg", live_catalog.dsn, "--plain"),
+            *("--polls", "2", "--interval", "0", "--keys", "50", "--queries", "40"),
+        )
+    assert (status, err) == (0, "")
+    expected = live_catalog.expected()
+    topology = catalog_topology(live_catalog)
+    keys = [f"user:{i}" for i in range(40)]
+    for number in (1, 2):
+        block = poll_block(out, number)
+        assert block.splitlines()[0].endswith(": complete")
+        wanted: Counter[tuple[str, str]] = Counter()
+        for tier in expected.tiers:
+            for master in topology.route_many(tier, keys):
+                assert master is not None
+                wanted[tier, names[master.uuid]] += 1
+        assert query_rows(block) == {
+            name: (tier, closed, n, 0, n) for (tier, name), n in wanted.items()
+        }
+        assert "80 queries in " in block
+        assert ", 80 failed; misses: none, fallbacks: none; retries: 80;" in block
+        failures = [line for line in block.splitlines() if line.startswith("  failed: ")]
+        assert len(failures) == 3  # one reason per master
+        for line in failures:
+            assert "InstanceUnavailable: cannot connect to instance" in line
+            assert f"at {closed}: " in line
+            assert "refused" in line
+    summary = out[out.index("Live summary:") :]
+    assert "routed queries: 160 sent, 160 failed, 0 fallbacks" in summary
+
+
+def test_pg_queries_0_runs_none(live_catalog: Catalog, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_demo(
+        capsys,
+        *("--part", "topology", "--pg", live_catalog.dsn, "--plain"),
+        *("--polls", "1", "--queries", "0"),
+    )
+    assert (status, err) == (0, "")
+    assert "routing: keys per master" in out
+    assert "routed queries" not in out
+    assert "SELECT 1" not in out

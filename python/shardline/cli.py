@@ -64,6 +64,7 @@ from shardline.demo.live import (
     DEFAULT_INTERVAL,
     DEFAULT_KEYS,
     DEFAULT_POLLS,
+    DEFAULT_QUERIES,
     LiveDemo,
     LiveDemoError,
 )
@@ -151,9 +152,9 @@ def _parser() -> argparse.ArgumentParser:
         "--pg",
         metavar="DSN",
         help=(
-            "the topology part polls the live cluster at DSN (a postgresql:// URI) and shows"
-            " its tiers, bucket maps and routing, instead of replaying events; needs the pg"
-            " extra (asyncpg)"
+            "the topology part follows the live cluster at DSN (a postgresql:// URI) with a"
+            " shardline.picodata client and shows its tiers, bucket maps, routing and where"
+            " routed queries ran, instead of replaying events; needs the pg extra (asyncpg)"
         ),
     )
     demo.add_argument(
@@ -167,6 +168,16 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help=f"with --pg: the time between polls (default: {DEFAULT_INTERVAL:g})",
+    )
+    demo.add_argument(
+        "--queries",
+        type=int,
+        metavar="N",
+        help=(
+            "with --pg: after each poll, run a routed query (SELECT 1, key=) for each of the"
+            f" first N keys in every tier and show where they ran; 0: none (default:"
+            f" {DEFAULT_QUERIES})"
+        ),
     )
     demo.set_defaults(run=_demo)
     _add_worker_command(commands)
@@ -354,6 +365,9 @@ def _demo(args: argparse.Namespace) -> int:
     if args.pg is None and (args.polls is not None or args.interval is not None):
         print("shardline demo: error: --polls and --interval need --pg", file=sys.stderr)
         return 2
+    if args.pg is None and args.queries is not None:
+        print("shardline demo: error: --queries needs --pg", file=sys.stderr)
+        return 2
     if not topology and args.pg is not None:
         print("shardline demo: error: --pg needs the topology part", file=sys.stderr)
         return 2
@@ -372,6 +386,7 @@ def _demo(args: argparse.Namespace) -> int:
                 polls=DEFAULT_POLLS if args.polls is None else args.polls,
                 interval=DEFAULT_INTERVAL if args.interval is None else args.interval,
                 keys=DEFAULT_KEYS if args.keys is None else args.keys,
+                queries=DEFAULT_QUERIES if args.queries is None else args.queries,
             )
         except LiveDemoError as error:
             print(f"shardline demo: error: {error}", file=sys.stderr)

@@ -1,12 +1,15 @@
 """``shardline demo --pg DSN``: the topology part against a live cluster.
 
-Instead of replaying scenario events, a :class:`~shardline.topology.sources.polling.PollingSource`
-polls the cluster's catalog over pgwire into a :class:`shardline.Topology` a few times, and after
-each poll a stream of keys is routed in every tier with :meth:`Topology.route_many`. Each
-:class:`LivePoll` holds the topology's tables (the ones ``shardline inspect`` prints), the keys
-per master, the keys with no route, a few sample keys, and what changed since the previous poll
-(tiers, replicasets, masters, instances, epochs, maps, keys that now reach another master), so a
-rebalancing cluster's maps are seen to move.
+Instead of replaying scenario events, a :func:`shardline.picodata.connect` client follows the
+cluster's catalog over pgwire; the demo polls it a few times (:meth:`Client.refresh`), and
+after each poll a stream of keys is routed in every tier with :meth:`Topology.route_many` on the
+client's topology, then the first of them run a routed ``SELECT 1`` each (``key=``) through the
+client. Each :class:`LivePoll` holds the topology's tables (the ones ``shardline inspect``
+prints), the keys per master, the keys with no route, a few sample keys, what changed since the
+previous poll (tiers, replicasets, masters, instances, epochs, maps, keys that now reach
+another master), so a rebalancing cluster's maps are seen to move, and where the routed
+queries ran (:class:`QueryBatch`): per master, the keys routed to it and the queries its
+connections ran, which match.
 
 asyncpg (the ``pg`` extra) is imported only when :meth:`LiveDemo.polls` runs.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import itertools
 import logging
 import math
@@ -22,7 +26,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from shardline import Topology
 from shardline.demo.replay import MasterRequests
@@ -30,14 +35,22 @@ from shardline.demo.scenario import MAX_KEYS, KeyStream
 from shardline.demo.tables import TableData, topology_tables
 from shardline.errors import ShardlineError
 
+if TYPE_CHECKING:
+    from shardline.picodata import Client, ClientStats
+    from shardline.topology.sources.polling import PollingSource
+
 __all__ = [
     "DEFAULT_INTERVAL",
     "DEFAULT_KEYS",
     "DEFAULT_POLLS",
+    "DEFAULT_QUERIES",
+    "QUERY",
+    "InstanceQueries",
     "LiveDemo",
     "LiveDemoError",
     "LivePoll",
     "LiveTier",
+    "QueryBatch",
     "SampleKey",
     "between_polls",
 ]
@@ -45,8 +58,14 @@ __all__ = [
 DEFAULT_POLLS = 3
 DEFAULT_INTERVAL = 1.0
 DEFAULT_KEYS = 2000
+DEFAULT_QUERIES = 100
 MAX_POLLS = 10_000
 MAX_INTERVAL = 3600.0
+QUERY = "SELECT 1"
+"""The routed query: plain SQL that Picodata and PostgreSQL both run."""
+IN_FLIGHT = 8
+"""Routed queries in flight at once; the client's pools hold as many connections per instance,
+so a master's queries never wait for one of its connections."""
 
 
 class LiveDemoError(ShardlineError):
@@ -89,12 +108,61 @@ class SampleKey:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceQueries:
+    """One instance in a poll's routed queries: ``keys`` of the queried keys the topology
+    routes to it (it is the master owning their buckets), ``queries`` run on its connections
+    during the batch, ``failed`` queries of its keys that raised. ``label`` is its name, or
+    the first 8 characters of its uuid when the catalog has no name."""
+
+    uuid: str
+    label: str
+    address: str | None
+    tier: str | None
+    keys: int
+    queries: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryBatch:
+    """The routed queries run after one poll: :data:`QUERY` with ``key=`` each of the first
+    ``keys`` keys, in every tier with buckets.
+
+    ``instances`` are the masters the keys were routed to and any other instance whose
+    connections ran a query meanwhile (a fallback lands on any online instance); ``unrouted``
+    counts the queried keys with no route at the poll and ``unrouted_failed`` those of their
+    queries that raised. ``misses``, ``fallbacks`` and ``retries`` are what
+    :meth:`Client.stats` counted during the batch (by reason), ``polls`` the catalog polls
+    the queries triggered (a key without a route, an instance that could not be reached);
+    ``failures`` the errors of the failed queries, as ``reason (n x)``.
+    """
+
+    keys: int
+    sent: int
+    elapsed: float
+    instances: tuple[InstanceQueries, ...]
+    unrouted: int
+    unrouted_failed: int
+    misses: Mapping[str, int]
+    fallbacks: Mapping[str, int]
+    retries: int
+    polls: int
+    failures: tuple[str, ...]
+
+    @property
+    def failed(self) -> int:
+        return sum(row.failed for row in self.instances) + self.unrouted_failed
+
+
+@dataclass(frozen=True, slots=True)
 class LivePoll:
     """What one poll of the cluster read, and what changed since the previous one.
 
-    ``changes`` is None for the first poll; ``failures`` lists the failures counted during
-    this poll (``reason (n x)``), and ``last_failure`` the latest one's message.
-    ``membership_changed`` is True when a tier, replicaset or instance changed.
+    ``changes`` is None for the first poll; ``failures`` lists the failures of catalog polls
+    counted since the previous poll's report (``reason (n x)``; the previous poll's queries
+    may have triggered some), and ``last_failure`` the latest one's message.
+    ``membership_changed`` is True when a tier, replicaset or instance changed. ``queries``
+    is None when no query is run (``queries=0``).
     """
 
     number: int
@@ -110,6 +178,7 @@ class LivePoll:
     changes: tuple[str, ...] | None
     membership_changed: bool
     moves: tuple[tuple[str, int, int, str | None, str | None], ...] = ()
+    queries: QueryBatch | None = None
 
 
 async def between_polls(after: int, interval: float) -> None:
@@ -118,8 +187,10 @@ async def between_polls(after: int, interval: float) -> None:
 
 
 class LiveDemo:
-    """Polls the cluster at ``dsn`` ``polls`` times, ``interval`` seconds apart; iterate
-    :meth:`polls` to drive it. Raises :class:`LiveDemoError` (``usage``) for a bad argument."""
+    """Polls the cluster at ``dsn`` ``polls`` times, ``interval`` seconds apart, routing
+    ``keys`` keys after each poll and running a routed query for the first ``queries`` of them
+    (0: none); iterate :meth:`polls` to drive it. Raises :class:`LiveDemoError` (``usage``)
+    for a bad argument."""
 
     def __init__(
         self,
@@ -128,6 +199,7 @@ class LiveDemo:
         polls: int = DEFAULT_POLLS,
         interval: float = DEFAULT_INTERVAL,
         keys: int = DEFAULT_KEYS,
+        queries: int = DEFAULT_QUERIES,
         pattern: str = "user:{i}",
         samples: int = 3,
         timeout: float = 5.0,
@@ -151,70 +223,101 @@ class LiveDemo:
             raise LiveDemoError(
                 f"--keys must be an integer from 1 to {MAX_KEYS}, got {keys!r}", usage=True
             )
+        if (
+            isinstance(queries, bool)
+            or not isinstance(queries, int)
+            or not 0 <= queries <= MAX_KEYS
+        ):
+            raise LiveDemoError(
+                f"--queries must be an integer from 0 to {MAX_KEYS}, got {queries!r}", usage=True
+            )
         self.dsn = dsn
         self.total = polls
         self.interval = float(interval)
         self.keys = KeyStream(keys, pattern)
+        self.queries = min(queries, keys)  # the first keys of the stream: there are no more
         self.samples = samples
         self.timeout = timeout
 
     def polls(self) -> Iterator[LivePoll]:
-        """Connects, polls, routes the keys and yields each poll's report as it is read.
+        """Connects, polls, routes the keys, runs the routed queries and yields each poll's
+        report as it is read.
 
         Raises :class:`LiveDemoError` with the reason if the first poll cannot read the cluster
-        (nothing has been yielded then); a later poll that fails is reported, not raised.
+        (nothing has been yielded then); a later poll that fails is reported, not raised, and
+        so is a query that fails (an instance that cannot be reached, …).
+
+        Implementation notes:
+            The client needs its tier (the one plain ``key=`` values route in) before it
+            connects, so the catalog is read once first by a :class:`PollingSource` of the
+            demo's own, which also gives the first poll's failure when the cluster cannot be
+            read. The client's tier is the first tier with buckets; keys of the other tiers
+            are routed with a :class:`~shardline.picodata.ShardingKey` naming theirs. The
+            client polls on its own only to retry a failed poll or when a query finds no
+            route (its ``poll_interval`` is the longest), so the demo's polls are its
+            :meth:`~shardline.picodata.Client.refresh` calls.
         """
         try:
+            from shardline.picodata import connect
             from shardline.topology.sources.polling import PollingSource
         except ImportError:
             raise LiveDemoError("--pg needs asyncpg: pip install 'shardline[pg]'") from None
-        # failures are shown in the output; the source's own warnings would repeat them
-        logging.getLogger("shardline.topology.sources").addHandler(logging.NullHandler())
+        # failures are shown in the output; the source's and the client's own warnings would
+        # repeat them
+        for name in ("shardline.topology.sources", "shardline.picodata"):
+            logging.getLogger(name).addHandler(logging.NullHandler())
         try:
-            source = PollingSource(self.dsn, interval=3600.0, timeout=self.timeout, retry=3600.0)
+            probe = PollingSource(
+                self.dsn, interval=MAX_INTERVAL, timeout=self.timeout, retry=MAX_INTERVAL
+            )
         except ValueError as error:
             raise LiveDemoError(f"--pg: {error}", usage=True) from None
-        topology = Topology()
         keys = self.keys.keys()
         with asyncio.Runner() as runner:
-            running: list[asyncio.Task[None]] = []
-
-            async def poll() -> bool:
-                # the first poll starts the run() task: it polls at once, and that poll
-                # answers the refresh
-                if not running:
-                    running.append(asyncio.create_task(source.run(topology)))
-                return await source.refresh()
-
+            tiers, server = runner.run(_read_tiers(probe))
+            with_buckets = sorted(tier for tier, count in tiers.items() if count)
+            tier = (with_buckets or sorted(tiers))[0]
+            client = connect(
+                self.dsn,
+                tier=tier,
+                pool_size=IN_FLIGHT,
+                acquire_timeout=self.timeout,
+                poll_interval=MAX_INTERVAL,
+            )
             try:
+                try:
+                    runner.run(_start(client))
+                except ShardlineError as error:
+                    stats = client.stats()
+                    raise LiveDemoError(
+                        _unreadable(Counter(stats.poll_failures), str(error))
+                    ) from None
+                topology = client.topology
                 previous: _Snapshot | None = None
                 failures: Counter[str] = Counter()
                 started = time.monotonic()
                 for number in range(1, self.total + 1):
-                    if number > 1:
+                    at = 0.0
+                    if number == 1:  # the client's first poll, as it connected
+                        complete = client.stats().last_poll is not None
+                    else:
                         runner.run(between_polls(number - 1, self.interval))
-                    at = time.monotonic() - started
-                    complete = runner.run(poll())
-                    state = source.state
-                    new = Counter(state.failures)
+                        at = time.monotonic() - started
+                        complete = runner.run(client.refresh())
+                    stats = client.stats()
+                    new = Counter(stats.poll_failures)
                     new.subtract(failures)
-                    failures = Counter(state.failures)
+                    failures = Counter(stats.poll_failures)
                     failed = tuple(f"{r} ({n}x)" for r, n in sorted(new.items()) if n > 0)
-                    if previous is None and not (topology.tiers or topology.replicasets):
-                        reasons = ", ".join(failed) or "nothing read"
-                        raise LiveDemoError(
-                            f"cannot read the cluster: {reasons}"
-                            + (f"; {state.last_failure}" if state.last_failure else "")
-                        )
                     snapshot = _Snapshot.of(topology, keys)
-                    yield LivePoll(
+                    poll = LivePoll(
                         number=number,
                         total=self.total,
                         elapsed=at,
                         complete=complete,
-                        server=state.server,
+                        server=server,
                         failures=failed,
-                        last_failure=state.last_failure if failed else None,
+                        last_failure=stats.last_poll_failure if failed else None,
                         tables=topology_tables(
                             topology.tiers,
                             topology.replicasets,
@@ -228,15 +331,48 @@ class LiveDemo:
                         and snapshot.membership != previous.membership,
                         moves=() if previous is None else snapshot.moves(previous),
                     )
+                    if self.queries:
+                        batch = runner.run(self._run_queries(client, tier, keys, snapshot))
+                        poll = dataclasses.replace(poll, queries=batch)
+                    yield poll
                     previous = snapshot
             finally:
+                runner.run(client.close())
 
-                async def stop() -> None:
-                    await source.aclose()
-                    for task in running:
-                        await task
+    async def _run_queries(
+        self, client: Client, tier: str, keys: list[str], snapshot: _Snapshot
+    ) -> QueryBatch:
+        """Runs :data:`QUERY` with ``key=`` each of the first ``self.queries`` keys in every
+        tier with buckets, :data:`IN_FLIGHT` at a time; failures are counted, never raised."""
+        from shardline.picodata import ShardingKey
 
-                runner.run(stop())
+        queried = keys[: self.queries]
+        work: list[tuple[Any, str | None]] = []  # (the key= to pass, the master routed to)
+        for name in sorted(snapshot.bucket_counts):
+            if not snapshot.bucket_counts[name]:
+                continue  # an arbiter tier: no key is routed in it
+            masters = snapshot.routes[name][: self.queries]
+            for key, master in zip(queried, masters, strict=True):
+                # a plain key routes in the client's tier, a ShardingKey in the one it names;
+                # the demo's keys belong to no table
+                routed = key if name == tier else ShardingKey("", name, (key,))
+                work.append((routed, master))
+        errors: list[str | None] = [None] * len(work)
+        pending = iter(enumerate(work))
+
+        async def worker() -> None:
+            for n, (key, _) in pending:
+                try:
+                    await client.fetchval(QUERY, key=key)
+                except Exception as error:
+                    errors[n] = f"{type(error).__name__}: {error}"
+
+        before = client.stats()
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(min(IN_FLIGHT, len(work)))))
+        elapsed = time.monotonic() - started
+        after = client.stats()
+        return _batch(client.topology, work, errors, before, after, self.queries, elapsed)
 
     def _samples(self, topology: Topology) -> tuple[SampleKey, ...]:
         samples = []
@@ -256,6 +392,105 @@ class LiveDemo:
                     )
                 )
         return tuple(samples)
+
+
+async def _read_tiers(source: PollingSource) -> tuple[dict[str, int], str | None]:
+    """The catalog's tiers (name → bucket count) and the server that gave them, read by one
+    poll of ``source``, closed then. Raises :class:`LiveDemoError` with the reason if no tier
+    could be read."""
+    topology = Topology()
+    task = asyncio.create_task(source.run(topology))
+    try:
+        await source.refresh()
+        state = source.state
+    finally:
+        await source.aclose()
+        await task
+    if not topology.tiers:
+        raise LiveDemoError(_unreadable(state.failures, state.last_failure))
+    return dict(topology.tiers), state.server
+
+
+async def _start(client: Client) -> None:
+    await client
+
+
+def _unreadable(failures: Mapping[str, int], last: str | None) -> str:
+    reasons = ", ".join(f"{r} ({n}x)" for r, n in sorted(failures.items()) if n > 0)
+    return f"cannot read the cluster: {reasons or 'nothing read'}" + (f"; {last}" if last else "")
+
+
+def _grown(before: Mapping[str, int], after: Mapping[str, int]) -> Mapping[str, int]:
+    """What a counter by reason gained from ``before`` to ``after``."""
+    grown = Counter(after)
+    grown.subtract(before)
+    return MappingProxyType({reason: n for reason, n in sorted(grown.items()) if n > 0})
+
+
+def _batch(
+    topology: Topology,
+    work: list[tuple[Any, str | None]],
+    errors: list[str | None],
+    before: ClientStats,
+    after: ClientStats,
+    keys: int,
+    elapsed: float,
+) -> QueryBatch:
+    """The report of a batch of routed queries: ``work`` (key, master routed to) and each
+    query's error, the client's stats before and after."""
+    routed: Counter[str] = Counter()
+    failed: Counter[str | None] = Counter()
+    reasons: Counter[str] = Counter()
+    unrouted = 0
+    for (_, master), error in zip(work, errors, strict=True):
+        if master is None:
+            unrouted += 1
+        else:
+            routed[master] += 1
+        if error is not None:
+            failed[master] += 1
+            reasons[error] += 1
+    # a pool is told by its uuid and address: an instance that moved meanwhile got a new
+    # pool, counting from 0
+    ran_before = {(uuid, pool.address): pool.queries for uuid, pool in before.pools.items()}
+    ran: Counter[str] = Counter()
+    pool_addresses: dict[str, str] = {}
+    for uuid, pool in after.pools.items():
+        pool_addresses[uuid] = pool.address
+        ran[uuid] += pool.queries - ran_before.get((uuid, pool.address), 0)
+    rows = []
+    for uuid in routed.keys() | {uuid for uuid, n in ran.items() if n}:
+        instance = topology.instances.get(uuid)
+        name = address = replicaset = None
+        if instance is not None:
+            name, address = instance.name, instance.address
+            if instance.replicaset_uuid is not None:
+                replicaset = topology.replicasets.get(instance.replicaset_uuid)
+        rows.append(
+            InstanceQueries(
+                uuid=uuid,
+                label=name or uuid[:8],
+                address=address or pool_addresses.get(uuid),
+                tier=None if replicaset is None else replicaset.tier,
+                keys=routed[uuid],
+                queries=ran[uuid],
+                failed=failed[uuid],
+            )
+        )
+    rows.sort(key=lambda row: (row.tier or "", row.label, row.uuid))
+    return QueryBatch(
+        keys=keys,
+        sent=len(work),
+        elapsed=elapsed,
+        instances=tuple(rows),
+        unrouted=unrouted,
+        unrouted_failed=failed[None],
+        misses=_grown(before.misses, after.misses),
+        fallbacks=_grown(before.fallbacks, after.fallbacks),
+        retries=after.retries - before.retries,
+        polls=after.polls - before.polls,
+        failures=tuple(f"{reason} ({n}x)" for reason, n in reasons.most_common()),
+    )
 
 
 def short(uuid: str | None) -> str:

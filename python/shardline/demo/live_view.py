@@ -4,14 +4,14 @@ been read and routed; both show the same lines and tables (:mod:`shardline.demo.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
 from rich.console import Console
 from rich.text import Text
 
-from shardline.demo.live import LiveDemo, LivePoll
+from shardline.demo.live import QUERY, LiveDemo, LivePoll, QueryBatch
 from shardline.demo.tables import TableData, plain_table, rich_table
 
 __all__ = ["render_live_plain", "render_live_rich"]
@@ -29,16 +29,25 @@ _Block = _Line | TableData
 
 def _header(demo: LiveDemo, poll: LivePoll) -> list[_Line]:
     spacing = f", {demo.interval:g} s apart" if demo.total > 1 else ""
-    return [
+    lines = [
         _Line(
             f"shardline demo --pg: the live cluster at {poll.server or '?'}, polled"
-            f" {demo.total} {'time' if demo.total == 1 else 'times'}{spacing} by PollingSource"
+            f" {demo.total} {'time' if demo.total == 1 else 'times'}{spacing} by a"
+            " shardline.picodata client"
         ),
         _Line(
             f"after each poll {demo.keys.count} keys {demo.keys.pattern!r} are routed in every"
             " tier to the master of the replicaset owning their bucket"
         ),
     ]
+    if demo.queries:
+        lines.append(
+            _Line(
+                f"and the first {demo.queries} of them run {QUERY!r} with key= in every tier"
+                " with buckets, through the client: each on a connection of its key's master"
+            )
+        )
+    return lines
 
 
 def _routing(poll: LivePoll) -> TableData:
@@ -63,6 +72,36 @@ def _routing(poll: LivePoll) -> TableData:
     )
 
 
+def _queries(batch: QueryBatch) -> Iterator[_Block]:
+    rows: list[list[object]] = [
+        [row.tier or "-", row.label, row.address or "-", row.keys, row.queries, row.failed]
+        for row in batch.instances
+    ]
+    if batch.unrouted:
+        rows.append(["-", "(no route)", "-", batch.unrouted, "-", batch.unrouted_failed])
+    yield (
+        "routed queries: where they ran",
+        ["tier", "instance", "address", "keys", "queries", "failed"],
+        rows,
+    )
+    counted = ", ".join(
+        f"{what}: {_reasons(counts)}"
+        for what, counts in (("misses", batch.misses), ("fallbacks", batch.fallbacks))
+    )
+    yield _Line(
+        f"{batch.sent} queries in {batch.elapsed:.2f} s, {batch.failed} failed; {counted};"
+        f" retries: {batch.retries}; catalog polls they triggered: {batch.polls}",
+        "",
+        2,
+    )
+    for failure in batch.failures:
+        yield _Line(f"failed: {failure}", "red", 2)
+
+
+def _reasons(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{reason} ({n}x)" for reason, n in counts.items()) or "none"
+
+
 def _samples(poll: LivePoll) -> TableData:
     rows: list[list[object]] = [
         [s.key, s.tier, s.bucket, s.replicaset or "-", s.master or "(no route)", s.address or "-"]
@@ -84,6 +123,8 @@ def _poll_blocks(poll: LivePoll) -> Iterator[_Block]:
         yield from poll.tables
     elif not poll.changes:
         yield _Line(f"no change since poll {poll.number - 1}", "dim", 2)
+        if poll.queries is not None:
+            yield from _queries(poll.queries)
         return
     else:
         yield _Line(f"changes since poll {poll.number - 1}:", "", 2)
@@ -102,6 +143,8 @@ def _poll_blocks(poll: LivePoll) -> Iterator[_Block]:
                 ],
             )
     yield _routing(poll)
+    if poll.queries is not None:
+        yield from _queries(poll.queries)
     yield _samples(poll)
 
 
@@ -110,7 +153,7 @@ def _summary(polls: list[LivePoll]) -> list[_Line]:
     changed = [str(poll.number) for poll in polls if poll.changes]
     last = polls[-1]
     unrouted = ", ".join(f"{state.tier} {state.unrouted}" for state in last.tiers) or "no tier"
-    return [
+    lines = [
         _Line("Live summary:", "bold"),
         _Line(f"polls: {len(polls)}, complete: {complete}", "", 2),
         _Line(
@@ -120,6 +163,18 @@ def _summary(polls: list[LivePoll]) -> list[_Line]:
         ),
         _Line(f"keys with no route at the last poll: {unrouted}", "", 2),
     ]
+    batches = [poll.queries for poll in polls if poll.queries is not None]
+    if batches:
+        lines.append(
+            _Line(
+                f"routed queries: {sum(b.sent for b in batches)} sent,"
+                f" {sum(b.failed for b in batches)} failed,"
+                f" {sum(sum(b.fallbacks.values()) for b in batches)} fallbacks",
+                "",
+                2,
+            )
+        )
+    return lines
 
 
 def render_live_plain(demo: LiveDemo, out: TextIO) -> None:

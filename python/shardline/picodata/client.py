@@ -733,6 +733,7 @@ class Client:
             epochs=MappingProxyType(
                 {tier: self._topology.epoch(tier) for tier in self._topology.tiers}
             ),
+            last_poll_failure=state.last_failure,
         )
 
     def explain(self, key: Any, *, tier: str | None = None) -> Explanation:

@@ -54,8 +54,9 @@ class ClientStats:
     counts the queries retried after a refresh because the first instance could not be
     reached, ``unavailable`` those that raised
     :class:`~shardline.errors.InstanceUnavailable`. ``pools`` are the instances' pools by
-    uuid; ``polls``, ``poll_failures`` (by reason) and ``last_poll`` (wall-clock time of the
-    last complete poll) come from the topology source; ``epochs`` is each tier's map epoch.
+    uuid; ``polls``, ``poll_failures`` (by reason), ``last_poll`` (wall-clock time of the
+    last complete poll) and ``last_poll_failure`` (what the latest failure was, ``None``
+    before any) come from the topology source; ``epochs`` is each tier's map epoch.
     """
 
     routed: Mapping[str, int]
@@ -68,6 +69,7 @@ class ClientStats:
     poll_failures: Mapping[str, int]
     last_poll: float | None
     epochs: Mapping[str, int]
+    last_poll_failure: str | None
 
 
 @dataclass(frozen=True, slots=True)
