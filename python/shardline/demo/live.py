@@ -331,6 +331,7 @@ class LiveDemo:
                         and snapshot.membership != previous.membership,
                         moves=() if previous is None else snapshot.moves(previous),
                     )
+                    # after the tables are taken: a query may trigger a poll that changes them
                     if self.queries:
                         batch = runner.run(self._run_queries(client, tier, keys, snapshot))
                         poll = dataclasses.replace(poll, queries=batch)
