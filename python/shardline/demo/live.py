@@ -288,10 +288,8 @@ class LiveDemo:
                 try:
                     runner.run(_start(client))
                 except ShardlineError as error:
-                    stats = client.stats()
-                    raise LiveDemoError(
-                        _unreadable(Counter(stats.poll_failures), str(error))
-                    ) from None
+                    counted = client.stats().poll_failures
+                    raise LiveDemoError(_unreadable(counted, str(error))) from None
                 topology = client.topology
                 previous: _Snapshot | None = None
                 failures: Counter[str] = Counter()
