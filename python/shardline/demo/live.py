@@ -64,8 +64,8 @@ MAX_INTERVAL = 3600.0
 QUERY = "SELECT 1"
 """The routed query: plain SQL that Picodata and PostgreSQL both run."""
 IN_FLIGHT = 8
-"""Routed queries in flight at once; the client's pools hold as many connections per instance,
-so a master's queries never wait for one of its connections."""
+"""Routed queries in flight at once: fewer than the client's connections per instance (16 by
+default), so a master's queries never wait for one of its connections."""
 
 
 class LiveDemoError(ShardlineError):
