@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,6 +48,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SHUTTING_DOWN",
     "TRANSIENT_KINDS",
+    "UNAVAILABLE",
     "FrameDecoder",
     "FrameTooLarge",
     "MalformedMessage",
@@ -62,16 +64,17 @@ DISPATCH = "shardline.dispatch"
 PING = "shardline.ping"
 
 BUSY = "busy"
+UNAVAILABLE = "unavailable"
 SHUTTING_DOWN = "shutting_down"
 DEADLINE = "deadline"
 HANDLER = "handler"
 UNKNOWN_HANDLER = "unknown_handler"
 BAD_REQUEST = "bad_request"
 BAD_RESULT = "bad_result"
-TRANSIENT_KINDS = frozenset({BUSY, SHUTTING_DOWN, DEADLINE})
+TRANSIENT_KINDS = frozenset({BUSY, UNAVAILABLE, SHUTTING_DOWN, DEADLINE})
 """Error kinds the caller retries elsewhere (``TransientRpcError``)."""
 ERROR_KINDS = TRANSIENT_KINDS | {HANDLER, UNKNOWN_HANDLER, BAD_REQUEST, BAD_RESULT}
-"""Every error kind; the four others are the worker's answer (``WorkerError``)."""
+"""Every error kind; the others are the worker's answer to the task (``WorkerError``)."""
 
 # An error message longer than this is cut, so an error answer always fits any sane limit.
 _MAX_ERROR_MESSAGE_CHARS = 8 * 1024
@@ -295,3 +298,20 @@ def record_address(address: str) -> tuple[str, int] | str:
 
 def tcp_address(host: str, port: int) -> str:
     return f"{TCP_SCHEME}[{host}]:{port}" if ":" in host else f"{TCP_SCHEME}{host}:{port}"
+
+
+def keep_alive(transport: Any) -> None:
+    """Turns on TCP keepalive for a TCP transport's socket (a no-op for a Unix socket), so a
+    peer that vanished without a word (a host down, a cable cut) is found on an idle
+    connection within about :data:`KEEPALIVE_SECONDS`."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # Linux names these; elsewhere the system's keepalive timing applies.
+    for option, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+KEEPALIVE_SECONDS = 10 + 5 * 3
