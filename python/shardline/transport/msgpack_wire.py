@@ -114,22 +114,26 @@ class FrameDecoder:
     msgpack this protocol reads. After either, the decoder is unusable (the stream has lost its
     framing) and the connection must be closed.
 
-    Implementation notes: the unpacker's buffer is bounded by ``max_frame_bytes``; data is fed
-    in pieces that fit what the buffer has room for, so a frame of exactly the limit decodes
-    whatever the socket's read size, and one byte more does not.
+    Implementation notes: msgpack's unpacker parses incrementally and drops the bytes it has
+    parsed, even within an unfinished message, so its ``max_buffer_size`` alone would not
+    bound a message made of many small parts. The decoder counts the bytes fed since the end
+    of the last complete message (``tell()`` right after it) and feeds only what keeps that
+    count within the limit, so a frame of exactly the limit decodes whatever the socket's read
+    size, and one byte more does not.
     """
 
     def __init__(self, max_frame_bytes: int) -> None:
         self._limit = max_frame_bytes
         self._unpacker = _unpacker(max_frame_bytes)
         self._fed = 0
+        self._message_start = 0
 
     def feed(self, data: bytes) -> list[Any]:
         unpacker = self._unpacker
         messages: list[Any] = []
         view = memoryview(data)
         while view:
-            room = self._limit - (self._fed - unpacker.tell())
+            room = self._limit - (self._fed - self._message_start)
             if room <= 0:
                 raise FrameTooLarge(self._limit)
             piece, view = view[:room], view[room:]
@@ -139,8 +143,11 @@ class FrameDecoder:
         return messages
 
     def _drain(self) -> Iterator[Any]:
+        unpacker = self._unpacker
         try:
-            yield from self._unpacker
+            for message in unpacker:
+                self._message_start = unpacker.tell()
+                yield message
         except (ValueError, msgpack.UnpackException) as error:
             raise MalformedMessage(f"unreadable msgpack: {error}") from None
 
