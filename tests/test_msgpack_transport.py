@@ -361,17 +361,18 @@ def test_stopping_refuses_new_calls_as_shutting_down_and_lets_calls_in_flight_fi
 
 
 async def raw_client(
-    server: MsgpackWorkerServer, version: int = wire.PROTOCOL_VERSION
+    server: MsgpackWorkerServer, receive_buffer: int | None = None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A socket to the worker that has said hello (with ``version``) and read its hello."""
+    """A TCP socket to the worker that has said hello and read its hello."""
     where = wire.record_address(server.address)
-    if isinstance(where, str):
-        reader, writer = await asyncio.open_unix_connection(where)
-    else:
-        reader, writer = await asyncio.open_connection(*where)
-    writer.write(
-        msgpack.packb([2, "shardline.hello", {"version": version, "max_frame_bytes": 1 << 20}])
-    )
+    assert not isinstance(where, str)
+    sock = socket.socket()
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, where)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(wire.hello(1 << 30))
     (hello,) = await read_messages(reader, 1)
     assert hello[:2] == [2, "shardline.hello"]
     assert hello[2]["version"] == wire.PROTOCOL_VERSION
@@ -752,3 +753,28 @@ def test_the_frame_decoder_refuses_a_frame_one_byte_over_the_limit(body: Any, ch
 
     with pytest.raises(wire.FrameTooLarge):
         feed_in_chunks()
+
+
+def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it_does() -> None:
+    async def big(payload: Any) -> bytes:
+        return b"x" * 1_000_000
+
+    async def until(condition: Any) -> None:
+        while not condition():
+            await asyncio.sleep(0.005)
+
+    async def scenario() -> None:
+        async with worker({"big": big}) as server:
+            # a small receive buffer: the kernel must not absorb the answers
+            reader, writer = await raw_client(server, receive_buffer=4096)
+            (link,) = server._state.links
+            transport = link._transport
+            for msgid in range(20):
+                writer.write(wire.request(msgid, "big", msgpack.packb(None), None))
+            await until(lambda: not transport.is_reading())
+            answers = await read_messages(reader, 20)
+            assert sorted(answer[1] for answer in answers) == list(range(20))
+            await until(transport.is_reading)
+            writer.close()
+
+    run(scenario)
