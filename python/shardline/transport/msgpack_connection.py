@@ -199,10 +199,10 @@ class _Shared:
         self, handler: str, payload: bytes, timeout: float | None
     ) -> tuple[tuple[str, str, str] | None, Any]:
         """``(None, result bytes)`` or ``((kind, type, message), None)``."""
-        loop = self.loop
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if timeout is None else self.loop.time() + timeout
+        scope = asyncio.timeout_at(deadline)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with scope:
                 link = await self._ready()
                 if link.paused:
                     await link.writable()
@@ -214,7 +214,7 @@ class _Shared:
                     link.cancel(msgid)
                     raise
         except TimeoutError:
-            if deadline is not None and loop.time() >= deadline:
+            if scope.expired():
                 raise TransientRpcError(
                     f"worker at {self.address}: deadline: {timeout} s passed"
                 ) from None
