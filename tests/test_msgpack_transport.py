@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -776,5 +777,40 @@ def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it_does(
             assert sorted(answer[1] for answer in answers) == list(range(20))
             await until(transport.is_reading)
             writer.close()
+
+    run(scenario)
+
+
+def test_the_socket_closes_after_the_last_connection_and_its_last_call() -> None:
+    async def until(condition: Any) -> None:
+        while not condition():
+            await asyncio.sleep(0.005)
+
+    async def scenario() -> None:
+        release, started = asyncio.Event(), asyncio.Event()
+
+        async def wait(payload: Any) -> str:
+            started.set()
+            await release.wait()
+            return "finished"
+
+        async with worker({**DEMO_HANDLERS, "wait": wait}) as server:
+            links = server._state.links
+            first, second = MsgpackConnection(server.metadata), MsgpackConnection(server.metadata)
+            held = asyncio.ensure_future(first.dispatch(Task("wait")))
+            await started.wait()
+            assert await second.dispatch(Task("echo", 1)) == 1
+            assert len(links) == 1
+            second.close()
+            first.close()
+            release.set()
+            assert await held == "finished"
+            await until(lambda: not links)
+            # one collected unclosed releases its share too
+            third = MsgpackConnection(server.metadata)
+            assert await third.dispatch(Task("echo", 2)) == 2
+            del third
+            gc.collect()
+            await until(lambda: not links)
 
     run(scenario)
