@@ -240,7 +240,7 @@ def _serve_address(address: str) -> tuple[str, int] | str:
     else:
         if address.startswith(wire.TCP_SCHEME):
             address = address[len(wire.TCP_SCHEME) :]
-        elif not address.startswith("/"):
+        if not address.startswith("/"):
             host, port = split_address(address)
             return host[1:-1] if host.startswith("[") and host.endswith("]") else host, port
     if not address.startswith("/") or "\0" in address:

@@ -1,4 +1,4 @@
-"""`serve`: a worker process's gRPC server, announced through discovery while it runs."""
+"""`serve_grpc`: a worker process's gRPC server, announced through discovery while it runs."""
 
 from __future__ import annotations
 
@@ -30,14 +30,16 @@ from shardline.transport.wire import (
     BAD_RESULT,
     MAX_MESSAGE_BYTES,
     METHOD,
+    SCHEME,
     UNKNOWN_HANDLER,
     MalformedMessage,
     decode_request,
     encode_error,
     encode_result,
+    grpc_target,
 )
 
-__all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve"]
+__all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve_grpc"]
 
 logger = logging.getLogger("shardline.transport.server")
 
@@ -109,7 +111,7 @@ class WorkerServer:
         await self.stop()
 
 
-async def serve(
+async def serve_grpc(
     handlers: Mapping[str, Handler],
     address: str,
     discovery: Discovery,
@@ -133,13 +135,13 @@ async def serve(
     (and logs a warning here); one that raises :class:`RetryElsewhere` makes it retry on
     another worker.
 
-    ``address`` is ``host:port``; port 0 picks a free port, and the record carries the port
-    bound. Subscribers dial the address as published, so ``host`` must be reachable by them
-    (not ``0.0.0.0``). A port already in use is an ``OSError``. ``credentials`` (a
-    ``grpc.ServerCredentials``) makes the port secure; without them it is plaintext, which
-    suits loopback. Requests and results over ``max_message_bytes`` are refused. With
-    ``max_concurrent_calls``, calls beyond that many at once are refused with
-    ``RESOURCE_EXHAUSTED``, so a proxy offers them to another worker.
+    ``address`` is ``host:port`` (or ``grpc://host:port``), published as ``grpc://host:port``;
+    port 0 picks a free port, and the record carries the port bound. Subscribers dial the
+    address as published, so ``host`` must be reachable by them (not ``0.0.0.0``). A port
+    already in use is an ``OSError``. ``credentials`` (a ``grpc.ServerCredentials``) makes the
+    port secure; without them it is plaintext, which suits loopback. Requests and results over
+    ``max_message_bytes`` are refused. With ``max_concurrent_calls``, calls beyond that many at
+    once are refused with ``RESOURCE_EXHAUSTED``, so a proxy offers them to another worker.
 
     The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
     extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
@@ -151,7 +153,8 @@ async def serve(
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
     if max_concurrent_calls is not None and max_concurrent_calls < 1:
         raise ValueError(f"max_concurrent_calls must be positive, got {max_concurrent_calls}")
-    host, port = split_address(address)
+    target = grpc_target(address)
+    host, port = split_address(target)
     servicer = _Servicer(handlers, max_message_bytes)
     publisher = free_publisher(discovery)
     server = grpc.aio.server(
@@ -172,14 +175,14 @@ async def serve(
     )
     try:
         if credentials is None:
-            bound = server.add_insecure_port(address)
+            bound = server.add_insecure_port(target)
         else:
-            bound = server.add_secure_port(address, credentials)
+            bound = server.add_secure_port(target, credentials)
     except RuntimeError as error:
         raise OSError(f"cannot serve at {address}: {error}") from None
     metadata = WorkerMetadata(
         uid=uuid.uuid4() if uid is None else uid,
-        address=f"{host}:{bound}" if port == 0 else address,
+        address=f"{SCHEME}{host}:{bound}" if port == 0 else SCHEME + target,
         pid=os.getpid(),
         version=version,
         tags=frozenset(tags),
