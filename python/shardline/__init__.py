@@ -29,6 +29,7 @@ from shardline.errors import (
     UnhashableKey,
     UnknownTier,
     WorkerError,
+    WorkerStartError,
 )
 from shardline.pool import (
     LoadBalancerContext,
@@ -79,6 +80,7 @@ __all__ = [
     "UnknownTier",
     "WeightedRoundRobinLoadBalancer",
     "WorkerError",
+    "WorkerStartError",
     "WorkerMetadata",
     "WorkerPool",
     "WorkerProxy",

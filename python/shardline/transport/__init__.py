@@ -7,6 +7,7 @@ Needs the ``grpc`` extra (``grpcio``). The wire format is described in
 """
 
 from shardline.transport.connection import GrpcConnection
+from shardline.transport.local_pool import LocalPool
 from shardline.transport.server import Handler, RetryElsewhere, WorkerServer, serve
 from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
 
@@ -14,6 +15,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "GrpcConnection",
     "Handler",
+    "LocalPool",
     "RetryElsewhere",
     "Task",
     "WorkerServer",
