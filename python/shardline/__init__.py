@@ -80,9 +80,9 @@ __all__ = [
     "UnknownTier",
     "WeightedRoundRobinLoadBalancer",
     "WorkerError",
-    "WorkerStartError",
     "WorkerMetadata",
     "WorkerPool",
     "WorkerProxy",
+    "WorkerStartError",
     "bucket_id",
 ]
