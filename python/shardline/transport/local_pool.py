@@ -300,7 +300,10 @@ class LocalPool:
         environment = dict(os.environ)
         # the worker imports the handlers with this process's sys.path, as the caller would
         environment["PYTHONPATH"] = os.pathsep.join(
-            os.path.abspath(entry) for entry in sys.path if isinstance(entry, str) and entry
+            # "" (the current directory) included, as an absolute path
+            os.path.abspath(entry)
+            for entry in sys.path
+            if isinstance(entry, str)
         )
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -355,6 +358,13 @@ class LocalPool:
         if self._state in ("stopping", "stopped"):
             return
         del self._running[worker.uid]
+        await self._withdraw(worker)
+        self._changed.set()
+        if self._state == "starting":
+            # the start fails with this worker's exit in its message: no log of it
+            if self._died_starting is None:
+                self._died_starting = (worker, status)
+            return
         logger.warning(
             "LocalPool %r: worker pid %d (uid %s) exited with status %d; its output ends with:\n%s",
             self._spec,
@@ -363,16 +373,10 @@ class LocalPool:
             status,
             worker.output(),
         )
-        await self._withdraw(worker)
-        self._changed.set()
-        if self._state == "starting":
-            if self._died_starting is None:
-                self._died_starting = (worker, status)
-            return
         if self._may_replace():
             try:
                 replacement = await self._spawn()
-            except OSError:
+            except Exception:  # nothing would see it raised from this background task
                 logger.exception("LocalPool %r: cannot start a worker", self._spec)
                 return
             logger.info(

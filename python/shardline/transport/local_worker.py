@@ -175,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         handlers = load_handlers(args.handlers)
     except HandlersSpecError as error:
-        # the traceback shows where in the caller's module an import failed
-        logger.error("%s", error, exc_info=error.__cause__ is not None)
+        # the cause's traceback shows where in the caller's module an import failed
+        logger.error("%s", error, exc_info=error.__cause__)
         return LOAD_FAILED
     return asyncio.run(_serve(args, handlers, watch))
 
