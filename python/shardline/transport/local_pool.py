@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from shardline.checks import check_seconds
+from shardline.checks import check_count, check_seconds
 from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
@@ -94,9 +94,11 @@ class LocalPool:
             result = await pool.dispatch(Task("echo", {"hello": 1}))
 
     ``handlers`` is ``"module:attribute"``: each worker process imports ``module`` (with this
-    process's ``sys.path``) and serves ``attribute``, a mapping of handler names to handlers as
-    :func:`~shardline.transport.serve` takes them. ``workers`` defaults to ``os.cpu_count()``.
-    ``transport`` names how workers are served and reached (``"grpc"``).
+    process's ``sys.path``, so what this process can import, the workers can) and serves
+    ``attribute``, a mapping of handler names to handlers as :func:`~shardline.transport.serve`
+    takes them (a handler that raises makes ``dispatch`` raise ``WorkerError``).
+    ``workers`` defaults to ``os.cpu_count()``. ``transport`` names how the workers serve, on
+    loopback, and how the proxy reaches them: a key of :data:`TRANSPORTS` (``"grpc"``).
 
     Entering the block starts the processes and returns once every one of them has joined the
     proxy's pool. A worker that exits before it joined fails the start with
@@ -128,7 +130,8 @@ class LocalPool:
     negative ``max_restarts``.
 
     Implementation notes: each worker is ``python -m shardline.transport.local_worker`` (the
-    same interpreter), in a session of its own so that a terminal's Ctrl-C reaches only this
+    same interpreter, this process's ``sys.path`` given as ``PYTHONPATH``), in a session of its
+    own so that a terminal's Ctrl-C reaches only this
     process, which stops the workers itself. The workers are announced through
     ``LocalDiscovery`` in a namespace of the pool's own (``local-pool-<uuid4>``) whose
     database lives in a temporary directory that leaving the block removes; the proxy follows
@@ -155,8 +158,7 @@ class LocalPool:
         self._spec = check_spec(handlers)
         if workers is None:
             workers = os.cpu_count() or 1
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an int >= 1, not {workers!r}")
+        check_count("workers", workers)
         if transport not in TRANSPORTS:
             raise ValueError(
                 f"transport must be one of {', '.join(sorted(TRANSPORTS))}, not {transport!r}"
