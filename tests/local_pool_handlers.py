@@ -20,7 +20,12 @@ async def whoami(payload: Any) -> int:
     return os.getpid()
 
 
-HANDLERS: dict[str, Handler] = {"echo": echo, "whoami": whoami}
+def block(payload: Any) -> None:
+    """Never returns: a thread stuck in it keeps the process from exiting on SIGTERM."""
+    threading.Event().wait()
+
+
+HANDLERS: dict[str, Handler] = {"echo": echo, "whoami": whoami, "block": block}
 
 
 def __getattr__(name: str) -> Any:

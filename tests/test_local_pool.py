@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from shardline.errors import WorkerStartError
+from shardline.errors import NoWorkersAvailable, WorkerStartError
 from shardline.transport import LocalPool, Task
 
 T = TypeVar("T")
@@ -192,6 +192,21 @@ def test_cancelling_the_start_stops_the_workers_started(caplog: pytest.LogCaptur
     run(scenario)
     pids = started_pids(caplog)
     assert not [pid for pid in pids if alive(pid)]
+
+
+def test_a_worker_still_running_after_the_grace_is_killed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> list[int]:
+        async with LocalPool(SPEC, workers=1, stop_grace=0.5) as pool:
+            pids = pool.pids
+            with pytest.raises(NoWorkersAvailable):
+                await pool.dispatch(Task("block"), timeout=0.2)
+        return pids
+
+    (pid,) = run(scenario)
+    assert not alive(pid)
+    assert any(f"worker pid {pid} still running" in r.message for r in caplog.records)
 
 
 PARENT = """
