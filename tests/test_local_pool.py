@@ -108,9 +108,15 @@ def test_a_killed_worker_is_replaced_and_dispatch_goes_on(
     async def scenario() -> None:
         async with LocalPool(SPEC, workers=2) as pool:
             victim, survivor = pool.pids
+            loop = asyncio.get_running_loop()
+            killed_at = loop.time()
             os.kill(victim, signal.SIGKILL)
             # dispatch right away: a call to the dead worker fails over to the other one
             assert await whoami(pool, 4) <= {survivor, *pool.pids}
+            await until(lambda: victim not in {m.pid for m in pool.workers}, "withdrawal")
+            # withdrawn by the pool: LocalDiscovery's liveness (a 5 s timeout, heartbeats every
+            # 1 s) could not drop it before 4 s
+            assert loop.time() - killed_at < 3.0
             await until(
                 lambda: len(pool.workers) == 2 and victim not in {m.pid for m in pool.workers},
                 "replacement joining",
