@@ -123,7 +123,9 @@ class LocalPool:
     withdraws its record and gets ``stop_grace`` seconds to finish its calls in flight), then
     SIGKILL for any still running. A cancellation that arrives while they stop does not cut
     this short; it is raised once they are all gone. If this process dies without leaving the
-    block (SIGKILL included), its workers stop by themselves. A pool is entered once.
+    block (SIGKILL included), its workers stop by themselves within ``stop_grace`` plus 5
+    seconds (the pool's small temporary directory is then left behind). A pool is entered
+    once.
 
     ``ValueError``, naming the argument, for ``workers`` below 1, a ``handlers`` that is not
     ``"module:attribute"``, an unknown ``transport``, durations that are not positive, or a
@@ -355,8 +357,8 @@ class LocalPool:
         status = await worker.process.wait()
         assert worker.drain is not None
         # the rest of its output, for the message; a grandchild may keep the pipe open
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(worker.drain), _DRAIN_WAIT)
+        await asyncio.wait([worker.drain], timeout=_DRAIN_WAIT)
+        worker.drain.cancel()
         if self._state in ("stopping", "stopped"):
             return
         del self._running[worker.uid]
@@ -459,11 +461,13 @@ class LocalPool:
             await asyncio.wait(watchers)
         workers = list(self._running.values())
         try:
-            if self._proxy is not None:
-                await self._proxy.stop()
-            if self._subscription is not None:
-                await self._subscription.aclose()
-            await self._terminate(workers)
+            try:
+                if self._proxy is not None:
+                    await self._proxy.stop()  # raises what ended its sentinel, if anything did
+                if self._subscription is not None:
+                    await self._subscription.aclose()
+            finally:
+                await self._terminate(workers)
             for connection in self._connections:
                 close = getattr(connection, "close", None)
                 if callable(close):
