@@ -238,6 +238,8 @@ def test_a_sigkill_of_the_parent_leaves_no_worker_running(tmp_path: Path) -> Non
                 cwd=TESTS,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=errors,
+                # the pool's temporary directory, which a SIGKILLed parent leaves behind
+                env={**os.environ, "TMPDIR": str(tmp_path)},
             )
         try:
             assert parent.stdout is not None
