@@ -29,6 +29,7 @@ from shardline.errors import (
     UnhashableKey,
     UnknownTier,
     WorkerError,
+    WorkerStartError,
 )
 from shardline.pool import (
     LoadBalancerContext,
@@ -82,5 +83,6 @@ __all__ = [
     "WorkerMetadata",
     "WorkerPool",
     "WorkerProxy",
+    "WorkerStartError",
     "bucket_id",
 ]

@@ -9,6 +9,10 @@ extra; the protocol is in ``docs/msgpack-rpc.md``): :func:`serve_msgpack`,
 imported on first use, so one transport's dependencies are never needed for the other.
 ``shardline worker`` runs one worker with the handlers of
 :mod:`shardline.transport.demo_handlers`.
+
+:class:`LocalPool` starts worker processes on this machine serving the caller's handlers,
+announced through ``LocalDiscovery``, and dispatches to them through a ``WorkerProxy``, in one
+``async with``; it replaces workers that die and stops them all on the way out.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
 
 if TYPE_CHECKING:
     from shardline.transport.connection import GrpcConnection
+    from shardline.transport.local_pool import LocalPool
     from shardline.transport.msgpack_connection import MsgpackConnection
     from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
     from shardline.transport.server import WorkerServer, serve_grpc
@@ -32,6 +37,7 @@ __all__ = [
     "TRANSPORTS",
     "GrpcConnection",
     "Handler",
+    "LocalPool",
     "MsgpackConnection",
     "MsgpackWorkerServer",
     "RetryElsewhere",
@@ -44,6 +50,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "LocalPool": "shardline.transport.local_pool",
     "GrpcConnection": "shardline.transport.connection",
     "WorkerServer": "shardline.transport.server",
     "serve_grpc": "shardline.transport.server",
