@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+import shardline
 from shardline.errors import NoWorkersAvailable, WorkerStartError
 from shardline.transport import LocalPool, Task
 
@@ -83,7 +84,7 @@ def test_dispatch_reaches_every_worker_and_leaving_the_block_stops_them(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     async def scenario() -> list[int]:
-        async with LocalPool(SPEC, workers=2, transport=transport) as pool:
+        async with shardline.LocalPool(SPEC, workers=2, transport=transport) as pool:
             pids = pool.pids
             assert len(pids) == 2
             scheme = "msgpack+tcp://" if transport == "msgpack" else "grpc://"
