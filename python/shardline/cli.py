@@ -292,7 +292,9 @@ def _worker(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return asyncio.run(_serve_worker(args))
+    from shardline.transport.event_loop import run
+
+    return run(_serve_worker(args))
 
 
 async def _serve_worker(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ from typing import Any
 
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.protocol import Discovery
+from shardline.transport.event_loop import run
 from shardline.transport.local_pool import ADDRESS, check_spec
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         # the cause's traceback shows where in the caller's module an import failed
         logger.error("%s", error, exc_info=error.__cause__)
         return LOAD_FAILED
-    return asyncio.run(_serve(args, handlers, watch))
+    return run(_serve(args, handlers, watch))
 
 
 if __name__ == "__main__":

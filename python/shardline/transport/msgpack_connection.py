@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import Any
+from typing import Any, cast
 
 from shardline.errors import RpcError, TransientRpcError, WorkerError
 from shardline.pool.metadata import WorkerMetadata
@@ -284,8 +284,9 @@ class _Link(asyncio.Protocol):
     # --- the protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport, though uvloop's are not asyncio.Transport subclasses
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
         wire.keep_alive(transport)
         transport.write(wire.hello(self._shared.max_frame_bytes))
 

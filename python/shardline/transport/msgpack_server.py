@@ -11,7 +11,7 @@ import stat
 import uuid
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any
+from typing import Any, cast
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.pool.metadata import WorkerMetadata
@@ -310,8 +310,9 @@ class _Link(asyncio.Protocol):
         self._abandoned: set[int] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport, though uvloop's are not asyncio.Transport subclasses
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
         peer = transport.get_extra_info("peername")
         if peer:
             self._peer = f"the client at {peer}"
