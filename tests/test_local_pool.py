@@ -79,15 +79,17 @@ def _logs(caplog: pytest.LogCaptureFixture) -> None:
 
 @pytest.mark.parametrize("transport", ["msgpack", "grpc"])
 def test_dispatch_reaches_every_worker_and_leaving_the_block_stops_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: str
+    monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
+    # a short directory of its own: pytest's tmp_path can be too long for a socket's path
+    tmp_path = Path(tempfile.mkdtemp(prefix="lp-"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     async def scenario() -> list[int]:
         async with shardline.LocalPool(SPEC, workers=2, transport=transport) as pool:
             pids = pool.pids
             assert len(pids) == 2
-            scheme = "msgpack+tcp://" if transport == "msgpack" else "grpc://"
+            scheme = "msgpack+unix:///" if transport == "msgpack" else "grpc://127.0.0.1:"
             assert all(m.address.startswith(scheme) for m in pool.workers)
             assert sorted(m.pid for m in pool.workers) == sorted(pids)
             assert list(tmp_path.iterdir()), "the pool's discovery directory"
@@ -104,6 +106,7 @@ def test_dispatch_reaches_every_worker_and_leaving_the_block_stops_them(
     pids = run(scenario)
     assert not [pid for pid in pids if alive(pid)]
     assert list(tmp_path.iterdir()) == []
+    tmp_path.rmdir()
 
 
 def test_a_killed_worker_is_replaced_and_dispatch_goes_on(

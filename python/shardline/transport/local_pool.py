@@ -25,7 +25,7 @@ from shardline.pool.metadata import WorkerMetadata
 from shardline.pool.proxy import Connection, WorkerProxy
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 
-__all__ = ["ADDRESS", "LocalPool", "check_spec"]
+__all__ = ["LOOPBACK", "LocalPool", "check_spec"]
 
 logger = logging.getLogger("shardline.transport.local_pool")
 
@@ -33,8 +33,10 @@ _TAIL_BYTES = 2000  # of a worker's output, quoted when it dies
 _LINE_BYTES = 8192  # a longer line is logged in pieces
 _DRAIN_WAIT = 1.0  # for the rest of a dead worker's output (a grandchild may hold the pipe)
 
-ADDRESS = "127.0.0.1:0"
-"""Where a local worker serves: loopback, on a port the system picks."""
+LOOPBACK = "127.0.0.1:0"
+"""Where a local gRPC worker serves: loopback, on a port the system picks."""
+
+_MAX_SOCKET_PATH = 100  # bytes; the system's limit for a Unix socket's path is 104-108
 
 
 def check_spec(spec: object) -> str:
@@ -82,9 +84,10 @@ class LocalPool:
     process's ``sys.path``, so what this process can import, the workers can) and serves
     ``attribute``, a mapping of handler names to handlers as :func:`~shardline.transport.serve`
     takes them (a handler that raises makes ``dispatch`` raise ``WorkerError``).
-    ``workers`` defaults to ``os.cpu_count()``. ``transport`` names how the workers serve, on
-    loopback: one of :data:`~shardline.transport.TRANSPORTS` (``"msgpack"``, the default, or
-    ``"grpc"``); the proxy reaches each worker with :func:`~shardline.transport.connect`.
+    ``workers`` defaults to ``os.cpu_count()``. ``transport`` names how the workers serve: one
+    of :data:`~shardline.transport.TRANSPORTS`, ``"msgpack"`` (the default; on a Unix socket
+    in the pool's directory) or ``"grpc"`` (on loopback TCP); the proxy reaches each worker
+    with :func:`~shardline.transport.connect`.
 
     Entering the block starts the processes and returns once every one of them has joined the
     proxy's pool. A worker that exits before it joined fails the start with
@@ -300,6 +303,7 @@ class LocalPool:
             "--namespace", self._namespace,
             "--directory", self._directory,
             "--transport", self._transport,
+            "--address", self._address(uid),
             "--uid", str(uid),
             "--grace", repr(self._stop_grace),
             stdin=asyncio.subprocess.PIPE,
@@ -314,6 +318,17 @@ class LocalPool:
         worker.watch = asyncio.create_task(self._watch(worker))
         logger.info("LocalPool %r: started worker pid %d (uid %s)", self._spec, worker.pid, uid)
         return worker
+
+    def _address(self, uid: uuid.UUID) -> str:
+        """Where the worker ``uid`` serves: a Unix socket in the pool's directory for msgpack
+        (same host: no TCP stack in the way), loopback TCP for gRPC or when the directory's
+        path is too long for a socket's."""
+        assert self._directory is not None
+        if self._transport == "msgpack":
+            path = os.path.join(self._directory, f"{uid.hex[:12]}.sock")
+            if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
+                return path
+        return LOOPBACK
 
     # -- while running --------------------------------------------------------------------
 

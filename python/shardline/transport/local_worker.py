@@ -1,8 +1,9 @@
 """The worker process a :class:`~shardline.transport.LocalPool` starts.
 
 ``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
---directory DIR --transport msgpack --uid UID --grace SECONDS`` imports the mapping of handler
-names to handlers at ``MODULE:ATTRIBUTE``, serves it on loopback over the named transport and
+--directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS`` imports the
+mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at ``ADDRESS`` (a Unix
+socket's path or loopback ``host:port``) over the named transport and
 announces the worker through ``LocalDiscovery(NS, directory=DIR)`` with the record uid
 ``UID``. It runs until SIGTERM, or until its standard input reaches end of file, which is how
 it learns that the process that started it is gone: it then withdraws its record and stops
@@ -45,7 +46,7 @@ from typing import Any
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.protocol import Discovery
 from shardline.transport.event_loop import run
-from shardline.transport.local_pool import ADDRESS, check_spec
+from shardline.transport.local_pool import check_spec
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
 
@@ -102,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", required=True, help="the LocalDiscovery namespace")
     parser.add_argument("--directory", required=True, help="the LocalDiscovery directory")
     parser.add_argument("--transport", required=True, choices=TRANSPORTS)
+    parser.add_argument("--address", required=True, help="host:port, or a Unix socket's path")
     parser.add_argument("--uid", required=True, type=uuid.UUID, help="the record's uid")
     parser.add_argument("--grace", required=True, type=float, help="seconds to drain calls")
     return parser
@@ -154,7 +156,12 @@ async def _serve(
     discovery: Discovery = LocalDiscovery(args.namespace, directory=args.directory)
     try:
         server = await serve(
-            handlers, ADDRESS, discovery, transport=args.transport, uid=args.uid, grace=args.grace
+            handlers,
+            args.address,
+            discovery,
+            transport=args.transport,
+            uid=args.uid,
+            grace=args.grace,
         )
         try:
             await stopping.wait()
