@@ -591,7 +591,7 @@ def test_pool_options_without_the_pool_part_exit_2(capsys: pytest.CaptureFixture
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_without_grpcio_the_default_pool_part_says_what_to_install(
+def test_without_msgpack_the_default_pool_part_says_what_to_install(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import importlib.util
@@ -600,11 +600,11 @@ def test_without_grpcio_the_default_pool_part_says_what_to_install(
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *args: None if name == "grpc" else real_find_spec(name, *args),
+        lambda name, *args: None if name == "msgpack" else real_find_spec(name, *args),
     )
     status, out, err = run_demo(capsys, "--plain")
     assert (status, out) == (1, "")
-    assert "needs grpcio: pip install 'shardline[grpc]', or run it with --in-process" in err
+    assert "needs msgpack: pip install 'shardline[msgpack]', or run it with --in-process" in err
     status, out, _ = run_demo(capsys, "--plain", "--part", "pool", "--in-process")
     assert status == 0
     assert "Pool summary:" in out
@@ -613,7 +613,8 @@ def test_without_grpcio_the_default_pool_part_says_what_to_install(
 # --- the worker-pool part with real worker processes (the default, and --etcd) -------------------
 
 REAL_ROW = re.compile(
-    r"^    (?P<name>w\d) (?P<uid>[0-9a-f]{8}) (?P<address>127\.0\.0\.1:\d+) pid (?P<pid>\d+)"
+    r"^    (?P<name>w\d) (?P<uid>[0-9a-f]{8})"
+    r" (?P<address>msgpack\+tcp://127\.0\.0\.1:\d+) pid (?P<pid>\d+)"
     r" (?P<status>pooled|superseded|left): (?P<tasks>\d+) tasks?"
     r" \((?P<so_far>\d+) at this address so far\)"
     r"(?:, (?P<failures>\d+) dispatch(?:es)? failed here transiently)?"
@@ -755,7 +756,7 @@ def check_real_run(run: RealRun) -> None:
     reasons = re.search(r"dispatches to it failed transiently \(([^)]*)\)", block)[1]
     counts = dict(reversed(part.split(" ", 1)) for part in reasons.split(", "))
     assert sum(map(int, counts.values())) == w1.failures
-    assert int(counts["UNAVAILABLE"]) > 0
+    assert int(counts.get("connection lost", 0)) + int(counts.get("cannot connect", 0)) > 0
     assert f"the proxy got worker-dropped w1 {w1.uid} at {w1.address}" in block
     dropped = float(re.search(r"w1's record was dropped ([\d.]+) s after the SIGKILL", block)[1])
     assert 0.3 < dropped < 15

@@ -36,6 +36,7 @@ from shardline.discovery.record import decode_record
 from shardline.topology.discovery import TopologyDiscovery
 from shardline.topology.sources import PollingSource
 from shardline.transport import GrpcConnection, Task
+from shardline.transport.wire import grpc_target
 
 TIER = "default"
 BUCKETS = 3000
@@ -127,6 +128,9 @@ async def start_workers(stack: AsyncExitStack, directory: Path, instances: list[
                 directory,
                 "--namespace",
                 namespace,
+                # gRPC: a catalog address is a bare host:port, which GrpcConnection dials
+                "--transport",
+                "grpc",
                 "--address",
                 "127.0.0.1:0",
                 "--uid",
@@ -143,7 +147,7 @@ async def start_workers(stack: AsyncExitStack, directory: Path, instances: list[
         assert str(record.uid) == instance
         workers.instance_of_pid[record.pid] = instance
         workers.processes[instance] = process
-        workers.addresses[instance] = record.address
+        workers.addresses[instance] = grpc_target(record.address)
     return workers
 
 

@@ -23,7 +23,7 @@ from transport_servers import new_namespace, raw_server, run, worker
 from shardline import RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
 from shardline.discovery import InProcessDiscovery
 from shardline.errors import InvalidRecord, WorkerError
-from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve
+from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve_grpc
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.wire import (
     BAD_RESULT,
@@ -80,7 +80,7 @@ def test_the_record_published_carries_the_port_bound_and_the_given_fields() -> N
             assert event.type == "worker-added"
             assert event.metadata == server.metadata
             host, _, port = server.address.rpartition(":")
-            assert (host, port != "0") == ("127.0.0.1", True)
+            assert (host, port != "0") == ("grpc://127.0.0.1", True)
             assert (server.metadata.uid, server.metadata.version) == (uid, "2.1")
             assert (server.metadata.tags, dict(server.metadata.extra)) == ({"gpu"}, {"weight": 3})
 
@@ -542,7 +542,7 @@ def test_stopping_withdraws_the_record_then_lets_a_call_in_flight_finish() -> No
     async def scenario() -> None:
         namespace = new_namespace()
         watcher = InProcessDiscovery(namespace).subscribe()
-        server = await serve(DEMO_HANDLERS, "127.0.0.1:0", InProcessDiscovery(namespace))
+        server = await serve_grpc(DEMO_HANDLERS, "127.0.0.1:0", InProcessDiscovery(namespace))
         await take(watcher, 1)
         connection = GrpcConnection(server.metadata)
         call = asyncio.create_task(connection.dispatch(Task("sleep", 0.3)))
@@ -566,8 +566,12 @@ def test_stopping_leaves_a_record_another_publisher_took_over() -> None:
     async def scenario() -> None:
         namespace, uid = new_namespace(), uuid.uuid4()
         watcher = InProcessDiscovery(namespace).subscribe()
-        first = await serve(DEMO_HANDLERS, "127.0.0.1:0", InProcessDiscovery(namespace), uid=uid)
-        second = await serve(DEMO_HANDLERS, "127.0.0.1:0", InProcessDiscovery(namespace), uid=uid)
+        first = await serve_grpc(
+            DEMO_HANDLERS, "127.0.0.1:0", InProcessDiscovery(namespace), uid=uid
+        )
+        second = await serve_grpc(
+            DEMO_HANDLERS, "127.0.0.1:0", InProcessDiscovery(namespace), uid=uid
+        )
         assert kinds(await take(watcher, 2)) == [
             ("worker-added", uid, first.address),
             ("worker-updated", uid, second.address),
@@ -584,16 +588,16 @@ def test_stopping_leaves_a_record_another_publisher_took_over() -> None:
 def test_serve_refuses_a_busy_publisher_a_taken_port_and_a_bad_address() -> None:
     async def scenario() -> None:
         discovery = InProcessDiscovery(new_namespace())
-        async with await serve(DEMO_HANDLERS, "127.0.0.1:0", discovery) as server:
+        async with await serve_grpc(DEMO_HANDLERS, "127.0.0.1:0", discovery) as server:
             with pytest.raises(ValueError, match="already announces a running server"):
-                await serve(DEMO_HANDLERS, "127.0.0.1:0", discovery)
+                await serve_grpc(DEMO_HANDLERS, "127.0.0.1:0", discovery)
             with pytest.raises(OSError, match=f"cannot serve at {server.address}"):
-                await serve(DEMO_HANDLERS, server.address, InProcessDiscovery(new_namespace()))
+                await serve_grpc(DEMO_HANDLERS, server.address, InProcessDiscovery(new_namespace()))
         for address in ("127.0.0.1", "127.0.0.1:http", ":80", "127.0.0.1:70000"):
             with pytest.raises(ValueError, match="address must be host:port"):
-                await serve(DEMO_HANDLERS, address, InProcessDiscovery(new_namespace()))
+                await serve_grpc(DEMO_HANDLERS, address, InProcessDiscovery(new_namespace()))
         with pytest.raises(TypeError, match="handler 'x' is not callable"):
-            await serve({"x": 1}, "127.0.0.1:0", InProcessDiscovery(new_namespace()))  # type: ignore[dict-item]
+            await serve_grpc({"x": 1}, "127.0.0.1:0", InProcessDiscovery(new_namespace()))  # type: ignore[dict-item]
 
     run(scenario)
 
@@ -602,8 +606,8 @@ def test_a_record_that_cannot_be_published_stops_the_server_and_frees_the_publis
     async def scenario() -> None:
         discovery = InProcessDiscovery(new_namespace())
         with pytest.raises(InvalidRecord, match="extra is not JSON-serialisable"):
-            await serve(DEMO_HANDLERS, "127.0.0.1:0", discovery, extra={"x": object()})
-        async with await serve(DEMO_HANDLERS, "127.0.0.1:0", discovery) as server:
+            await serve_grpc(DEMO_HANDLERS, "127.0.0.1:0", discovery, extra={"x": object()})
+        async with await serve_grpc(DEMO_HANDLERS, "127.0.0.1:0", discovery) as server:
             connection = GrpcConnection(server.metadata)
             assert await connection.dispatch(Task("echo", 1)) == 1
             connection.close()

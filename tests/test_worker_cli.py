@@ -21,7 +21,7 @@ from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.errors import WorkerError
-from shardline.transport import GrpcConnection, Task
+from shardline.transport import Task, connect
 
 READY = 15.0
 
@@ -93,13 +93,13 @@ def test_a_worker_process_serves_through_a_proxy_and_withdraws_on_a_signal(
         async with worker_process(tmp_path, *arguments, *backend_arguments) as worker:
             record = await worker.ready()
             assert (record.uid, record.pid) == (uid, worker.process.pid)
-            assert record.address.startswith("127.0.0.1:")
+            assert record.address.startswith("msgpack+tcp://127.0.0.1:")
             assert not record.address.endswith(":0")
             discovery = open_discovery(namespace)
             try:
                 watcher = discovery.subscribe()
                 assert kinds(await take(watcher, 1)) == [("worker-added", uid, record.address)]
-                proxy = WorkerProxy(discovery=discovery.subscribe(), connect=GrpcConnection)
+                proxy = WorkerProxy(discovery=discovery.subscribe(), connect=connect)
                 async with proxy:
                     assert await proxy.dispatch(Task("echo", {"n": 1})) == {"n": 1}
                     assert await proxy.dispatch(Task("sleep", 0.01)) == 0.01

@@ -22,7 +22,7 @@ from transport_servers import new_namespace, run
 
 from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery, Subscription
-from shardline.transport import GrpcConnection, Task
+from shardline.transport import Task, connect
 
 __all__ = ["backend"]  # a fixture, imported for pytest
 
@@ -81,9 +81,7 @@ def scene(tmp_path: Path, backend: Backend, case: Callable[[Scene], Awaitable[No
                 a_record = await a.ready()
                 watcher = discovery.subscribe()
                 assert [event.metadata.uid for event in await take(watcher, 1)] == [a_record.uid]
-                proxy = WorkerProxy(
-                    discovery=discovery.subscribe(), connect=GrpcConnection, lease=1
-                )
+                proxy = WorkerProxy(discovery=discovery.subscribe(), connect=connect, lease=1)
                 async with proxy, start() as b:
                     b_record = await b.ready()
                     assert [event.metadata for event in await take(watcher, 1)] == [b_record]

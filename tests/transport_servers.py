@@ -14,7 +14,7 @@ import grpc
 import grpc.aio
 
 from shardline.discovery import InProcessDiscovery
-from shardline.transport import Handler, WorkerServer, serve
+from shardline.transport import Handler, WorkerServer, serve_grpc
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 
 T = TypeVar("T")
@@ -46,7 +46,7 @@ async def worker(
 ) -> AsyncIterator[WorkerServer]:
     """A worker announced through its own handle on `namespace`, stopped on the way out."""
     discovery = InProcessDiscovery(namespace or new_namespace())
-    server = await serve(handlers, address, discovery, **options)
+    server = await serve_grpc(handlers, address, discovery, **options)
     try:
         yield server
     finally:

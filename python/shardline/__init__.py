@@ -5,6 +5,8 @@ The hot state (bucket maps, hashing) lives in the Rust extension ``shardline._co
 re-exports it with the events, errors and tools around it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from shardline._core import bucket_id
 from shardline.balancers import (
     AffinityLoadBalancer,
@@ -29,6 +31,7 @@ from shardline.errors import (
     UnhashableKey,
     UnknownTier,
     WorkerError,
+    WorkerStartError,
 )
 from shardline.pool import (
     LoadBalancerContext,
@@ -64,6 +67,7 @@ __all__ = [
     "LoadBalancerContext",
     "LoadBalancerContextView",
     "LoadBalancerLike",
+    "LocalPool",
     "NoWorkersAvailable",
     "PoolTimeout",
     "Replicaset",
@@ -82,5 +86,18 @@ __all__ = [
     "WorkerMetadata",
     "WorkerPool",
     "WorkerProxy",
+    "WorkerStartError",
     "bucket_id",
 ]
+
+if TYPE_CHECKING:
+    from shardline.transport.local_pool import LocalPool
+
+
+def __getattr__(name: str) -> Any:
+    # a transport's dependencies are an optional extra: import it only for a caller that uses it
+    if name == "LocalPool":
+        from shardline.transport.local_pool import LocalPool
+
+        return LocalPool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

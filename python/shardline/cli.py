@@ -3,16 +3,18 @@
 ``shardline demo`` replays topology events against an in-process :class:`shardline.Topology`,
 with no server: by default the built-in seed cases, or a scenario file given with ``--scenario``
 (format: ``docs/demo.md``). Then it runs a :class:`shardline.WorkerProxy` over real worker
-processes (``shardline worker``, gRPC on loopback) announced through ``LocalDiscovery`` in a
-private temporary directory, or through etcd with ``--etcd URL``: workers join, one moves to a
-new address, one is killed and one leaves while tasks keep flowing. ``--in-process`` runs that
-part with in-process discovery and workers instead (no sockets, no processes, no grpcio).
+processes (``shardline worker``, MessagePack-RPC on loopback) announced through
+``LocalDiscovery`` in a private temporary directory, or through etcd with ``--etcd URL``:
+workers join, one moves to a new address, one is killed and one leaves while tasks keep flowing.
+``--in-process`` runs that part with in-process discovery and workers instead (no sockets, no
+processes, no msgpack).
 Between the two, the registration part (in-process, on virtual time) swaps a service's replica
 for one that never comes up and shows the reachability record heal on the serving replica's
 next probe (:mod:`shardline.demo.registration`). ``--part`` runs only one of the three.
 
 ``shardline worker --namespace NS --address HOST:PORT`` runs one worker process serving the demo
-handlers of :mod:`shardline.transport.demo_handlers` over gRPC, announced through
+handlers of :mod:`shardline.transport.demo_handlers` over MessagePack-RPC (``--transport
+grpc``: gRPC), announced through
 ``LocalDiscovery(NS)`` (or ``EtcdDiscovery([URL], NS)`` with ``--etcd URL``). Once it serves and
 its record is published it prints that record on stdout as one line of JSON, in the discovery
 record schema (:mod:`shardline.discovery.record`), so a parent process can wait for that line.
@@ -73,6 +75,7 @@ from shardline.demo.pool import BALANCERS
 from shardline.demo.seed_cases import SOURCE
 from shardline.demo.tables import plain_table, rich_table
 from shardline.discovery.protocol import Discovery
+from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS
 
 __all__ = ["main"]
 
@@ -126,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help=(
             "run the pool part in-process: simulated discovery and workers, no sockets or"
-            " processes (and no grpcio needed)"
+            " processes (and no msgpack needed)"
         ),
     )
     demo.add_argument(
@@ -188,10 +191,11 @@ def _parser() -> argparse.ArgumentParser:
 def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = commands.add_parser(
         "worker",
-        help="run one worker process serving the demo handlers over gRPC",
+        help="run one worker process serving the demo handlers (MessagePack-RPC or gRPC)",
         description=(
-            "Serve the demo handlers (echo, sleep, whoami, fail-transiently, fail) over gRPC and"
-            " announce the worker through LocalDiscovery, or etcd with --etcd. When ready, print"
+            "Serve the demo handlers (echo, sleep, whoami, fail-transiently, fail) over"
+            " MessagePack-RPC (or gRPC with --transport grpc) and announce the worker through"
+            " LocalDiscovery, or etcd with --etcd. When ready, print"
             " the worker's discovery record as one line of JSON on stdout. SIGTERM or SIGINT"
             " withdraws the record, lets calls in flight finish and exits."
         ),
@@ -201,7 +205,18 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--address",
         required=True,
         metavar="HOST:PORT",
-        help="where to serve, as subscribers will dial it; port 0 picks a free port",
+        help=(
+            "where to serve, as subscribers will dial it; port 0 picks a free port. With the"
+            " msgpack transport, an absolute path serves on a Unix socket"
+        ),
+    )
+    worker.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default=DEFAULT_TRANSPORT,
+        help=(
+            f"MessagePack-RPC (msgpack extra) or gRPC (grpc extra) (default: {DEFAULT_TRANSPORT})"
+        ),
     )
     worker.add_argument(
         "--etcd",
@@ -288,11 +303,13 @@ def _worker(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return asyncio.run(_serve_worker(args))
+    from shardline.transport.event_loop import run
+
+    return run(_serve_worker(args))
 
 
 async def _serve_worker(args: argparse.Namespace) -> int:
-    # Imported here so `shardline demo` needs neither grpcio nor an etcd client.
+    # Imported here so `shardline demo` needs neither a transport nor an etcd client.
     from shardline.discovery.record import encode_record
     from shardline.transport import serve
     from shardline.transport.demo_handlers import DEMO_HANDLERS
@@ -312,6 +329,7 @@ async def _serve_worker(args: argparse.Namespace) -> int:
                 DEMO_HANDLERS,
                 args.address,
                 discovery,
+                transport=args.transport,
                 uid=args.uid,
                 version=_version(),
                 extra=None if args.weight is None else {"weight": args.weight},
@@ -395,9 +413,10 @@ def _demo(args: argparse.Namespace) -> int:
         print("shardline demo: error: --etcd and --in-process need the pool part", file=sys.stderr)
         return 2
     if pool and not args.in_process and (missing := _missing_modules(args.etcd)):
+        extras = "msgpack,etcd" if args.etcd else "msgpack"
         print(
             f"shardline demo: error: the worker-pool part runs real worker processes and needs"
-            f" {' and '.join(missing)}: pip install 'shardline[{'etcd' if args.etcd else 'grpc'}]',"
+            f" {' and '.join(missing)}: pip install 'shardline[{extras}]',"
             " or run it with --in-process",
             file=sys.stderr,
         )
@@ -464,7 +483,9 @@ def _missing_modules(etcd: str | None) -> list[str]:
     """The modules the real-process pool part needs that cannot be imported."""
     import importlib.util
 
-    wanted = {"grpc": "grpcio"} if etcd is None else {"grpc": "grpcio", "aetcd": "aetcd"}
+    wanted = {"msgpack": "msgpack"}
+    if etcd is not None:
+        wanted |= {"grpc": "grpcio", "aetcd": "aetcd"}
     return [name for module, name in wanted.items() if importlib.util.find_spec(module) is None]
 
 

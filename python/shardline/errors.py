@@ -20,6 +20,7 @@ __all__ = [
     "UnhashableKey",
     "UnknownTier",
     "WorkerError",
+    "WorkerStartError",
 ]
 
 
@@ -127,3 +128,9 @@ class WorkerError(ShardlineError):
         self.remote_message = remote_message
         self.handler = handler
         self.address = address
+
+
+class WorkerStartError(ShardlineError, RuntimeError):
+    """A worker process that ``LocalPool`` started exited before it joined the pool. The message
+    names the handlers spec, the process's pid and exit status, and ends with the tail of its
+    output, where a handlers spec that cannot be loaded shows its import error."""

@@ -1,19 +1,20 @@
 """The worker-pool part of ``shardline demo`` with real worker processes (the default).
 
-Each worker is a ``python -m shardline worker`` process serving the demo handlers over gRPC on
-loopback, announced through ``LocalDiscovery`` in a private temporary directory (or through
-etcd, given its URL), in a namespace of its own. A :class:`shardline.WorkerProxy` follows that
-namespace and reaches the workers with :class:`shardline.transport.GrpcConnection`. From the
-quorum on, a few callers dispatch ``whoami`` tasks (each answers the pid of the process that
-served it) continuously, while the driver changes the cluster in phases:
+Each worker is a ``python -m shardline worker`` process serving the demo handlers over
+MessagePack-RPC on loopback, announced through ``LocalDiscovery`` in a private temporary
+directory (or through etcd, given its URL), in a namespace of its own. A
+:class:`shardline.WorkerProxy` follows that namespace and reaches the workers with
+:func:`shardline.transport.connect`. From the quorum on, a few callers dispatch ``whoami`` tasks
+(each answers the pid of the process that served it) continuously, while the driver changes the
+cluster in phases:
 
 1. workers w1, w2 and w3 join (the proxy starts with a quorum of 3);
 2. w2 moves: a new process starts with w2's uid (its record replaces the old one: the proxy
    gets ``worker-updated``), then the old process gets SIGTERM and exits, withdrawing nothing,
    because the record is no longer its own;
 3. w4 joins;
-4. w1 is SIGKILLed: dispatches to it fail with ``UNAVAILABLE`` and the proxy retries them on
-   another worker, until the liveness bound drops w1's record;
+4. w1 is SIGKILLed: dispatches to it fail transiently (its connection is lost, then refused)
+   and the proxy retries them on another worker, until the liveness bound drops w1's record;
 5. w3 leaves gracefully: SIGTERM, it withdraws its record and exits 0.
 
 What is shown is measured. Every connection the proxy makes is wrapped: it counts the tasks
@@ -161,14 +162,15 @@ class _LogToPhase(logging.Handler):
 
 
 class _ObservedConnection:
-    """The proxy's connection to one worker: a ``GrpcConnection`` that reports to the demo."""
+    """The proxy's connection to one worker (the transport its address names) that reports to
+    the demo."""
 
     def __init__(self, demo: _Demo, metadata: WorkerMetadata) -> None:
-        from shardline.transport import GrpcConnection
+        from shardline.transport import connect
 
         self._demo = demo
         self.metadata = metadata
-        self._inner = GrpcConnection(metadata)
+        self._inner = connect(metadata)
         demo.connections.add(self)
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
@@ -313,7 +315,8 @@ class _Demo:
             )
         return (
             f"Worker pool: a WorkerProxy over {source} and real worker processes"
-            " (`shardline worker`, gRPC on 127.0.0.1), reached with GrpcConnection",
+            " (`shardline worker`, MessagePack-RPC on 127.0.0.1), reached with"
+            " shardline.transport.connect",
             liveness,
             f"balancer: {self.balancer_name}; {s.callers} callers dispatch `whoami` tasks"
             " (answered with the serving process's pid) continuously from the quorum on;"
@@ -688,13 +691,18 @@ async def _start(*command: str, **options: Any) -> asyncio.subprocess.Process:
 
 
 def _reason(error: TransientRpcError) -> str:
-    """The gRPC status behind a transient failure (``UNAVAILABLE``…), else its message."""
+    """A transient failure's reason: the gRPC status behind it (``UNAVAILABLE``…), or the
+    first words of a MessagePack-RPC connection's message after its ``worker at ADDRESS:``
+    prefix (``connection lost``, ``cannot connect``, ``deadline``…)."""
     code = getattr(error.__cause__, "code", None)
     if callable(code):
         name = getattr(code(), "name", None)
         if isinstance(name, str):
             return name
-    return str(error)
+    message = str(error)
+    if message.startswith("worker at "):
+        return message.split(": ", 2)[1]
+    return message
 
 
 def _at(worker: _Worker) -> str:
@@ -726,7 +734,8 @@ def run_process_pool_demo(
     it goes if given; returns what it recorded. Raises :class:`PoolDemoError` when it cannot
     run, and ``KeyboardInterrupt`` when interrupted (Ctrl-C, or SIGTERM or SIGHUP while it runs
     on the main thread), in every case once the processes it started are stopped and its
-    temporary directory is removed. Needs ``grpcio`` (and ``aetcd`` for etcd)."""
+    temporary directory is removed. Needs ``msgpack`` (and ``aetcd`` and ``grpcio`` for
+    etcd)."""
     started: list[_Worker] = []
     root = logging.getLogger("shardline")
     with tempfile.TemporaryDirectory(prefix="shardline-demo-") as directory:

@@ -1,21 +1,67 @@
-"""Workers over gRPC: :func:`serve` runs a worker and announces it through discovery;
-:class:`GrpcConnection` dispatches :class:`Task` objects to it, for ``WorkerProxy``.
+"""Workers reached over the network: :func:`serve` runs a worker and announces it through
+discovery; :func:`connect` makes the connection a ``WorkerProxy`` dispatches :class:`Task`
+objects through, chosen by the scheme of the worker's address.
 
-Needs the ``grpc`` extra (``grpcio``). The wire format is described in
-:mod:`shardline.transport.wire`; ``shardline worker`` runs one worker with the handlers of
+Two transports: MessagePack-RPC over TCP or a Unix socket (the default; the ``msgpack``
+extra; the protocol is in ``docs/msgpack-rpc.md``): :func:`serve_msgpack`,
+:class:`MsgpackConnection`; and gRPC (the ``grpc`` extra; the wire format is in
+:mod:`shardline.transport.wire`): :func:`serve_grpc`, :class:`GrpcConnection`. Each is
+imported on first use, so one transport's dependencies are never needed for the other.
+``shardline worker`` runs one worker with the handlers of
 :mod:`shardline.transport.demo_handlers`.
+
+:class:`LocalPool` starts worker processes on this machine serving the caller's handlers,
+announced through ``LocalDiscovery``, and dispatches to them through a ``WorkerProxy``, in one
+``async with``; it replaces workers that die and stops them all on the way out.
 """
 
-from shardline.transport.connection import GrpcConnection
-from shardline.transport.server import Handler, RetryElsewhere, WorkerServer, serve
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect, serve
+from shardline.transport.serving import Handler, RetryElsewhere
 from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
 
+if TYPE_CHECKING:
+    from shardline.transport.connection import GrpcConnection
+    from shardline.transport.local_pool import LocalPool
+    from shardline.transport.msgpack_connection import MsgpackConnection
+    from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
+    from shardline.transport.server import WorkerServer, serve_grpc
+
 __all__ = [
+    "DEFAULT_TRANSPORT",
     "MAX_MESSAGE_BYTES",
+    "TRANSPORTS",
     "GrpcConnection",
     "Handler",
+    "LocalPool",
+    "MsgpackConnection",
+    "MsgpackWorkerServer",
     "RetryElsewhere",
     "Task",
     "WorkerServer",
+    "connect",
     "serve",
+    "serve_grpc",
+    "serve_msgpack",
 ]
+
+_LAZY = {
+    "LocalPool": "shardline.transport.local_pool",
+    "GrpcConnection": "shardline.transport.connection",
+    "WorkerServer": "shardline.transport.server",
+    "serve_grpc": "shardline.transport.server",
+    "MsgpackConnection": "shardline.transport.msgpack_connection",
+    "MsgpackWorkerServer": "shardline.transport.msgpack_server",
+    "serve_msgpack": "shardline.transport.msgpack_server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

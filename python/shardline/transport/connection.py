@@ -17,6 +17,7 @@ from shardline.transport.wire import (
     Task,
     decode_reply,
     encode_request,
+    grpc_target,
 )
 
 __all__ = ["GrpcConnection"]
@@ -34,7 +35,8 @@ _TRANSIENT_CODES = frozenset(
 
 
 class GrpcConnection:
-    """A connection to the worker at ``metadata.address``, for ``WorkerProxy(connect=...)``.
+    """A connection to the worker at ``metadata.address`` (``grpc://host:port`` or a bare
+    ``host:port``), for ``WorkerProxy(connect=...)``.
 
     Must be made on a running event loop and used on that loop. ``credentials`` (a
     ``grpc.ChannelCredentials``) makes the channel secure; without them it is plaintext, which
@@ -80,7 +82,9 @@ class GrpcConnection:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
         self.metadata = metadata
         self._max_message_bytes = max_message_bytes
-        self._shared = acquire_channel(metadata.address, credentials, max_message_bytes)
+        self._shared = acquire_channel(
+            grpc_target(metadata.address), credentials, max_message_bytes
+        )
         self._finalizer = weakref.finalize(self, release_channel, self._shared)
         # At exit the loop, and the channels on it, are gone already.
         self._finalizer.atexit = False

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from shardline.transport.server import Handler, RetryElsewhere
+from shardline.transport.serving import Handler, RetryElsewhere
 
 __all__ = ["DEMO_HANDLERS"]
 

@@ -1,14 +1,12 @@
-"""`serve`: a worker process's gRPC server, announced through discovery while it runs."""
+"""`serve_grpc`: a worker process's gRPC server, announced through discovery while it runs."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import uuid
-import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any
 
@@ -17,40 +15,35 @@ import grpc.aio
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.pool.metadata import WorkerMetadata
+from shardline.transport.serving import (
+    Handler,
+    RetryElsewhere,
+    check_handlers,
+    free_publisher,
+    release_publisher,
+    reserve_publisher,
+    split_address,
+    type_name,
+)
 from shardline.transport.wire import (
     BAD_REQUEST,
     BAD_RESULT,
     MAX_MESSAGE_BYTES,
     METHOD,
+    SCHEME,
     UNKNOWN_HANDLER,
     MalformedMessage,
     decode_request,
     encode_error,
     encode_result,
+    grpc_target,
 )
 
-__all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve"]
+__all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve_grpc"]
 
 logger = logging.getLogger("shardline.transport.server")
 
-Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
-"""A handler takes a task's JSON payload and returns a JSON-serialisable result."""
-
 _SERVICE, _, _METHOD_NAME = METHOD[1:].partition("/")
-
-# Publishers owned by a running server: stopping a server closes its publisher, which would
-# withdraw the records of any other server publishing through it.
-_publishers_in_use: weakref.WeakSet[DiscoveryPublisher] = weakref.WeakSet()
-
-
-class RetryElsewhere(Exception):
-    """Raised by a handler to end the call with a status the caller retries on another worker
-    (``TransientRpcError``); the worker stays pooled. The status is ``UNAVAILABLE``, or
-    ``RESOURCE_EXHAUSTED`` when ``overloaded`` is true."""
-
-    def __init__(self, message: str = "", *, overloaded: bool = False) -> None:
-        super().__init__(message)
-        self.overloaded = overloaded
 
 
 class WorkerServer:
@@ -102,7 +95,7 @@ class WorkerServer:
         except Exception:
             logger.exception("withdrawing the record of worker %s failed", self._metadata.uid)
         finally:
-            _publishers_in_use.discard(self._publisher)
+            release_publisher(self._publisher)
             await self._server.stop(grace)
         logger.info("worker %s at %s stopped", self._metadata.uid, self._metadata.address)
 
@@ -118,7 +111,7 @@ class WorkerServer:
         await self.stop()
 
 
-async def serve(
+async def serve_grpc(
     handlers: Mapping[str, Handler],
     address: str,
     discovery: Discovery,
@@ -142,13 +135,13 @@ async def serve(
     (and logs a warning here); one that raises :class:`RetryElsewhere` makes it retry on
     another worker.
 
-    ``address`` is ``host:port``; port 0 picks a free port, and the record carries the port
-    bound. Subscribers dial the address as published, so ``host`` must be reachable by them
-    (not ``0.0.0.0``). A port already in use is an ``OSError``. ``credentials`` (a
-    ``grpc.ServerCredentials``) makes the port secure; without them it is plaintext, which
-    suits loopback. Requests and results over ``max_message_bytes`` are refused. With
-    ``max_concurrent_calls``, calls beyond that many at once are refused with
-    ``RESOURCE_EXHAUSTED``, so a proxy offers them to another worker.
+    ``address`` is ``host:port`` (or ``grpc://host:port``), published as ``grpc://host:port``;
+    port 0 picks a free port, and the record carries the port bound. Subscribers dial the
+    address as published, so ``host`` must be reachable by them (not ``0.0.0.0``). A port
+    already in use is an ``OSError``. ``credentials`` (a ``grpc.ServerCredentials``) makes the
+    port secure; without them it is plaintext, which suits loopback. Requests and results over
+    ``max_message_bytes`` are refused. With ``max_concurrent_calls``, calls beyond that many at
+    once are refused with ``RESOURCE_EXHAUSTED``, so a proxy offers them to another worker.
 
     The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
     extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
@@ -160,11 +153,10 @@ async def serve(
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
     if max_concurrent_calls is not None and max_concurrent_calls < 1:
         raise ValueError(f"max_concurrent_calls must be positive, got {max_concurrent_calls}")
-    host, port = _split_address(address)
+    target = grpc_target(address)
+    host, port = split_address(target)
     servicer = _Servicer(handlers, max_message_bytes)
-    publisher = discovery.publisher
-    if publisher in _publishers_in_use:
-        raise ValueError(f"the publisher of {discovery!r} already announces a running server")
+    publisher = free_publisher(discovery)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
@@ -183,65 +175,35 @@ async def serve(
     )
     try:
         if credentials is None:
-            bound = server.add_insecure_port(address)
+            bound = server.add_insecure_port(target)
         else:
-            bound = server.add_secure_port(address, credentials)
+            bound = server.add_secure_port(target, credentials)
     except RuntimeError as error:
         raise OSError(f"cannot serve at {address}: {error}") from None
     metadata = WorkerMetadata(
         uid=uuid.uuid4() if uid is None else uid,
-        address=f"{host}:{bound}" if port == 0 else address,
+        address=f"{SCHEME}{host}:{bound}" if port == 0 else SCHEME + target,
         pid=os.getpid(),
         version=version,
         tags=frozenset(tags),
         extra=MappingProxyType(dict(extra or {})),
     )
     # Reserved before the first await, so two concurrent calls cannot both take it.
-    _publishers_in_use.add(publisher)
+    reserve_publisher(publisher)
     try:
         await server.start()
         await publisher.publish("worker-added", metadata)
     except BaseException:
-        _publishers_in_use.discard(publisher)
+        release_publisher(publisher)
         await server.stop(None)
         raise
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
     return WorkerServer(server, metadata, publisher, grace)
 
 
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"address must be host:port, got {address!r}")
-    return host, int(port)
-
-
-def _is_coroutine_function(handler: Handler) -> bool:
-    # the second test finds objects whose __call__ is a coroutine function
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        type(handler).__call__
-    )
-
-
-def _type_name(error: BaseException) -> str:
-    kind = type(error)
-    return (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else f"{kind.__module__}.{kind.__qualname__}"
-    )
-
-
 class _Servicer:
     def __init__(self, handlers: Mapping[str, Handler], max_message_bytes: int) -> None:
-        for name, handler in handlers.items():
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"handler names must be non-empty str, got {name!r}")
-            if not callable(handler):
-                raise TypeError(f"handler {name!r} is not callable: {handler!r}")
-        self._handlers = {
-            name: (handler, _is_coroutine_function(handler)) for name, handler in handlers.items()
-        }
+        self._handlers = check_handlers(handlers)
         self._max_message_bytes = max_message_bytes
 
     async def dispatch(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -271,7 +233,7 @@ class _Servicer:
             raise  # not reached: abort() ends the call by raising
         except Exception as error:
             logger.warning("handler %r raised", task.handler, exc_info=True)
-            return encode_error(_type_name(error), str(error))
+            return encode_error(type_name(error), str(error))
         try:
             return encode_result(result, self._max_message_bytes)
         except (TypeError, ValueError) as error:

@@ -33,11 +33,15 @@ __all__ = [
     "BAD_RESULT",
     "MAX_MESSAGE_BYTES",
     "METHOD",
+    "SCHEME",
     "UNKNOWN_HANDLER",
     "Task",
+    "grpc_target",
 ]
 
 METHOD = "/shardline.Worker/Dispatch"
+SCHEME = "grpc://"
+"""The scheme of a gRPC worker's published address, ``grpc://host:port``."""
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """The default bound on a request or reply, in bytes (gRPC's own default for receiving)."""
 
@@ -149,3 +153,10 @@ def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
     raise MalformedMessage(
         f"the reply has neither a result nor a well-formed error: {data[:200]!r}"
     )
+
+
+def grpc_target(address: str) -> str:
+    """The ``host:port`` a gRPC channel dials for a worker's address: ``grpc://host:port`` as
+    :func:`~shardline.transport.server.serve_grpc` publishes it, or a bare ``host:port`` (the
+    form records had before the scheme, and a topology instance's address)."""
+    return address[len(SCHEME) :] if address.startswith(SCHEME) else address

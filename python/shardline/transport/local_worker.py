@@ -1,0 +1,195 @@
+"""The worker process a :class:`~shardline.transport.LocalPool` starts.
+
+``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
+--directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS`` imports the
+mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at ``ADDRESS`` (a Unix
+socket's path or loopback ``host:port``) over the named transport and
+announces the worker through ``LocalDiscovery(NS, directory=DIR)`` with the record uid
+``UID``. It runs until SIGTERM, or until its standard input reaches end of file, which is how
+it learns that the process that started it is gone: it then withdraws its record and stops
+like on SIGTERM (calls in flight get ``--grace`` seconds), and exits at the latest ``--grace``
+plus 5 seconds after the end of file even if a handler does not return. A handlers spec that
+cannot be loaded is logged (naming the spec and the import error) and the process exits with
+status 2, before it serves anything. Its log goes to standard error.
+
+This is an internal entry point of ``LocalPool``, not a command for users (``shardline
+worker`` serves the demo handlers); the transports it can serve over are
+:data:`shardline.transport.TRANSPORTS`. It is imported by nothing: ``python -m``
+runs a module that its package has not imported already.
+
+Implementation notes: the parent holds the only write end of the child's standard input and
+never writes to it, so the kernel closes it when the parent exits in any way, SIGKILL
+included, and a thread blocked reading it sees end of file. That works on every platform and
+has no race with a parent that dies while the child starts (the read returns at once). Linux's
+``prctl(PR_SET_PDEATHSIG)`` was not chosen: it exists only on Linux, and it fires when the
+*thread* that forked the child exits, not the process. The pipe's limit: a process forked from
+the parent without ``exec`` (``multiprocessing`` with the ``fork`` start method) inherits the
+write end, and the workers outlive the parent until that process exits too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shardline.discovery.local import LocalDiscovery
+from shardline.discovery.protocol import Discovery
+from shardline.transport.event_loop import run
+from shardline.transport.local_pool import check_spec
+from shardline.transport.schemes import TRANSPORTS, serve
+from shardline.transport.serving import Handler
+
+__all__ = ["HandlersSpecError", "load_handlers", "main"]
+
+logger = logging.getLogger("shardline.transport.local_worker")
+
+LOAD_FAILED = 2
+"""The exit status of a worker whose handlers spec cannot be loaded."""
+
+_HARD_EXIT_MARGIN = 5.0
+
+
+class HandlersSpecError(Exception):
+    """A ``MODULE:ATTRIBUTE`` spec that does not name a mapping of handlers."""
+
+
+def load_handlers(spec: str) -> Mapping[str, Handler]:
+    """Imports ``module`` and returns its ``attribute`` (dotted attributes are followed), which
+    must be a mapping of non-empty names to callables; anything else, an exception raised while
+    importing included, is a :class:`HandlersSpecError` naming the spec and the cause."""
+    try:
+        module_name, _, attribute = check_spec(spec).partition(":")
+    except ValueError as error:
+        raise HandlersSpecError(str(error)) from None
+    try:
+        found: Any = importlib.import_module(module_name)
+        for name in attribute.split("."):
+            found = getattr(found, name)
+    except Exception as error:
+        raise HandlersSpecError(
+            f"cannot load the handlers {spec!r}: {type(error).__name__}: {error}"
+        ) from error
+    if not isinstance(found, Mapping):
+        raise HandlersSpecError(
+            f"the handlers {spec!r} are a {type(found).__name__}, not a mapping of handler"
+            " names to handlers"
+        )
+    for name, handler in found.items():
+        if not isinstance(name, str) or not name or not callable(handler):
+            raise HandlersSpecError(
+                f"the handlers {spec!r} map {name!r} to {handler!r}: names must be non-empty str"
+                " and handlers callable"
+            )
+    return found
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m shardline.transport.local_worker",
+        description="A worker process of a shardline LocalPool (internal).",
+    )
+    parser.add_argument("--handlers", required=True, help="MODULE:ATTRIBUTE of the handlers")
+    parser.add_argument("--namespace", required=True, help="the LocalDiscovery namespace")
+    parser.add_argument("--directory", required=True, help="the LocalDiscovery directory")
+    parser.add_argument("--transport", required=True, choices=TRANSPORTS)
+    parser.add_argument("--address", required=True, help="host:port, or a Unix socket's path")
+    parser.add_argument("--uid", required=True, type=uuid.UUID, help="the record's uid")
+    parser.add_argument("--grace", required=True, type=float, help="seconds to drain calls")
+    return parser
+
+
+class _ParentWatch:
+    """Reads standard input until end of file, then stops the worker (see the module)."""
+
+    def __init__(self, grace: float) -> None:
+        self._grace = grace
+        self._lock = threading.Lock()
+        self._stop: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="shardline-parent-watch", daemon=True).start()
+
+    def attach(self, loop: asyncio.AbstractEventLoop, stopping: asyncio.Event) -> None:
+        def stop() -> None:
+            loop.call_soon_threadsafe(stopping.set)
+
+        with self._lock:
+            self._stop = stop
+
+    def _run(self) -> None:
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass  # a closed or broken standard input means the same: nobody is there
+        with self._lock:
+            stop = self._stop
+        if stop is None:  # still loading the handlers: nothing to withdraw yet
+            os._exit(1)
+        logger.warning("the parent process is gone (standard input closed): stopping")
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            stop()
+        # a handler that never returns must not keep an orphan alive
+        time.sleep(self._grace + _HARD_EXIT_MARGIN)
+        os._exit(1)
+
+
+async def _serve(
+    args: argparse.Namespace, handlers: Mapping[str, Handler], watch: _ParentWatch
+) -> int:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows loops
+        loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    watch.attach(loop, stopping)
+    discovery: Discovery = LocalDiscovery(args.namespace, directory=args.directory)
+    try:
+        server = await serve(
+            handlers,
+            args.address,
+            discovery,
+            transport=args.transport,
+            uid=args.uid,
+            grace=args.grace,
+        )
+        try:
+            await stopping.wait()
+        finally:
+            await server.stop()
+    finally:
+        await discovery.aclose()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one worker as described in the module docstring; returns the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"%(asctime)s pid {os.getpid()} %(levelname)s %(name)s: %(message)s",
+    )
+    watch = _ParentWatch(args.grace)
+    watch.start()
+    try:
+        handlers = load_handlers(args.handlers)
+    except HandlersSpecError as error:
+        # the cause's traceback shows where in the caller's module an import failed
+        logger.error("%s", error, exc_info=error.__cause__)
+        return LOAD_FAILED
+    return run(_serve(args, handlers, watch))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

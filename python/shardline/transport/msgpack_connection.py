@@ -1,0 +1,459 @@
+"""`MsgpackConnection`: how a `WorkerProxy` reaches a worker served by `serve_msgpack`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import Any, cast
+
+from shardline.errors import RpcError, TransientRpcError, WorkerError
+from shardline.pool.metadata import WorkerMetadata
+from shardline.transport import msgpack_wire as wire
+from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
+
+__all__ = ["MsgpackConnection"]
+
+logger = logging.getLogger("shardline.transport.msgpack_connection")
+
+# What makes two connections share a socket: the address and every setting.
+_Key = tuple[str, int, float, float, float]
+
+
+class MsgpackConnection:
+    """A connection to the worker at ``metadata.address`` (``msgpack+tcp://host:port`` or
+    ``msgpack+unix:///path``), for ``WorkerProxy(connect=...)``; any other address is a
+    ``ValueError``.
+
+    Must be made on a running event loop and used on that loop. ``max_frame_bytes`` bounds the
+    requests sent and the answers accepted; ``connect_timeout`` (seconds) bounds dialling the
+    worker and its hello. While calls are in flight and nothing has come from the worker for
+    ``ping_interval`` seconds, it is pinged; no answer within ``ping_timeout`` more fails the
+    calls (``TransientRpcError``) and drops the socket. Use
+    ``functools.partial(MsgpackConnection, ...)`` to give these to a proxy.
+
+    ``await dispatch(task, timeout=None)`` runs the :class:`Task` on the worker and returns its
+    handler's result. ``timeout`` (seconds) is the call's deadline, which the worker sees too:
+    it cancels the handler then. Failures, as :class:`WorkerProxy` expects them:
+
+    - ``TransientRpcError`` (the worker stays pooled; the proxy tries another): the worker is
+      unreachable (refused, no socket file, ``connect_timeout`` passed), the connection broke
+      (the worker died or closed it: every call in flight on it fails at once), the worker
+      does not answer pings, the deadline passed, the worker answered ``busy``,
+      ``unavailable`` (its handler raised ``RetryElsewhere``) or ``shutting_down``, or this
+      connection was closed;
+    - ``RpcError`` (the proxy evicts the worker): the worker speaks another protocol version,
+      or sent what this protocol does not allow (unreadable bytes, a frame over
+      ``max_frame_bytes``: every call in flight on the socket fails so, naming the limit);
+    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
+      handler raised, the worker has no handler of that name, or it could not read the payload
+      (``shardline.BadRequest``) or carry the result (``shardline.BadResult``, also when this
+      side cannot read it);
+    - ``TypeError`` / ``ValueError`` before anything is sent: ``task`` is not a ``Task`` with a
+      str handler, its payload is not msgpack, or the request would exceed ``max_frame_bytes``
+      or the limit the worker announced.
+
+    Cancelling ``dispatch`` (or its deadline passing) sends the worker a cancel for the call.
+
+    ``close()`` (idempotent, synchronous) says this connection is no longer needed; calls in
+    flight through it finish normally. A connection that is garbage-collected unclosed is
+    closed then.
+
+    Implementation notes: connections with the same address and settings on the same loop
+    share one socket, counted by reference, multiplexing their calls by msgid. The socket is
+    dialled by the first dispatch; one that broke is dialled again by the next dispatch, so a
+    worker restarted at the same address is reached again. When the last connection closes,
+    the socket is closed once its last call in flight has finished.
+    """
+
+    def __init__(
+        self,
+        metadata: WorkerMetadata,
+        *,
+        max_frame_bytes: int = MAX_MESSAGE_BYTES,
+        connect_timeout: float = 5.0,
+        ping_interval: float = 5.0,
+        ping_timeout: float = 10.0,
+    ) -> None:
+        for name, value in (
+            ("max_frame_bytes", max_frame_bytes),
+            ("connect_timeout", connect_timeout),
+            ("ping_interval", ping_interval),
+            ("ping_timeout", ping_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+        wire.record_address(metadata.address)
+        self.metadata = metadata
+        self._max_frame_bytes = max_frame_bytes
+        key = (metadata.address, max_frame_bytes, connect_timeout, ping_interval, ping_timeout)
+        self._shared = _acquire(key)
+        self._finalizer = weakref.finalize(self, _release, self._shared)
+        # At exit the loop, and the sockets on it, are gone already.
+        self._finalizer.atexit = False
+
+    def __repr__(self) -> str:
+        state = "" if self._finalizer.alive else ", closed"
+        return f"MsgpackConnection({self.metadata.uid}, {self.metadata.address!r}{state})"
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Releases this connection's share of its socket; later calls are no-ops."""
+        self._finalizer()
+
+    async def dispatch(self, task: Task, *, timeout: float | None = None) -> Any:
+        """Runs ``task`` on the worker; see the class docstring for the errors."""
+        if not isinstance(task, Task):
+            raise TypeError(
+                f"a MsgpackConnection dispatches Task objects, not {type(task).__name__}"
+            )
+        if not isinstance(task.handler, str):
+            raise TypeError(f"a task's handler is a str, not {type(task.handler).__name__}")
+        address = self.metadata.address
+        if not self._finalizer.alive:
+            raise TransientRpcError(f"the connection to the worker at {address} is closed")
+        payload = wire.pack_value(task.payload, f"the payload for handler {task.handler!r}")
+        _check_handler(task.handler)
+        if len(payload) > self._max_frame_bytes:
+            raise ValueError(
+                f"the task for handler {task.handler!r} is over {len(payload)} bytes,"
+                f" over the limit of {self._max_frame_bytes}"
+            )
+        shared = self._shared
+        shared.in_flight += 1
+        try:
+            error, result = await shared.call(task.handler, payload, timeout)
+        finally:
+            shared.end_call()
+        if error is None:
+            try:
+                return wire.unpack_value(result, "the result")
+            except MalformedMessage as unreadable:
+                raise WorkerError(
+                    BAD_RESULT, str(unreadable), handler=task.handler, address=address
+                ) from None
+        kind, type_name, message = error
+        if kind in wire.TRANSIENT_KINDS:
+            raise TransientRpcError(f"worker at {address}: {kind}: {type_name}: {message}")
+        raise WorkerError(type_name, message, handler=task.handler, address=address)
+
+
+def _check_handler(handler: str) -> None:
+    try:
+        handler.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"a task's handler must be Unicode text, not {handler!r} (a surrogate code point)"
+        ) from None
+
+
+class _Shared:
+    """The socket (a :class:`_Link`) that every connection with one key uses, dialled again
+    after it broke.
+
+    ``references`` counts the connections holding it and ``in_flight`` the calls through it.
+    Once the last reference is released it leaves its registry and its socket is closed as
+    soon as no call is in flight.
+    """
+
+    def __init__(
+        self, registry: dict[_Key, _Shared], key: _Key, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.address, self.max_frame_bytes, self.connect_timeout, ping_interval, ping_timeout = key
+        self.where = wire.record_address(self.address)
+        self.ping = (ping_interval, ping_timeout)
+        self.loop = loop
+        self.references = 1
+        self.in_flight = 0
+        self.link: _Link | None = None
+        self._dialling: asyncio.Task[_Link] | None = None
+        self._registry = registry
+        self._key = key
+
+    def release(self) -> None:
+        """Drops one reference; must run on the loop."""
+        self.references -= 1
+        if self.references == 0:
+            if self._registry.get(self._key) is self:
+                del self._registry[self._key]
+            self._close_if_unused()
+
+    def end_call(self) -> None:
+        self.in_flight -= 1
+        self._close_if_unused()
+
+    def _close_if_unused(self) -> None:
+        if self.references or self.in_flight:
+            return
+        if self._dialling is not None:
+            self._dialling.cancel()
+        if self.link is not None:
+            logger.debug("closing the socket to %s", self.address)
+            self.link.close()
+            self.link = None
+
+    async def call(
+        self, handler: str, payload: bytes, timeout: float | None
+    ) -> tuple[tuple[str, str, str] | None, Any]:
+        """``(None, result bytes)`` or ``((kind, type, message), None)``."""
+        deadline = None if timeout is None else self.loop.time() + timeout
+        scope = asyncio.timeout_at(deadline)
+        try:
+            async with scope:
+                link = await self._ready()
+                if link.paused:
+                    await link.writable()
+                msgid, answer = link.send(handler, payload, deadline)
+                try:
+                    reply: tuple[tuple[str, str, str] | None, Any] = await answer
+                    return reply
+                except asyncio.CancelledError:
+                    link.cancel(msgid)
+                    raise
+        except TimeoutError:
+            if scope.expired():
+                raise TransientRpcError(
+                    f"worker at {self.address}: deadline: {timeout} s passed"
+                ) from None
+            raise
+
+    async def _ready(self) -> _Link:
+        link = self.link
+        if link is not None and not link.broken:
+            return link
+        if self._dialling is None:
+            self._dialling = self.loop.create_task(self._dial())
+            self._dialling.add_done_callback(self._dialled)
+        # Shielded: one caller giving up must not abort the dial the others wait for.
+        return await asyncio.shield(self._dialling)
+
+    def _dialled(self, dialling: asyncio.Task[_Link]) -> None:
+        self._dialling = None
+        if not dialling.cancelled() and dialling.exception() is None:
+            self.link = dialling.result()
+
+    async def _dial(self) -> _Link:
+        where = self.where
+        loop = self.loop
+        link: _Link | None = None
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                if isinstance(where, str):
+                    _, link = await loop.create_unix_connection(lambda: _Link(self), where)
+                else:
+                    _, link = await loop.create_connection(lambda: _Link(self), *where)
+                await link.greeted
+        except BaseException as error:
+            if link is not None:
+                link.close()
+            if isinstance(error, TimeoutError):
+                raise TransientRpcError(
+                    f"worker at {self.address}: no connection and hello within"
+                    f" {self.connect_timeout} s"
+                ) from None
+            if isinstance(error, OSError):
+                raise TransientRpcError(
+                    f"worker at {self.address}: cannot connect: {error}"
+                ) from None
+            raise
+        return link
+
+
+class _Link(asyncio.Protocol):
+    """One socket to a worker: writes requests, matches answers to calls by msgid."""
+
+    def __init__(self, shared: _Shared) -> None:
+        self._shared = shared
+        self._loop = shared.loop
+        self._decoder = wire.FrameDecoder(shared.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._next_msgid = 0
+        self._peer_limit = 0
+        self.greeted: asyncio.Future[None] = self._loop.create_future()
+        self.broken = False
+        self.paused = False
+        self._writable: asyncio.Future[None] | None = None
+        self._last_heard = self._loop.time()
+        self._ping_sent: float | None = None
+        self._ping_timer: asyncio.TimerHandle | None = None
+
+    # --- the protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream transport, though uvloop's are not asyncio.Transport subclasses
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
+        wire.keep_alive(transport)
+        transport.write(wire.hello(self._shared.max_frame_bytes))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cause = f": {exc}" if exc is not None else ""
+        self._fail(TransientRpcError(f"worker at {self._shared.address}: connection lost{cause}"))
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def data_received(self, data: bytes) -> None:
+        self._last_heard = self._loop.time()
+        self._ping_sent = None
+        try:
+            for message in self._decoder.feed(data):
+                self._receive(message)
+        except wire.FrameTooLarge as error:
+            self._violated(RpcError(f"worker at {self._shared.address} sent {error}"))
+        except MalformedMessage as error:
+            self._violated(RpcError(f"worker at {self._shared.address}: {error}"))
+
+    # --- what dispatch uses ---------------------------------------------------------------
+
+    async def writable(self) -> None:
+        """Returns once the socket takes writes again (or broke)."""
+        if self._writable is None:
+            self._writable = self._loop.create_future()
+        await asyncio.shield(self._writable)
+
+    def send(
+        self, handler: str, payload: bytes, deadline: float | None
+    ) -> tuple[int, asyncio.Future[Any]]:
+        """Writes the request; returns its msgid and the future of its answer."""
+        if self.broken or self._transport is None:
+            raise TransientRpcError(f"worker at {self._shared.address}: connection lost")
+        msgid = self._next_msgid
+        self._next_msgid = (msgid + 1) & 0xFFFFFFFF
+        timeout = None if deadline is None else max(deadline - self._loop.time(), 0.0)
+        frame = wire.request(msgid, handler, payload, timeout)
+        limit = min(self._shared.max_frame_bytes, self._peer_limit)
+        if len(frame) > limit:
+            raise ValueError(
+                f"the task for handler {handler!r} is {len(frame)} bytes, over the limit of"
+                f" {limit} (this side's or the worker's at {self._shared.address})"
+            )
+        answer = self._loop.create_future()
+        self._calls[msgid] = answer
+        self._transport.write(frame)
+        if self._ping_timer is None:
+            self._last_heard = self._loop.time()
+            self._ping_timer = self._loop.call_later(self._shared.ping[0], self._check_alive)
+        return msgid, answer
+
+    def cancel(self, msgid: int) -> None:
+        """Forgets the call and tells the worker to cancel it."""
+        if self._calls.pop(msgid, None) is not None and not self.broken:
+            assert self._transport is not None
+            self._transport.write(wire.cancel(msgid))
+
+    def close(self) -> None:
+        self.broken = True
+        if self._transport is not None:
+            self._transport.close()
+
+    # --- inside -------------------------------------------------------------------------
+
+    def _receive(self, message: Any) -> None:
+        if not self.greeted.done():
+            self._peer_limit = wire.read_hello(message, f"the worker at {self._shared.address}")
+            self.greeted.set_result(None)
+            return
+        if not (isinstance(message, list) and len(message) == 4 and message[0] == wire.RESPONSE):
+            if isinstance(message, list) and len(message) == 3 and message[0] == wire.NOTIFICATION:
+                return  # a notification this version does not know: ignored
+            raise MalformedMessage(f"not a response: {message!r:.200}")
+        _, msgid, error, result = message
+        answer = self._calls.pop(msgid, None) if isinstance(msgid, int) else None
+        if answer is None:
+            return  # a call cancelled or timed out here, or a ping
+        if answer.done():
+            return
+        if error is None and isinstance(result, bytes):
+            answer.set_result((None, result))
+            return
+        try:
+            answer.set_result((wire.read_error(error), None))
+        except MalformedMessage as unreadable:
+            answer.set_exception(RpcError(f"worker at {self._shared.address}: {unreadable}"))
+
+    def _check_alive(self) -> None:
+        self._ping_timer = None
+        if self.broken or not self._calls or self._transport is None:
+            return
+        interval, patience = self._shared.ping
+        now = self._loop.time()
+        if self._ping_sent is not None:
+            if now - self._ping_sent >= patience:
+                self._violated(
+                    TransientRpcError(
+                        f"worker at {self._shared.address}: no answer to a ping in {patience} s"
+                    ),
+                    log=logging.WARNING,
+                )
+                return
+            delay = self._ping_sent + patience - now
+        elif now - self._last_heard >= interval:
+            self._ping_sent = now
+            self._transport.write(wire.ping(self._next_msgid))
+            self._next_msgid = (self._next_msgid + 1) & 0xFFFFFFFF
+            delay = patience
+        else:
+            delay = self._last_heard + interval - now
+        self._ping_timer = self._loop.call_later(delay, self._check_alive)
+
+    def _violated(self, error: RpcError, log: int = logging.ERROR) -> None:
+        logger.log(log, "dropping the socket: %s", error)
+        self._fail(error)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _fail(self, error: RpcError) -> None:
+        self.broken = True
+        if self._ping_timer is not None:
+            self._ping_timer.cancel()
+            self._ping_timer = None
+        if not self.greeted.done():
+            self.greeted.set_exception(error)
+            # Retrieved here too: the dial that waited on it may have been abandoned.
+            self.greeted.exception()
+        calls, self._calls = self._calls, {}
+        for answer in calls.values():
+            if not answer.done():
+                answer.set_exception(error)
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+
+_registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, _Shared]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _acquire(key: _Key) -> _Shared:
+    loop = asyncio.get_running_loop()
+    registry = _registries.setdefault(loop, {})
+    shared = registry.get(key)
+    if shared is None:
+        shared = registry[key] = _Shared(registry, key, loop)
+    else:
+        shared.references += 1
+    return shared
+
+
+def _release(shared: _Shared) -> None:
+    """Releases a reference from any thread, or from a garbage collection; a no-op once the
+    loop is closed (its sockets went with it)."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is shared.loop:
+        shared.release()
+    elif not shared.loop.is_closed():
+        shared.loop.call_soon_threadsafe(shared.release)

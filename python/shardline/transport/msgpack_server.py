@@ -1,0 +1,532 @@
+"""`serve_msgpack`: a worker process's MessagePack-RPC server over TCP or a Unix socket,
+announced through discovery while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import stat
+import uuid
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType, TracebackType
+from typing import Any, cast
+
+from shardline.discovery.protocol import Discovery, DiscoveryPublisher
+from shardline.pool.metadata import WorkerMetadata
+from shardline.transport import msgpack_wire as wire
+from shardline.transport.serving import (
+    Handler,
+    RetryElsewhere,
+    check_handlers,
+    free_publisher,
+    release_publisher,
+    reserve_publisher,
+    split_address,
+    type_name,
+)
+from shardline.transport.wire import (
+    BAD_REQUEST,
+    BAD_RESULT,
+    MAX_MESSAGE_BYTES,
+    UNKNOWN_HANDLER,
+    MalformedMessage,
+)
+
+__all__ = ["MAX_IN_FLIGHT", "MsgpackWorkerServer", "serve_msgpack"]
+
+logger = logging.getLogger("shardline.transport.msgpack_server")
+
+MAX_IN_FLIGHT = 1024
+"""The default bound on the dispatches running at once for one connection."""
+
+_TRANSIENT_TYPE = "shardline.RetryElsewhere"
+
+
+class MsgpackWorkerServer:
+    """A running worker, made by :func:`serve_msgpack`. ``metadata`` is the record it
+    published; ``address`` is where it serves (``msgpack+tcp://host:port`` with the port
+    bound, or ``msgpack+unix:///path``).
+
+    ``await stop()`` (or leaving ``async with``) withdraws the record, then stops serving: it
+    stops accepting connections, answers new dispatches ``shutting_down`` (the caller retries
+    elsewhere), gives the dispatches in flight ``grace`` seconds to finish, then cancels the
+    rest (also answered ``shutting_down``), closes every connection and removes its Unix
+    socket file. It is idempotent, and finishes even if the caller is cancelled.
+    """
+
+    def __init__(
+        self,
+        server: asyncio.AbstractServer,
+        state: _State,
+        metadata: WorkerMetadata,
+        publisher: DiscoveryPublisher,
+        socket_file: tuple[str, int, int] | None,
+        grace: float,
+    ) -> None:
+        self._server = server
+        self._state = state
+        self._metadata = metadata
+        self._publisher = publisher
+        self._socket_file = socket_file
+        self._grace = grace
+        self._stopped: asyncio.Future[None] | None = None
+
+    @property
+    def metadata(self) -> WorkerMetadata:
+        return self._metadata
+
+    @property
+    def address(self) -> str:
+        """Where the worker serves, as published."""
+        return self._metadata.address
+
+    def __repr__(self) -> str:
+        return f"MsgpackWorkerServer({self._metadata.uid}, {self._metadata.address!r})"
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Withdraws the record and stops serving; ``grace`` overrides the one given to
+        :func:`serve_msgpack`."""
+        if self._stopped is None:
+            self._stopped = asyncio.ensure_future(
+                self._shutdown(self._grace if grace is None else grace)
+            )
+        await asyncio.shield(self._stopped)
+
+    async def _shutdown(self, grace: float) -> None:
+        # Withdraw first, so subscribers stop choosing this worker while it drains.
+        try:
+            await self._publisher.aclose()
+        except Exception:
+            logger.exception("withdrawing the record of worker %s failed", self._metadata.uid)
+        finally:
+            release_publisher(self._publisher)
+            await self._close(grace)
+        logger.info("worker %s at %s stopped", self._metadata.uid, self._metadata.address)
+
+    async def _close(self, grace: float) -> None:
+        state = self._state
+        state.stopping = True
+        self._server.close()
+        calls = [call for link in state.links for call in link.calls.values()]
+        if calls:
+            await asyncio.wait(calls, timeout=grace)
+        for link in list(state.links):
+            link.cancel_all()
+        calls = [call for link in state.links for call in link.calls.values()]
+        if calls:
+            await asyncio.wait(calls)
+        for link in list(state.links):
+            link.close()
+        await self._server.wait_closed()
+        _remove_socket_file(self._socket_file)
+
+    async def __aenter__(self) -> MsgpackWorkerServer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def serve_msgpack(
+    handlers: Mapping[str, Handler],
+    address: str,
+    discovery: Discovery,
+    *,
+    uid: uuid.UUID | None = None,
+    version: str = "",
+    tags: Iterable[str] = frozenset(),
+    extra: Mapping[str, Any] | None = None,
+    max_frame_bytes: int = MAX_MESSAGE_BYTES,
+    max_in_flight: int = MAX_IN_FLIGHT,
+    grace: float = 5.0,
+) -> MsgpackWorkerServer:
+    """Serves ``handlers`` over MessagePack-RPC at ``address`` and announces the worker through
+    ``discovery``; returns once it serves and its record is published.
+
+    ``handlers`` maps names to handlers. A handler takes the task's payload (a msgpack value)
+    and returns a result msgpack can carry; a coroutine function is awaited on the server's
+    loop, any other callable runs in a thread (``asyncio.to_thread``), so it may block. A
+    handler that raises makes the caller's ``dispatch`` raise
+    :class:`~shardline.errors.WorkerError` (and logs a warning here); one that raises
+    :class:`RetryElsewhere` makes it retry on another worker (error kind ``busy`` when
+    ``overloaded``, else ``unavailable``). A handler still running at the caller's deadline
+    is cancelled (answered ``deadline``), and so is one whose caller cancelled its dispatch.
+
+    ``address`` is ``host:port`` (or ``msgpack+tcp://host:port``) for TCP, published as
+    ``msgpack+tcp://host:port``; port 0 picks a free port, and the record carries the port
+    bound. Subscribers dial the address as published, so ``host`` must be reachable by them
+    (not ``0.0.0.0``). An absolute path (or ``unix:///path``, ``msgpack+unix:///path``) is a
+    Unix socket, published as ``msgpack+unix:///path``; a socket file left there by a worker
+    that died is replaced, a live one or any other file is an ``OSError``, and the file is
+    removed at stop. An address in use is an ``OSError``; a malformed one a ``ValueError``.
+
+    Frames over ``max_frame_bytes`` are refused: a peer sending one is disconnected (logged
+    as an error; other connections are served on), a result that would make one is answered
+    ``bad_result``. At most ``max_in_flight`` dispatches run at once for one connection; more
+    are answered ``busy`` (the caller retries elsewhere), and a connection whose answers the
+    peer does not read is not read from until it does.
+
+    The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
+    extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
+    server closes that publisher, withdrawing every record it still owns, but not one another
+    publisher has since taken over. Give each server a publisher of its own: a publisher that
+    is in use by a running server is refused with ``ValueError``.
+    """
+    if max_frame_bytes < 1:
+        raise ValueError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be positive, got {max_in_flight}")
+    where = _serve_address(address)
+    state = _State(check_handlers(handlers), max_frame_bytes, max_in_flight)
+    publisher = free_publisher(discovery)
+    loop = asyncio.get_running_loop()
+    socket_file = None
+    # Reserved before the first await, so two concurrent calls cannot both take it.
+    reserve_publisher(publisher)
+    try:
+        if isinstance(where, str):
+            await _clear_stale_socket(where)
+            try:
+                server = await loop.create_unix_server(lambda: _Link(state), where)
+            except OSError as error:
+                raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
+            status = os.stat(where)
+            socket_file = (where, status.st_dev, status.st_ino)
+            published = f"{wire.UNIX_SCHEME}{where}"
+        else:
+            host, port = where
+            try:
+                server = await loop.create_server(
+                    lambda: _Link(state), host, port, reuse_port=False
+                )
+            except OSError as error:
+                raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
+            bound = server.sockets[0].getsockname()[1] if port == 0 else port
+            published = wire.tcp_address(host, bound)
+        metadata = WorkerMetadata(
+            uid=uuid.uuid4() if uid is None else uid,
+            address=published,
+            pid=os.getpid(),
+            version=version,
+            tags=frozenset(tags),
+            extra=MappingProxyType(dict(extra or {})),
+        )
+        try:
+            await publisher.publish("worker-added", metadata)
+        except BaseException:
+            server.close()
+            await server.wait_closed()
+            _remove_socket_file(socket_file)
+            raise
+    except BaseException:
+        release_publisher(publisher)
+        raise
+    logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
+    return MsgpackWorkerServer(server, state, metadata, publisher, socket_file, grace)
+
+
+def _serve_address(address: str) -> tuple[str, int] | str:
+    for prefix in (wire.UNIX_SCHEME, "unix://"):
+        if address.startswith(prefix):
+            address = address[len(prefix) :]
+            break
+    else:
+        if address.startswith(wire.TCP_SCHEME):
+            address = address[len(wire.TCP_SCHEME) :]
+        if not address.startswith("/"):
+            host, port = split_address(address)
+            return host[1:-1] if host.startswith("[") and host.endswith("]") else host, port
+    if not address.startswith("/") or "\0" in address:
+        raise ValueError(f"a Unix socket's address must be an absolute path, got {address!r}")
+    return address
+
+
+async def _clear_stale_socket(path: str) -> None:
+    """Removes a socket file nobody listens on (its worker died); leaves anything else."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(status.st_mode):
+        raise OSError(f"cannot serve at {path}: a file that is not a socket is there")
+    try:
+        _, writer = await asyncio.open_unix_connection(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        logger.info("removing the socket file %s its worker left behind", path)
+        os.unlink(path)
+        return
+    writer.close()
+    raise OSError(f"cannot serve at {path}: a live server listens there")
+
+
+def _remove_socket_file(socket_file: tuple[str, int, int] | None) -> None:
+    # Only the file this server made: a successor may already have replaced it.
+    if socket_file is None:
+        return
+    path, device, inode = socket_file
+    try:
+        status = os.lstat(path)
+        if (status.st_dev, status.st_ino) == (device, inode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class _State:
+    """What every connection of one server shares."""
+
+    def __init__(
+        self,
+        handlers: dict[str, tuple[Handler, bool]],
+        max_frame_bytes: int,
+        max_in_flight: int,
+    ) -> None:
+        self.handlers = handlers
+        self.served = ", ".join(sorted(handlers)) or "none"
+        self.max_frame_bytes = max_frame_bytes
+        self.max_in_flight = max_in_flight
+        self.links: set[_Link] = set()
+        self.stopping = False
+
+
+class _Link(asyncio.Protocol):
+    """One client connection: reads requests, runs each dispatch as a task, writes answers."""
+
+    def __init__(self, state: _State) -> None:
+        self._state = state
+        self._decoder = wire.FrameDecoder(state.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._peer = "a client"
+        self._peer_limit: int | None = None
+        self.calls: dict[int, asyncio.Task[None]] = {}
+        # Calls the client cancelled: they end without an answer.
+        self._abandoned: set[int] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream transport, though uvloop's are not asyncio.Transport subclasses
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self._peer = f"the client at {peer}"
+        wire.keep_alive(transport)
+        self._state.links.add(self)
+        transport.write(wire.hello(self._state.max_frame_bytes))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._state.links.discard(self)
+        # Nobody is left to answer: the calls of a client that went away are cancelled.
+        self._abandoned.update(self.calls)
+        for call in self.calls.values():
+            call.cancel()
+
+    def pause_writing(self) -> None:
+        # The client does not read its answers: stop reading its requests until it does.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            messages = self._decoder.feed(data)
+        except MalformedMessage as error:
+            self._drop(f"{error}")
+            return
+        for message in messages:
+            if self._transport is None or self._transport.is_closing():
+                return
+            try:
+                self._receive(message)
+            except MalformedMessage as error:
+                self._drop(f"{error}")
+                return
+
+    def _drop(self, reason: str) -> None:
+        logger.error("closing the connection of %s: %s", self._peer, reason)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _receive(self, message: Any) -> None:
+        if self._peer_limit is None:
+            self._peer_limit = wire.read_hello(message, self._peer)
+            return
+        if not isinstance(message, list) or not message:
+            raise MalformedMessage(f"a message is not a MessagePack-RPC array: {message!r:.200}")
+        kind = message[0]
+        if kind == wire.REQUEST and len(message) == 4:
+            _, msgid, method, params = message
+            if isinstance(msgid, int) and not isinstance(msgid, bool):
+                self._request(msgid, method, params)
+                return
+        elif kind == wire.NOTIFICATION and len(message) == 3:
+            _, method, params = message
+            if method == wire.CANCEL:
+                self._cancel(params)
+            elif method == wire.HELLO:
+                raise MalformedMessage("a second hello")
+            else:
+                logger.debug("notification %.100r from %s ignored", method, self._peer)
+            return
+        raise MalformedMessage(f"not a request nor a notification: {message!r:.200}")
+
+    def _request(self, msgid: int, method: Any, params: Any) -> None:
+        if msgid in self.calls:
+            raise MalformedMessage(f"msgid {msgid} is already in flight")
+        if method == wire.PING:
+            self._write(wire.result(msgid, None))
+            return
+        if method != wire.DISPATCH:
+            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"no method {method!r:.100}")
+            return
+        if not (
+            isinstance(params, list)
+            and len(params) == 3
+            and isinstance(params[0], str)
+            and isinstance(params[1], bytes)
+        ):
+            self._answer_error(
+                msgid,
+                wire.BAD_REQUEST,
+                BAD_REQUEST,
+                f"dispatch takes [handler, payload bin, timeout], got {params!r:.200}",
+            )
+            return
+        name, payload, timeout = params
+        try:
+            seconds = wire.read_timeout(timeout)
+        except MalformedMessage as error:
+            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
+            return
+        state = self._state
+        if state.stopping:
+            self._answer_error(
+                msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker is stopping"
+            )
+            return
+        if len(self.calls) >= state.max_in_flight:
+            self._answer_error(
+                msgid,
+                wire.BUSY,
+                "shardline.Busy",
+                f"{state.max_in_flight} dispatches already in flight on this connection",
+            )
+            return
+        entry = state.handlers.get(name)
+        if entry is None:
+            self._answer_error(
+                msgid,
+                wire.UNKNOWN_HANDLER,
+                UNKNOWN_HANDLER,
+                f"no handler named {name!r} (this worker serves: {state.served})",
+            )
+            return
+        call = asyncio.get_running_loop().create_task(
+            self._run(msgid, name, entry, payload, seconds)
+        )
+        self.calls[msgid] = call
+        call.add_done_callback(functools.partial(self._finished, msgid))
+
+    def _cancel(self, params: Any) -> None:
+        if not (isinstance(params, list) and len(params) == 1 and isinstance(params[0], int)):
+            raise MalformedMessage(f"{wire.CANCEL} takes [msgid], got {params!r:.100}")
+        call = self.calls.get(params[0])
+        if call is not None:
+            self._abandoned.add(params[0])
+            call.cancel()
+
+    def cancel_all(self) -> None:
+        """Cancels the calls in flight; each is answered ``shutting_down``."""
+        for call in self.calls.values():
+            call.cancel()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def _run(
+        self,
+        msgid: int,
+        name: str,
+        entry: tuple[Handler, bool],
+        payload: bytes,
+        timeout: float | None,
+    ) -> None:
+        try:
+            frame = await self._answer(msgid, name, entry, payload, timeout)
+        except asyncio.CancelledError:
+            if msgid in self._abandoned:
+                return
+            frame = wire.error(
+                msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker stopped"
+            )
+        self._write(frame)
+
+    def _finished(self, msgid: int, call: asyncio.Task[None]) -> None:
+        # A done callback, not a finally: a task cancelled before its first step never runs.
+        del self.calls[msgid]
+        self._abandoned.discard(msgid)
+
+    async def _answer(
+        self,
+        msgid: int,
+        name: str,
+        entry: tuple[Handler, bool],
+        payload: bytes,
+        timeout: float | None,
+    ) -> bytes:
+        try:
+            argument = wire.unpack_value(payload, "the payload")
+        except MalformedMessage as error:
+            return wire.error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
+        handler, is_async = entry
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                if is_async:
+                    result = await handler(argument)
+                else:
+                    result = await asyncio.to_thread(handler, argument)
+        except RetryElsewhere as signal:
+            kind = wire.BUSY if signal.overloaded else wire.UNAVAILABLE
+            return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {signal}")
+        except Exception as error:
+            if isinstance(error, TimeoutError) and deadline.expired():
+                return wire.error(
+                    msgid,
+                    wire.DEADLINE,
+                    "shardline.Deadline",
+                    f"handler {name!r}: the caller's {timeout} s passed",
+                )
+            logger.warning("handler %r raised", name, exc_info=True)
+            return wire.error(msgid, wire.HANDLER, type_name(error), str(error))
+        try:
+            frame = wire.result(msgid, wire.pack_value(result, f"handler {name!r}: the result"))
+        except (TypeError, ValueError) as error:
+            return wire.error(msgid, wire.BAD_RESULT, BAD_RESULT, str(error))
+        limit = min(self._state.max_frame_bytes, self._peer_limit or 0)
+        if len(frame) > limit:
+            return wire.error(
+                msgid,
+                wire.BAD_RESULT,
+                BAD_RESULT,
+                f"handler {name!r}: the answer is {len(frame)} bytes, over the limit of {limit}",
+            )
+        return frame
+
+    def _answer_error(self, msgid: int, kind: str, type_name: str, message: str) -> None:
+        self._write(wire.error(msgid, kind, type_name, message))
+
+    def _write(self, frame: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(frame)

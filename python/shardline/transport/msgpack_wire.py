@@ -1,0 +1,348 @@
+"""The MessagePack-RPC wire between `MsgpackConnection` and a worker served by `serve_msgpack`.
+
+Messages are MessagePack-RPC's, streamed back to back on the socket (msgpack is
+self-delimiting)::
+
+    request       [0, msgid, method, params]
+    response      [1, msgid, error, result]
+    notification  [2, method, params]
+
+What shardline adds (docs/msgpack-rpc.md tells the whole protocol):
+
+- the first message each way is the hello, ``[2, "shardline.hello", {"version": 1,
+  "max_frame_bytes": N}]``; a peer whose ``version`` differs is refused (the connection is
+  closed), and each side sends no frame over the limit its peer announced;
+- ``[0, msgid, "shardline.dispatch", [handler, payload, timeout]]`` runs a handler: ``payload``
+  is the task's payload packed on its own (a bin), ``timeout`` the seconds left to the caller
+  (nil for none); the answer's result is the handler's result, packed on its own likewise;
+- ``[0, msgid, "shardline.ping", []]`` is answered ``[1, msgid, nil, nil]``;
+- ``[2, "shardline.cancel", [msgid]]`` cancels a dispatch in flight (no answer follows);
+- an error is a map ``{"kind": KIND, "type": str, "message": str}``, ``KIND`` one of
+  :data:`ERROR_KINDS`.
+
+Nothing read is ever unpickled or evaluated: maps take only str or bytes keys, strings must be
+UTF-8, and extension types (the timestamp included) are refused. Every frame read is bounded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+from shardline.transport.wire import MalformedMessage
+
+__all__ = [
+    "BAD_REQUEST",
+    "BAD_RESULT",
+    "BUSY",
+    "CANCEL",
+    "DEADLINE",
+    "DISPATCH",
+    "ERROR_KINDS",
+    "HANDLER",
+    "HELLO",
+    "KEEPALIVE_SECONDS",
+    "NOTIFICATION",
+    "PING",
+    "PROTOCOL_VERSION",
+    "REQUEST",
+    "RESPONSE",
+    "SHUTTING_DOWN",
+    "TCP_SCHEME",
+    "TRANSIENT_KINDS",
+    "UNAVAILABLE",
+    "UNIX_SCHEME",
+    "UNKNOWN_HANDLER",
+    "FrameDecoder",
+    "FrameTooLarge",
+    "MalformedMessage",
+    "cancel",
+    "error",
+    "hello",
+    "keep_alive",
+    "pack",
+    "pack_value",
+    "ping",
+    "read_error",
+    "read_hello",
+    "read_timeout",
+    "record_address",
+    "request",
+    "result",
+    "tcp_address",
+    "unpack_value",
+]
+
+PROTOCOL_VERSION = 1
+"""The major version each side announces in its hello; another one is refused."""
+
+REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
+HELLO = "shardline.hello"
+CANCEL = "shardline.cancel"
+DISPATCH = "shardline.dispatch"
+PING = "shardline.ping"
+
+BUSY = "busy"
+UNAVAILABLE = "unavailable"
+SHUTTING_DOWN = "shutting_down"
+DEADLINE = "deadline"
+HANDLER = "handler"
+UNKNOWN_HANDLER = "unknown_handler"
+BAD_REQUEST = "bad_request"
+BAD_RESULT = "bad_result"
+TRANSIENT_KINDS = frozenset({BUSY, UNAVAILABLE, SHUTTING_DOWN, DEADLINE})
+"""Error kinds the caller retries elsewhere (``TransientRpcError``)."""
+ERROR_KINDS = TRANSIENT_KINDS | {HANDLER, UNKNOWN_HANDLER, BAD_REQUEST, BAD_RESULT}
+"""Every error kind; the others are the worker's answer to the task (``WorkerError``)."""
+
+# An error message longer than this is cut, so an error answer always fits any sane limit.
+_MAX_ERROR_MESSAGE_CHARS = 8 * 1024
+
+# The first byte of every extension type's header. Such a byte may also sit inside a string
+# or a number; only then is the decoded value searched for a timestamp (see _refuse_timestamps).
+_EXT_MARKER = re.compile(rb"[\xc7-\xc9\xd4-\xd8]")
+
+
+class FrameTooLarge(MalformedMessage):
+    """A peer sent a frame over the limit (``limit`` bytes)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"a frame over the limit of {limit} bytes")
+        self.limit = limit
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"extension type {code} is refused")
+
+
+def _unpacker(limit: int) -> Any:
+    return msgpack.Unpacker(
+        raw=False,
+        strict_map_key=True,
+        ext_hook=_refuse_ext,
+        max_buffer_size=limit,
+        use_list=True,
+    )
+
+
+class FrameDecoder:
+    """Turns the bytes read from a socket into messages, whatever the split.
+
+    ``feed(data)`` returns the messages completed by ``data``; :class:`FrameTooLarge` when a
+    message would exceed ``max_frame_bytes``, :class:`MalformedMessage` when the bytes are not
+    msgpack this protocol reads. After either, the decoder is unusable (the stream has lost its
+    framing) and the connection must be closed.
+
+    Implementation notes: msgpack's unpacker parses incrementally and drops the bytes it has
+    parsed, even within an unfinished message, so its ``max_buffer_size`` alone would not
+    bound a message made of many small parts. The decoder counts the bytes fed since the end
+    of the last complete message (``tell()`` right after it) and feeds only what keeps that
+    count within the limit, so a frame of exactly the limit decodes whatever the socket's read
+    size, and one byte more does not.
+    """
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._limit = max_frame_bytes
+        self._unpacker = _unpacker(max_frame_bytes)
+        self._fed = 0
+        self._message_start = 0
+
+    def feed(self, data: bytes) -> list[Any]:
+        unpacker = self._unpacker
+        messages: list[Any] = []
+        view = memoryview(data)
+        while view:
+            room = self._limit - (self._fed - self._message_start)
+            if room <= 0:
+                raise FrameTooLarge(self._limit)
+            piece, view = view[:room], view[room:]
+            unpacker.feed(piece)
+            self._fed += len(piece)
+            messages.extend(self._drain())
+        return messages
+
+    def _drain(self) -> Iterator[Any]:
+        unpacker = self._unpacker
+        try:
+            for message in unpacker:
+                self._message_start = unpacker.tell()
+                yield message
+        except (ValueError, msgpack.UnpackException) as error:
+            raise MalformedMessage(f"unreadable msgpack: {error}") from None
+
+
+def _refuse_timestamps(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, msgpack.Timestamp):
+            raise MalformedMessage("extension type -1 (timestamp) is refused")
+
+
+def pack(message: Any) -> bytes:
+    """One message; ``TypeError`` or ``ValueError`` when msgpack cannot carry it."""
+    data: bytes = msgpack.packb(message, use_bin_type=True, datetime=False)
+    return data
+
+
+def pack_value(value: Any, what: str) -> bytes:
+    """A payload or result packed on its own; ``TypeError`` or ``ValueError`` (naming
+    ``what``) when msgpack cannot carry it: a type it does not know, a str holding a surrogate
+    code point, nesting deeper than it packs."""
+    try:
+        return pack(value)
+    except (TypeError, ValueError, OverflowError) as error:
+        # rebuilt as the base type: UnicodeEncodeError's constructor takes five arguments
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"{what} is not msgpack: {error}") from None
+
+
+def unpack_value(data: bytes, what: str) -> Any:
+    """A payload or result; :class:`MalformedMessage` naming ``what`` when it is not one
+    msgpack value this protocol reads."""
+    try:
+        value = msgpack.unpackb(
+            data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, use_list=True
+        )
+    except (ValueError, msgpack.UnpackException) as error:
+        raise MalformedMessage(f"{what} is unreadable: {error}") from None
+    if _EXT_MARKER.search(data):
+        _refuse_timestamps(value)
+    return value
+
+
+def hello(max_frame_bytes: int) -> bytes:
+    announced = {"version": PROTOCOL_VERSION, "max_frame_bytes": max_frame_bytes}
+    return pack([NOTIFICATION, HELLO, announced])
+
+
+def read_hello(message: Any, peer: str) -> int:
+    """The frame limit a hello announces; :class:`MalformedMessage` naming ``peer`` when the
+    message is not a hello of this version."""
+    if not (
+        isinstance(message, list)
+        and len(message) == 3
+        and message[0] == NOTIFICATION
+        and message[1] == HELLO
+        and isinstance(message[2], dict)
+    ):
+        raise MalformedMessage(f"{peer} did not open with a {HELLO} notification: {message!r:.200}")
+    version, limit = message[2].get("version"), message[2].get("max_frame_bytes")
+    if version != PROTOCOL_VERSION:
+        raise MalformedMessage(
+            f"{peer} speaks shardline msgpack-rpc version {version!r:.50}, "
+            f"this side speaks version {PROTOCOL_VERSION}"
+        )
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise MalformedMessage(f"{peer} announced max_frame_bytes {limit!r:.50}")
+    return limit
+
+
+def request(msgid: int, handler: str, payload: bytes, timeout: float | None) -> bytes:
+    return pack([REQUEST, msgid, DISPATCH, [handler, payload, timeout]])
+
+
+def ping(msgid: int) -> bytes:
+    return pack([REQUEST, msgid, PING, []])
+
+
+def cancel(msgid: int) -> bytes:
+    return pack([NOTIFICATION, CANCEL, [msgid]])
+
+
+def result(msgid: int, value: bytes | None) -> bytes:
+    return pack([RESPONSE, msgid, None, value])
+
+
+def error(msgid: int, kind: str, type_name: str, message: str) -> bytes:
+    """An error answer. It never fails: what UTF-8 cannot carry (a surrogate code point) is
+    sent as ``?``, and a long message is cut."""
+    if len(message) > _MAX_ERROR_MESSAGE_CHARS:
+        message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
+    return pack(
+        [
+            RESPONSE,
+            msgid,
+            {"kind": kind, "type": _legible(type_name), "message": _legible(message)},
+            None,
+        ]
+    )
+
+
+def _legible(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def read_timeout(value: Any) -> float | None:
+    """A request's timeout: nil, or a number of seconds (non-finite or negative is refused)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise MalformedMessage(f"the request's timeout is not a number of seconds: {value!r:.50}")
+    if math.isinf(value) and value > 0:
+        return None
+    return max(float(value), 0.0)
+
+
+def read_error(error: Any) -> tuple[str, str, str]:
+    """``(kind, type, message)`` of an error answer; :class:`MalformedMessage` when it is not
+    a well-formed one of a known kind."""
+    if isinstance(error, dict):
+        kind, type_name, message = error.get("kind"), error.get("type"), error.get("message")
+        if kind in ERROR_KINDS and isinstance(type_name, str) and isinstance(message, str):
+            return kind, type_name, message
+    raise MalformedMessage(f"the answer carries an error this side cannot read: {error!r:.200}")
+
+
+TCP_SCHEME = "msgpack+tcp://"
+UNIX_SCHEME = "msgpack+unix://"
+
+
+def record_address(address: str) -> tuple[str, int] | str:
+    """Where a published ``msgpack+tcp://host:port`` or ``msgpack+unix:///path`` address is:
+    ``(host, port)`` (an IPv6 host without its brackets) or the socket's path; ``ValueError``
+    naming it otherwise."""
+    if address.startswith(UNIX_SCHEME):
+        path = address[len(UNIX_SCHEME) :]
+        if path.startswith("/") and "\0" not in path:
+            return path
+    elif address.startswith(TCP_SCHEME):
+        host, _, port = address[len(TCP_SCHEME) :].rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if host and port.isdigit() and 0 < int(port) <= 65535:
+            return host, int(port)
+    raise ValueError(
+        "a msgpack worker's address is msgpack+tcp://host:port or msgpack+unix:///absolute/path,"
+        f" not {address!r}"
+    )
+
+
+def tcp_address(host: str, port: int) -> str:
+    return f"{TCP_SCHEME}[{host}]:{port}" if ":" in host else f"{TCP_SCHEME}{host}:{port}"
+
+
+def keep_alive(transport: Any) -> None:
+    """Turns on TCP keepalive for a TCP transport's socket (a no-op for a Unix socket), so a
+    peer that vanished without a word (a host down, a cable cut) is found on an idle
+    connection within about :data:`KEEPALIVE_SECONDS`."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # Linux names these; elsewhere the system's keepalive timing applies.
+    for option, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+KEEPALIVE_SECONDS = 10 + 5 * 3

@@ -1,0 +1,82 @@
+"""``serve`` and ``connect``: the transport of a worker chosen by name when it is served, and by
+the scheme of its published address when a proxy connects to it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from shardline.discovery.protocol import Discovery
+from shardline.pool.metadata import WorkerMetadata
+from shardline.transport.serving import Handler
+from shardline.transport.wire import SCHEME as GRPC_SCHEME
+
+if TYPE_CHECKING:
+    from shardline.transport.connection import GrpcConnection
+    from shardline.transport.msgpack_connection import MsgpackConnection
+    from shardline.transport.msgpack_server import MsgpackWorkerServer
+    from shardline.transport.server import WorkerServer
+
+__all__ = ["DEFAULT_TRANSPORT", "TRANSPORTS", "connect", "serve"]
+
+TRANSPORTS = ("msgpack", "grpc")
+"""The transports a worker can be served with; the first is the default."""
+DEFAULT_TRANSPORT = TRANSPORTS[0]
+
+_MSGPACK = "msgpack+"
+
+
+async def serve(
+    handlers: Mapping[str, Handler],
+    address: str,
+    discovery: Discovery,
+    *,
+    transport: str = DEFAULT_TRANSPORT,
+    **options: Any,
+) -> MsgpackWorkerServer | WorkerServer:
+    """Serves ``handlers`` at ``address`` over ``transport`` and announces the worker through
+    ``discovery``; returns once it serves and its record is published.
+
+    ``transport`` is ``"msgpack"`` (MessagePack-RPC, the default: see
+    :func:`~shardline.transport.msgpack_server.serve_msgpack`, which also takes a Unix socket
+    path as ``address``) or ``"grpc"`` (:func:`~shardline.transport.server.serve_grpc`, which
+    needs the ``grpc`` extra); ``options`` are that function's keyword arguments. Any other
+    ``transport`` is a ``ValueError``. The record's address carries the transport's scheme
+    (``msgpack+tcp://``, ``msgpack+unix://``, ``grpc://``), so :func:`connect` picks the
+    matching connection.
+    """
+    if transport == "msgpack":
+        from shardline.transport.msgpack_server import serve_msgpack
+
+        return await serve_msgpack(handlers, address, discovery, **options)
+    if transport == "grpc":
+        from shardline.transport.server import serve_grpc
+
+        return await serve_grpc(handlers, address, discovery, **options)
+    raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+
+
+def connect(metadata: WorkerMetadata, **options: Any) -> MsgpackConnection | GrpcConnection:
+    """The connection to the worker ``metadata`` describes, by the scheme of its address:
+    :class:`~shardline.transport.msgpack_connection.MsgpackConnection` for
+    ``msgpack+tcp://`` and ``msgpack+unix://``,
+    :class:`~shardline.transport.connection.GrpcConnection` for ``grpc://`` and for a bare
+    ``host:port`` (records published before addresses carried a scheme). ``options`` go to
+    the class. Made for ``WorkerProxy(connect=connect)``: one proxy can hold workers of both
+    kinds. Any other scheme is a ``ValueError`` naming the address.
+    """
+    address = metadata.address
+    # the connection class checks the rest of the address; this picks it without importing
+    # either transport's dependencies
+    if address.startswith(_MSGPACK):
+        from shardline.transport.msgpack_connection import MsgpackConnection
+
+        return MsgpackConnection(metadata, **options)
+    if address.startswith(GRPC_SCHEME) or "://" not in address:
+        from shardline.transport.connection import GrpcConnection
+
+        return GrpcConnection(metadata, **options)
+    raise ValueError(
+        f"worker {metadata.uid} has an address of no known transport: {address!r}"
+        f" (expected msgpack+tcp://, msgpack+unix:// or {GRPC_SCHEME})"
+    )

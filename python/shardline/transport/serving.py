@@ -1,0 +1,96 @@
+"""What every worker server shares, whatever its transport: handlers, ``RetryElsewhere``, the
+publishers in use, and the ``host:port`` form of an address."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from weakref import WeakSet
+
+from shardline.discovery.protocol import Discovery, DiscoveryPublisher
+
+__all__ = [
+    "Handler",
+    "RetryElsewhere",
+    "check_handlers",
+    "free_publisher",
+    "release_publisher",
+    "reserve_publisher",
+    "split_address",
+    "type_name",
+]
+
+Handler = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
+"""A handler takes a task's payload and returns a result the transport can carry."""
+
+# Publishers owned by a running server: stopping a server closes its publisher, which would
+# withdraw the records of any other server publishing through it.
+_publishers_in_use: WeakSet[DiscoveryPublisher] = WeakSet()
+
+
+class RetryElsewhere(Exception):
+    """Raised by a handler to end the call with a status the caller retries on another worker
+    (``TransientRpcError``); the worker stays pooled. Over gRPC the status is ``UNAVAILABLE``,
+    or ``RESOURCE_EXHAUSTED`` when ``overloaded`` is true; over msgpack the error kind is
+    ``shutting_down``, or ``busy`` when ``overloaded`` is true."""
+
+    def __init__(self, message: str = "", *, overloaded: bool = False) -> None:
+        super().__init__(message)
+        self.overloaded = overloaded
+
+
+def check_handlers(handlers: Mapping[str, Handler]) -> dict[str, tuple[Handler, bool]]:
+    """Each handler by name, with whether it is awaited (a coroutine function, or an object
+    whose ``__call__`` is one) rather than run in a thread; ``ValueError`` for a name that is
+    not a non-empty str, ``TypeError`` for a handler that is not callable."""
+    for name, handler in handlers.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"handler names must be non-empty str, got {name!r}")
+        if not callable(handler):
+            raise TypeError(f"handler {name!r} is not callable: {handler!r}")
+    return {
+        name: (
+            handler,
+            inspect.iscoroutinefunction(handler)
+            or inspect.iscoroutinefunction(type(handler).__call__),
+        )
+        for name, handler in handlers.items()
+    }
+
+
+def type_name(error: BaseException) -> str:
+    """The exception's class, module-qualified unless it is a builtin."""
+    kind = type(error)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+def free_publisher(discovery: Discovery) -> DiscoveryPublisher:
+    """``discovery.publisher``; ``ValueError`` when a running server owns it."""
+    publisher = discovery.publisher
+    if publisher in _publishers_in_use:
+        raise ValueError(f"the publisher of {discovery!r} already announces a running server")
+    return publisher
+
+
+def reserve_publisher(publisher: DiscoveryPublisher) -> None:
+    """Makes the caller's server the publisher's owner until :func:`release_publisher`. Call
+    it after :func:`free_publisher` with no await in between, so two concurrent calls cannot
+    both take it."""
+    _publishers_in_use.add(publisher)
+
+
+def release_publisher(publisher: DiscoveryPublisher) -> None:
+    _publishers_in_use.discard(publisher)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of ``host:port``; ``ValueError`` naming the address otherwise."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"address must be host:port, got {address!r}")
+    return host, int(port)
