@@ -199,25 +199,35 @@ class _Shared:
         self, handler: str, payload: bytes, timeout: float | None
     ) -> tuple[tuple[str, str, str] | None, Any]:
         """``(None, result bytes)`` or ``((kind, type, message), None)``."""
-        deadline = None if timeout is None else self.loop.time() + timeout
+        if timeout is None:
+            # no timeout scope: entering and leaving one costs more than the rest of the call
+            return await self._exchange(handler, payload, None)
+        deadline = self.loop.time() + timeout
         scope = asyncio.timeout_at(deadline)
         try:
             async with scope:
-                link = await self._ready()
-                if link.paused:
-                    await link.writable()
-                msgid, answer = link.send(handler, payload, deadline)
-                try:
-                    reply: tuple[tuple[str, str, str] | None, Any] = await answer
-                    return reply
-                except asyncio.CancelledError:
-                    link.cancel(msgid)
-                    raise
+                return await self._exchange(handler, payload, deadline)
         except TimeoutError:
             if scope.expired():
                 raise TransientRpcError(
                     f"worker at {self.address}: deadline: {timeout} s passed"
                 ) from None
+            raise
+
+    async def _exchange(
+        self, handler: str, payload: bytes, deadline: float | None
+    ) -> tuple[tuple[str, str, str] | None, Any]:
+        link = self.link
+        if link is None or link.broken:
+            link = await self._ready()
+        if link.paused:
+            await link.writable()
+        msgid, answer = link.send(handler, payload, deadline)
+        try:
+            reply: tuple[tuple[str, str, str] | None, Any] = await answer
+            return reply
+        except asyncio.CancelledError:
+            link.cancel(msgid)
             raise
 
     async def _ready(self) -> _Link:

@@ -4,6 +4,7 @@ announced through discovery while it runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -490,7 +491,8 @@ class _Link(asyncio.Protocol):
         except MalformedMessage as error:
             return wire.error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
         handler, is_async = entry
-        deadline = asyncio.timeout(timeout)
+        # no timeout scope without a deadline: it would cost more than the rest of the call
+        deadline = asyncio.timeout(timeout) if timeout is not None else contextlib.nullcontext()
         try:
             async with deadline:
                 if is_async:
@@ -501,7 +503,11 @@ class _Link(asyncio.Protocol):
             kind = wire.BUSY if signal.overloaded else wire.UNAVAILABLE
             return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {signal}")
         except Exception as error:
-            if isinstance(error, TimeoutError) and deadline.expired():
+            if (
+                isinstance(error, TimeoutError)
+                and isinstance(deadline, asyncio.Timeout)
+                and deadline.expired()
+            ):
                 return wire.error(
                     msgid,
                     wire.DEADLINE,
