@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import multiprocessing
 import os
@@ -108,7 +109,10 @@ NOT_AVAILABLE = "not available"
 
 
 def rounds_or(default: int) -> int:
-    return int(os.environ.get("BENCH_CALLS_ROUNDS", default))
+    rounds = int(os.environ.get("BENCH_CALLS_ROUNDS", default))
+    if rounds < 2:
+        raise ValueError(f"BENCH_CALLS_ROUNDS must be at least 2 (quartiles), got {rounds}")
+    return rounds
 
 
 SINGLE_CALLS = {"default": 64, WOOL: 8}  # calls per way and round, 1 in flight
@@ -262,24 +266,37 @@ def stand() -> Iterator[Stand]:
         stack.callback(_stop_pool_children)
         ready = wool_loop.create_future()
         host = wool_loop.create_task(wool_host(jobs, ready))
-        wool_loop.run_until_complete(asyncio.wait_for(asyncio.shield(ready), WAIT))
+        wool_loop.run_until_complete(
+            asyncio.wait([ready, host], timeout=WAIT, return_when=asyncio.FIRST_COMPLETED)
+        )
+        if host.done():
+            host.result()  # raises what stopped wool's pool from starting
+        assert ready.done(), f"wool's pool did not start within {WAIT} s"
 
         def leave_pool() -> None:
             jobs.put_nowait(None)
             wool_loop.run_until_complete(asyncio.wait_for(host, WAIT))
 
         stack.callback(leave_pool)
-        made: list[tuple[str, Awaitable[Way], list[int]]] = [
-            (FLOOR, floor_way(floor_workers), floor_workers.pids),
-            (GRPC, through_proxy(grpc_workers, GrpcConnection), grpc_workers.pids),
-            (BARE, bare_grpc(grpc_workers), grpc_workers.pids),
+        made: list[tuple[str, Callable[[], Awaitable[Way]], list[int]]] = [
+            (FLOOR, functools.partial(floor_way, floor_workers), floor_workers.pids),
+            (
+                GRPC,
+                functools.partial(through_proxy, grpc_workers, GrpcConnection),
+                grpc_workers.pids,
+            ),
+            (BARE, functools.partial(bare_grpc, grpc_workers), grpc_workers.pids),
         ]
         if msgpack_workers is not None:
             made.append(
-                (MSGPACK, through_proxy(msgpack_workers, MsgpackConnection), msgpack_workers.pids)
+                (
+                    MSGPACK,
+                    functools.partial(through_proxy, msgpack_workers, MsgpackConnection),
+                    msgpack_workers.pids,
+                )
             )
-        for name, making, pids in made:
-            s.ways[name] = loop.run_until_complete(asyncio.wait_for(making, WAIT))
+        for name, make, pids in made:
+            s.ways[name] = loop.run_until_complete(asyncio.wait_for(make(), WAIT))
             stack.callback(loop.run_until_complete, s.ways[name].close())
             s.pids[name] = pids
         s.ways[WOOL] = s.run(WOOL, wool_way())
