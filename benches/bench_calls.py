@@ -6,8 +6,10 @@ its end, also when it fails):
 
 - ``floor``: bare length-prefixed frames over asyncio ``Protocol`` objects, a client
   connection per worker, the calls spread over the two (``call_servers.py``: the servers,
-  and ``FloorClient``). On uvloop when it is installed (the ``fast`` extra), on plain asyncio
-  otherwise; the group names say which.
+  and ``FloorClient``). The servers answer in order, so the client matches a reply to the
+  oldest call waiting on that connection: no request id, no payload encoding (the str's
+  UTF-8 bytes), less than any RPC protocol can do. On uvloop when it is installed (the
+  ``fast`` extra), on plain asyncio otherwise; the group names say which.
 - ``shardline: WorkerProxy + MsgpackConnection``: the MessagePack-RPC transport
   (``shardline.transport.msgpack_connection``), through a ``WorkerProxy`` following 2
   ``serve_msgpack`` workers (the demo handlers) through ``LocalDiscovery``. Until that module
@@ -39,7 +41,8 @@ with quartiles, and the ratio of the p50s.
 ``calls end to end, 16 in flight, {loop}``: in each round every way, in turn as above, has 16
 callers on its loop each make 16 calls one after another (wool: 2 each). ``by_way``: calls/s
 (the median round, and quartiles), this process's CPU per call, and the worker processes'
-CPU per call (theirs only, summed over the rounds); ``ratios``: the median over rounds of the
+CPU per call (theirs only, summed over the rounds; Linux counts it in 10 ms ticks, so it is
+coarse for the fast ways); ``ratios``: the median over rounds of the
 per-round throughput ratio, with quartiles.
 
 ``extra_info["goals"]`` holds the issue's goals with the figure each is judged on (the
@@ -116,11 +119,11 @@ def rounds_or(default: int) -> int:
 
 
 SINGLE_CALLS = {"default": 64, WOOL: 8}  # calls per way and round, 1 in flight
-SINGLE_ROUNDS = rounds_or(40)
+SINGLE_ROUNDS = rounds_or(100)
 CALLERS = 16
 PER_CALLER = {"default": 16, WOOL: 2}  # calls per caller, way and round, 16 in flight
-FLIGHT_ROUNDS = rounds_or(30)
-ALONE_ROUNDS = rounds_or(20)
+FLIGHT_ROUNDS = rounds_or(60)
+ALONE_ROUNDS = rounds_or(40)
 WARMUP_ROUNDS = 2
 ROUND_WAIT = 60.0  # seconds one way's block may take before the benchmark fails
 
