@@ -5,18 +5,19 @@ Ways (each with 2 worker processes of its own, started once for the module and s
 its end, also when it fails):
 
 - ``floor``: bare length-prefixed frames over asyncio ``Protocol`` objects, a client
-  connection per worker, the calls spread over the two (``call_servers.py``: the servers,
-  and ``FloorClient``). The servers answer in order, so the client matches a reply to the
+  connection per worker, the calls spread over the two (``call_floor.py``: the servers, and
+  ``FloorClient``). The servers answer in order, so the client matches a reply to the
   oldest call waiting on that connection: no request id, no payload encoding (the str's
   UTF-8 bytes), less than any RPC protocol can do. On uvloop when it is installed (the
   ``fast`` extra), on plain asyncio otherwise; the group names say which.
-- ``shardline: WorkerProxy + MsgpackConnection``: the MessagePack-RPC transport
-  (``shardline.transport.msgpack_connection``), through a ``WorkerProxy`` following 2
-  ``serve_msgpack`` workers (the demo handlers) through ``LocalDiscovery``. Until that module
-  exists this way is left out: its entry in ``by_way`` and the goals say "not available", and
-  its test in ``calls end to end, each way alone`` is skipped.
-- ``shardline: WorkerProxy + GrpcConnection``: the same with 2 ``shardline worker`` processes
-  (gRPC; their own loop is asyncio's).
+- ``shardline: WorkerProxy + MsgpackConnection``: the MessagePack-RPC transport over TCP, a
+  ``WorkerProxy`` (round-robin) following 2 ``shardline worker --transport msgpack`` processes
+  (the demo handlers) through ``LocalDiscovery``. Where
+  ``shardline.transport.msgpack_connection`` cannot be imported this way is left out: its
+  entry in ``by_way`` and the goals say "not available", and its test in ``calls end to end,
+  each way alone`` is skipped.
+- ``shardline: WorkerProxy + GrpcConnection``: the same with 2 ``shardline worker --transport
+  grpc`` processes.
 - ``bare grpc.aio unary call``: ``/shardline.Worker/Dispatch`` on a channel per ``shardline
   worker`` (the same two processes as the way above), no shardline in the client.
 - ``wool 0.15.7``: ``WorkerPool(spawn=2)`` and a ``@wool.routine`` echo (``wool_echo.py``).
@@ -25,6 +26,7 @@ its end, also when it fails):
   same kind); the other four share one. Its calls take milliseconds: it makes fewer per round
   (its figures are per call all the same).
 
+The worker processes serve on uvloop when it is installed, as ``shardline worker`` does.
 Every call's payload is a distinct 40-character str; the result must equal it. Before any
 timing each way must reach both of its worker processes (``whoami``; the floor's servers
 answer an empty frame with their pid) and echo correctly.
@@ -84,8 +86,17 @@ from shardline.transport import GrpcConnection
 
 from . import wool_echo
 from .benchkit import cpu_snapshot, percentiles, process_cpu
-from .call_servers import FloorClient, loop_factory
-from .workerkit import WAIT, Way, Workers, bare_grpc, start_workers, through_proxy
+from .call_floor import FloorClient, loop_factory
+from .workerkit import (
+    GRPC_WORKER,
+    MSGPACK_WORKER,
+    WAIT,
+    Way,
+    Workers,
+    bare_grpc,
+    start_workers,
+    through_proxy,
+)
 
 try:
     from shardline.transport.msgpack_connection import MsgpackConnection
@@ -100,7 +111,7 @@ LOOP_LABEL = LOOP if LOOP == "uvloop" else "asyncio, uvloop not installed"
 
 WORKERS = 2
 PAYLOAD_CHARS = 40
-CALL_SERVERS = str(Path(__file__).with_name("call_servers.py"))
+FLOOR_SERVER = (sys.executable, str(Path(__file__).with_name("call_floor.py")))
 
 FLOOR = f"floor: length-prefixed frames, {LOOP}"
 MSGPACK = "shardline: WorkerProxy + MsgpackConnection"
@@ -251,15 +262,11 @@ def check(stand: Stand, name: str) -> None:
 @pytest.fixture(scope="module")
 def stand() -> Iterator[Stand]:
     with contextlib.ExitStack() as stack:
-        floor_workers = stack.enter_context(
-            start_workers(WORKERS, [sys.executable, CALL_SERVERS, "floor"])
-        )
-        grpc_workers = stack.enter_context(start_workers(WORKERS))
+        floor_workers = stack.enter_context(start_workers(WORKERS, FLOOR_SERVER))
+        grpc_workers = stack.enter_context(start_workers(WORKERS, GRPC_WORKER))
         msgpack_workers = None
         if MsgpackConnection is not None:
-            msgpack_workers = stack.enter_context(
-                start_workers(WORKERS, [sys.executable, CALL_SERVERS, "msgpack"])
-            )
+            msgpack_workers = stack.enter_context(start_workers(WORKERS, MSGPACK_WORKER))
         loop = NEW_LOOP()
         stack.callback(loop.close)
         wool_loop = NEW_LOOP()

@@ -1,10 +1,11 @@
 """Dispatch over gRPC to 4 local worker processes (issue 4): throughput and latency.
 
-Four ``python -m shardline worker`` processes (this interpreter, the demo handlers, announced
-through ``LocalDiscovery`` in a temporary directory) are started once for the module. A call is
-an ``echo`` of a small JSON payload unique to the call; the result must equal the payload,
-checked for every call. Per number of concurrent callers (1, 16, 64: each caller awaits its
-calls one after another, the callers run together on one event loop), one group with:
+Four ``python -m shardline worker --transport grpc`` processes (this interpreter, the demo
+handlers, announced through ``LocalDiscovery`` in a temporary directory; ``workerkit.py``) are
+started once for the module. A call is an ``echo`` of a small JSON payload unique to the call;
+the result must equal the payload, checked for every call. Per number of concurrent callers
+(1, 16, 64: each caller awaits its calls one after another, the callers run together on one
+event loop), one group with:
 
 - ``floor: grpc.aio unary call``: ``/shardline.Worker/Dispatch`` called with a multicallable of
   a bare ``grpc.aio`` channel per worker, the request's JSON bytes built before the clock
@@ -48,7 +49,7 @@ pytest.importorskip("pytest_benchmark")
 from shardline.transport import MAX_MESSAGE_BYTES, GrpcConnection, Task
 
 from .benchkit import cpu_snapshot, percentiles
-from .workerkit import WAIT, Way, Workers, bare_grpc, start_workers, through_proxy
+from .workerkit import GRPC_WORKER, WAIT, Way, Workers, bare_grpc, start_workers, through_proxy
 
 WORKERS = 4
 WARMUP_ROUNDS = 3
@@ -59,7 +60,7 @@ SHAPES = {1: (20, 100), 16: (8, 25), 64: (5, 12)}
 @pytest.fixture(scope="module")
 def workers() -> Iterator[Workers]:
     """Four worker processes on free loopback ports; stopped (SIGTERM, then SIGKILL) after."""
-    with start_workers(WORKERS) as started:
+    with start_workers(WORKERS, GRPC_WORKER) as started:
         yield started
 
 

@@ -29,10 +29,12 @@ from shardline import WorkerMetadata, WorkerProxy
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.transport import Task
-from shardline.transport.wire import METHOD
+from shardline.transport.wire import METHOD, grpc_target
 
 READY = 20.0  # seconds a worker process may take to print its ready line
 WAIT = 20.0  # seconds a call may take before the benchmark fails
+GRPC_WORKER = (sys.executable, "-m", "shardline", "worker", "--transport", "grpc")
+MSGPACK_WORKER = (sys.executable, "-m", "shardline", "worker", "--transport", "msgpack")
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,11 @@ def ready_line(process: subprocess.Popen[bytes], stderr: Path) -> bytes:
 
 
 @contextlib.contextmanager
-def start_workers(
-    count: int, command: Sequence[str] = (sys.executable, "-m", "shardline", "worker")
-) -> Iterator[Workers]:
-    """``count`` processes of ``command --namespace NS --address 127.0.0.1:0`` (by default
-    ``shardline worker``, the demo handlers over gRPC), announced through ``LocalDiscovery``
-    in a temporary directory (their ``XDG_RUNTIME_DIR``, also their working directory)."""
+def start_workers(count: int, command: Sequence[str]) -> Iterator[Workers]:
+    """``count`` processes of ``command --namespace NS --address 127.0.0.1:0`` (say
+    ``GRPC_WORKER``: ``shardline worker``, the demo handlers over gRPC), announced through
+    ``LocalDiscovery`` in a temporary directory (their ``XDG_RUNTIME_DIR``, also their working
+    directory)."""
     with tempfile.TemporaryDirectory(prefix="shardline-bench-") as folder:
         directory = Path(folder)
         namespace = f"bench-{uuid.uuid4().hex[:12]}"
@@ -144,7 +145,7 @@ async def bare_grpc(workers: Workers) -> Way:
     """A bare ``grpc.aio`` channel per worker calling ``/shardline.Worker/Dispatch``: the
     request's JSON bytes are built before the clock starts and the reply decoded after it
     stops; call ``k`` goes to worker ``k % len(workers)``."""
-    channels = [grpc.aio.insecure_channel(r.address) for r in workers.records]
+    channels = [grpc.aio.insecure_channel(grpc_target(r.address)) for r in workers.records]
     stubs = [channel.unary_unary(METHOD) for channel in channels]
 
     async def call(worker: int, payload: Any) -> tuple[Any, float]:

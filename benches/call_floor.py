@@ -1,19 +1,16 @@
-"""The worker processes ``bench_calls.py`` starts, and the floor's client.
+"""The floor of ``bench_calls.py``: the least a call over TCP can cost, a bare echo of
+length-prefixed frames on asyncio ``Protocol`` objects.
 
-Run as a script: ``python benches/call_servers.py {floor,msgpack} --namespace NS --address
-HOST:PORT`` serves until SIGTERM or SIGINT, on uvloop when it is installed (plain asyncio
-otherwise), and prints one line when ready: the worker's discovery record (``encode_record``),
-as ``shardline worker`` does.
+A frame is a 4-byte big-endian length and that many bytes; the server echoes each as it came,
+and answers an empty frame with its process id (decimal ASCII), so that a client can tell which
+process it reached. ``FloorClient`` is its client: one connection per server, many calls in
+flight over each, answered in order (so no request id).
 
-- ``floor``: the least a call over TCP can cost, a bare echo of length-prefixed frames on an
-  asyncio ``Protocol``: a frame is a 4-byte big-endian length and that many bytes, echoed
-  as it came; an empty frame is answered with the process id (decimal ASCII), so a client can
-  tell which process it reached. No discovery: the record is printed only, never announced.
-  ``FloorClient`` is its client: one connection per server, many calls in flight over each,
-  answered in order.
-- ``msgpack``: the demo handlers (``shardline.transport.demo_handlers``) served by
-  ``shardline.transport.msgpack_server.serve_msgpack`` and announced through
-  ``LocalDiscovery`` (namespace NS, the directory of ``XDG_RUNTIME_DIR``).
+Run as a script, ``python benches/call_floor.py --namespace NS --address HOST:PORT`` serves
+until SIGTERM or SIGINT on the event loop ``shardline worker`` uses (uvloop's when it is
+installed, asyncio's otherwise), and prints one line when ready: a discovery record
+(``encode_record``) with the address bound, as ``shardline worker`` does. It announces nothing
+(``--namespace`` is accepted, and ignored, so that ``workerkit.start_workers`` can start it).
 """
 
 from __future__ import annotations
@@ -26,8 +23,12 @@ import signal
 import struct
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from collections.abc import Callable
+from typing import cast
+
+from shardline import WorkerMetadata
+from shardline.discovery.record import encode_record
+from shardline.transport.event_loop import run
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 20  # a longer frame closes the connection
@@ -35,7 +36,7 @@ MAX_FRAME = 1 << 20  # a longer frame closes the connection
 
 def loop_factory() -> tuple[Callable[[], asyncio.AbstractEventLoop], str]:
     """uvloop's ``new_event_loop`` and ``"uvloop"`` when uvloop is installed, else asyncio's
-    and ``"asyncio"``."""
+    and ``"asyncio"``: the client's side of the choice ``shardline worker`` makes."""
     try:
         import uvloop
     except ImportError:
@@ -146,12 +147,13 @@ class FloorClient:
                 connection.transport.close()
 
 
-async def _serve_floor(address: str, stopping: asyncio.Event) -> None:
-    from shardline import WorkerMetadata
-    from shardline.discovery.record import encode_record
-
+async def _serve(address: str) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
     host, _, port = address.rpartition(":")
-    server = await asyncio.get_running_loop().create_server(_EchoServer, host, int(port))
+    server = await loop.create_server(_EchoServer, host, int(port))
     bound = server.sockets[0].getsockname()[1]
     record = WorkerMetadata(uuid.uuid4(), f"{host}:{bound}", os.getpid(), version="")
     print(encode_record(record).decode(), flush=True)
@@ -159,51 +161,12 @@ async def _serve_floor(address: str, stopping: asyncio.Event) -> None:
         await stopping.wait()
 
 
-async def _serve_msgpack(namespace: str, address: str, stopping: asyncio.Event) -> None:
-    from shardline.discovery.local import LocalDiscovery
-    from shardline.discovery.record import encode_record
-    from shardline.transport.demo_handlers import DEMO_HANDLERS
-    from shardline.transport.msgpack_server import serve_msgpack
-
-    discovery = LocalDiscovery(namespace)
-    try:
-        server = await serve_msgpack(DEMO_HANDLERS, address, discovery)
-        try:
-            print(encode_record(server.metadata).decode(), flush=True)
-            await stopping.wait()
-        finally:
-            await server.stop()
-    finally:
-        await discovery.aclose()
-
-
-async def _until_signalled(serve: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
-    await serve(stopping)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["floor", "msgpack"])
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--address", required=True, metavar="HOST:PORT")
     args = parser.parse_args()
-    new_loop, _ = loop_factory()
-    if args.kind == "floor":
-
-        async def serve(stopping: asyncio.Event) -> None:
-            await _serve_floor(args.address, stopping)
-
-    else:
-
-        async def serve(stopping: asyncio.Event) -> None:
-            await _serve_msgpack(args.namespace, args.address, stopping)
-
-    with asyncio.Runner(loop_factory=new_loop) as runner:
-        runner.run(_until_signalled(serve))
+    run(_serve(args.address))
     return 0
 
 
