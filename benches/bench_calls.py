@@ -34,7 +34,8 @@ answer an empty frame with their pid) and echo correctly.
 Groups (``{loop}``: ``uvloop``, or ``asyncio, uvloop not installed``):
 
 ``calls end to end, 1 in flight, {loop}``: in each round every way makes a block of calls one
-after another (64; wool 8), the ways in turn, which goes first rotating from round to round,
+after another (16; wool 2: short blocks, so that the ways of a round see the same moments of
+a shared machine), the ways in turn, which goes first rotating from round to round,
 each call timed alone (a bare way builds its request before the clock starts and decodes
 the reply after it stops). ``by_way``: each way's p50/p99 over all rounds; ``ratios``: per pair
 of ways, the median over rounds of the ratio of the two ways' median latencies in that round,
@@ -129,8 +130,9 @@ def rounds_or(default: int) -> int:
     return rounds
 
 
-SINGLE_CALLS = {"default": 64, WOOL: 8}  # calls per way and round, 1 in flight
-SINGLE_ROUNDS = rounds_or(100)
+SINGLE_CALLS = {"default": 16, WOOL: 2}  # calls per way and round, 1 in flight
+SINGLE_ROUNDS = rounds_or(300)
+ALONE_CALLS = {"default": 64, WOOL: 8}  # calls per round, each way alone
 CALLERS = 16
 PER_CALLER = {"default": 16, WOOL: 2}  # calls per caller, way and round, 16 in flight
 FLIGHT_ROUNDS = rounds_or(60)
@@ -548,7 +550,7 @@ def test_one_way_alone(benchmark: Any, stand: Stand, name: str) -> None:
     if name not in stand.ways:
         pytest.skip(f"{name}: {NOT_AVAILABLE} ({MSGPACK_MISSING})")
     way = stand.ways[name]
-    calls = calls_of(name, SINGLE_CALLS)
+    calls = calls_of(name, ALONE_CALLS)
     timed: list[list[float]] = []
     numbers = itertools.count()
 
