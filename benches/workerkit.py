@@ -95,8 +95,9 @@ def start_workers(count: int, command: Sequence[str]) -> Iterator[Workers]:
             cwd=directory,
             capture_output=True,
             text=True,
-            check=True,
         )
+        if probe.returncode != 0:
+            pytest.fail(f"the worker processes cannot import shardline: {probe.stderr}")
         processes: list[subprocess.Popen[bytes]] = []
         try:
             errors = []
