@@ -26,8 +26,10 @@ its end, also when it fails):
   same kind); the other four share one. Its calls take milliseconds: it makes fewer per round
   (its figures are per call all the same).
 
-The worker processes serve on uvloop when it is installed, as ``shardline worker`` does.
-Every call's payload is a distinct 40-character str; the result must equal it. Before any
+The worker processes serve on uvloop when it is installed, as ``shardline worker`` does. The
+calls through ``WorkerProxy`` and the bare gRPC ones carry a deadline (``timeout=20``
+seconds), as a service's calls would; the floor's and wool's do not. Every call's payload is a
+distinct 40-character str; the result must equal it. Before any
 timing each way must reach both of its worker processes (``whoami``; the floor's servers
 answer an empty frame with their pid) and echo correctly.
 
