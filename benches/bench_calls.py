@@ -277,7 +277,8 @@ def stand() -> Iterator[Stand]:
         stack.callback(wool_loop.close)
         jobs: asyncio.Queue[tuple[Awaitable[Any], asyncio.Future[Any]] | None] = asyncio.Queue()
         s = Stand(loop, wool_loop, jobs, worker_shardline=grpc_workers.shardline_file)
-        stack.callback(_stop_pool_children)
+        others = {child.pid for child in multiprocessing.active_children()}
+        stack.callback(_stop_pool_children, others)
         ready = wool_loop.create_future()
         host = wool_loop.create_task(wool_host(jobs, ready))
         wool_loop.run_until_complete(
@@ -347,9 +348,12 @@ async def wool_host(
                     done.set_result(result)
 
 
-def _stop_pool_children() -> None:
-    """wool's worker processes, should leaving its pool have left any behind."""
+def _stop_pool_children(others: set[int]) -> None:
+    """wool's worker processes, should leaving its pool have left any behind: the
+    ``multiprocessing`` children of this process but ``others`` (there before the pool)."""
     for child in multiprocessing.active_children():
+        if child.pid in others:
+            continue
         child.terminate()
         child.join(10)
         if child.is_alive():
