@@ -1,10 +1,11 @@
 """Dispatch over gRPC to 4 local worker processes (issue 4): throughput and latency.
 
-Four ``python -m shardline worker`` processes (this interpreter, the demo handlers, announced
-through ``LocalDiscovery`` in a temporary directory) are started once for the module. A call is
-an ``echo`` of a small JSON payload unique to the call; the result must equal the payload,
-checked for every call. Per number of concurrent callers (1, 16, 64: each caller awaits its
-calls one after another, the callers run together on one event loop), one group with:
+Four ``python -m shardline worker --transport grpc`` processes (this interpreter, the demo
+handlers, announced through ``LocalDiscovery`` in a temporary directory; ``workerkit.py``) are
+started once for the module. A call is an ``echo`` of a small JSON payload unique to the call;
+the result must equal the payload, checked for every call. Per number of concurrent callers
+(1, 16, 64: each caller awaits its calls one after another, the callers run together on one
+event loop), one group with:
 
 - ``floor: grpc.aio unary call``: ``/shardline.Worker/Dispatch`` called with a multicallable of
   a bare ``grpc.aio`` channel per worker, the request's JSON bytes built before the clock
@@ -36,166 +37,34 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import os
-import selectors
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("pytest_benchmark")
 
-import grpc.aio
-
-from shardline import WorkerMetadata, WorkerProxy
-from shardline.discovery.local import LocalDiscovery
-from shardline.discovery.record import decode_record
 from shardline.transport import MAX_MESSAGE_BYTES, GrpcConnection, Task
-from shardline.transport.wire import METHOD
 
 from .benchkit import cpu_snapshot, percentiles
+from .workerkit import GRPC_WORKER, WAIT, Way, Workers, bare_grpc, start_workers, through_proxy
 
 WORKERS = 4
-READY = 20.0  # seconds a worker process may take to print its ready line
-WAIT = 20.0  # seconds a round may take before the benchmark fails
 WARMUP_ROUNDS = 3
 # callers -> (calls per caller per round, rounds): 2,000-4,000 timed calls each
 SHAPES = {1: (20, 100), 16: (8, 25), 64: (5, 12)}
 
 
-@dataclass(frozen=True)
-class Workers:
-    processes: list[subprocess.Popen[bytes]]
-    records: list[WorkerMetadata]
-    namespace: str
-    directory: Path  # LocalDiscovery's directory
-    shardline_file: str  # where the worker processes import shardline from
-
-    @property
-    def pids(self) -> list[int]:
-        return [process.pid for process in self.processes]
-
-
-def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    for process in processes:
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-def _ready_line(process: subprocess.Popen[bytes], stderr: Path) -> bytes:
-    """The first line the worker prints, or ``pytest.fail`` with its stderr."""
-    assert process.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(READY):
-            pytest.fail(f"worker {process.pid} not ready within {READY} s: {stderr.read_text()}")
-    line = process.stdout.readline()
-    if not line:
-        pytest.fail(f"worker {process.pid} exited before it was ready: {stderr.read_text()}")
-    return line
-
-
 @pytest.fixture(scope="module")
 def workers() -> Iterator[Workers]:
     """Four worker processes on free loopback ports; stopped (SIGTERM, then SIGKILL) after."""
-    with tempfile.TemporaryDirectory(prefix="shardline-bench-") as folder:
-        directory = Path(folder)
-        namespace = f"bench-{uuid.uuid4().hex[:12]}"
-        env = {**os.environ, "XDG_RUNTIME_DIR": str(directory)}
-        probe = subprocess.run(
-            [sys.executable, "-c", "import shardline; print(shardline.__file__)"],
-            env=env,
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        processes: list[subprocess.Popen[bytes]] = []
-        try:
-            errors = []
-            command = [sys.executable, "-m", "shardline", "worker"]
-            for n in range(WORKERS):
-                errors.append(directory / f"worker-{n}.err")
-                with errors[-1].open("wb") as stderr:
-                    processes.append(
-                        subprocess.Popen(
-                            [*command, "--namespace", namespace, "--address", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE,
-                            stderr=stderr,
-                            env=env,
-                            cwd=directory,
-                        )
-                    )
-            records = [
-                decode_record(_ready_line(process, error).rstrip(b"\n"))
-                for process, error in zip(processes, errors, strict=True)
-            ]
-            assert [r.pid for r in records] == [p.pid for p in processes]
-            assert len({r.address for r in records}) == WORKERS
-            yield Workers(
-                processes,
-                records,
-                namespace,
-                directory / "shardline",
-                probe.stdout.strip(),
-            )
-        finally:
-            _stop(processes)
+    with start_workers(WORKERS, GRPC_WORKER) as started:
+        yield started
 
 
-# --- the three ways to make a call --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Way:
-    """One way to reach the workers: ``call(worker, payload)`` echoes ``payload`` and returns
-    the result and the seconds the call took (``worker`` is ignored by the proxy, which
-    chooses); ``whoami()`` returns the pids that answer one ``whoami`` per worker; ``close()``.
-    ``proxy`` is the proxy, for the way through it."""
-
-    call: Callable[[int, Any], Awaitable[tuple[Any, float]]]
-    whoami: Callable[[], Awaitable[set[int]]]
-    close: Callable[[], Awaitable[None]]
-    proxy: WorkerProxy | None = None
-
-
-async def bare(workers: Workers) -> Way:
-    channels = [grpc.aio.insecure_channel(r.address) for r in workers.records]
-    stubs = [channel.unary_unary(METHOD) for channel in channels]
-
-    async def call(worker: int, payload: Any) -> tuple[Any, float]:
-        request = json.dumps({"handler": "echo", "payload": payload}).encode()
-        start = time.perf_counter()
-        reply = await stubs[worker % WORKERS](request, timeout=WAIT)
-        elapsed = time.perf_counter() - start
-        return json.loads(reply)["result"], elapsed
-
-    async def whoami() -> set[int]:
-        request = json.dumps({"handler": "whoami"}).encode()
-        return {json.loads(await stub(request, timeout=WAIT))["result"]["pid"] for stub in stubs}
-
-    async def close() -> None:
-        for channel in channels:
-            await channel.close()
-
-    return Way(call, whoami, close)
+# --- the three ways to make a call (the other two are workerkit's) ------------------------------
 
 
 async def direct(workers: Workers) -> Way:
@@ -220,44 +89,14 @@ async def direct(workers: Workers) -> Way:
     return Way(call, whoami, close)
 
 
-async def through_proxy(workers: Workers) -> Way:
-    discovery = LocalDiscovery(workers.namespace, directory=workers.directory)
-    subscription = discovery.subscribe()
-    made: list[GrpcConnection] = []
-
-    def connect(metadata: WorkerMetadata) -> GrpcConnection:
-        made.append(GrpcConnection(metadata))
-        return made[-1]
-
-    proxy = WorkerProxy(
-        discovery=subscription, connect=connect, quorum=WORKERS, quorum_timeout=WAIT
-    )
-    await proxy.start()
-    assert {m.uid for m in proxy.workers} == {r.uid for r in workers.records}
-
-    async def call(worker: int, payload: Any) -> tuple[Any, float]:
-        start = time.perf_counter()
-        result = await proxy.dispatch(Task("echo", payload), timeout=WAIT)
-        return result, time.perf_counter() - start
-
-    async def whoami() -> set[int]:
-        # one round-robin rotation must reach every worker process
-        return {(await proxy.dispatch(Task("whoami"), timeout=WAIT))["pid"] for _ in made}
-
-    async def close() -> None:
-        await proxy.stop()
-        await subscription.aclose()
-        await discovery.aclose()
-        for connection in made:
-            connection.close()
-
-    return Way(call, whoami, close, proxy)
+async def grpc_proxy(workers: Workers) -> Way:
+    return await through_proxy(workers, GrpcConnection)
 
 
 WAYS = {
-    "floor: grpc.aio unary call": bare,
+    "floor: grpc.aio unary call": bare_grpc,
     "GrpcConnection.dispatch": direct,
-    "WorkerProxy.dispatch": through_proxy,
+    "WorkerProxy.dispatch": grpc_proxy,
 }
 
 
