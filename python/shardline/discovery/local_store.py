@@ -55,6 +55,7 @@ logger = logging.getLogger("shardline.discovery.local")
 LAYOUT = 1
 BUSY_TIMEOUT = 10.0
 _TRIM_STEP = 256
+_WAL_RETRY = 0.005  # seconds between two attempts to switch a new database to WAL
 _ORPHAN_RETENTION = 3600.0
 
 _SCHEMA = (
@@ -122,7 +123,7 @@ class LocalStore:
         self._trim_step = min(_TRIM_STEP, log_retention)
         self._db = connect(path, BUSY_TIMEOUT)
         try:
-            self._db.execute("PRAGMA journal_mode = WAL")
+            use_wal(self._db, BUSY_TIMEOUT)
             with self._transaction():
                 for statement in _SCHEMA:
                     self._db.execute(statement)
@@ -336,6 +337,23 @@ def head(db: sqlite3.Connection) -> int:
     """The ``seq`` of the last entry ever logged (0 before the first)."""
     found = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
     return 0 if found is None else int(found[0])
+
+
+def use_wal(db: sqlite3.Connection, busy_timeout: float) -> None:
+    """Puts the database in WAL mode, waiting up to ``busy_timeout`` seconds for the lock.
+
+    Switching the journal mode needs an exclusive lock, and SQLite answers "database is
+    locked" at once instead of calling its busy handler, so processes opening a new namespace
+    together retry here."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(_WAL_RETRY)
 
 
 def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
