@@ -8,7 +8,6 @@ A worker process prints one line when it is ready, the discovery record it annou
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -99,10 +98,6 @@ def start_workers(count: int, command: Sequence[str]) -> Iterator[Workers]:
         )
         if probe.returncode != 0:
             pytest.fail(f"the worker processes cannot import shardline: {probe.stderr}")
-        # The namespace's database is made here, before the workers: processes that create it
-        # at the same moment can fail in LocalStore, with "database is locked" from
-        # ``PRAGMA journal_mode = WAL`` (about one start of two workers in 30 here).
-        asyncio.run(LocalDiscovery(namespace, directory=directory / "shardline").aclose())
         processes: list[subprocess.Popen[bytes]] = []
         try:
             errors = []
