@@ -10,6 +10,7 @@ from typing import Any, cast
 from shardline.errors import RpcError, TransientRpcError, WorkerError
 from shardline.pool.metadata import WorkerMetadata
 from shardline.transport import msgpack_wire as wire
+from shardline.transport.deadlines import Deadlines
 from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
 
 __all__ = ["MsgpackConnection"]
@@ -172,6 +173,9 @@ class _Shared:
         self._dialling: asyncio.Task[_Link] | None = None
         self._registry = registry
         self._key = key
+        self._deadlines: Deadlines[asyncio.Future[Any]] = Deadlines(
+            loop, _expire, asyncio.Future.done
+        )
 
     def release(self) -> None:
         """Drops one reference; must run on the loop."""
@@ -188,6 +192,7 @@ class _Shared:
     def _close_if_unused(self) -> None:
         if self.references or self.in_flight:
             return
+        self._deadlines.close()
         if self._dialling is not None:
             self._dialling.cancel()
         if self.link is not None:
@@ -199,36 +204,35 @@ class _Shared:
         self, handler: str, payload: bytes, timeout: float | None
     ) -> tuple[tuple[str, str, str] | None, Any]:
         """``(None, result bytes)`` or ``((kind, type, message), None)``."""
-        if timeout is None:
-            # no timeout scope: entering and leaving one costs more than the rest of the call
-            return await self._exchange(handler, payload, None)
-        deadline = self.loop.time() + timeout
-        scope = asyncio.timeout_at(deadline)
-        try:
-            async with scope:
-                return await self._exchange(handler, payload, deadline)
-        except TimeoutError:
-            if scope.expired():
-                raise TransientRpcError(
-                    f"worker at {self.address}: deadline: {timeout} s passed"
-                ) from None
-            raise
-
-    async def _exchange(
-        self, handler: str, payload: bytes, deadline: float | None
-    ) -> tuple[tuple[str, str, str] | None, Any]:
+        deadline = None if timeout is None else self.loop.time() + timeout
         link = self.link
-        if link is None or link.broken:
-            link = await self._ready()
-        if link.paused:
-            await link.writable()
+        if link is None or link.broken or link.paused:
+            # dialling, or waiting for the socket to take writes: bounded by the deadline too
+            scope = asyncio.timeout_at(deadline)
+            try:
+                async with scope:
+                    link = await self._ready()
+                    if link.paused:
+                        await link.writable()
+            except TimeoutError:
+                if scope.expired():
+                    raise self._deadline_passed(timeout) from None
+                raise
         msgid, answer = link.send(handler, payload, deadline)
+        if deadline is not None:
+            self._deadlines.add(deadline, answer)
         try:
             reply: tuple[tuple[str, str, str] | None, Any] = await answer
             return reply
         except asyncio.CancelledError:
             link.cancel(msgid)
             raise
+        except _Expired:
+            link.cancel(msgid)
+            raise self._deadline_passed(timeout) from None
+
+    def _deadline_passed(self, timeout: float | None) -> TransientRpcError:
+        return TransientRpcError(f"worker at {self.address}: deadline: {timeout} s passed")
 
     async def _ready(self) -> _Link:
         link = self.link
@@ -443,6 +447,14 @@ class _Link(asyncio.Protocol):
 _registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, _Shared]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+class _Expired(Exception):
+    """Set on a call's answer when its deadline passes before the worker answered."""
+
+
+def _expire(answer: asyncio.Future[Any]) -> None:
+    answer.set_exception(_Expired())
 
 
 def _acquire(key: _Key) -> _Shared:

@@ -4,7 +4,6 @@ announced through discovery while it runs."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -17,6 +16,7 @@ from typing import Any, cast
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.pool.metadata import WorkerMetadata
 from shardline.transport import msgpack_wire as wire
+from shardline.transport.deadlines import Deadlines
 from shardline.transport.serving import (
     Handler,
     RetryElsewhere,
@@ -280,6 +280,10 @@ def _remove_socket_file(socket_file: tuple[str, int, int] | None) -> None:
         pass
 
 
+def _call_ended(call: tuple[int, asyncio.Task[None]]) -> bool:
+    return call[1].done()
+
+
 class _State:
     """What every connection of one server shares."""
 
@@ -309,6 +313,9 @@ class _Link(asyncio.Protocol):
         self.calls: dict[int, asyncio.Task[None]] = {}
         # Calls the client cancelled: they end without an answer.
         self._abandoned: set[int] = set()
+        # Calls cancelled at their deadline: they are answered `deadline`.
+        self._expired: set[int] = set()
+        self._deadlines: Deadlines[tuple[int, asyncio.Task[None]]] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport, though uvloop's are not asyncio.Transport subclasses
@@ -324,6 +331,8 @@ class _Link(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._state.links.discard(self)
+        if self._deadlines is not None:
+            self._deadlines.close()
         # Nobody is left to answer: the calls of a client that went away are cancelled.
         self._abandoned.update(self.calls)
         for call in self.calls.values():
@@ -432,11 +441,14 @@ class _Link(asyncio.Protocol):
                 f"no handler named {name!r} (this worker serves: {state.served})",
             )
             return
-        call = asyncio.get_running_loop().create_task(
-            self._run(msgid, name, entry, payload, seconds)
-        )
+        loop = asyncio.get_running_loop()
+        call = loop.create_task(self._run(msgid, name, entry, payload, seconds))
         self.calls[msgid] = call
         call.add_done_callback(functools.partial(self._finished, msgid))
+        if seconds is not None:
+            if self._deadlines is None:
+                self._deadlines = Deadlines(loop, self._expire, _call_ended)
+            self._deadlines.add(loop.time() + seconds, (msgid, call))
 
     def _cancel(self, params: Any) -> None:
         if not (isinstance(params, list) and len(params) == 1 and isinstance(params[0], int)):
@@ -464,19 +476,33 @@ class _Link(asyncio.Protocol):
         timeout: float | None,
     ) -> None:
         try:
-            frame = await self._answer(msgid, name, entry, payload, timeout)
+            frame = await self._answer(msgid, name, entry, payload)
         except asyncio.CancelledError:
             if msgid in self._abandoned:
                 return
-            frame = wire.error(
-                msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker stopped"
-            )
+            if msgid in self._expired:
+                frame = wire.error(
+                    msgid,
+                    wire.DEADLINE,
+                    "shardline.Deadline",
+                    f"handler {name!r}: the caller's {timeout} s passed",
+                )
+            else:
+                frame = wire.error(
+                    msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker stopped"
+                )
         self._write(frame)
+
+    def _expire(self, call: tuple[int, asyncio.Task[None]]) -> None:
+        msgid, task = call
+        self._expired.add(msgid)
+        task.cancel()
 
     def _finished(self, msgid: int, call: asyncio.Task[None]) -> None:
         # A done callback, not a finally: a task cancelled before its first step never runs.
         del self.calls[msgid]
         self._abandoned.discard(msgid)
+        self._expired.discard(msgid)
 
     async def _answer(
         self,
@@ -484,36 +510,21 @@ class _Link(asyncio.Protocol):
         name: str,
         entry: tuple[Handler, bool],
         payload: bytes,
-        timeout: float | None,
     ) -> bytes:
         try:
             argument = wire.unpack_value(payload, "the payload")
         except MalformedMessage as error:
             return wire.error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
         handler, is_async = entry
-        # no timeout scope without a deadline: it would cost more than the rest of the call
-        deadline = asyncio.timeout(timeout) if timeout is not None else contextlib.nullcontext()
         try:
-            async with deadline:
-                if is_async:
-                    result = await handler(argument)
-                else:
-                    result = await asyncio.to_thread(handler, argument)
+            if is_async:
+                result = await handler(argument)
+            else:
+                result = await asyncio.to_thread(handler, argument)
         except RetryElsewhere as signal:
             kind = wire.BUSY if signal.overloaded else wire.UNAVAILABLE
             return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {signal}")
         except Exception as error:
-            if (
-                isinstance(error, TimeoutError)
-                and isinstance(deadline, asyncio.Timeout)
-                and deadline.expired()
-            ):
-                return wire.error(
-                    msgid,
-                    wire.DEADLINE,
-                    "shardline.Deadline",
-                    f"handler {name!r}: the caller's {timeout} s passed",
-                )
             logger.warning("handler %r raised", name, exc_info=True)
             return wire.error(msgid, wire.HANDLER, type_name(error), str(error))
         try:
