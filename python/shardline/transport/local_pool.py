@@ -167,6 +167,8 @@ class LocalPool:
         self._died_starting: tuple[_Worker, int] | None = None
         self._changed = asyncio.Event()
         self._connections: list[Connection] = []
+        # every watcher still running, also of a worker that died and left _running
+        self._watches: set[asyncio.Task[None]] = set()
         self._directory: str | None = None
         self._namespace = f"local-pool-{uuid.uuid4().hex}"
         self._discovery: LocalDiscovery | None = None
@@ -316,6 +318,8 @@ class LocalPool:
         self._running[uid] = worker
         worker.drain = asyncio.create_task(self._drain(worker))
         worker.watch = asyncio.create_task(self._watch(worker))
+        self._watches.add(worker.watch)
+        worker.watch.add_done_callback(self._watches.discard)
         logger.info("LocalPool %r: started worker pid %d (uid %s)", self._spec, worker.pid, uid)
         return worker
 
@@ -362,6 +366,9 @@ class LocalPool:
         del self._running[worker.uid]
         await self._withdraw(worker)
         self._changed.set()
+        if self._state in ("stopping", "stopped"):
+            # the pool began to stop during the withdrawal (a failed start, say): no replacement
+            return
         if self._state == "starting":
             # the start fails with this worker's exit in its message: no log of it
             if self._died_starting is None:
@@ -451,9 +458,7 @@ class LocalPool:
         self._state = "stopping"
         # a watcher may be starting a replacement: cancelled, it either has started it (and
         # it is in _running) or it has not (asyncio kills a process whose start is cancelled)
-        while watchers := [
-            w.watch for w in self._running.values() if w.watch is not None and not w.watch.done()
-        ]:
+        while watchers := [watch for watch in self._watches if not watch.done()]:
             for watcher in watchers:
                 watcher.cancel()
             await asyncio.wait(watchers)
