@@ -567,7 +567,8 @@ async def worker_process(
     finally:
         if process.returncode is None:
             process.kill()
-            await process.wait()
+        # read to the end, so its pipe and transport close on this loop, not in a finalizer
+        await process.communicate()
 
 
 def test_a_worker_killed_mid_call_fails_at_once_and_its_restart_is_dialled_again(
