@@ -316,6 +316,7 @@ class _Link(asyncio.Protocol):
         # Calls cancelled at their deadline: they are answered `deadline`.
         self._expired: set[int] = set()
         self._deadlines: Deadlines[tuple[int, asyncio.Task[None]]] | None = None
+        self._unsent: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport, though uvloop's are not asyncio.Transport subclasses
@@ -545,5 +546,13 @@ class _Link(asyncio.Protocol):
         self._write(wire.error(msgid, kind, type_name, message))
 
     def _write(self, frame: bytes) -> None:
+        # Answers ready in one turn of the loop go out in one write: a syscall per answer
+        # was the worker's largest cost with many calls in flight.
+        if not self._unsent:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._unsent.append(frame)
+
+    def _flush(self) -> None:
+        frames, self._unsent = self._unsent, []
         if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(frame)
+            self._transport.write(b"".join(frames))
