@@ -94,10 +94,23 @@ if TYPE_CHECKING:
     from shardline.transport.local_pool import LocalPool
 
 
+__version__: str
+"""The installed distribution's version (``"unknown"`` in a source tree never installed)."""
+
+
 def __getattr__(name: str) -> Any:
     # a transport's dependencies are an optional extra: import it only for a caller that uses it
     if name == "LocalPool":
         from shardline.transport.local_pool import LocalPool
 
         return LocalPool
+    # read from the package metadata on first use: importing importlib.metadata costs more
+    # than the rest of `import shardline`
+    if name == "__version__":
+        import importlib.metadata
+
+        try:
+            return importlib.metadata.version("shardline")
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

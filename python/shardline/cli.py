@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import logging
 import math
@@ -43,6 +42,7 @@ from typing import Any
 
 from rich.console import Console
 
+import shardline
 from shardline.demo import (
     PlainPoolView,
     PoolDemoError,
@@ -85,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="shardline",
         description="Client-side cluster topology and routing for Picodata.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {shardline.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
@@ -331,7 +332,7 @@ async def _serve_worker(args: argparse.Namespace) -> int:
                 discovery,
                 transport=args.transport,
                 uid=args.uid,
-                version=_version(),
+                version=shardline.__version__,
                 extra=None if args.weight is None else {"weight": args.weight},
             )
         except (OSError, ValueError) as error:
@@ -362,14 +363,6 @@ def _worker_discovery(args: argparse.Namespace) -> Discovery:
     if args.ttl is None:
         return EtcdDiscovery([args.etcd], args.namespace)
     return EtcdDiscovery([args.etcd], args.namespace, ttl=args.ttl)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("shardline")
-    except importlib.metadata.PackageNotFoundError:
-        # run from a source tree that was never installed
-        return "unknown"
 
 
 def _demo(args: argparse.Namespace) -> int:
