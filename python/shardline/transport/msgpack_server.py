@@ -10,7 +10,7 @@ import os
 import stat
 import uuid
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import Any, cast
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
@@ -18,6 +18,7 @@ from shardline.pool.metadata import WorkerMetadata
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.serving import (
+    AnnouncedServer,
     Handler,
     RetryElsewhere,
     check_handlers,
@@ -45,7 +46,7 @@ MAX_IN_FLIGHT = 1024
 _TRANSIENT_TYPE = "shardline.RetryElsewhere"
 
 
-class MsgpackWorkerServer:
+class MsgpackWorkerServer(AnnouncedServer):
     """A running worker, made by :func:`serve_msgpack`. ``metadata`` is the record it
     published; ``address`` is where it serves (``msgpack+tcp://host:port`` with the port
     bound, or ``msgpack+unix:///path``).
@@ -66,45 +67,10 @@ class MsgpackWorkerServer:
         socket_file: tuple[str, int, int] | None,
         grace: float,
     ) -> None:
+        super().__init__(metadata, publisher, grace)
         self._server = server
         self._state = state
-        self._metadata = metadata
-        self._publisher = publisher
         self._socket_file = socket_file
-        self._grace = grace
-        self._stopped: asyncio.Future[None] | None = None
-
-    @property
-    def metadata(self) -> WorkerMetadata:
-        return self._metadata
-
-    @property
-    def address(self) -> str:
-        """Where the worker serves, as published."""
-        return self._metadata.address
-
-    def __repr__(self) -> str:
-        return f"MsgpackWorkerServer({self._metadata.uid}, {self._metadata.address!r})"
-
-    async def stop(self, grace: float | None = None) -> None:
-        """Withdraws the record and stops serving; ``grace`` overrides the one given to
-        :func:`serve_msgpack`."""
-        if self._stopped is None:
-            self._stopped = asyncio.ensure_future(
-                self._shutdown(self._grace if grace is None else grace)
-            )
-        await asyncio.shield(self._stopped)
-
-    async def _shutdown(self, grace: float) -> None:
-        # Withdraw first, so subscribers stop choosing this worker while it drains.
-        try:
-            await self._publisher.aclose()
-        except Exception:
-            logger.exception("withdrawing the record of worker %s failed", self._metadata.uid)
-        finally:
-            release_publisher(self._publisher)
-            await self._close(grace)
-        logger.info("worker %s at %s stopped", self._metadata.uid, self._metadata.address)
 
     async def _close(self, grace: float) -> None:
         state = self._state
@@ -122,17 +88,6 @@ class MsgpackWorkerServer:
             link.close()
         await self._server.wait_closed()
         _remove_socket_file(self._socket_file)
-
-    async def __aenter__(self) -> MsgpackWorkerServer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
 
 async def serve_msgpack(

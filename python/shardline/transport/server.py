@@ -7,7 +7,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import Any
 
 import grpc
@@ -16,6 +16,7 @@ import grpc.aio
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.pool.metadata import WorkerMetadata
 from shardline.transport.serving import (
+    AnnouncedServer,
     Handler,
     RetryElsewhere,
     check_handlers,
@@ -46,8 +47,8 @@ logger = logging.getLogger("shardline.transport.server")
 _SERVICE, _, _METHOD_NAME = METHOD[1:].partition("/")
 
 
-class WorkerServer:
-    """A running worker, made by :func:`serve`. ``metadata`` is the record it published.
+class WorkerServer(AnnouncedServer):
+    """A running worker, made by :func:`serve_grpc`. ``metadata`` is the record it published.
 
     ``await stop()`` (or leaving ``async with``) withdraws the record, then stops serving:
     calls in flight get ``grace`` seconds to finish, new calls are refused with
@@ -61,54 +62,11 @@ class WorkerServer:
         publisher: DiscoveryPublisher,
         grace: float,
     ) -> None:
+        super().__init__(metadata, publisher, grace)
         self._server = server
-        self._metadata = metadata
-        self._publisher = publisher
-        self._grace = grace
-        self._stopped: asyncio.Future[None] | None = None
 
-    @property
-    def metadata(self) -> WorkerMetadata:
-        return self._metadata
-
-    @property
-    def address(self) -> str:
-        """Where the worker serves, with the port actually bound."""
-        return self._metadata.address
-
-    def __repr__(self) -> str:
-        return f"WorkerServer({self._metadata.uid}, {self._metadata.address!r})"
-
-    async def stop(self, grace: float | None = None) -> None:
-        """Withdraws the record and stops serving; ``grace`` overrides the one given to
-        :func:`serve`."""
-        if self._stopped is None:
-            self._stopped = asyncio.ensure_future(
-                self._shutdown(self._grace if grace is None else grace)
-            )
-        await asyncio.shield(self._stopped)
-
-    async def _shutdown(self, grace: float) -> None:
-        # Withdraw first, so subscribers stop choosing this worker while it drains.
-        try:
-            await self._publisher.aclose()
-        except Exception:
-            logger.exception("withdrawing the record of worker %s failed", self._metadata.uid)
-        finally:
-            release_publisher(self._publisher)
-            await self._server.stop(grace)
-        logger.info("worker %s at %s stopped", self._metadata.uid, self._metadata.address)
-
-    async def __aenter__(self) -> WorkerServer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.stop()
+    async def _close(self, grace: float) -> None:
+        await self._server.stop(grace)
 
 
 async def serve_grpc(

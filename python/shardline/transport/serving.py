@@ -3,14 +3,19 @@ publishers in use, and the ``host:port`` form of an address."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 from weakref import WeakSet
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
+from shardline.pool.metadata import WorkerMetadata
 
 __all__ = [
+    "AnnouncedServer",
     "Handler",
     "RetryElsewhere",
     "check_handlers",
@@ -94,3 +99,67 @@ def split_address(address: str) -> tuple[str, int]:
     if not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"address must be host:port, got {address!r}")
     return host, int(port)
+
+
+class AnnouncedServer:
+    """A running worker whose record is published while it serves: ``metadata`` is that
+    record, ``address`` where the worker serves, as published.
+
+    ``await stop(grace=None)`` (or leaving ``async with``) withdraws the record first, so
+    subscribers stop choosing the worker while it drains, then stops serving, giving calls in
+    flight ``grace`` seconds (the server's own unless given). It is idempotent, and finishes
+    even if the caller is cancelled. Each transport's server says how it stops serving
+    (``_close``).
+    """
+
+    def __init__(self, metadata: WorkerMetadata, publisher: DiscoveryPublisher, grace: float):
+        self._metadata = metadata
+        self._publisher = publisher
+        self._grace = grace
+        self._stopped: asyncio.Future[None] | None = None
+
+    @property
+    def metadata(self) -> WorkerMetadata:
+        return self._metadata
+
+    @property
+    def address(self) -> str:
+        """Where the worker serves, as published (with the port actually bound)."""
+        return self._metadata.address
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._metadata.uid}, {self._metadata.address!r})"
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Withdraws the record and stops serving; ``grace`` overrides the server's."""
+        if self._stopped is None:
+            self._stopped = asyncio.ensure_future(
+                self._shutdown(self._grace if grace is None else grace)
+            )
+        await asyncio.shield(self._stopped)
+
+    async def _shutdown(self, grace: float) -> None:
+        logger = logging.getLogger(type(self).__module__)
+        try:
+            await self._publisher.aclose()
+        except Exception:
+            logger.exception("withdrawing the record of worker %s failed", self._metadata.uid)
+        finally:
+            release_publisher(self._publisher)
+            await self._close(grace)
+        logger.info("worker %s at %s stopped", self._metadata.uid, self._metadata.address)
+
+    async def _close(self, grace: float) -> None:
+        """Stops serving, letting calls in flight run for up to ``grace`` seconds."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
