@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from typing import Any
 
 import grpc
 import grpc.aio
 
+from shardline.transport.loop_shared import LoopShared, Registries
 from shardline.transport.wire import METHOD
 
-__all__ = ["SharedChannel", "acquire_channel", "release_channel"]
+__all__ = ["SharedChannel", "acquire_channel"]
 
 logger = logging.getLogger("shardline.transport.channels")
 
@@ -24,18 +24,15 @@ _Key = tuple[str, grpc.ChannelCredentials | None, int]
 _closing: set[asyncio.Task[None]] = set()
 
 
-class SharedChannel:
-    """One gRPC channel and the connections that hold it.
-
-    ``references`` counts the connections holding it and ``in_flight`` the calls running on
-    it. Once the last reference is released the channel leaves its registry (a connection made
-    afterwards gets a new channel) and is closed as soon as no call is in flight.
-    """
+class SharedChannel(LoopShared):
+    """One gRPC channel and the connections that hold it (see :class:`LoopShared`)."""
 
     def __init__(
         self, registry: dict[_Key, SharedChannel], key: _Key, loop: asyncio.AbstractEventLoop
     ) -> None:
+        super().__init__(registry, key, loop)
         address, credentials, max_message_bytes = key
+        self.address = address
         options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -47,69 +44,28 @@ class SharedChannel:
         # Start connecting now: the entry was made because a dispatch is coming.
         self.channel.get_state(try_to_connect=True)
         self.call: Any = self.channel.unary_unary(METHOD)
-        self.loop = loop
-        self.references = 1
-        self.in_flight = 0
         self.closed = False
-        self._registry = registry
-        self._key = key
-
-    def release(self) -> None:
-        """Drops one reference; must run on the channel's loop."""
-        self.references -= 1
-        if self.references == 0:
-            if self._registry.get(self._key) is self:
-                del self._registry[self._key]
-            self._close_if_unused()
 
     def begin_call(self) -> None:
         self.in_flight += 1
 
-    def end_call(self) -> None:
-        self.in_flight -= 1
-        self._close_if_unused()
-
-    def _close_if_unused(self) -> None:
-        if self.references or self.in_flight or self.closed:
+    def _close(self) -> None:
+        if self.closed:
             return
         self.closed = True
-        logger.debug("closing the channel to %s", self._key[0])
+        logger.debug("closing the channel to %s", self.address)
         # No call is left, so the close has nothing to wait for.
         task = self.loop.create_task(self.channel.close())
         _closing.add(task)
         task.add_done_callback(_closing.discard)
 
 
-_registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, SharedChannel]] = (
-    weakref.WeakKeyDictionary()
-)
+_registries: Registries[_Key, SharedChannel] = Registries(SharedChannel)
 
 
 def acquire_channel(
     address: str, credentials: grpc.ChannelCredentials | None, max_message_bytes: int
 ) -> SharedChannel:
     """A reference to the open channel for these settings on the running loop, made if there
-    is none. gRPC channels belong to the loop they were made on, hence one registry per loop.
-    """
-    loop = asyncio.get_running_loop()
-    registry = _registries.setdefault(loop, {})
-    key: _Key = (address, credentials, max_message_bytes)
-    shared = registry.get(key)
-    if shared is None:
-        shared = registry[key] = SharedChannel(registry, key, loop)
-    else:
-        shared.references += 1
-    return shared
-
-
-def release_channel(shared: SharedChannel) -> None:
-    """Releases a reference from any thread, or from a garbage collection; a no-op once the
-    channel's loop is closed (its channels went with it)."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is shared.loop:
-        shared.release()
-    elif not shared.loop.is_closed():
-        shared.loop.call_soon_threadsafe(shared.release)
+    is none."""
+    return _registries.acquire((address, credentials, max_message_bytes))

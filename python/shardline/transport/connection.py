@@ -10,7 +10,8 @@ import grpc.aio
 
 from shardline.errors import RpcError, TransientRpcError, WorkerError
 from shardline.pool.metadata import WorkerMetadata
-from shardline.transport.channels import acquire_channel, release_channel
+from shardline.transport.channels import acquire_channel
+from shardline.transport.loop_shared import release
 from shardline.transport.wire import (
     MAX_MESSAGE_BYTES,
     MalformedMessage,
@@ -85,7 +86,7 @@ class GrpcConnection:
         self._shared = acquire_channel(
             grpc_target(metadata.address), credentials, max_message_bytes
         )
-        self._finalizer = weakref.finalize(self, release_channel, self._shared)
+        self._finalizer = weakref.finalize(self, release, self._shared)
         # At exit the loop, and the channels on it, are gone already.
         self._finalizer.atexit = False
 

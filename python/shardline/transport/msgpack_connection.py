@@ -11,6 +11,7 @@ from shardline.errors import RpcError, TransientRpcError, WorkerError
 from shardline.pool.metadata import WorkerMetadata
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
+from shardline.transport.loop_shared import LoopShared, Registries, release
 from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
 
 __all__ = ["MsgpackConnection"]
@@ -88,8 +89,8 @@ class MsgpackConnection:
         self.metadata = metadata
         self._max_frame_bytes = max_frame_bytes
         key = (metadata.address, max_frame_bytes, connect_timeout, ping_interval, ping_timeout)
-        self._shared = _acquire(key)
-        self._finalizer = weakref.finalize(self, _release, self._shared)
+        self._shared = _registries.acquire(key)
+        self._finalizer = weakref.finalize(self, release, self._shared)
         # At exit the loop, and the sockets on it, are gone already.
         self._finalizer.atexit = False
 
@@ -151,47 +152,24 @@ def _check_handler(handler: str) -> None:
         ) from None
 
 
-class _Shared:
+class _Shared(LoopShared):
     """The socket (a :class:`_Link`) that every connection with one key uses, dialled again
-    after it broke.
-
-    ``references`` counts the connections holding it and ``in_flight`` the calls through it.
-    Once the last reference is released it leaves its registry and its socket is closed as
-    soon as no call is in flight.
-    """
+    after it broke (see :class:`LoopShared`)."""
 
     def __init__(
         self, registry: dict[_Key, _Shared], key: _Key, loop: asyncio.AbstractEventLoop
     ) -> None:
+        super().__init__(registry, key, loop)
         self.address, self.max_frame_bytes, self.connect_timeout, ping_interval, ping_timeout = key
         self.where = wire.record_address(self.address)
         self.ping = (ping_interval, ping_timeout)
-        self.loop = loop
-        self.references = 1
-        self.in_flight = 0
         self.link: _Link | None = None
         self._dialling: asyncio.Task[_Link] | None = None
-        self._registry = registry
-        self._key = key
         self._deadlines: Deadlines[asyncio.Future[Any]] = Deadlines(
             loop, _expire, asyncio.Future.done
         )
 
-    def release(self) -> None:
-        """Drops one reference; must run on the loop."""
-        self.references -= 1
-        if self.references == 0:
-            if self._registry.get(self._key) is self:
-                del self._registry[self._key]
-            self._close_if_unused()
-
-    def end_call(self) -> None:
-        self.in_flight -= 1
-        self._close_if_unused()
-
-    def _close_if_unused(self) -> None:
-        if self.references or self.in_flight:
-            return
+    def _close(self) -> None:
         self._deadlines.close()
         if self._dialling is not None:
             self._dialling.cancel()
@@ -456,9 +434,7 @@ class _Link(asyncio.Protocol):
             self._writable.set_result(None)
 
 
-_registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, _Shared]] = (
-    weakref.WeakKeyDictionary()
-)
+_registries: Registries[_Key, _Shared] = Registries(_Shared)
 
 
 class _Expired(Exception):
@@ -467,27 +443,3 @@ class _Expired(Exception):
 
 def _expire(answer: asyncio.Future[Any]) -> None:
     answer.set_exception(_Expired())
-
-
-def _acquire(key: _Key) -> _Shared:
-    loop = asyncio.get_running_loop()
-    registry = _registries.setdefault(loop, {})
-    shared = registry.get(key)
-    if shared is None:
-        shared = registry[key] = _Shared(registry, key, loop)
-    else:
-        shared.references += 1
-    return shared
-
-
-def _release(shared: _Shared) -> None:
-    """Releases a reference from any thread, or from a garbage collection; a no-op once the
-    loop is closed (its sockets went with it)."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is shared.loop:
-        shared.release()
-    elif not shared.loop.is_closed():
-        shared.loop.call_soon_threadsafe(shared.release)
