@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from shardline import _core
 
@@ -24,6 +24,9 @@ class InstanceEvent:
 
     ``name`` is the instance's name in the cluster, kept for people reading the topology.
     """
+
+    topology_event: ClassVar[str] = "instance"
+    """What ``Topology.apply`` dispatches on (the same in the two other event classes)."""
 
     op: Op
     instance_uuid: str
@@ -41,6 +44,8 @@ class ReplicasetEvent:
     name in the cluster, kept for people reading the topology.
     """
 
+    topology_event: ClassVar[str] = "replicaset"
+
     op: Op
     replicaset_uuid: str
     tier: str | None = None
@@ -51,6 +56,8 @@ class ReplicasetEvent:
 @dataclass(frozen=True, slots=True)
 class BucketEvent:
     """The buckets ``start..end`` (inclusive) of ``tier`` are held by a replicaset."""
+
+    topology_event: ClassVar[str] = "bucket"
 
     tier: str
     start: int
