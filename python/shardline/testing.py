@@ -236,10 +236,22 @@ class _Call:
             async with asyncio.timeout(_STEP_TIMEOUT):
                 await self.generator.aclose()
         except Exception as error:
+            await self._drain()
             raise AssertionError(
                 f"{self.where}: closing the call raised {error!r} after it offered"
                 f" {self.pool.show(self.offered)}"
             ) from error
+
+    async def _drain(self) -> None:
+        """Runs a generator that yielded when closed to its end, so that no broken call outlives
+        the check (its finalizer would fail again when it is collected); bounded, as it may
+        never end. A second ``aclose`` would not do: it returns at once and leaves the frame."""
+        for _ in range(len(self.pool.names) + 2):
+            try:
+                async with asyncio.timeout(_STEP_TIMEOUT):
+                    await anext(self.generator)
+            except Exception:  # its end, whether StopAsyncIteration or an error
+                return
 
     async def run(self) -> _Call:
         while not self.ended:
