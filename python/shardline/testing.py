@@ -356,7 +356,8 @@ def check_ends_after_success(factory: Factory, *, make_task: MakeTask = _default
             def answer(call: _Call, _uid: uuid.UUID, k: int = k) -> Answer:
                 return "serve" if len(call.offered) >= k else "fail"
 
-            scenario = f"pool of {size}, candidates 1 to {k - 1} failing, candidate {k} serving"
+            failing = f"candidates 1 to {k - 1} failing, " if k > 1 else ""
+            scenario = f"pool of {size}, {failing}candidate {k} serving"
             where = _where(ENDS_AFTER_SUCCESS, balancer, scenario)
             call = asyncio.run(_Call(balancer, pool, make_task(k), answer, where, rng).run())
             _assert_ends_after_success(call)
