@@ -50,10 +50,11 @@ The properties:
   concurrent dispatches through a real ``WorkerProxy``, with workers failing at random, each
   end with a result or ``NoWorkersAvailable``.
 
-Scope: the checks are for balancers under which any pooled worker can serve any task. One that
-offers a chosen subset by design (keyed routing such as
-:class:`~shardline.BucketLoadBalancer`, or leaving workers out by weight) fails
-:func:`check_offers_every_worker`; run the other checks for it.
+Scope: the checks are for balancers that choose among the pooled workers, any of which can
+serve any task. One that leaves some out by design (by weight, say) fails
+:func:`check_offers_every_worker`; run the other checks for it. One whose candidates do not
+come from the pool, such as :class:`~shardline.BucketLoadBalancer` (the masters a topology
+names for a task's key), is beyond what these checks can judge.
 """
 
 from __future__ import annotations
