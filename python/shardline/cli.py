@@ -43,6 +43,7 @@ from typing import Any
 from rich.console import Console
 
 import shardline
+from shardline.balancers import create_balancer
 from shardline.demo import (
     PlainPoolView,
     PoolDemoError,
@@ -71,10 +72,10 @@ from shardline.demo.live import (
     LiveDemoError,
 )
 from shardline.demo.live_view import render_live_plain, render_live_rich
-from shardline.demo.pool import BALANCERS
 from shardline.demo.seed_cases import SOURCE
 from shardline.demo.tables import plain_table, rich_table
 from shardline.discovery.protocol import Discovery
+from shardline.errors import InvalidArgument
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS
 
 __all__ = ["main"]
@@ -112,9 +113,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--balancer",
-        choices=sorted(BALANCERS),
+        type=_balancer_name,
         default="round-robin",
-        help="the pool part's balancer (default: round-robin)",
+        metavar="NAME",
+        help=(
+            "the pool part's balancer, by its name in the shardline.balancers entry-point group"
+            " (default: round-robin; an unknown name lists the known ones)"
+        ),
     )
     backend = demo.add_mutually_exclusive_group()
     backend.add_argument(
@@ -279,6 +284,15 @@ def _weight(text: str) -> int | float:
     if not math.isfinite(weight) or weight <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive, finite number, got {text!r}")
     return weight
+
+
+def _balancer_name(text: str) -> str:
+    """A name that resolves to a balancer (one is made and dropped, to check it at parse time)."""
+    try:
+        create_balancer(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _worker(args: argparse.Namespace) -> int:

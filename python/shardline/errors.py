@@ -43,6 +43,10 @@ class InvalidArgument(ShardlineError, ValueError):
 
     The same rule holds for a single value, a list, a tuple and an integer array of any dtype;
     the message names the value, and its position for a sequence or an array.
+
+    Also a balancer name that cannot be resolved (:mod:`shardline.balancers.registry`): unknown
+    (the message lists the known names), registered twice, or registered as something that
+    makes no balancer.
     """
 
 
