@@ -27,8 +27,8 @@ test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run
 lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches examples
+	$(BIN)/ruff format --check python tests benches examples
 	$(BIN)/mypy --strict python/shardline
 	$(BIN)/python -m mypy.stubtest shardline._core
 
