@@ -40,7 +40,7 @@ from shardline.topology.sources.notification_documents import (
     parse_snapshot,
 )
 from shardline.topology.sources.source import TopologySource
-from shardline.topology.sources.state import FailureReason
+from shardline.topology.sources.state import CountedFailure, FailureReason
 
 __all__ = [
     "DeliveryStats",
@@ -56,13 +56,9 @@ _SEEN_LIMIT: Final = 4096
 """How many recently handed-out events are remembered to recognise a redelivery."""
 
 
-class TransportError(Exception):
+class TransportError(CountedFailure):
     """A transport failed; ``reason`` is the :class:`FailureReason` it counts as (``connect``,
     ``connection-lost``, ``timeout``, ``query-error``)."""
-
-    def __init__(self, reason: FailureReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class NotificationSession(Protocol):
@@ -324,12 +320,10 @@ class NotificationSource(TopologySource):
         self._seen: OrderedDict[tuple[RaftPosition, TopologyEvent], None] = OrderedDict()
         self._counters = _Counters()
 
-        self._wake = asyncio.Event()
         self._current: _Session | None = None
         self._connecting: asyncio.Task[NotificationSession] | None = None
         self._resync_now = False
         self._resync_wanted = False
-        self._urgent = False
         self._started = 0
 
     # what the source reports
@@ -653,18 +647,6 @@ class NotificationSource(TopologySource):
         if current is not None:
             with contextlib.suppress(asyncio.QueueFull):
                 current.queue.put_nowait(_WAKE)
-
-    async def _pause(self, delay: float) -> None:
-        """Waits ``delay`` seconds, less if :meth:`refresh` asks or the source closes."""
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay
-        while not (self._closed or self._urgent):
-            now = loop.time()
-            if now >= due:
-                return
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), due - now)
 
 
 def _checked_tiers(tiers: Mapping[str, int]) -> dict[str, int]:
