@@ -181,6 +181,23 @@ except ImportError as error:
     assert report["cause"] == "ModuleNotFoundError"
 
 
+@pytest.mark.parametrize("transport", ["msgpack", "grpc"])
+def test_local_pool_checks_its_transport_s_extra_before_starting_a_worker(transport: str) -> None:
+    probe = f"""
+from shardline import LocalPool, MissingExtra
+try:
+    LocalPool("local_pool_handlers:HANDLERS", 1, transport={transport!r})
+except MissingExtra as error:
+    print(error)
+"""
+    done = python(probe, blocked=(transport,))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"LocalPool(transport={transport!r}) needs {transport}, which is not installed:"
+        f" {PIP[transport]}\n"
+    )
+
+
 def test_requires_extra_converts_only_its_own_modules() -> None:
     with pytest.raises(MissingExtra) as raised, requires_extra("etcd", "here"):
         raise ModuleNotFoundError("No module named 'aetcd'", name="aetcd")
