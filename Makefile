@@ -17,7 +17,7 @@ $(BIN)/maturin:
 	$(BIN)/pip install --quiet --upgrade pip maturin
 
 demo: $(BIN)/maturin ## Install shardline (release build) and run `shardline demo`
-	$(MATURIN) develop --release --extras msgpack,fast,etcd --quiet
+	$(MATURIN) develop --release --extras cli,msgpack,fast,etcd --quiet
 	$(BIN)/shardline demo
 
 test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run every test (pytest, cargo test, short fuzzing)

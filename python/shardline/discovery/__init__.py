@@ -6,8 +6,9 @@ imported only when first used). All follow the :class:`Discovery` contract and e
 in the schema of :mod:`shardline.discovery.record`.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from shardline._lazy import lazy_exports
 from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.in_process import InProcessDiscovery
 from shardline.discovery.local import LocalDiscovery
@@ -30,10 +31,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
-    if name == "EtcdDiscovery":
-        from shardline.discovery.etcd import EtcdDiscovery
-
-        return EtcdDiscovery
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
+__getattr__ = lazy_exports(__name__, {"shardline.discovery.etcd": ["EtcdDiscovery"]})

@@ -10,9 +10,12 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-import grpc
-import grpc.aio
-from aetcd import rpc
+from shardline._extras import requires_extra
+
+with requires_extra("etcd", __name__):
+    import grpc
+    import grpc.aio
+    from aetcd import rpc
 
 from shardline.discovery.etcd_connection import (
     EtcdConnection,

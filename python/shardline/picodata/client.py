@@ -12,7 +12,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
-import asyncpg
+from shardline._extras import requires_extra
+
+with requires_extra("pg", __name__):
+    import asyncpg
 
 from shardline._core import Instance, Topology
 from shardline.checks import check_count, check_seconds

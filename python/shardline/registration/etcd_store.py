@@ -13,7 +13,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator,
 from types import TracebackType
 from typing import Any
 
-from aetcd import rpc
+from shardline._extras import requires_extra
+
+with requires_extra("etcd", __name__):
+    from aetcd import rpc
 
 from shardline.discovery.etcd_connection import EtcdConnection, namespace_prefix
 from shardline.discovery.etcd_watch import Changes, Listing, watch_range

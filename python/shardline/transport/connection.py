@@ -5,8 +5,11 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-import grpc
-import grpc.aio
+from shardline._extras import requires_extra
+
+with requires_extra("grpc", __name__):
+    import grpc
+    import grpc.aio
 
 from shardline.errors import RpcError, TransientRpcError, WorkerError
 from shardline.pool.metadata import WorkerMetadata

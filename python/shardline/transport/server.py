@@ -10,8 +10,11 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-import grpc
-import grpc.aio
+from shardline._extras import requires_extra
+
+with requires_extra("grpc", __name__):
+    import grpc
+    import grpc.aio
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.pool.metadata import WorkerMetadata

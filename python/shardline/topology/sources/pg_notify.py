@@ -46,7 +46,10 @@ import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
-import asyncpg
+from shardline._extras import requires_extra
+
+with requires_extra("pg", __name__):
+    import asyncpg
 
 from shardline.topology.sources import pg_connect
 from shardline.topology.sources.membership import TIERS_QUERY

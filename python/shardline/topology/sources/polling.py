@@ -11,7 +11,10 @@ import math
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-import asyncpg
+from shardline._extras import requires_extra
+
+with requires_extra("pg", __name__):
+    import asyncpg
 
 from shardline._core import BucketPayload
 from shardline.checks import check_count, check_seconds
