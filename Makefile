@@ -24,13 +24,14 @@ test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run
 	$(MATURIN) develop --extras test --quiet
 	$(MAKE) lint pytest cargo-test fuzz-short
 
-lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi
+lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi, the import layers (import-linter)
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
 	$(BIN)/ruff check python tests benches examples
 	$(BIN)/ruff format --check python tests benches examples
 	$(BIN)/mypy --strict python/shardline
 	$(BIN)/python -m mypy.stubtest shardline._core
+	$(BIN)/lint-imports
 
 pytest: ## Run the Python test suite
 	$(BIN)/pytest -q

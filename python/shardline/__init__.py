@@ -42,16 +42,12 @@ if TYPE_CHECKING:
         RoundRobinLoadBalancer,
         WeightedRoundRobinLoadBalancer,
     )
-    from shardline.discovery import DiscoveryEvent
-    from shardline.pool import LoadBalancerContext, LoadBalancerContextView, WorkerMetadata
-    from shardline.pool.proxy import WorkerProxy
-    from shardline.topology import (
-        BucketEvent,
-        InstanceEvent,
-        ReplicasetEvent,
-        TopologyDiscovery,
-    )
+    from shardline.discovery.topology import TopologyDiscovery
+    from shardline.pool import LoadBalancerContext, LoadBalancerContextView
+    from shardline.proxy import WorkerProxy
+    from shardline.topology import BucketEvent, InstanceEvent, ReplicasetEvent
     from shardline.transport.local_pool import LocalPool
+    from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = [
     "AffinityLoadBalancer",
@@ -105,15 +101,11 @@ __getattr__ = lazy_exports(
             "RoundRobinLoadBalancer",
             "WeightedRoundRobinLoadBalancer",
         ],
-        "shardline.discovery": ["DiscoveryEvent"],
-        "shardline.pool": ["LoadBalancerContext", "LoadBalancerContextView", "WorkerMetadata"],
-        "shardline.pool.proxy": ["WorkerProxy"],
-        "shardline.topology": [
-            "BucketEvent",
-            "InstanceEvent",
-            "ReplicasetEvent",
-            "TopologyDiscovery",
-        ],
+        "shardline.discovery.topology": ["TopologyDiscovery"],
+        "shardline.pool": ["LoadBalancerContext", "LoadBalancerContextView"],
+        "shardline.proxy": ["WorkerProxy"],
+        "shardline.topology": ["BucketEvent", "InstanceEvent", "ReplicasetEvent"],
+        "shardline.workers": ["DiscoveryEvent", "WorkerMetadata"],
         "shardline.transport.local_pool": ["LocalPool"],
     },
 )

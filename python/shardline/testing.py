@@ -67,11 +67,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import Any, Final, Literal
 
 from shardline.balancers.protocol import LoadBalancerLike
-from shardline.discovery.event import DiscoveryEvent
 from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
 from shardline.pool.context import LoadBalancerContext
-from shardline.pool.metadata import WorkerMetadata
-from shardline.pool.proxy import WorkerProxy
+from shardline.proxy import WorkerProxy
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = [
     "CHECKS",

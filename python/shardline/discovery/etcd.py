@@ -28,11 +28,10 @@ from shardline.discovery.etcd_connection import (
     stream_write,
 )
 from shardline.discovery.etcd_watch import Listing, list_range, watch_range
-from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
 from shardline.discovery.subscription import RecordFeed, Subscription
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
 __all__ = ["EtcdDiscovery"]
 

@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from shardline.errors import InvalidRecord
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 __all__ = [
     "MAX_DEPTH",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from shardline import _core
+from shardline._core import parse_bucket_row
 
 __all__ = ["BucketEvent", "InstanceEvent", "Op", "ReplicasetEvent"]
 
@@ -78,5 +78,5 @@ class BucketEvent:
         """
         # Only a mapping is copied into a dict: dict() would also accept a list of pairs as a row.
         fields = dict(row) if isinstance(row, Mapping) else row
-        tier, start, end, owner, state = _core.parse_bucket_row(fields)
+        tier, start, end, owner, state = parse_bucket_row(fields)
         return cls(tier=tier, start=start, end=end, current_replicaset_uuid=owner, state=state)

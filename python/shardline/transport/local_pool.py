@@ -18,13 +18,12 @@ from typing import Any
 
 from shardline._extras import require_extra
 from shardline.checks import check_count, check_seconds
-from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
 from shardline.errors import WorkerStartError
-from shardline.pool.metadata import WorkerMetadata
-from shardline.pool.proxy import Connection, WorkerProxy
+from shardline.proxy import Connection, WorkerProxy
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["LOOPBACK", "LocalPool", "check_spec"]
 

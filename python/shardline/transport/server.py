@@ -17,7 +17,6 @@ with requires_extra("grpc", __name__):
     import grpc.aio
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
-from shardline.pool.metadata import WorkerMetadata
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -42,6 +41,7 @@ from shardline.transport.wire import (
     encode_result,
     grpc_target,
 )
+from shardline.workers import WorkerMetadata
 
 __all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve_grpc"]
 

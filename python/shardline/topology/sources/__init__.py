@@ -20,14 +20,13 @@ from shardline.topology.sources.changes import (
     TopologySnapshot,
     apply_change,
 )
-from shardline.topology.sources.notification import (
-    DeliveryStats,
+from shardline.topology.sources.notification import DeliveryStats, NotificationSource
+from shardline.topology.sources.notification_documents import RaftPosition
+from shardline.topology.sources.notification_transport import (
     NotificationSession,
-    NotificationSource,
     NotificationTransport,
     TransportError,
 )
-from shardline.topology.sources.notification_documents import RaftPosition
 from shardline.topology.sources.source import TopologySource
 from shardline.topology.sources.state import FailureReason, SourceState
 

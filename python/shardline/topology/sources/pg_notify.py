@@ -53,7 +53,7 @@ with requires_extra("pg", __name__):
 
 from shardline.topology.sources import pg_connect
 from shardline.topology.sources.membership import TIERS_QUERY
-from shardline.topology.sources.notification import TransportError
+from shardline.topology.sources.notification_transport import TransportError
 from shardline.topology.sources.pg_connect import CLOSE_TIMEOUT, message, parse_dsn, peer
 from shardline.topology.sources.state import FailureReason
 

@@ -14,14 +14,13 @@ from typing import Any, Protocol
 from shardline.balancers.protocol import LoadBalancerLike
 from shardline.balancers.registry import create_balancer
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
-from shardline.discovery.event import DiscoveryEvent
 from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
 from shardline.pool.context import LoadBalancerContext
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["Connection", "WorkerProxy"]
 
-logger = logging.getLogger("shardline.pool.proxy")
+logger = logging.getLogger("shardline.proxy")
 
 
 class Connection(Protocol):
