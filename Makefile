@@ -11,7 +11,7 @@ FUZZ_SHORT_SECONDS ?= 10
 .PHONY: wheel wheel-smoke sdist bench-abi3
 
 help: ## List the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(BIN)/maturin:
 	$(PYTHON) -m venv $(VENV)
