@@ -206,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_worker_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     worker = commands.add_parser(
         "worker",
         help="run one worker process serving the demo handlers (MessagePack-RPC or gRPC)",
@@ -294,7 +294,9 @@ def _seconds(*, zero: bool) -> Callable[[str], float]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-            raise argparse.ArgumentTypeError(f"must be a finite number of seconds, {least}, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number of seconds, {least}, got {text!r}"
+            )
         return value
 
     return seconds
@@ -622,7 +624,7 @@ def _missing_modules(etcd: str | None) -> list[str]:
     return [name for module, name in wanted.items() if importlib.util.find_spec(module) is None]
 
 
-def _add_inspect_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_inspect_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     inspect = commands.add_parser(
         "inspect",
         help="poll a Picodata cluster once over pgwire and print its topology",
