@@ -66,6 +66,7 @@ USAGE_ERRORS = [
     ((*WORKER,), "the following arguments are required: --address", ""),
     ((), "the following arguments are required: COMMAND", "shardline --help"),
     (("demo", "--keys", "many"), "argument --keys", "'many'"),
+    (("demo", "--etcd", "http://127.0.0.1:99999"), "--etcd: etcd endpoint", "127.0.0.1:99999"),
     (("inspect", "postgresql://app@127.0.0.1:99999"), "port out of range", "99999"),
     (("inspect", "postgresql://app@127.0.0.1:5432", "--timeout", "nan"), "timeout", "nan"),
 ]

@@ -566,6 +566,14 @@ def _demo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if pool and args.etcd is not None:
+        # checked before any part runs, as the worker processes would refuse it at the end
+        from shardline.discovery.etcd_connection import parse_endpoints
+
+        try:
+            parse_endpoints([args.etcd], tls_configured=False)
+        except ValueError as error:
+            return _usage_error("demo", f"--etcd: {error}")
     try:
         if not topology or live is not None:
             scenario = None
