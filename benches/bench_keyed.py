@@ -47,7 +47,7 @@ from shardline import (
     Topology,
 )
 from shardline.balancers.bucket import BucketLoadBalancer
-from shardline.topology.discovery import instance_record
+from shardline.discovery.topology import instance_record
 
 from .benchkit import CALLS_PER_ROUND, PROBES, SEED, TIER, blocks
 

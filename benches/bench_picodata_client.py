@@ -34,7 +34,7 @@ same moments of a shared machine; ``extra_info["by_way"]`` holds each way's figu
 quartiles):
 
 ``routed query before I/O``: per key of a block of 1,024, what a keyed query costs the client
-before any I/O. shardline: ``Client._take(key)`` (``Topology.route`` of the key, the
+before any I/O. shardline: ``Client._take(key, False)`` (``Topology.route`` of the key, the
 instance's pool found, an idle connection popped) then ``InstancePool.release`` of it: the
 client's keyed hot path, which is private (the client has no public "acquire by key"; see
 RESULTS.md). picopyn: ``async with pool.acquire_by_sharding_key(factory.create_key({"id":
@@ -285,7 +285,7 @@ def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
 
 def route_ways(c: Clients) -> dict[str, Callable[[Sequence[int]], Awaitable[None]]]:
     db = c.shardline
-    take = db._take  # the keyed hot path of Client._run, before the query is sent
+    take = db._take  # the hot path of a keyed write, before the query is sent
     route = db.topology.route
     pool = c.picopyn
     create_key = c.factory.create_key
@@ -295,8 +295,9 @@ def route_ways(c: Clients) -> dict[str, Callable[[Sequence[int]], Awaitable[None
 
     async def shardline_take_release(block: Sequence[int]) -> None:
         for key in block:
-            instance_pool, connection = take(key)
-            instance_pool.release(connection)
+            taken = take(key, False)
+            assert taken is not None
+            taken[0].release(taken[1])
 
     async def shardline_route(block: Sequence[int]) -> None:
         for key in block:
@@ -325,9 +326,9 @@ def test_route_before_io(benchmark: Any, clients: Clients) -> None:
     for key in KEYS[:CHECKED_KEYS]:
         assert c.run(c.shardline.fetchval(SELECT, key, key=key)) == key
     for key in KEYS[: 2 * ROUTE_BLOCK]:
-        pool, connection = c.shardline._take(key)
-        assert connection is not None, f"no idle connection of the master of {key}"
-        pool.release(connection)
+        taken = c.shardline._take(key, False)
+        assert taken is not None, f"no idle connection of the master of {key}"
+        taken[0].release(taken[1])
         master = c.shardline.topology.route(TIER, key)
         assert master is not None
         assert master.address.rpartition(":")[0] == c.cluster.expected_host(key)

@@ -81,13 +81,17 @@ def pytest_benchmark_update_machine_info(
 
 
 def _build_info() -> dict[str, str]:
-    """Which shardline was measured: the extension's file, its build time, and
-    ``SHARDLINE_BUILD`` from the environment (say, the commit a wheel was built from)."""
+    """Which shardline was measured: the extension's file (relative to the repository when it
+    lies inside it, else only its name, so no machine's layout ends up in RESULTS.md), its
+    build time, and ``SHARDLINE_BUILD`` from the environment (say, the commit a wheel was
+    built from)."""
     import shardline._core as core
 
-    path = Path(core.__file__)
+    path = Path(core.__file__).resolve()
     built = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(path.stat().st_mtime))
-    return {"extension": str(path), "built": built, "note": os.environ.get("SHARDLINE_BUILD", "")}
+    repository = Path(__file__).resolve().parent.parent
+    shown = path.relative_to(repository) if path.is_relative_to(repository) else path.name
+    return {"extension": str(shown), "built": built, "note": os.environ.get("SHARDLINE_BUILD", "")}
 
 
 def _cpu_snapshot() -> tuple[float, float, float]:

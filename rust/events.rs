@@ -65,6 +65,36 @@ pub struct BucketChange {
     pub owner: Owner,
 }
 
+/// Which of the three applies an event goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Instance,
+    Replicaset,
+    Bucket,
+}
+
+/// The kind an event's class declares in its `topology_event` attribute (the classes of
+/// `shardline.topology.events` do), or None: the core dispatches on it rather than on
+/// those classes, so it never imports the package that sits above it.
+pub fn kind_of(event: &Bound<'_, PyAny>) -> PyResult<Option<Kind>> {
+    let py = event.py();
+    let Some(declared) = event
+        .get_type()
+        .getattr_opt(intern!(py, "topology_event"))?
+    else {
+        return Ok(None);
+    };
+    let Ok(declared) = declared.cast_into::<PyString>() else {
+        return Ok(None);
+    };
+    Ok(match declared.to_str() {
+        Ok("instance") => Some(Kind::Instance),
+        Ok("replicaset") => Some(Kind::Replicaset),
+        Ok("bucket") => Some(Kind::Bucket),
+        _ => None,
+    })
+}
+
 fn op(value: &Bound<'_, PyAny>) -> PyResult<Op> {
     match value.extract::<&str>() {
         Ok("replace") => Ok(Op::Replace),

@@ -15,8 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyMapping, PyString, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyMapping, PyString};
 use rustc_hash::FxHashMap;
 
 use crate::bucket_map::{sort_snapshot, BucketMap, Range, SetBy, Setting};
@@ -235,22 +234,6 @@ pub struct Topology {
     /// Bumped under the write lock by every change of `instances` or `replicasets`, so a
     /// reader that sees a value and then takes the read lock sees at least that state.
     membership: AtomicU64,
-}
-
-static EVENT_CLASSES: PyOnceLock<[Py<PyType>; 3]> = PyOnceLock::new();
-
-fn event_classes(py: Python<'_>) -> PyResult<&[Py<PyType>; 3]> {
-    EVENT_CLASSES.get_or_try_init(py, || {
-        let module = py.import("shardline.topology.events")?;
-        let class = |name: &str| -> PyResult<Py<PyType>> {
-            Ok(module.getattr(name)?.cast_into::<PyType>()?.unbind())
-        };
-        Ok([
-            class("InstanceEvent")?,
-            class("ReplicasetEvent")?,
-            class("BucketEvent")?,
-        ])
-    })
 }
 
 /// The text of a tier name given to a lookup: a str that is not text (it holds a lone
@@ -1031,18 +1014,14 @@ impl Topology {
     /// Applies an `InstanceEvent`, a `ReplicasetEvent` or a `BucketEvent`.
     fn apply(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = event.py();
-        let [instance, replicaset, bucket] = event_classes(py)?;
-        if event.is_instance(instance.bind(py))? {
-            self.apply_instance(event)
-        } else if event.is_instance(replicaset.bind(py))? {
-            self.apply_replicaset(event)
-        } else if event.is_instance(bucket.bind(py))? {
-            self.apply_bucket(event)
-        } else {
-            Err(invalid_event(
+        match events::kind_of(event)? {
+            Some(events::Kind::Instance) => self.apply_instance(event),
+            Some(events::Kind::Replicaset) => self.apply_replicaset(event),
+            Some(events::Kind::Bucket) => self.apply_bucket(event),
+            None => Err(invalid_event(
                 py,
                 format!("not a topology event: {}", event.get_type().name()?),
-            ))
+            )),
         }
     }
 

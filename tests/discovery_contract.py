@@ -16,7 +16,7 @@ from typing import Any
 from test_pool_context import worker
 
 from shardline.discovery import Discovery, DiscoveryEvent, Subscription
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 WAIT = 20.0
 _namespaces = itertools.count()

@@ -12,7 +12,7 @@ import sys
 import uuid
 
 from shardline.discovery.etcd import EtcdDiscovery
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 
 async def main(endpoint: str, namespace: str, uid: str, ttl: int) -> None:

@@ -17,7 +17,7 @@ import sys
 import uuid
 
 from shardline.discovery.local import LocalDiscovery
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 
 def record(n: int, pid: int) -> WorkerMetadata:

@@ -34,7 +34,7 @@ from shardline import (
     bucket_id,
 )
 from shardline.balancers.bucket import BucketLoadBalancer
-from shardline.topology.discovery import TopologyDiscovery
+from shardline.discovery.topology import TopologyDiscovery
 
 TIER = "default"
 

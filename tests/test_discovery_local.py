@@ -28,7 +28,7 @@ from test_pool_context import worker
 from shardline.discovery import Discovery, DiscoveryEvent, Subscription
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 # Short enough for a quick suite, long enough that a loaded machine stalling a process for a
 # moment does not get it presumed dead. Tests not about liveness keep the defaults (1 s, 5 s).

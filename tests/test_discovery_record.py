@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_pool_context import worker
 
-from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.record import (
     MAX_DEPTH,
     MAX_RECORD_BYTES,
@@ -22,7 +21,7 @@ from shardline.discovery.record import (
 )
 from shardline.discovery.subscription import RecordFeed
 from shardline.errors import InvalidRecord
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
 json_values = st.recursive(

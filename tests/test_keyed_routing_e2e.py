@@ -33,7 +33,7 @@ from shardline import (
 )
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.discovery.record import decode_record
-from shardline.topology.discovery import TopologyDiscovery
+from shardline.discovery.topology import TopologyDiscovery
 from shardline.topology.sources import PollingSource
 from shardline.transport import GrpcConnection, Task
 from shardline.transport.wire import grpc_target

@@ -34,12 +34,12 @@ from test_topology_polling import run_polled, seed_tier, started
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
-from shardline.pool.metadata import WorkerMetadata
 from shardline.registration import Record
 from shardline.registration.etcd_store import EtcdRecordStore
 from shardline.topology.sources import PollingSource, TopologyChange, TopologySnapshot
 from shardline.topology.sources.notification import NotificationSource
 from shardline.topology.sources.source import TopologySource
+from shardline.workers import WorkerMetadata
 
 DEEP = b"[" * 20_000 + b"]" * 20_000
 """Nested far past any decoder's recursion, yet well inside every size limit."""

@@ -24,7 +24,6 @@ from registration_contract import (
 
 from shardline import WorkerProxy
 from shardline.discovery import DiscoveryEvent, Subscription
-from shardline.pool.metadata import WorkerMetadata
 from shardline.registration import (
     SERVICE_UID_NAMESPACE,
     MemoryRecordStore,
@@ -32,6 +31,7 @@ from shardline.registration import (
     RegistrationDiscovery,
     service_uid,
 )
+from shardline.workers import WorkerMetadata
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from shardline import (
     WorkerMetadata,
     WorkerProxy,
 )
-from shardline.topology.discovery import TopologyDiscovery, instance_record
+from shardline.discovery.topology import TopologyDiscovery, instance_record
 from shardline.topology.sources import (
     BucketSnapshot,
     TopologyChange,

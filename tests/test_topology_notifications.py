@@ -35,13 +35,14 @@ from strategies import TIERS, valid_events
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, TierWithoutBuckets, Topology
 from shardline.topology.sources.changes import TopologySnapshot, apply_change
-from shardline.topology.sources.notification import NotificationSource, TransportError
+from shardline.topology.sources.notification import NotificationSource
 from shardline.topology.sources.notification_documents import (
     DocumentError,
     RaftPosition,
     parse_event_document,
     parse_snapshot,
 )
+from shardline.topology.sources.notification_transport import TransportError
 from shardline.topology.sources.pg_notify import PgNotifySession, PgNotifyTransport
 from shardline.topology.sources.state import FailureReason
 

@@ -88,6 +88,35 @@ def test_not_an_event_is_rejected() -> None:
         fresh().apply({"op": "replace"})
 
 
+class _DeclaredBucketEvent:
+    """Not one of shardline's classes: Topology.apply goes by the kind a class declares."""
+
+    topology_event = "bucket"
+    op = "replace"
+    state = "active"
+
+    def __init__(self, tier: str, start: int, end: int, owner: str) -> None:
+        self.tier, self.start, self.end, self.current_replicaset_uuid = tier, start, end, owner
+
+
+def test_apply_dispatches_on_the_kind_an_event_class_declares() -> None:
+    topology = fresh()
+    topology.apply(ReplicasetEvent("replace", rs_uuid(1), tier="a"))
+    topology.apply(_DeclaredBucketEvent("a", 1, 9, rs_uuid(1)))
+    assert topology.owner("a", 5) == rs_uuid(1)
+
+
+@pytest.mark.parametrize("declared", ["tier", "", b"bucket", None, 3])
+def test_an_unknown_declared_kind_is_not_a_topology_event(declared: object) -> None:
+    event = _DeclaredBucketEvent("a", 1, 9, rs_uuid(1))
+    type(event).topology_event = declared  # type: ignore[assignment]
+    try:
+        with pytest.raises(InvalidEvent, match="not a topology event: _DeclaredBucketEvent"):
+            fresh().apply(event)
+    finally:
+        _DeclaredBucketEvent.topology_event = "bucket"
+
+
 @pytest.mark.parametrize(
     ("tiers", "message"),
     [

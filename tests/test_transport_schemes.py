@@ -11,7 +11,6 @@ from transport_servers import new_namespace, run
 
 from shardline import WorkerProxy
 from shardline.discovery import InProcessDiscovery
-from shardline.pool.metadata import WorkerMetadata
 from shardline.transport import (
     DEFAULT_TRANSPORT,
     GrpcConnection,
@@ -21,6 +20,7 @@ from shardline.transport import (
     serve,
 )
 from shardline.transport.demo_handlers import DEMO_HANDLERS
+from shardline.workers import WorkerMetadata
 
 
 def at(address: str) -> WorkerMetadata:

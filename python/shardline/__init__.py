@@ -3,25 +3,21 @@ that should serve it.
 
 The hot state (bucket maps, hashing) lives in the Rust extension ``shardline._core``; this package
 re-exports it with the events, errors and tools around it.
+
+Importing the package loads only the extension and the errors: ``from shardline import Topology,
+bucket_id`` needs nothing more (no asyncio). Every other name here is imported with its module
+the first time it is read; a name whose module needs an extra that is not installed raises
+:class:`MissingExtra` then.
 """
 
-from typing import TYPE_CHECKING, Any
-
-from shardline._core import bucket_id
-from shardline.balancers import (
-    AffinityLoadBalancer,
-    BucketLoadBalancer,
-    LeastLoadedLoadBalancer,
-    LoadBalancerLike,
-    RoundRobinLoadBalancer,
-    WeightedRoundRobinLoadBalancer,
-)
-from shardline.discovery import DiscoveryEvent
+from shardline._core import BucketRange, Instance, Replicaset, Topology, WorkerPool, bucket_id
+from shardline._lazy import lazy_exports
 from shardline.errors import (
     InstanceUnavailable,
     InvalidArgument,
     InvalidEvent,
     InvalidRecord,
+    MissingExtra,
     NoWorkersAvailable,
     PoolTimeout,
     RpcError,
@@ -33,23 +29,25 @@ from shardline.errors import (
     WorkerError,
     WorkerStartError,
 )
-from shardline.pool import (
-    LoadBalancerContext,
-    LoadBalancerContextView,
-    WorkerMetadata,
-    WorkerPool,
-)
-from shardline.pool.proxy import WorkerProxy
-from shardline.topology import (
-    BucketEvent,
-    BucketRange,
-    Instance,
-    InstanceEvent,
-    Replicaset,
-    ReplicasetEvent,
-    Topology,
-    TopologyDiscovery,
-)
+
+# `typing` alone costs about half of the import budget; type checkers honour this name as well
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from shardline._version import __version__ as __version__
+    from shardline.balancers import (
+        AffinityLoadBalancer,
+        BucketLoadBalancer,
+        LeastLoadedLoadBalancer,
+        LoadBalancerLike,
+        RoundRobinLoadBalancer,
+        WeightedRoundRobinLoadBalancer,
+    )
+    from shardline.discovery.topology import TopologyDiscovery
+    from shardline.pool import LoadBalancerContext, LoadBalancerContextView
+    from shardline.proxy import WorkerProxy
+    from shardline.topology import BucketEvent, InstanceEvent, ReplicasetEvent
+    from shardline.transport.local_pool import LocalPool
+    from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = [
     "AffinityLoadBalancer",
@@ -68,6 +66,7 @@ __all__ = [
     "LoadBalancerContextView",
     "LoadBalancerLike",
     "LocalPool",
+    "MissingExtra",
     "NoWorkersAvailable",
     "PoolTimeout",
     "Replicaset",
@@ -90,27 +89,23 @@ __all__ = [
     "bucket_id",
 ]
 
-if TYPE_CHECKING:
-    from shardline.transport.local_pool import LocalPool
-
-
-__version__: str
-"""The installed distribution's version (``"unknown"`` in a source tree never installed)."""
-
-
-def __getattr__(name: str) -> Any:
-    # a transport's dependencies are an optional extra: import it only for a caller that uses it
-    if name == "LocalPool":
-        from shardline.transport.local_pool import LocalPool
-
-        return LocalPool
-    # read from the package metadata on first use: importing importlib.metadata costs more
-    # than the rest of `import shardline`
-    if name == "__version__":
-        import importlib.metadata
-
-        try:
-            return importlib.metadata.version("shardline")
-        except importlib.metadata.PackageNotFoundError:
-            return "unknown"
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "shardline._version": ["__version__"],
+        "shardline.balancers": [
+            "AffinityLoadBalancer",
+            "BucketLoadBalancer",
+            "LeastLoadedLoadBalancer",
+            "LoadBalancerLike",
+            "RoundRobinLoadBalancer",
+            "WeightedRoundRobinLoadBalancer",
+        ],
+        "shardline.discovery.topology": ["TopologyDiscovery"],
+        "shardline.pool": ["LoadBalancerContext", "LoadBalancerContextView"],
+        "shardline.proxy": ["WorkerProxy"],
+        "shardline.topology": ["BucketEvent", "InstanceEvent", "ReplicasetEvent"],
+        "shardline.workers": ["DiscoveryEvent", "WorkerMetadata"],
+        "shardline.transport.local_pool": ["LocalPool"],
+    },
+)

@@ -45,25 +45,19 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import shardline
+from shardline._extras import require_extra
+from shardline.balancers import create_balancer
 from shardline.demo import (
-    PlainPoolView,
     PoolDemoError,
     PoolView,
     RegistrationDemoError,
     Replay,
-    RichPoolView,
     ScenarioError,
     load_scenario,
     parse_scenario,
-    render_plain,
-    render_registration_plain,
-    render_registration_rich,
-    render_rich,
     run_pool_demo,
     run_process_pool_demo,
     run_registration_demo,
@@ -77,12 +71,14 @@ from shardline.demo.live import (
     LiveDemo,
     LiveDemoError,
 )
-from shardline.demo.live_view import render_live_plain, render_live_rich
-from shardline.demo.pool import BALANCERS
 from shardline.demo.seed_cases import SOURCE
-from shardline.demo.tables import plain_table, rich_table
+from shardline.demo.tables import plain_table
 from shardline.discovery.protocol import Discovery
+from shardline.errors import InvalidArgument, MissingExtra
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["main"]
 
@@ -134,9 +130,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--balancer",
-        choices=sorted(BALANCERS),
+        type=_balancer_name,
         default="round-robin",
-        help="the pool part's balancer (default: round-robin)",
+        metavar="NAME",
+        help=(
+            "the pool part's balancer, by its name in the shardline.balancers entry-point group"
+            " (default: round-robin; an unknown name lists the known ones)"
+        ),
     )
     backend = demo.add_mutually_exclusive_group()
     backend.add_argument(
@@ -330,6 +330,15 @@ def _weight(text: str) -> int | float:
     if not math.isfinite(weight) or weight <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive, finite number, got {text!r}")
     return weight
+
+
+def _balancer_name(text: str) -> str:
+    """A name that resolves to a balancer (one is made and dropped, to check it at parse time)."""
+    try:
+        create_balancer(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -557,15 +566,25 @@ def _demo(args: argparse.Namespace) -> int:
     if not pool and (args.etcd is not None or args.in_process):
         print("shardline demo: error: --etcd and --in-process need the pool part", file=sys.stderr)
         return 2
-    if pool and not args.in_process and (missing := _missing_modules(args.etcd)):
-        extras = "msgpack,etcd" if args.etcd else "msgpack"
-        print(
-            f"shardline demo: error: the worker-pool part runs real worker processes and needs"
-            f" {' and '.join(missing)}: pip install 'shardline[{extras}]',"
-            " or run it with --in-process",
-            file=sys.stderr,
-        )
-        return 1
+    # the views draw with rich even for plain text
+    require_extra("cli", "this command")
+    from shardline.demo.live_view import render_live_plain, render_live_rich
+    from shardline.demo.pool_view import PlainPoolView, RichPoolView
+    from shardline.demo.registration_view import (
+        render_registration_plain,
+        render_registration_rich,
+    )
+    from shardline.demo.view import render_plain, render_rich
+
+    if pool and not args.in_process:
+        # checked before any part runs: the worker processes would fail only once started
+        try:
+            require_extra("msgpack", "the worker-pool part (real worker processes)")
+            if args.etcd is not None:
+                require_extra("etcd", "the worker-pool part over etcd")
+        except MissingExtra as error:
+            print(f"shardline demo: error: {error}, or run it with --in-process", file=sys.stderr)
+            return 1
     if pool and args.etcd is not None:
         # checked before any part runs, as the worker processes would refuse it at the end
         from shardline.discovery.etcd_connection import parse_endpoints
@@ -589,7 +608,7 @@ def _demo(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
         plain = args.plain or not out.isatty()
-        console = None if plain else Console(file=out)
+        console = None if plain else _console(out)
         if scenario is not None:
             if console is None:
                 render_plain(Replay(scenario), out)
@@ -632,14 +651,11 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _missing_modules(etcd: str | None) -> list[str]:
-    """The modules the real-process pool part needs that cannot be imported."""
-    import importlib.util
+def _console(out: TextIO) -> Console:
+    """A rich console writing to ``out`` (the caller has checked that rich is installed)."""
+    from rich.console import Console
 
-    wanted = {"msgpack": "msgpack"}
-    if etcd is not None:
-        wanted |= {"grpc": "grpcio", "aetcd": "aetcd"}
-    return [name for module, name in wanted.items() if importlib.util.find_spec(module) is None]
+    return Console(file=out)
 
 
 def _add_inspect_command(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -688,13 +704,9 @@ def _add_inspect_command(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    if importlib.util.find_spec("asyncpg") is None:
-        print(
-            "shardline inspect: error: needs asyncpg: pip install 'shardline[pg]'", file=sys.stderr
-        )
-        return 1
+    require_extra("pg", "this command")
+    if not (args.plain or args.json) and sys.stdout.isatty():
+        require_extra("cli", "table output on a terminal (--plain and --json do without)")
     from shardline.topology import Topology
     from shardline.topology.sources import SourceState
     from shardline.topology.sources.polling import PollingSource
@@ -744,7 +756,9 @@ def _inspect(args: argparse.Namespace) -> int:
             print(f"\n{name}", file=out)
             plain_table(header, rows, out)
     else:
-        console = Console(file=out)
+        from shardline.demo.tables import rich_table
+
+        console = _console(out)
         console.print(f"[bold]{title}[/bold]")
         for name, header, rows in tables:
             console.print(rich_table(name, header, rows))
@@ -913,7 +927,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
-    return run(args)
+    try:
+        return run(args)
+    except MissingExtra as error:
+        print(f"shardline {args.command}: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
+    "MissingExtra",
     "NoWorkersAvailable",
     "PoolTimeout",
     "RpcError",
@@ -43,6 +44,10 @@ class InvalidArgument(ShardlineError, ValueError):
 
     The same rule holds for a single value, a list, a tuple and an integer array of any dtype;
     the message names the value, and its position for a sequence or an array.
+
+    Also a balancer name that cannot be resolved (:mod:`shardline.balancers.registry`): unknown
+    (the message lists the known names), registered twice, or registered as something that
+    makes no balancer.
     """
 
 
@@ -134,3 +139,20 @@ class WorkerStartError(ShardlineError, RuntimeError):
     """A worker process that ``LocalPool`` started exited before it joined the pool. The message
     names the handlers spec, the process's pid and exit status, and ends with the tail of its
     output, where a handlers spec that cannot be loaded shows its import error."""
+
+
+class MissingExtra(ShardlineError, ImportError):
+    """A feature needs an optional dependency (one of shardline's extras) that is not installed.
+
+    The message names what needs it, the missing module and the command that installs it, e.g.
+    ``shardline.transport.connection needs grpc, which is not installed: pip install
+    'shardline[grpc]'``. ``extra`` is the extra's name, ``name`` (as for any ``ImportError``) the
+    missing module; the ``ModuleNotFoundError`` is chained as ``__cause__``.
+    """
+
+    def __init__(self, extra: str, module: str, *, needed_by: str) -> None:
+        super().__init__(
+            f"{needed_by} needs {module}, which is not installed: pip install 'shardline[{extra}]'",
+            name=module,
+        )
+        self.extra = extra

@@ -4,6 +4,7 @@ from shardline.balancers.affinity import AffinityLoadBalancer
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
 from shardline.balancers.protocol import LoadBalancerLike
+from shardline.balancers.registry import balancer_names, create_balancer
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
 from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
 
@@ -14,4 +15,6 @@ __all__ = [
     "LoadBalancerLike",
     "RoundRobinLoadBalancer",
     "WeightedRoundRobinLoadBalancer",
+    "balancer_names",
+    "create_balancer",
 ]

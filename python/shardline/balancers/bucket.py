@@ -38,7 +38,7 @@ class BucketLoadBalancer:
     :meth:`shardline.Topology.route` accepts: a str, an int, a tuple of parts… It is hashed to
     its bucket in ``tier`` and looked up in ``topology``, and the first candidate is the uid
     (``UUID(instance.uuid)``) of the owning replicaset's master, the pool entry that
-    :class:`~shardline.topology.discovery.TopologyDiscovery` makes for that instance.
+    :class:`~shardline.discovery.topology.TopologyDiscovery` makes for that instance.
 
     A task is read-only when ``read_only(task)`` is true (default: its ``read_only``
     attribute is ``True``). After the master failed or is not pooled, a read-only task is

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from shardline import Topology
+from shardline._extras import require_extra
 from shardline.demo.replay import MasterRequests
 from shardline.demo.scenario import MAX_KEYS, KeyStream
 from shardline.demo.tables import TableData, topology_tables
@@ -243,9 +244,10 @@ class LiveDemo:
         """Connects, polls, routes the keys, runs the routed queries and yields each poll's
         report as it is read.
 
-        Raises :class:`LiveDemoError` with the reason if the first poll cannot read the cluster
-        (nothing has been yielded then); a later poll that fails is reported, not raised, and
-        so is a query that fails (an instance that cannot be reached, …).
+        Raises :class:`~shardline.MissingExtra` without the ``pg`` extra, and
+        :class:`LiveDemoError` with the reason if the first poll cannot read the cluster
+        (nothing has been yielded then in either case); a later poll that fails is reported,
+        not raised, and so is a query that fails (an instance that cannot be reached, …).
 
         Implementation notes:
             The client needs its tier (the one plain ``key=`` values route in) before it
@@ -257,11 +259,10 @@ class LiveDemo:
             route (its ``poll_interval`` is the longest), so the demo's polls are its
             :meth:`~shardline.picodata.Client.refresh` calls.
         """
-        try:
-            from shardline.picodata import connect
-            from shardline.topology.sources.polling import PollingSource
-        except ImportError:
-            raise LiveDemoError("--pg needs asyncpg: pip install 'shardline[pg]'") from None
+        require_extra("pg", "--pg")
+        from shardline.picodata import connect
+        from shardline.topology.sources.polling import PollingSource
+
         # failures are shown in the output; the source's and the client's own warnings would
         # repeat them
         for name in ("shardline.topology.sources", "shardline.picodata"):

@@ -27,22 +27,15 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
-from shardline import (
-    DiscoveryEvent,
-    LoadBalancerLike,
-    RoundRobinLoadBalancer,
-    WeightedRoundRobinLoadBalancer,
-    WorkerMetadata,
-    WorkerProxy,
-)
+from shardline import DiscoveryEvent, LoadBalancerLike, WorkerMetadata, WorkerProxy
+from shardline.balancers import create_balancer
 
 __all__ = [
-    "BALANCERS",
     "AddressRow",
     "InProcessDiscovery",
     "PhaseReport",
@@ -54,11 +47,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("shardline.demo")
-
-BALANCERS: dict[str, Callable[[], LoadBalancerLike]] = {
-    "round-robin": RoundRobinLoadBalancer,
-    "weighted": WeightedRoundRobinLoadBalancer,
-}
 
 _NAMESPACE = uuid.UUID("0d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a")
 # A weight per worker, read by the weighted balancer only (``extra["weight"]``).
@@ -374,7 +362,7 @@ async def _run(balancer: LoadBalancerLike, view: PoolView | None) -> PoolRun:
 
 
 def run_pool_demo(balancer: str = "round-robin", *, view: PoolView | None = None) -> PoolRun:
-    """Runs the in-process pool scenario with the balancer named ``balancer`` (a key of
-    :data:`BALANCERS`) on a fresh event loop, showing it on ``view`` as it goes if given, and
-    returns what it recorded."""
-    return asyncio.run(_run(BALANCERS[balancer](), view))
+    """Runs the in-process pool scenario with the balancer named ``balancer`` (a name in the
+    ``shardline.balancers`` entry-point group) on a fresh event loop, showing it on ``view`` as
+    it goes if given, and returns what it recorded."""
+    return asyncio.run(_run(create_balancer(balancer), view))

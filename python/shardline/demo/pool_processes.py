@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from shardline import DiscoveryEvent, WorkerMetadata, WorkerProxy
+from shardline.balancers import create_balancer
 from shardline.demo.pool import (
-    BALANCERS,
     AddressRow,
     PhaseReport,
     PoolDemoError,
@@ -209,7 +209,7 @@ class _Demo:
         self.view = view
         self.workers = started  # every process started, kept by the caller for a last resort
         self.namespace = f"shardline-demo-{uuid.uuid4().hex[:12]}"
-        self.balancer = BALANCERS[balancer]()
+        self.balancer = create_balancer(balancer)
         self.balancer_name = type(self.balancer).__name__
         self.names: dict[uuid.UUID, str] = {}
         self.registry: dict[uuid.UUID, WorkerMetadata] = {}  # as delivered to the proxy
@@ -730,11 +730,11 @@ def run_process_pool_demo(
 ) -> PoolRun:
     """Runs the pool scenario with real worker processes over LocalDiscovery, or over the
     etcd at ``etcd`` (a URL such as ``http://127.0.0.1:2379``), with the balancer named
-    ``balancer`` (a key of :data:`~shardline.demo.pool.BALANCERS`), showing it on ``view`` as
-    it goes if given; returns what it recorded. Raises :class:`PoolDemoError` when it cannot
-    run, and ``KeyboardInterrupt`` when interrupted (Ctrl-C, or SIGTERM or SIGHUP while it runs
-    on the main thread), in every case once the processes it started are stopped and its
-    temporary directory is removed. Needs ``msgpack`` (and ``aetcd`` and ``grpcio`` for
+    ``balancer`` (a name in the ``shardline.balancers`` entry-point group), showing it on
+    ``view`` as it goes if given; returns what it recorded. Raises :class:`PoolDemoError` when
+    it cannot run, and ``KeyboardInterrupt`` when interrupted (Ctrl-C, or SIGTERM or SIGHUP
+    while it runs on the main thread), in every case once the processes it started are stopped
+    and its temporary directory is removed. Needs ``msgpack`` (and ``aetcd`` and ``grpcio`` for
     etcd)."""
     started: list[_Worker] = []
     root = logging.getLogger("shardline")

@@ -4,10 +4,10 @@ text or as ``rich`` tables: shared by ``shardline inspect`` and ``shardline demo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["TableData", "plain_table", "rich_table", "topology_tables"]
 
@@ -82,6 +82,10 @@ def plain_table(
 
 def rich_table(title: str | None, header: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
     """The same table for a terminal (cells are :class:`~rich.text.Text`, never markup)."""
+    # imported here so that plain output (`shardline inspect --plain`) needs no `cli` extra
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, title_justify="left")
     for column in header:
         table.add_column(column, no_wrap=True)

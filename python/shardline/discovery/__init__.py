@@ -3,19 +3,22 @@
 Backends: :class:`InProcessDiscovery` (one process), :class:`LocalDiscovery` (processes on one
 machine, no server) and ``EtcdDiscovery`` (an etcd cluster; needs the ``etcd`` extra, and is
 imported only when first used). All follow the :class:`Discovery` contract and exchange records
-in the schema of :mod:`shardline.discovery.record`.
+in the schema of :mod:`shardline.discovery.record`. :class:`TopologyDiscovery` (imported when
+first used) makes a cluster's instances, as a topology source reports them, pool members.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
+from shardline._lazy import lazy_exports
 from shardline.discovery.in_process import InProcessDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher, RecordFilter
 from shardline.discovery.subscription import Subscription
+from shardline.workers import DiscoveryEvent, DiscoveryEventType
 
 if TYPE_CHECKING:
     from shardline.discovery.etcd import EtcdDiscovery
+    from shardline.discovery.topology import TopologyDiscovery, instance_record
 
 __all__ = [
     "Discovery",
@@ -27,13 +30,16 @@ __all__ = [
     "LocalDiscovery",
     "RecordFilter",
     "Subscription",
+    "TopologyDiscovery",
+    "instance_record",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
-    if name == "EtcdDiscovery":
-        from shardline.discovery.etcd import EtcdDiscovery
-
-        return EtcdDiscovery
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "shardline.discovery.etcd": ["EtcdDiscovery"],
+        "shardline.discovery.topology": ["TopologyDiscovery", "instance_record"],
+    },
+)

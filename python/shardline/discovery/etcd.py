@@ -10,9 +10,12 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-import grpc
-import grpc.aio
-from aetcd import rpc
+from shardline._extras import requires_extra
+
+with requires_extra("etcd", __name__):
+    import grpc
+    import grpc.aio
+    from aetcd import rpc
 
 from shardline.discovery.etcd_connection import (
     EtcdConnection,
@@ -25,11 +28,10 @@ from shardline.discovery.etcd_connection import (
     stream_write,
 )
 from shardline.discovery.etcd_watch import Listing, list_range, watch_range
-from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
 from shardline.discovery.subscription import RecordFeed, Subscription
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
 __all__ = ["EtcdDiscovery"]
 

@@ -17,9 +17,12 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import grpc
-import grpc.aio
-from aetcd import rpc
+from shardline._extras import requires_extra
+
+with requires_extra("etcd", __name__):
+    import grpc
+    import grpc.aio
+    from aetcd import rpc
 
 __all__ = [
     "EtcdConnection",

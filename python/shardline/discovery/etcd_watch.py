@@ -22,8 +22,11 @@ from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc.aio
-from aetcd import rpc
+from shardline._extras import requires_extra
+
+with requires_extra("etcd", __name__):
+    import grpc.aio
+    from aetcd import rpc
 
 from shardline.discovery.etcd_connection import (
     EtcdConnection,

@@ -8,11 +8,10 @@ import weakref
 from collections.abc import AsyncGenerator
 from typing import ClassVar
 
-from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
 from shardline.discovery.subscription import RecordFeed, Subscription
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
 __all__ = ["InProcessDiscovery"]
 

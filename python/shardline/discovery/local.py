@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from shardline.checks import check_seconds
-from shardline.discovery.event import DiscoveryEvent, DiscoveryEventType
 from shardline.discovery.local_doorbell import Doorbell
 from shardline.discovery.local_store import Batch, LocalStore, Registration, connect, head
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record
 from shardline.discovery.subscription import RecordFeed, Subscription
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
 __all__ = ["LocalDiscovery"]
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from shardline.discovery.event import DiscoveryEventType
 from shardline.discovery.subscription import Subscription
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEventType, WorkerMetadata
 
 __all__ = ["Discovery", "DiscoveryPublisher", "RecordFilter"]
 

@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from shardline.errors import InvalidRecord
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 __all__ = [
     "MAX_DEPTH",
@@ -39,6 +39,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "decode_record",
     "encode_record",
+    "load_document",
     "load_json",
 ]
 
@@ -103,14 +104,7 @@ def decode_record(data: bytes) -> WorkerMetadata:
 
     This is the only exception it raises, whatever ``data`` holds.
     """
-    if len(data) > MAX_RECORD_BYTES:
-        raise InvalidRecord("oversized", f"record of {len(data)} bytes exceeds {MAX_RECORD_BYTES}")
-    document = load_json(data, "record")
-    if not isinstance(document, dict):
-        raise InvalidRecord("malformed", f"record is a {type(document).__name__}, not an object")
-    schema = document.get("schema")
-    if not _is_int(schema) or schema != SCHEMA_VERSION:
-        raise InvalidRecord("unknown-schema", f"record has schema {schema!r}, not 1")
+    document = load_document(data, "record", max_bytes=MAX_RECORD_BYTES, schema=SCHEMA_VERSION)
     uid = _field(document, "uid", str)
     try:
         parsed_uid = uuid.UUID(uid)
@@ -131,6 +125,22 @@ def decode_record(data: bytes) -> WorkerMetadata:
         tags=frozenset(tags),
         extra=MappingProxyType(extra),
     )
+
+
+def load_document(data: bytes, what: str, *, max_bytes: int, schema: int) -> dict[str, Any]:
+    """``data`` read as a JSON object of schema version ``schema`` (its ``"schema"`` field), the
+    versioned form every stored record here takes; :class:`InvalidRecord` otherwise, with the
+    reason ``"oversized"`` (over ``max_bytes``), ``"malformed"`` (see :func:`load_json`; or not
+    an object) or ``"unknown-schema"`` (no version, or another one)."""
+    if len(data) > max_bytes:
+        raise InvalidRecord("oversized", f"{what} of {len(data)} bytes exceeds {max_bytes}")
+    document = load_json(data, what)
+    if not isinstance(document, dict):
+        raise InvalidRecord("malformed", f"{what} is a {type(document).__name__}, not an object")
+    version = document.get("schema")
+    if not _is_int(version) or version != schema:
+        raise InvalidRecord("unknown-schema", f"{what} has schema {version!r}, not {schema}")
+    return document
 
 
 def load_json(data: bytes, what: str, *, max_depth: int = MAX_DEPTH) -> Any:

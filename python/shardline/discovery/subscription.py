@@ -15,10 +15,9 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 
-from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.record import decode_record
 from shardline.errors import InvalidRecord
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["RecordFeed", "Subscription"]
 

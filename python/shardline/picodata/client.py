@@ -8,11 +8,14 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self, TypeVar
 
-import asyncpg
+from shardline._extras import requires_extra
+
+with requires_extra("pg", __name__):
+    import asyncpg
 
 from shardline._core import Instance, Topology
 from shardline.checks import check_count, check_seconds
@@ -31,10 +34,76 @@ WARNING_INTERVAL = 60.0
 
 _NO_KEY: Any = object()
 
-_EXECUTE = asyncpg.Connection.execute
-_FETCH = asyncpg.Connection.fetch
-_FETCHROW = asyncpg.Connection.fetchrow
-_FETCHVAL = asyncpg.Connection.fetchval
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class _Query(Protocol[_T_co]):
+    """``execute``, ``fetch`` and ``fetchrow`` of :class:`Client`."""
+
+    def __call__(
+        self,
+        query: str,
+        *args: Any,
+        key: Any = ...,
+        read_only: bool = False,
+        strict: bool | None = None,
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, _T_co]: ...
+
+
+class _FetchVal(Protocol):
+    """``fetchval`` of :class:`Client`."""
+
+    def __call__(
+        self,
+        query: str,
+        *args: Any,
+        key: Any = ...,
+        column: int = 0,
+        read_only: bool = False,
+        strict: bool | None = None,
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, Any]: ...
+
+
+def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
+    """One of :class:`Client`'s query methods: asyncpg's ``run`` on the connection that the
+    arguments choose (see the class), the connection given back once it returns.
+
+    Implementation notes:
+        The method built here is the only coroutine frame between the caller and the
+        driver. With a shared ``_run`` coroutine awaited by each method, that second frame
+        (resumed at every wake-up of the query) cost about 1 µs of CPU per query at 16 in
+        flight, some 3% of the throughput in an interleaved measurement; four hand-written
+        methods would have repeated the logic four times.
+    """
+
+    async def query(
+        self: Client,
+        query: str,
+        *args: Any,
+        key: Any = _NO_KEY,
+        read_only: bool = False,
+        strict: bool | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> Any:
+        taken = self._take(key, read_only)
+        pool, connection = (
+            taken if taken is not None else await self._connection(key, read_only, strict)
+        )
+        try:
+            result = await run(connection, query, *args, timeout=timeout, **options)
+        except BaseException as error:
+            self._failed(pool, connection, error)
+            raise
+        pool.release(connection)
+        return result
+
+    query.__name__ = run.__name__
+    query.__qualname__ = f"Client.{run.__name__}"
+    query.__doc__ = doc
+    return query
 
 
 def connect(
@@ -288,106 +357,64 @@ class Client:
 
     # queries
 
-    # The four query methods return _run's coroutine rather than awaiting it in one of their
-    # own: a coroutine frame less on every query.
+    # The four query methods are built by _query_method (below the class), each typed by a
+    # protocol: one coroutine frame between the caller and the driver, written once.
 
-    def execute(
-        self,
-        query: str,
-        *args: Any,
-        key: Any = _NO_KEY,
-        read_only: bool = False,
-        strict: bool | None = None,
-        timeout: float | None = None,
-    ) -> Coroutine[Any, Any, str]:
+    execute: _Query[str] = _query_method(
+        asyncpg.Connection.execute,
         """Runs ``query`` (see the class for ``key``, ``read_only`` and ``strict``); returns
-        the status of its last command, as ``asyncpg.Connection.execute`` does. Await it."""
-        return self._run(_EXECUTE, query, args, timeout, key, read_only, strict)
+        the status of its last command, as ``asyncpg.Connection.execute`` does.""",
+    )
+    fetch: _Query[list[Any]] = _query_method(
+        asyncpg.Connection.fetch,
+        """Runs ``query`` and returns its rows (``asyncpg.Record``).""",
+    )
+    fetchrow: _Query[Any] = _query_method(
+        asyncpg.Connection.fetchrow,
+        """Runs ``query`` and returns its first row (``asyncpg.Record``), or None.""",
+    )
+    fetchval: _FetchVal = _query_method(
+        asyncpg.Connection.fetchval,
+        """Runs ``query`` and returns ``column`` (default 0) of its first row, or None.""",
+    )
 
-    def fetch(
-        self,
-        query: str,
-        *args: Any,
-        key: Any = _NO_KEY,
-        read_only: bool = False,
-        strict: bool | None = None,
-        timeout: float | None = None,
-    ) -> Coroutine[Any, Any, list[Any]]:
-        """Runs ``query`` and returns its rows (``asyncpg.Record``). Await it."""
-        return self._run(_FETCH, query, args, timeout, key, read_only, strict)
-
-    def fetchrow(
-        self,
-        query: str,
-        *args: Any,
-        key: Any = _NO_KEY,
-        read_only: bool = False,
-        strict: bool | None = None,
-        timeout: float | None = None,
-    ) -> Coroutine[Any, Any, Any]:
-        """Runs ``query`` and returns its first row (``asyncpg.Record``), or None. Await it."""
-        return self._run(_FETCHROW, query, args, timeout, key, read_only, strict)
-
-    def fetchval(
-        self,
-        query: str,
-        *args: Any,
-        key: Any = _NO_KEY,
-        column: int = 0,
-        read_only: bool = False,
-        strict: bool | None = None,
-        timeout: float | None = None,
-    ) -> Coroutine[Any, Any, Any]:
-        """Runs ``query`` and returns ``column`` of its first row, or None. Await it."""
-        if column:
-            return self._run(_FETCHVAL, query, args, timeout, key, read_only, strict, column)
-        return self._run(_FETCHVAL, query, args, timeout, key, read_only, strict)
-
-    async def _run(
-        self,
-        method: Any,
-        query: str,
-        args: tuple[Any, ...],
-        timeout: float | None,
-        key: Any,
-        read_only: bool,
-        strict: bool | None,
-        column: int | None = None,
-    ) -> Any:
+    def _take(self, key: Any, read_only: bool) -> tuple[InstancePool, Any] | None:
+        """The hot path: (pool, an idle connection) for a keyed write to the key's master or
+        a query without a key to the next online instance; None when anything needs more
+        than that (a read, no route, no idle connection)."""
         if key is _NO_KEY:
-            pool, connection = await self._unkeyed_connection()
-        elif read_only:
-            pool, connection = await self._read_connection(key, strict)
-        else:
-            pool, connection = self._take(key)
-            if connection is None:
-                pool, connection = await self._keyed_connection(key, strict)
-        try:
-            if column is None:
-                result = await method(connection, query, *args, timeout=timeout)
-            else:
-                result = await method(connection, query, *args, column=column, timeout=timeout)
-        except BaseException as error:
-            self._failed(pool, connection, error)
-            raise
-        pool.release(connection)
-        return result
-
-    def _take(self, key: Any) -> tuple[Any, Any]:
-        """The hot path of a keyed write: (pool, an idle connection of the key's master), or
-        (None, None) when anything needs more than that."""
+            online = self._online
+            self._turn += 1
+            if online:
+                pool = online[self._turn % len(online)]
+                connection = pool.take()
+                if connection is not None:
+                    self._unkeyed += 1
+                    return pool, connection
+            return None
+        if read_only:
+            return None
         if key.__class__ is ShardingKey:
             instance = self._route(key.tier, key.values)
         else:
             instance = self._route(self._tier, key)
-        if instance is not None:
-            pool = self._routes.get(id(instance))
-            if pool is not None:
-                connection = pool.take()
-                if connection is not None:
-                    self._keyed += 1
-                    return pool, connection
-        return None, None
+        routed = self._routes.get(id(instance))
+        if routed is not None:
+            connection = routed.take()
+            if connection is not None:
+                self._keyed += 1
+                return routed, connection
+        return None
+
+    async def _connection(
+        self, key: Any, read_only: bool, strict: bool | None
+    ) -> tuple[InstancePool, Any]:
+        """(pool, connection) for a query :meth:`_take` could not serve at once."""
+        if key is _NO_KEY:
+            return await self._unkeyed_connection()
+        if read_only:
+            return await self._read_connection(key, strict)
+        return await self._keyed_connection(key, strict)
 
     async def _keyed_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
         """A connection to the master serving ``key``, after the waits, fallbacks and the one
@@ -494,15 +521,9 @@ class Client:
             replicas.append(master_pool)
         return replicas
 
-    async def _unkeyed_connection(self) -> tuple[Any, Any]:
-        online = self._online
-        self._turn += 1
-        if online:  # the common case: an idle connection of the next instance in turn
-            pool = online[self._turn % len(online)]
-            connection = pool.take()
-            if connection is not None:
-                self._unkeyed += 1
-                return pool, connection
+    async def _unkeyed_connection(self) -> tuple[InstancePool, Any]:
+        """A connection to the online instance whose turn it is (see :meth:`_take`), or the
+        next one that can be reached."""
         self._check_open()
         pool, connection = await self._any_connection(self._turn)
         self._unkeyed += 1

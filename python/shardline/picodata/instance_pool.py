@@ -96,7 +96,7 @@ class InstancePool:
         self._acquire_timeout = acquire_timeout
         self._idle: list[Any] = []
         self._open = 0  # connections open or being opened
-        self._in_use = 0
+        self._opening = 0
         self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._closing = False
         self._drained: asyncio.Event | None = None
@@ -133,7 +133,7 @@ class InstancePool:
             size=self._size,
             open=self._open,
             idle=len(self._idle),
-            in_use=self._in_use,
+            in_use=self._open - self._opening - len(self._idle),
             waits=self.waits,
             timeouts=self.timeouts,
             connects=self.connects,
@@ -151,7 +151,6 @@ class InstancePool:
         while idle:
             connection = idle.pop()
             if not connection.is_closed():
-                self._in_use += 1
                 self.queries += 1
                 return connection
             self._discard(connection, terminate=True)
@@ -181,7 +180,6 @@ class InstancePool:
                 if not connection.is_closed():
                     self.queries += 1
                     return connection
-                self._in_use -= 1
                 self._discard(connection, terminate=True)
             # woken for a freed slot: loop, and open a connection in it unless another
             # query took it first
@@ -189,7 +187,6 @@ class InstancePool:
     def release(self, connection: Any, *, broken: bool = False) -> None:
         """Gives back a connection :meth:`take` or :meth:`acquire` handed out. A connection
         that is ``broken`` or still in a transaction is closed instead of reused."""
-        self._in_use -= 1
         # a connection closed meanwhile is found out by take(), not on every release
         if broken or self._closing or connection.is_in_transaction():
             self._discard(connection, terminate=broken)
@@ -198,7 +195,6 @@ class InstancePool:
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
-                self._in_use += 1
                 waiter.set_result(connection)
                 return
         self._idle.append(connection)
@@ -253,10 +249,12 @@ class InstancePool:
                 address=self.address,
             )
         self._open += 1
+        self._opening += 1
         try:
             connection = await self._connect(self._host, self._port)
         except BaseException as error:
             self._open -= 1
+            self._opening -= 1
             self._wake_for_slot()
             if not isinstance(error, Exception):
                 raise
@@ -280,8 +278,8 @@ class InstancePool:
         if self._failures_in_a_row or not self.connects:
             logger.info("connected to instance %s at %s", self.label, self.address)
         self.connects += 1
+        self._opening -= 1
         self._failures_in_a_row = 0
-        self._in_use += 1
         if self._closing:
             self.release(connection)
             raise self._closed_error()

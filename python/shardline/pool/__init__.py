@@ -2,7 +2,7 @@
 
 from shardline._core import WorkerPool
 from shardline.pool.context import LoadBalancerContext, LoadBalancerContextView, WorkersView
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 __all__ = [
     "LoadBalancerContext",

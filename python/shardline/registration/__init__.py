@@ -7,8 +7,9 @@ after each successful probe, so a successor that never came up cannot pin it wro
 reads one; :class:`RegistrationDiscovery` turns records into pool events.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from shardline._lazy import lazy_exports
 from shardline.registration.clock import Clock, MonotonicClock
 from shardline.registration.discovery import (
     SERVICE_UID_NAMESPACE,
@@ -39,10 +40,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
-    if name == "EtcdRecordStore":
-        from shardline.registration.etcd_store import EtcdRecordStore
-
-        return EtcdRecordStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
+__getattr__ = lazy_exports(__name__, {"shardline.registration.etcd_store": ["EtcdRecordStore"]})

@@ -10,12 +10,11 @@ from collections.abc import AsyncGenerator, Collection
 from types import MappingProxyType
 
 from shardline.checks import check_seconds
-from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.subscription import RecordFeed, Subscription
-from shardline.pool.metadata import WorkerMetadata
 from shardline.registration.checks import check_service, check_services
 from shardline.registration.record import Record, RecordStore
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["SERVICE_UID_NAMESPACE", "RegistrationDiscovery", "service_uid"]
 
@@ -50,7 +49,7 @@ class RegistrationDiscovery:
     the workers as it does for any backend. Subscriptions are independent of each other.
 
     Iterating the object itself opens a new subscription, so it can be passed as is as a
-    :class:`~shardline.pool.proxy.WorkerProxy`'s ``discovery``. There is no ``publisher``: the
+    :class:`~shardline.proxy.WorkerProxy`'s ``discovery``. There is no ``publisher``: the
     records are written by :class:`~shardline.registration.RegistrationKeeper` (or the store),
     never published as workers. ``aclose()`` closes every subscription opened here.
 

@@ -13,11 +13,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator,
 from types import TracebackType
 from typing import Any
 
-from aetcd import rpc
+from shardline._extras import requires_extra
+
+with requires_extra("etcd", __name__):
+    from aetcd import rpc
 
 from shardline.discovery.etcd_connection import EtcdConnection, namespace_prefix
 from shardline.discovery.etcd_watch import Changes, Listing, watch_range
-from shardline.discovery.record import load_json
+from shardline.discovery.record import load_document
 from shardline.errors import InvalidRecord
 from shardline.registration.checks import (
     check_owner,
@@ -61,15 +64,7 @@ def _decode(service: str, data: bytes) -> Record:
     """The record stored as ``data`` under ``service``'s key; :class:`InvalidRecord` (with
     ``reason`` ``"oversized"``, ``"malformed"`` or ``"unknown-schema"``) says why it cannot be
     read. It raises nothing else, whatever ``data`` holds."""
-    if len(data) > MAX_VALUE_BYTES:
-        raise InvalidRecord("oversized", f"{len(data)} bytes, more than {MAX_VALUE_BYTES}")
-    document = load_json(data, "the value")
-    if not isinstance(document, dict):
-        raise InvalidRecord("malformed", f"a JSON {type(document).__name__}, not an object")
-    schema = document.get("schema")
-    # an int, and not a bool (True == 1) nor a float (1.0 == 1)
-    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
-        raise InvalidRecord("unknown-schema", f"schema {schema!r}, not {SCHEMA_VERSION}")
+    document = load_document(data, "the value", max_bytes=MAX_VALUE_BYTES, schema=SCHEMA_VERSION)
     if document.get("service") != service:
         raise InvalidRecord("malformed", f"it is the record of service {document.get('service')!r}")
     owner = document.get("owner")

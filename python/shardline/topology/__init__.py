@@ -1,9 +1,8 @@
-"""The cluster topology: instances, replicasets, per-tier bucket maps, routing, and the cluster's
-instances as pool members (:class:`TopologyDiscovery`). Sources that feed it from a live
-cluster are in :mod:`shardline.topology.sources`."""
+"""The cluster topology: instances, replicasets, per-tier bucket maps and routing. Sources that
+feed it from a live cluster are in :mod:`shardline.topology.sources`; the cluster's instances
+as pool members are :class:`shardline.discovery.TopologyDiscovery`."""
 
 from shardline._core import BucketRange, Instance, Replicaset, Topology
-from shardline.topology.discovery import TopologyDiscovery, instance_record
 from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
 
 __all__ = [
@@ -15,6 +14,4 @@ __all__ = [
     "Replicaset",
     "ReplicasetEvent",
     "Topology",
-    "TopologyDiscovery",
-    "instance_record",
 ]

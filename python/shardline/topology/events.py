@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
-from shardline import _core
+from shardline._core import parse_bucket_row
 
 __all__ = ["BucketEvent", "InstanceEvent", "Op", "ReplicasetEvent"]
 
@@ -24,6 +24,9 @@ class InstanceEvent:
 
     ``name`` is the instance's name in the cluster, kept for people reading the topology.
     """
+
+    topology_event: ClassVar[str] = "instance"
+    """What ``Topology.apply`` dispatches on (the same in the two other event classes)."""
 
     op: Op
     instance_uuid: str
@@ -41,6 +44,8 @@ class ReplicasetEvent:
     name in the cluster, kept for people reading the topology.
     """
 
+    topology_event: ClassVar[str] = "replicaset"
+
     op: Op
     replicaset_uuid: str
     tier: str | None = None
@@ -51,6 +56,8 @@ class ReplicasetEvent:
 @dataclass(frozen=True, slots=True)
 class BucketEvent:
     """The buckets ``start..end`` (inclusive) of ``tier`` are held by a replicaset."""
+
+    topology_event: ClassVar[str] = "bucket"
 
     tier: str
     start: int
@@ -71,5 +78,5 @@ class BucketEvent:
         """
         # Only a mapping is copied into a dict: dict() would also accept a list of pairs as a row.
         fields = dict(row) if isinstance(row, Mapping) else row
-        tier, start, end, owner, state = _core.parse_bucket_row(fields)
+        tier, start, end, owner, state = parse_bucket_row(fields)
         return cls(tier=tier, start=start, end=end, current_replicaset_uuid=owner, state=state)

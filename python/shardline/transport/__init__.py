@@ -17,9 +17,9 @@ announced through ``LocalDiscovery``, and dispatches to them through a ``WorkerP
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from shardline._lazy import lazy_exports
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect, serve
 from shardline.transport.serving import Handler, RetryElsewhere
 from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
@@ -49,19 +49,13 @@ __all__ = [
     "serve_msgpack",
 ]
 
-_LAZY = {
-    "LocalPool": "shardline.transport.local_pool",
-    "GrpcConnection": "shardline.transport.connection",
-    "WorkerServer": "shardline.transport.server",
-    "serve_grpc": "shardline.transport.server",
-    "MsgpackConnection": "shardline.transport.msgpack_connection",
-    "MsgpackWorkerServer": "shardline.transport.msgpack_server",
-    "serve_msgpack": "shardline.transport.msgpack_server",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "shardline.transport.local_pool": ["LocalPool"],
+        "shardline.transport.connection": ["GrpcConnection"],
+        "shardline.transport.server": ["WorkerServer", "serve_grpc"],
+        "shardline.transport.msgpack_connection": ["MsgpackConnection"],
+        "shardline.transport.msgpack_server": ["MsgpackWorkerServer", "serve_msgpack"],
+    },
+)

@@ -6,8 +6,11 @@ import asyncio
 import logging
 from typing import Any
 
-import grpc
-import grpc.aio
+from shardline._extras import requires_extra
+
+with requires_extra("grpc", __name__):
+    import grpc
+    import grpc.aio
 
 from shardline.transport.loop_shared import LoopShared, Registries
 from shardline.transport.wire import METHOD

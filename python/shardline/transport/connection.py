@@ -5,11 +5,13 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-import grpc
-import grpc.aio
+from shardline._extras import requires_extra
+
+with requires_extra("grpc", __name__):
+    import grpc
+    import grpc.aio
 
 from shardline.errors import RpcError, TransientRpcError, WorkerError
-from shardline.pool.metadata import WorkerMetadata
 from shardline.transport.channels import acquire_channel
 from shardline.transport.loop_shared import release
 from shardline.transport.wire import (
@@ -20,6 +22,7 @@ from shardline.transport.wire import (
     encode_request,
     grpc_target,
 )
+from shardline.workers import WorkerMetadata
 
 __all__ = ["GrpcConnection"]
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from shardline._extras import require_extra
 from shardline.checks import check_count, check_seconds
-from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
 from shardline.errors import WorkerStartError
-from shardline.pool.metadata import WorkerMetadata
-from shardline.pool.proxy import Connection, WorkerProxy
+from shardline.proxy import Connection, WorkerProxy
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["LOOPBACK", "LocalPool", "check_spec"]
 
@@ -118,7 +118,8 @@ class LocalPool:
 
     ``ValueError``, naming the argument, for ``workers`` below 1, a ``handlers`` that is not
     ``"module:attribute"``, an unknown ``transport``, durations that are not positive, or a
-    negative ``max_restarts``.
+    negative ``max_restarts``; :class:`~shardline.MissingExtra` when the ``transport``'s extra
+    (of the same name) is not installed, checked here rather than in every worker.
 
     Implementation notes: each worker is ``python -m shardline.transport.local_worker`` (the
     same interpreter, this process's ``sys.path`` given as ``PYTHONPATH``), in a session of its
@@ -160,6 +161,7 @@ class LocalPool:
         self._stop_grace = check_seconds("stop_grace", stop_grace)
         self._max_restarts = max_restarts
         self._restart_window = check_seconds("restart_window", restart_window)
+        require_extra(transport, f"LocalPool(transport={transport!r})")
         self._state = "new"  # then "starting", "running", "stopping", "stopped"
         self._running: dict[uuid.UUID, _Worker] = {}
         self._restarts: collections.deque[float] = collections.deque()

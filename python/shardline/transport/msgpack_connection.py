@@ -8,11 +8,11 @@ import weakref
 from typing import Any, cast
 
 from shardline.errors import RpcError, TransientRpcError, WorkerError
-from shardline.pool.metadata import WorkerMetadata
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.loop_shared import LoopShared, Registries, release
 from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
+from shardline.workers import WorkerMetadata
 
 __all__ = ["MsgpackConnection"]
 

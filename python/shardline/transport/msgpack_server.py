@@ -14,7 +14,6 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
-from shardline.pool.metadata import WorkerMetadata
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.serving import (
@@ -35,6 +34,7 @@ from shardline.transport.wire import (
     UNKNOWN_HANDLER,
     MalformedMessage,
 )
+from shardline.workers import WorkerMetadata
 
 __all__ = ["MAX_IN_FLIGHT", "MsgpackWorkerServer", "serve_msgpack"]
 

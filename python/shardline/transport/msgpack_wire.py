@@ -32,7 +32,10 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+from shardline._extras import requires_extra
+
+with requires_extra("msgpack", __name__):
+    import msgpack  # type: ignore[import-untyped]
 
 from shardline.transport.wire import MalformedMessage
 

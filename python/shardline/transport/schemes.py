@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from shardline.discovery.protocol import Discovery
-from shardline.pool.metadata import WorkerMetadata
 from shardline.transport.serving import Handler
 from shardline.transport.wire import SCHEME as GRPC_SCHEME
+from shardline.workers import WorkerMetadata
 
 if TYPE_CHECKING:
     from shardline.transport.connection import GrpcConnection

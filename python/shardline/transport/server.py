@@ -10,11 +10,13 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-import grpc
-import grpc.aio
+from shardline._extras import requires_extra
+
+with requires_extra("grpc", __name__):
+    import grpc
+    import grpc.aio
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
-from shardline.pool.metadata import WorkerMetadata
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -39,6 +41,7 @@ from shardline.transport.wire import (
     encode_result,
     grpc_target,
 )
+from shardline.workers import WorkerMetadata
 
 __all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve_grpc"]
 

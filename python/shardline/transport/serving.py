@@ -12,7 +12,7 @@ from typing import Any, Self
 from weakref import WeakSet
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import WorkerMetadata
 
 __all__ = [
     "AnnouncedServer",

@@ -10,23 +10,23 @@ the modules that import its driver load on first use, so this package loads with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shardline._core import BucketPayload
+from shardline._lazy import lazy_exports
 from shardline.topology.sources.changes import (
     BucketSnapshot,
     TopologyChange,
     TopologySnapshot,
     apply_change,
 )
-from shardline.topology.sources.notification import (
-    DeliveryStats,
+from shardline.topology.sources.notification import DeliveryStats, NotificationSource
+from shardline.topology.sources.notification_documents import RaftPosition
+from shardline.topology.sources.notification_transport import (
     NotificationSession,
-    NotificationSource,
     NotificationTransport,
     TransportError,
 )
-from shardline.topology.sources.notification_documents import RaftPosition
 from shardline.topology.sources.source import TopologySource
 from shardline.topology.sources.state import FailureReason, SourceState
 
@@ -54,14 +54,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # the pg extra is optional: import its driver only for a caller that talks to PostgreSQL
-    if name == "PollingSource":
-        from shardline.topology.sources.polling import PollingSource
-
-        return PollingSource
-    if name == "PgNotifyTransport":
-        from shardline.topology.sources.pg_notify import PgNotifyTransport
-
-        return PgNotifyTransport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the pg extra is optional: import its driver only for a caller that talks to PostgreSQL
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "shardline.topology.sources.polling": ["PollingSource"],
+        "shardline.topology.sources.pg_notify": ["PgNotifyTransport"],
+    },
+)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardline.topology.events import InstanceEvent, ReplicasetEvent
-from shardline.topology.sources.state import FailureReason
+from shardline.topology.sources.state import CountedFailure, FailureReason
 
 __all__ = [
     "ADDRESSES_OF_TYPE_QUERY",
@@ -59,12 +59,8 @@ EXPELLED_INSTANCE = "Expelled"
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
-class CatalogError(ValueError):
+class CatalogError(CountedFailure, ValueError):
     """A catalog result that cannot be used; ``reason`` is a :class:`FailureReason`."""
-
-    def __init__(self, reason: FailureReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

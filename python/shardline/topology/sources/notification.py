@@ -19,9 +19,9 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from shardline.checks import check_count, check_seconds
 from shardline.topology.events import BucketEvent
@@ -39,6 +39,11 @@ from shardline.topology.sources.notification_documents import (
     parse_event_document,
     parse_snapshot,
 )
+from shardline.topology.sources.notification_transport import (
+    NotificationSession,
+    NotificationTransport,
+    TransportError,
+)
 from shardline.topology.sources.source import TopologySource
 from shardline.topology.sources.state import FailureReason
 
@@ -54,62 +59,6 @@ logger = logging.getLogger("shardline.topology.sources")
 
 _SEEN_LIMIT: Final = 4096
 """How many recently handed-out events are remembered to recognise a redelivery."""
-
-
-class TransportError(Exception):
-    """A transport failed; ``reason`` is the :class:`FailureReason` it counts as (``connect``,
-    ``connection-lost``, ``timeout``, ``query-error``)."""
-
-    def __init__(self, reason: FailureReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class NotificationSession(Protocol):
-    """One subscription: the tiers, the snapshot burst read after subscribing, then the
-    documents pushed since.
-
-    ``documents()`` yields every document the subscription received, in delivery order,
-    starting with those that arrived while the snapshot was read (the source drops the ones the
-    snapshot already holds); it raises :class:`TransportError` when the subscription breaks
-    and ends only if the stream ends. Called once per session. ``aclose()`` is idempotent and
-    may be called while ``documents()`` is being iterated by another task.
-    """
-
-    @property
-    def server(self) -> str:
-        """Where the session is connected, for :attr:`SourceState.server`."""
-        ...
-
-    @property
-    def tiers(self) -> Mapping[str, int]:
-        """Each tier's bucket count (0: a tier without buckets), which the ADR's documents do
-        not carry."""
-        ...
-
-    @property
-    def snapshot(self) -> Sequence[str | bytes]:
-        """The snapshot: the burst of ``replace`` documents the server sends first, read
-        *after* the subscription was in place."""
-        ...
-
-    def documents(self) -> AsyncIterator[str | bytes]: ...
-
-    async def aclose(self) -> None: ...
-
-
-class NotificationTransport(Protocol):
-    """Connects to the cluster and subscribes to its topology documents.
-
-    ``connect()`` must subscribe first and read the snapshot second, so that no document
-    committed between the two is lost; it raises :class:`TransportError` if it cannot, and
-    leaves nothing open if it raises or is cancelled. ``name`` describes the target for logs.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    async def connect(self) -> NotificationSession: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,12 +273,10 @@ class NotificationSource(TopologySource):
         self._seen: OrderedDict[tuple[RaftPosition, TopologyEvent], None] = OrderedDict()
         self._counters = _Counters()
 
-        self._wake = asyncio.Event()
         self._current: _Session | None = None
         self._connecting: asyncio.Task[NotificationSession] | None = None
         self._resync_now = False
         self._resync_wanted = False
-        self._urgent = False
         self._started = 0
 
     # what the source reports
@@ -653,18 +600,6 @@ class NotificationSource(TopologySource):
         if current is not None:
             with contextlib.suppress(asyncio.QueueFull):
                 current.queue.put_nowait(_WAKE)
-
-    async def _pause(self, delay: float) -> None:
-        """Waits ``delay`` seconds, less if :meth:`refresh` asks or the source closes."""
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay
-        while not (self._closed or self._urgent):
-            now = loop.time()
-            if now >= due:
-                return
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), due - now)
 
 
 def _checked_tiers(tiers: Mapping[str, int]) -> dict[str, int]:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
-from shardline.topology.sources.state import FailureReason
+from shardline.topology.sources.state import CountedFailure, FailureReason
 
 __all__ = [
     "DEFAULT_MAX_DOCUMENT",
@@ -115,12 +115,8 @@ class RaftPosition:
         return f"{self.term}:{self.index}"
 
 
-class DocumentError(ValueError):
+class DocumentError(CountedFailure, ValueError):
     """A document that cannot be used; ``reason`` is the :class:`FailureReason` it counts as."""
-
-    def __init__(self, reason: FailureReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,10 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final
 
-import asyncpg
+from shardline._extras import requires_extra
+
+with requires_extra("pg", __name__):
+    import asyncpg
 
 __all__ = ["CLOSE_TIMEOUT", "connect_kwargs", "message", "parse_dsn", "peer"]
 

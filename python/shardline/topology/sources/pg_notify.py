@@ -46,11 +46,14 @@ import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
-import asyncpg
+from shardline._extras import requires_extra
+
+with requires_extra("pg", __name__):
+    import asyncpg
 
 from shardline.topology.sources import pg_connect
 from shardline.topology.sources.membership import TIERS_QUERY
-from shardline.topology.sources.notification import TransportError
+from shardline.topology.sources.notification_transport import TransportError
 from shardline.topology.sources.pg_connect import CLOSE_TIMEOUT, message, parse_dsn, peer
 from shardline.topology.sources.state import FailureReason
 

@@ -11,7 +11,10 @@ import math
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-import asyncpg
+from shardline._extras import requires_extra
+
+with requires_extra("pg", __name__):
+    import asyncpg
 
 from shardline._core import BucketPayload
 from shardline.checks import check_count, check_seconds
@@ -27,7 +30,7 @@ from shardline.topology.sources.membership import (
     Membership,
 )
 from shardline.topology.sources.source import TopologySource
-from shardline.topology.sources.state import FailureReason
+from shardline.topology.sources.state import CountedFailure, FailureReason
 
 __all__ = ["BUCKETS_QUERY", "PollingSource"]
 
@@ -36,12 +39,11 @@ BUCKETS_QUERY = "SELECT _pico_bucket($1) AS buckets"
 Rows = list[tuple[Any, ...]]
 
 
-class _Failure(Exception):
+class _Failure(CountedFailure):
     """One part of a poll failed; ``fatal``: the connection is unusable, stop the poll."""
 
     def __init__(self, reason: FailureReason, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.reason = reason
+        super().__init__(reason, message)
         self.fatal = fatal
 
 
@@ -152,9 +154,7 @@ class PollingSource(TopologySource):
         # tier → (the bucket count it was validated for, the last map accepted)
         self._accepted: dict[str, tuple[int, BucketPayload]] = {}
 
-        self._wake = asyncio.Event()
         self._triggered = False
-        self._urgent = False
         self._started = 0
         self._finished = 0
         self._last_ok = False
@@ -200,7 +200,7 @@ class PollingSource(TopologySource):
         try:
             delay = 0.0
             while True:
-                await self._sleep(delay)
+                await self._pause(delay)
                 if self._closed:
                     return
                 self._triggered = self._urgent = False
@@ -235,20 +235,9 @@ class PollingSource(TopologySource):
             self._finish_waiters(None)
             await self._disconnect(polite=True)
 
-    async def _sleep(self, delay: float) -> None:
-        """Waits ``delay`` seconds, less if triggered (not before ``min_interval`` since the
-        last start), none if a refresh is asked for or the source closes."""
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay
-        while not (self._closed or self._urgent):
-            if self._triggered:
-                due = min(due, self._last_start + self._min_interval)
-            now = loop.time()
-            if now >= due:
-                return
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), due - now)
+    def _due(self, planned: float) -> float:
+        # triggered: no later than min_interval after the last poll started
+        return min(planned, self._last_start + self._min_interval) if self._triggered else planned
 
     def _finish_waiters(self, read: int | None, ok: bool = False) -> None:
         if read is not None:  # remembered for a refresh() whose poll finished before it waited

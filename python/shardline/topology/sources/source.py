@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -45,6 +46,9 @@ class TopologySource(ABC):
         self._rejections = 0
         self._closed = False
         self._iterating = False
+        # _pause: set to cut a wait short and look again; _urgent ends it (a refresh asked)
+        self._wake = asyncio.Event()
+        self._urgent = False
         # refresh() calls waiting: (the number of the read that answers them, their future)
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
 
@@ -85,6 +89,25 @@ class TopologySource(ABC):
     async def aclose(self) -> None:
         """Stops the source: an iteration in progress ends, :meth:`refresh` calls waiting
         return False, and the connection is closed. Idempotent."""
+
+    async def _pause(self, delay: float) -> None:
+        """Waits ``delay`` seconds, or less if :meth:`_due` moves the end closer, and not at
+        all once the source is closed or a refresh is asked for."""
+        loop = asyncio.get_running_loop()
+        planned = loop.time() + delay
+        while not (self._closed or self._urgent):
+            now = loop.time()
+            due = self._due(planned)
+            if now >= due:
+                return
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), due - now)
+
+    def _due(self, planned: float) -> float:
+        """When a pause planned to end at loop time ``planned`` ends (a source that can be
+        triggered ends it sooner)."""
+        return planned
 
     def _check_open(self) -> None:
         if self._closed:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-__all__ = ["FailureReason", "SourceState", "StateRecorder"]
+__all__ = ["CountedFailure", "FailureReason", "SourceState", "StateRecorder"]
 
 logger = logging.getLogger("shardline.topology.sources")
 
@@ -42,6 +42,14 @@ class FailureReason(StrEnum):
     UNEXPECTED = "unexpected-error"
     """A read raised an error the source has no check for (a defect, or input no check
     anticipated); what that read brought was dropped and the source went on."""
+
+
+class CountedFailure(Exception):
+    """A failure a source counts in :attr:`SourceState.failures`, by its ``reason``."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,16 +18,15 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from shardline._core import Instance, Replicaset, Topology
-from shardline.discovery.event import DiscoveryEvent
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.errors import InvalidEvent, UnknownTier
-from shardline.pool.metadata import WorkerMetadata
 from shardline.topology.sources.changes import apply_change
 from shardline.topology.sources.source import TopologySource
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["TopologyDiscovery", "instance_record"]
 
-logger = logging.getLogger("shardline.topology.discovery")
+logger = logging.getLogger("shardline.discovery.topology")
 
 DEFAULT_INTERVAL: Final = 1.0
 """Seconds between two re-reads of a topology given without a source."""

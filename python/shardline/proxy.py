@@ -12,15 +12,15 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from shardline.balancers.protocol import LoadBalancerLike
+from shardline.balancers.registry import create_balancer
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
-from shardline.discovery.event import DiscoveryEvent
 from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
 from shardline.pool.context import LoadBalancerContext
-from shardline.pool.metadata import WorkerMetadata
+from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["Connection", "WorkerProxy"]
 
-logger = logging.getLogger("shardline.pool.proxy")
+logger = logging.getLogger("shardline.proxy")
 
 
 class Connection(Protocol):
@@ -29,11 +29,14 @@ class Connection(Protocol):
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
 
 
-BalancerSpec = LoadBalancerLike | type[LoadBalancerLike] | Callable[[], LoadBalancerLike]
+BalancerSpec = str | LoadBalancerLike | type[LoadBalancerLike] | Callable[[], LoadBalancerLike]
 
 
 def _balancer_of(spec: BalancerSpec) -> LoadBalancerLike:
-    """An instance as is; a class or a zero-argument factory called."""
+    """A name resolved in the registry; an instance as is; a class or a zero-argument factory
+    called."""
+    if isinstance(spec, str):
+        return create_balancer(spec)
     if isinstance(spec, LoadBalancerLike) and not isinstance(spec, type):
         return spec
     return spec()
@@ -49,6 +52,11 @@ class WorkerProxy:
     the connection for a record, on admission and on every refresh. A connection the pool lets
     go (replaced by a refresh, or its worker evicted) is closed with its ``close()`` method, if
     it has one; dispatches already in flight through it must be allowed to finish.
+
+    ``loadbalancer`` is a balancer, a class or factory taking no arguments, or a name
+    registered in the ``shardline.balancers`` entry-point group (see
+    :mod:`shardline.balancers.registry`; an unknown name raises
+    :class:`~shardline.InvalidArgument` listing the known ones).
 
     ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
     workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no

@@ -1,0 +1,131 @@
+"""One build's side of ``bench_abi3.py``: times blocks of hot-path calls when asked, over stdio.
+
+    python -m benches.abi3_worker        (from the repository root, in a venv holding one build)
+
+Each request is one line on stdin, each answer one line of JSON on stdout:
+
+- ``check``: the extension's file name and what every probe gives, for the driver to compare
+  between the two builds before anything is timed;
+- ``time PATH`` (``owner``, ``route``, ``dispatch``): the nanoseconds one block of
+  ``CALLS_PER_ROUND`` calls of that path took, timed here, so the pipe is never in a measurement.
+
+The workload is ``bench_lookup.py``'s and ``bench_hashing.py``'s (3,000 buckets in 256 ranges,
+the seeded probes and str keys of ``benchkit``) and ``bench_pool.py``'s proxy dispatch overhead
+(8 workers, a connection that returns at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import shardline
+from shardline import DiscoveryEvent, WorkerMetadata, WorkerProxy
+
+from .benchkit import (
+    CALLS_PER_ROUND,
+    TIER,
+    blocks,
+    cluster,
+    probe_buckets,
+    shardline_topology,
+    str_keys,
+)
+
+WORKERS = 8
+
+
+class Immediate:
+    """A connection that answers at once with the task."""
+
+    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
+        return task
+
+
+async def announced(size: int) -> AsyncIterator[DiscoveryEvent]:
+    for n in range(size):
+        record = WorkerMetadata(
+            uid=uuid.UUID(int=n + 1), address=f"127.0.0.1:{10000 + n}", pid=1, version="1"
+        )
+        yield DiscoveryEvent("worker-added", record)
+    await asyncio.Event().wait()
+
+
+class Paths:
+    """The three hot paths over one build, each walking its own cycle of probe blocks."""
+
+    def __init__(self) -> None:
+        c = cluster(3000, 256)
+        self.topology = shardline_topology(c)
+        self.buckets = probe_buckets(c.bucket_count)
+        self.keys = str_keys()
+        self.loop = asyncio.new_event_loop()
+        self.proxy = WorkerProxy(
+            discovery=announced(WORKERS), connect=lambda _: Immediate(), quorum=WORKERS
+        )
+        self.loop.run_until_complete(self.proxy.start())
+        owner, route = self.topology.owner, self.topology.route
+        bucket_blocks, key_blocks = blocks(self.buckets), blocks(self.keys)
+        dispatch = self.proxy.dispatch
+
+        def owners() -> None:
+            for bucket in next(bucket_blocks):
+                owner(TIER, bucket)
+
+        def routes() -> None:
+            for key in next(key_blocks):
+                route(TIER, key)
+
+        async def dispatches() -> None:
+            for task in range(CALLS_PER_ROUND):
+                await dispatch(task)
+
+        self.timed: dict[str, Callable[[], Any]] = {
+            "owner": owners,
+            "route": routes,
+            "dispatch": lambda: self.loop.run_until_complete(dispatches()),
+        }
+
+    def check(self) -> dict[str, Any]:
+        routed = [self.topology.route(TIER, key) for key in self.keys]
+
+        async def concurrently() -> list[Any]:
+            return await asyncio.gather(*(self.proxy.dispatch(task) for task in range(WORKERS * 4)))
+
+        dispatched = self.loop.run_until_complete(concurrently())
+        return {
+            "extension": Path(shardline._core.__file__).name,
+            "owner": [self.topology.owner(TIER, bucket) for bucket in self.buckets],
+            "route": [None if i is None else i.uuid for i in routed],
+            "dispatch": dispatched,
+        }
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.proxy.stop())
+        self.loop.close()
+
+    def time(self, path: str) -> int:
+        run = self.timed[path]
+        start = time.perf_counter_ns()
+        run()
+        return time.perf_counter_ns() - start
+
+
+def main() -> None:
+    paths = Paths()
+    for line in sys.stdin:
+        request = line.split()
+        answer = paths.check() if request == ["check"] else paths.time(request[1])
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    paths.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""shardline.testing: the built-in balancers pass the conformance kit, and a balancer that
+breaks one property fails the check for it (so no check is one that cannot fail)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import pytest
+
+from shardline import (
+    AffinityLoadBalancer,
+    LeastLoadedLoadBalancer,
+    RoundRobinLoadBalancer,
+    WeightedRoundRobinLoadBalancer,
+)
+from shardline import testing as kit
+from shardline.balancers import create_balancer
+from shardline.pool.context import LoadBalancerContextView
+
+Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
+
+BUILT_INS: dict[str, Callable[[], Any]] = {
+    "round-robin": RoundRobinLoadBalancer,
+    "weighted": WeightedRoundRobinLoadBalancer,
+    "least-loaded": LeastLoadedLoadBalancer,
+    "affinity": AffinityLoadBalancer,
+}
+
+
+@pytest.mark.parametrize("check", kit.CHECKS, ids=lambda check: check.__name__)
+@pytest.mark.parametrize("factory", BUILT_INS.values(), ids=list(BUILT_INS))
+def test_built_in_balancers_pass_every_check(
+    factory: Callable[[], Any], check: Callable[..., None]
+) -> None:
+    check(factory)
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_built_in_balancers_pass_by_their_registered_name(name: str) -> None:
+    kit.check_balancer(lambda: create_balancer(name))
+
+
+def test_a_task_maker_is_used_for_the_tasks() -> None:
+    keys: set[object] = set()
+
+    def key(task: dict[str, int]) -> object:
+        keys.add(task["user"])
+        return task["user"]
+
+    kit.check_balancer(lambda: AffinityLoadBalancer(key=key), make_task=lambda n: {"user": n})
+    assert len(keys) > 3
+
+
+# Balancers that each break one property ------------------------------------------------------
+
+
+class OffersTheFirstTwice:
+    """Offers every worker, then the first one again."""
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        uids = list(context.workers)
+        for uid in [*uids, *uids[:1]]:
+            try:
+                served = yield uid
+            except Exception:
+                continue
+            if served is not None:
+                return
+
+
+class GoesOnAfterSuccess:
+    """Ignores a success: offers the next worker anyway."""
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        for uid in list(context.workers):
+            try:
+                yield uid
+            except Exception:
+                continue
+
+
+class SwallowsClose:
+    """Offers the next worker after any exception, the close of an abandoned call included."""
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        for uid in list(context.workers):
+            try:
+                served = yield uid
+            except BaseException:
+                continue
+            if served is not None:
+                return
+
+
+class TriesOnlyTwo:
+    """Gives up after two candidates."""
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        for uid in list(context.workers)[:2]:
+            try:
+                served = yield uid
+            except Exception:
+                continue
+            if served is not None:
+                return
+
+
+class ReadsEachCandidate:
+    """Reads each candidate's record from the pool before offering it: a worker dropped since
+    the call began raises KeyError."""
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        for uid in list(context.workers):
+            metadata, _ = context.workers[uid]
+            try:
+                served = yield metadata.uid
+            except Exception:
+                continue
+            if served is not None:
+                return
+
+
+class SharesItsCandidates:
+    """Keeps a call's remaining candidates in the balancer: a call that starts replaces the
+    list the calls in progress are taking from."""
+
+    def __init__(self) -> None:
+        self._left: list[uuid.UUID] = []
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        self._left = list(context.workers)
+        while self._left:
+            uid = self._left.pop(0)
+            try:
+                served = yield uid
+            except Exception:
+                continue
+            if served is not None:
+                return
+
+
+class WaitsForever:
+    """Waits for something that never happens before its first candidate."""
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        await asyncio.Event().wait()
+        yield next(iter(context.workers))
+
+
+BROKEN = [
+    (OffersTheFirstTwice, kit.check_no_repeats, "never offers a worker twice", "offered twice"),
+    (GoesOnAfterSuccess, kit.check_ends_after_success, "ends once a candidate", "instead of"),
+    (SwallowsClose, kit.check_ends_after_success, "ends once a candidate", "closing the call"),
+    (TriesOnlyTwo, kit.check_offers_every_worker, "offers every pooled worker", "without"),
+    (ReadsEachCandidate, kit.check_workers_leaving, "tolerates workers leaving", "KeyError"),
+    (SharesItsCandidates, kit.check_concurrent_calls, "works with concurrent calls", "without"),
+]
+
+
+@pytest.mark.parametrize(
+    ("broken", "check", "title", "detail"), BROKEN, ids=[row[0].__name__ for row in BROKEN]
+)
+def test_a_balancer_breaking_a_property_fails_its_check(
+    broken: type, check: Callable[..., None], title: str, detail: str
+) -> None:
+    with pytest.raises(AssertionError) as failure:
+        check(broken)
+    message = str(failure.value)
+    assert message.startswith(title), message
+    assert broken.__name__ in message, message
+    assert detail in message, message
+    with pytest.raises(AssertionError, match=title):
+        kit.check_balancer(broken)
+
+
+@pytest.mark.parametrize(
+    ("broken", "target"),
+    [
+        (ReadsEachCandidate, kit.check_workers_leaving),
+        (SharesItsCandidates, kit.check_concurrent_calls),
+    ],
+    ids=["ReadsEachCandidate", "SharesItsCandidates"],
+)
+def test_the_churn_and_concurrency_checks_catch_what_the_others_cannot(
+    broken: type, target: Callable[..., None]
+) -> None:
+    for check in kit.CHECKS:
+        if check is not target:
+            check(broken)
+
+
+def test_a_balancer_that_hangs_is_reported_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kit, "_STEP_TIMEOUT", 0.05)
+    with pytest.raises(AssertionError, match=r"did not answer within 0\.05 s"):
+        kit.check_offers_every_worker(WaitsForever)
+
+
+def test_a_call_that_never_ends_is_reported() -> None:
+    class Forever:
+        async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+            while context.workers:
+                for uid in list(context.workers):
+                    try:
+                        yield uid
+                    except Exception:
+                        continue
+
+    with pytest.raises(AssertionError, match="the call did not end; it offered"):
+        kit.check_offers_every_worker(Forever)
+
+
+def test_an_empty_pool_must_offer_nobody() -> None:
+    stranger = uuid.UUID(int=7)
+
+    class Invents:
+        async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+            uids = list(context.workers) or [stranger]
+            for uid in uids:
+                try:
+                    served = yield uid
+                except Exception:
+                    continue
+                if served is not None:
+                    return
+
+    with pytest.raises(AssertionError, match=r"an empty pool: offered \[UUID"):
+        kit.check_offers_every_worker(Invents)
