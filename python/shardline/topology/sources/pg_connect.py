@@ -33,7 +33,8 @@ def parse_dsn(dsn: object) -> tuple[str, dict[str, str]]:
     Implementation notes:
         asyncpg parses a DSN only when it connects, and reads URIs only; this catches at
         construction what it would refuse at every connect: another scheme (a libpq
-        ``key=value`` string has none), a malformed query string, a port that is not a number.
+        ``key=value`` string has none), a malformed query string, a port that is not a number
+        or is out of range.
         Credentials are left out of every message.
     """
     if not isinstance(dsn, str):
@@ -54,6 +55,8 @@ def parse_dsn(dsn: object) -> tuple[str, dict[str, str]]:
         port = item.rpartition("]")[2].partition(":")[2]  # "[::1]:5432", "host:5432", "host"
         if port and not port.isdigit():
             raise ValueError(f"dsn has a port that is not a number: {port!r}")
+        if port and int(port) > 65535:
+            raise ValueError(f"dsn has a port out of range (0 to 65535): {port}")
     host = urllib.parse.unquote(hosts) or settings.get("host") or "localhost"
     query_port = settings.get("port")
     return (f"{host}:{query_port}" if query_port and ":" not in host else host), settings
