@@ -16,6 +16,7 @@ from typing import Any, cast
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
+from shardline.transport.eager import start_eagerly
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -257,7 +258,8 @@ class _State:
 
 
 class _Link(asyncio.Protocol):
-    """One client connection: reads requests, runs each dispatch as a task, writes answers."""
+    """One client connection: reads requests, runs each dispatch (as a task once it waits),
+    writes answers."""
 
     def __init__(self, state: _State) -> None:
         self._state = state
@@ -272,6 +274,7 @@ class _Link(asyncio.Protocol):
         self._expired: set[int] = set()
         self._deadlines: Deadlines[tuple[int, asyncio.Task[None]]] | None = None
         self._unsent: list[bytes] = []
+        self._receiving = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport, though uvloop's are not asyncio.Transport subclasses
@@ -309,14 +312,21 @@ class _Link(asyncio.Protocol):
         except MalformedMessage as error:
             self._drop(f"{error}")
             return
-        for message in messages:
-            if self._transport is None or self._transport.is_closing():
-                return
-            try:
-                self._receive(message)
-            except MalformedMessage as error:
-                self._drop(f"{error}")
-                return
+        # the answers made while these messages are read go out in one write, at the end
+        self._receiving = True
+        try:
+            for message in messages:
+                if self._transport is None or self._transport.is_closing():
+                    return
+                try:
+                    self._receive(message)
+                except MalformedMessage as error:
+                    self._drop(f"{error}")
+                    return
+        finally:
+            self._receiving = False
+            if self._unsent:
+                self._flush()
 
     def _drop(self, reason: str) -> None:
         logger.error("closing the connection of %s: %s", self._peer, reason)
@@ -398,7 +408,9 @@ class _Link(asyncio.Protocol):
             )
             return
         loop = asyncio.get_running_loop()
-        call = loop.create_task(self._run(msgid, name, entry, payload, seconds))
+        call = start_eagerly(loop, self._run(msgid, name, entry, payload, seconds))
+        if call is None:
+            return  # answered already: the handler did not wait
         self.calls[msgid] = call
         call.add_done_callback(functools.partial(self._finished, msgid))
         if seconds is not None:
@@ -502,12 +514,14 @@ class _Link(asyncio.Protocol):
 
     def _write(self, frame: bytes) -> None:
         # Answers ready in one turn of the loop go out in one write: a syscall per answer
-        # was the worker's largest cost with many calls in flight.
-        if not self._unsent:
+        # was the worker's largest cost with many calls in flight. Those made while a read
+        # is handled are written at its end (data_received), without waiting for a turn.
+        if not self._unsent and not self._receiving:
             asyncio.get_running_loop().call_soon(self._flush)
         self._unsent.append(frame)
 
     def _flush(self) -> None:
         frames, self._unsent = self._unsent, []
-        if self._transport is not None and not self._transport.is_closing():
+        # (a turn's flush finds nothing when data_received wrote its answers first)
+        if frames and self._transport is not None and not self._transport.is_closing():
             self._transport.write(b"".join(frames))
