@@ -117,7 +117,7 @@ class MsgpackConnection:
         address = self.metadata.address
         if not self._finalizer.alive:
             raise TransientRpcError(f"the connection to the worker at {address} is closed")
-        payload = wire.pack_value(task.payload, f"the payload for handler {task.handler!r}")
+        payload = wire.pack_value(task.payload, "the payload", task.handler)
         _check_handler(task.handler)
         if len(payload) > self._max_frame_bytes:
             raise ValueError(

@@ -275,6 +275,7 @@ class _Link(asyncio.Protocol):
         self._deadlines: Deadlines[tuple[int, asyncio.Task[None]]] | None = None
         self._unsent: list[bytes] = []
         self._receiving = False
+        self._loop = asyncio.get_running_loop()  # a protocol is made on its server's loop
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport, though uvloop's are not asyncio.Transport subclasses
@@ -407,7 +408,7 @@ class _Link(asyncio.Protocol):
                 f"no handler named {name!r} (this worker serves: {state.served})",
             )
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         call = start_eagerly(loop, self._run(msgid, name, entry, payload, seconds))
         if call is None:
             return  # answered already: the handler did not wait
@@ -496,7 +497,7 @@ class _Link(asyncio.Protocol):
             logger.warning("handler %r raised", name, exc_info=True)
             return wire.error(msgid, wire.HANDLER, type_name(error), str(error))
         try:
-            frame = wire.result(msgid, wire.pack_value(result, f"handler {name!r}: the result"))
+            frame = wire.result(msgid, wire.pack_value(result, "the result", name))
         except (TypeError, ValueError) as error:
             return wire.error(msgid, wire.BAD_RESULT, BAD_RESULT, str(error))
         limit = min(self._state.max_frame_bytes, self._peer_limit or 0)
@@ -517,7 +518,7 @@ class _Link(asyncio.Protocol):
         # was the worker's largest cost with many calls in flight. Those made while a read
         # is handled are written at its end (data_received), without waiting for a turn.
         if not self._unsent and not self._receiving:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         self._unsent.append(frame)
 
     def _flush(self) -> None:

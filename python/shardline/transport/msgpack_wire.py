@@ -197,16 +197,16 @@ def pack(message: Any) -> bytes:
     return data
 
 
-def pack_value(value: Any, what: str) -> bytes:
+def pack_value(value: Any, what: str, handler: str) -> bytes:
     """A payload or result packed on its own; ``TypeError`` or ``ValueError`` (naming
-    ``what``) when msgpack cannot carry it: a type it does not know, a str holding a surrogate
-    code point, nesting deeper than it packs."""
+    ``what`` and the ``handler``) when msgpack cannot carry it: a type it does not know, a str
+    holding a surrogate code point, nesting deeper than it packs."""
     try:
         return pack(value)
     except (TypeError, ValueError, OverflowError) as error:
         # rebuilt as the base type: UnicodeEncodeError's constructor takes five arguments
         kind = TypeError if isinstance(error, TypeError) else ValueError
-        raise kind(f"{what} is not msgpack: {error}") from None
+        raise kind(f"{what} for handler {handler!r} is not msgpack: {error}") from None
 
 
 def unpack_value(data: bytes, what: str) -> Any:
