@@ -332,8 +332,12 @@ class _Link(asyncio.Protocol):
                 f" {limit} (this side's or the worker's at {self._shared.address})"
             )
         answer = self._loop.create_future()
-        self._calls[msgid] = answer
-        self._write(frame)
+        calls = self._calls
+        if calls or self._unsent:
+            self._write(frame)
+        else:  # an idle socket: no request to batch with, so none to wait a turn for
+            self._transport.write(frame)
+        calls[msgid] = answer
         if self._ping_timer is None:
             self._last_heard = self._loop.time()
             self._ping_timer = self._loop.call_later(self._shared.ping[0], self._check_alive)
