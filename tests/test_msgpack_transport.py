@@ -815,3 +815,20 @@ def test_the_socket_closes_after_the_last_connection_and_its_last_call() -> None
             await until(lambda: not links)
 
     run(scenario)
+
+
+# --- the packer each thread reuses ----------------------------------------------------------
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers(-(2**63), 2**64 - 1) | st.text() | st.binary(),
+        lambda inner: st.lists(inner, max_size=4),
+        max_leaves=12,
+    )
+)
+def test_a_message_that_cannot_be_packed_leaves_nothing_behind_for_the_next(value: Any) -> None:
+    for unpackable in ([1, object()], ["\udc80"], [2**70]):
+        with pytest.raises((TypeError, ValueError, OverflowError)):
+            wire.pack([value, unpackable])
+        assert wire.pack(value) == msgpack.packb(value, use_bin_type=True)

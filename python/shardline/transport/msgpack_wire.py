@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import re
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -191,9 +192,22 @@ def _refuse_timestamps(value: Any) -> None:
             raise MalformedMessage("extension type -1 (timestamp) is refused")
 
 
+class _Packers(threading.local):
+    """A msgpack ``Packer`` per thread, reused: ``packb`` builds one for every message, which
+    cost more than the packing (1.6 µs against 0.3 µs for a request). Per thread because a
+    packer's buffer is shared state (msgpack's pure-Python fallback, and a free-threaded
+    interpreter, would interleave two threads' messages in it)."""
+
+    def __init__(self) -> None:
+        self.packer = msgpack.Packer(use_bin_type=True, datetime=False)
+
+
+_packers = _Packers()
+
+
 def pack(message: Any) -> bytes:
     """One message; ``TypeError`` or ``ValueError`` when msgpack cannot carry it."""
-    data: bytes = msgpack.packb(message, use_bin_type=True, datetime=False)
+    data: bytes = _packers.packer.pack(message)
     return data
 
 
