@@ -30,7 +30,6 @@ import math
 import re
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from shardline._extras import requires_extra
@@ -157,7 +156,11 @@ class FrameDecoder:
         self._message_start = 0
 
     def feed(self, data: bytes) -> list[Any]:
-        unpacker = self._unpacker
+        if len(data) <= self._limit - (self._fed - self._message_start):
+            # the common case, all of it within the limit: no slicing
+            self._unpacker.feed(data)
+            self._fed += len(data)
+            return self._drain()
         messages: list[Any] = []
         view = memoryview(data)
         while view:
@@ -165,19 +168,21 @@ class FrameDecoder:
             if room <= 0:
                 raise FrameTooLarge(self._limit)
             piece, view = view[:room], view[room:]
-            unpacker.feed(piece)
+            self._unpacker.feed(piece)
             self._fed += len(piece)
-            messages.extend(self._drain())
+            messages += self._drain()
         return messages
 
-    def _drain(self) -> Iterator[Any]:
+    def _drain(self) -> list[Any]:
         unpacker = self._unpacker
+        messages = []
         try:
             for message in unpacker:
                 self._message_start = unpacker.tell()
-                yield message
+                messages.append(message)
         except (ValueError, msgpack.UnpackException) as error:
             raise MalformedMessage(f"unreadable msgpack: {error}") from None
+        return messages
 
 
 def _refuse_timestamps(value: Any) -> None:
