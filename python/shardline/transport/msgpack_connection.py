@@ -127,7 +127,18 @@ class MsgpackConnection:
         shared = self._shared
         shared.in_flight += 1
         try:
-            error, result = await shared.call(task.handler, payload, timeout)
+            sent = shared.send(task.handler, payload, timeout)
+            if sent is None:
+                sent = await shared.send_when_ready(task.handler, payload, timeout)
+            link, msgid, answer = sent
+            try:
+                error, result = await answer
+            except asyncio.CancelledError:
+                link.cancel(msgid)
+                raise
+            except _Expired:
+                link.cancel(msgid)
+                raise shared.deadline_passed(timeout) from None
         finally:
             shared.end_call()
         if error is None:
@@ -178,38 +189,44 @@ class _Shared(LoopShared):
             self.link.close()
             self.link = None
 
-    async def call(
-        self, handler: str, payload: bytes, timeout: float | None
-    ) -> tuple[tuple[str, str, str] | None, Any]:
-        """``(None, result bytes)`` or ``((kind, type, message), None)``."""
-        deadline = None if timeout is None else self.loop.time() + timeout
+    # A call is sent by send() when the socket takes writes (no coroutine of its own: it is
+    # awaited by MsgpackConnection.dispatch), else by send_when_ready().
+
+    def send(self, handler: str, payload: bytes, timeout: float | None) -> _Sent | None:
+        """Sends the call on a socket that takes writes now: its link, msgid and the future
+        of its answer (``(None, result bytes)`` or ``((kind, type, message), None)``, or
+        :class:`_Expired` at its deadline); None if the socket is being dialled or full."""
         link = self.link
         if link is None or link.broken or link.paused:
-            # dialling, or waiting for the socket to take writes: bounded by the deadline too
-            scope = asyncio.timeout_at(deadline)
-            try:
-                async with scope:
-                    link = await self._ready()
-                    if link.paused:
-                        await link.writable()
-            except TimeoutError:
-                if scope.expired():
-                    raise self._deadline_passed(timeout) from None
-                raise
+            return None
+        return self._send_on(link, handler, payload, timeout, self.loop.time())
+
+    async def send_when_ready(self, handler: str, payload: bytes, timeout: float | None) -> _Sent:
+        """:meth:`send`, once the socket is dialled and takes writes; the wait counts
+        towards the deadline."""
+        start = self.loop.time()
+        scope = asyncio.timeout_at(None if timeout is None else start + timeout)
+        try:
+            async with scope:
+                link = await self._ready()
+                if link.paused:
+                    await link.writable()
+        except TimeoutError:
+            if scope.expired():
+                raise self.deadline_passed(timeout) from None
+            raise
+        return self._send_on(link, handler, payload, timeout, start)
+
+    def _send_on(
+        self, link: _Link, handler: str, payload: bytes, timeout: float | None, start: float
+    ) -> _Sent:
+        deadline = None if timeout is None else start + timeout
         msgid, answer = link.send(handler, payload, deadline)
         if deadline is not None:
             self._deadlines.add(deadline, answer)
-        try:
-            reply: tuple[tuple[str, str, str] | None, Any] = await answer
-            return reply
-        except asyncio.CancelledError:
-            link.cancel(msgid)
-            raise
-        except _Expired:
-            link.cancel(msgid)
-            raise self._deadline_passed(timeout) from None
+        return link, msgid, answer
 
-    def _deadline_passed(self, timeout: float | None) -> TransientRpcError:
+    def deadline_passed(self, timeout: float | None) -> TransientRpcError:
         return TransientRpcError(f"worker at {self.address}: deadline: {timeout} s passed")
 
     async def _ready(self) -> _Link:
@@ -439,6 +456,9 @@ class _Link(asyncio.Protocol):
 
 
 _registries: Registries[_Key, _Shared] = Registries(_Shared)
+
+_Sent = tuple[_Link, int, "asyncio.Future[tuple[tuple[str, str, str] | None, Any]]"]
+"""A call on its way: the link it went on, its msgid, the future of its answer."""
 
 
 class _Expired(Exception):
