@@ -183,7 +183,7 @@ def test_replicas_can_come_from_a_provider(cluster: Topology) -> None:
         return [candidate for candidate in seen if candidate is not None]
 
     assert run(order()) == [uid(inst_uuid(1)), uid(replica_uuid(1, 2))]
-    assert asked == [rs_uuid(1)]
+    assert asked == [rs_uuid(1)] * 2  # asked for each candidate after the master
 
 
 def test_the_replicas_of_a_topology_discovery(cluster: Topology) -> None:
