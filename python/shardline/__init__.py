@@ -14,6 +14,7 @@ from shardline.balancers import (
     LeastLoadedLoadBalancer,
     LoadBalancerLike,
     RoundRobinLoadBalancer,
+    SelectLoadBalancer,
     WeightedRoundRobinLoadBalancer,
 )
 from shardline.discovery import DiscoveryEvent
@@ -74,6 +75,7 @@ __all__ = [
     "ReplicasetEvent",
     "RoundRobinLoadBalancer",
     "RpcError",
+    "SelectLoadBalancer",
     "ShardlineError",
     "TierWithoutBuckets",
     "Topology",
