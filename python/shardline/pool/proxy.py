@@ -195,34 +195,36 @@ class WorkerProxy:
         select = self._select
         if select is not None:
             tried: Tried = NOTHING_TRIED
-            outcomes: dict[uuid.UUID, Exception | None] | None = None
+            outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
+            outcome: Exception | None
             while True:
                 uid = select(task, context=context, tried=tried)
                 if uid is None:
                     raise NoWorkersAvailable(f"no worker could take the task {task!r}") from failure
-                if outcomes is None:
-                    outcomes = {}
-                    tried = MappingProxyType(outcomes)
-                elif uid in outcomes:
+                if outcomes is not None and uid in outcomes:
                     raise RuntimeError(
                         f"balancer {self._balancer!r} offered worker {uid} twice in one call"
                     )
                 try:
                     metadata, connection = resolve(uid)
                 except KeyError:  # it left the pool: skipped, not failed
-                    outcomes[uid] = None
-                    continue
-                started = perf_counter() if load else 0.0
-                try:
-                    return await connection.dispatch(task, timeout=timeout)
-                except TransientRpcError as error:
-                    failure = outcomes[uid] = error
-                except RpcError as error:
-                    self._evict(metadata)
-                    failure = outcomes[uid] = error
-                finally:
-                    if load:
-                        context.end_dispatch(uid, perf_counter() - started)
+                    outcome = None
+                else:
+                    started = perf_counter() if load else 0.0
+                    try:
+                        return await connection.dispatch(task, timeout=timeout)
+                    except TransientRpcError as error:
+                        failure = outcome = error
+                    except RpcError as error:
+                        self._evict(metadata)
+                        failure = outcome = error
+                    finally:
+                        if load:
+                            context.end_dispatch(uid, perf_counter() - started)
+                if outcomes is None:
+                    outcomes = {}
+                    tried = MappingProxyType(outcomes)
+                outcomes[uid] = outcome
         candidates = self._balancer.delegate(task, context=context)
         try:
             uid = await anext(candidates)
