@@ -303,6 +303,25 @@ def test_routing_follows_a_master_switch(cluster: Topology) -> None:
     assert run(served_by(balancer, NoPool(), task)) == uid(replica_uuid(1, 1))
 
 
+def test_a_master_that_changes_mid_call_is_offered_next(cluster: Topology) -> None:
+    """Each candidate reads the topology afresh (issue 12: select keeps no per-call state), so
+    after the old master failed a write goes to the new one rather than giving up."""
+    balancer = BucketLoadBalancer(cluster, TIER)
+
+    async def scenario() -> list[uuid.UUID | None]:
+        gen = start(balancer, Keyed(key_in(cluster, 1)), NoPool())
+        offered = [await first(gen)]
+        cluster.apply(
+            ReplicasetEvent("replace", rs_uuid(1), current_master_uuid=replica_uuid(1, 1))
+        )
+        offered.append(await fail(gen))
+        with pytest.raises(NoWorkersAvailable, match=r"offered 2 instances"):
+            await fail(gen)
+        return offered
+
+    assert run(scenario()) == [uid(inst_uuid(1)), uid(replica_uuid(1, 1))]
+
+
 # Through a WorkerProxy fed by TopologyDiscovery.
 
 
