@@ -7,9 +7,11 @@ Per pool size (8, 64, 1,024, 100,000 workers), one group per operation:
 - ``membership``: ``uid in context.workers`` (ours also through its fast path ``uid in context``).
 
 And ``round-robin decision``: one ``delegate`` driven to its first candidate, which succeeds,
-with 8 and 1,024 workers. Both projects get the same ``WorkerMetadata`` objects (wool's pool
-needs only ``.uid``). Before timing, both pools are checked to hold the same uids in the same
-order and both balancers to offer the same first candidate.
+or (issue 12) one ``select`` for the first candidate, with 8 and 1,024 workers; ``round-robin
+decision, interleaved`` times shardline's ``select`` and wool's ``delegate`` back to back.
+Both projects get the same ``WorkerMetadata`` objects (wool's pool needs only ``.uid``).
+Before timing, both pools are checked to hold the same uids in the same order and both
+balancers to offer the same first candidate.
 
 And ``proxy dispatch overhead``: a whole ``WorkerProxy.dispatch`` through a connection that
 returns at once, with 8 and 1,024 workers, each proxy fed by a discovery stream announcing them
@@ -19,7 +21,9 @@ worker, so that name in ``wool.runtime.worker.proxy`` is replaced by a stub (the
 only thing stubbed). Before timing, one full rotation through each proxy must reach every
 worker's connection once and bring back every task; after timing, the connections must have
 counted every timed dispatch. ``proxy dispatch overhead, interleaved`` times the two proxies
-back to back in every round, for a ratio per round that a drift of the machine cannot skew.
+back to back in every round, for a ratio per round that a drift of the machine cannot skew;
+shardline's side drives, in turn, its built-in round robin (through ``select``), a plugin
+rotation through ``select`` and a plugin through the async-generator protocol (issue 12).
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from typing import Any
 
 import pytest
 
-from shardline import LoadBalancerContext, RoundRobinLoadBalancer, WorkerMetadata
+from shardline import (
+    LoadBalancerContext,
+    RoundRobinLoadBalancer,
+    SelectLoadBalancer,
+    WorkerMetadata,
+)
+from shardline.balancers.protocol import NOTHING_TRIED
 
 pytest.importorskip("pytest_benchmark")
 wool_base = pytest.importorskip("wool.runtime.loadbalancer.base")
@@ -94,14 +104,10 @@ def test_pool_operation(
     assert pool.workers[targets[0].uid][1] in ("conn-new", f"conn-{targets[0].uid.int - 1}")
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("size", [8, 1024])
-def test_round_robin_decision(
-    benchmark: Any, per_call: Callable[..., Any], size: int, impl: str
-) -> None:
-    pool = pools(size)[impl]
-    balancer = RoundRobinLoadBalancer() if impl == "shardline" else wool_rr.RoundRobinLoadBalancer()
-    loop = asyncio.new_event_loop()
+def delegate_decisions(
+    balancer: Any, pool: Any, loop: asyncio.AbstractEventLoop
+) -> Callable[[int], list[uuid.UUID]]:
+    """``count`` round-robin decisions through ``delegate``: first candidate, then success."""
 
     async def decisions(count: int) -> list[uuid.UUID]:
         chosen = []
@@ -114,10 +120,63 @@ def test_round_robin_decision(
                 chosen.append(uid)
         return chosen
 
-    first = loop.run_until_complete(decisions(size))
-    assert first == list(pool.workers)  # one full rotation, in admission order
+    return lambda count: loop.run_until_complete(decisions(count))
+
+
+def select_decisions(balancer: Any, pool: Any) -> Callable[[int], list[uuid.UUID]]:
+    """``count`` round-robin decisions through ``select``, the first candidate each (issue 12)."""
+
+    def decisions(count: int) -> list[uuid.UUID]:
+        select = balancer.select
+        return [select(None, context=pool, tried=NOTHING_TRIED) for _ in range(count)]
+
+    return decisions
+
+
+DECISION_IMPLS = ["shardline delegate", "shardline select", "wool delegate"]
+
+
+@pytest.mark.parametrize("impl", DECISION_IMPLS)
+@pytest.mark.parametrize("size", [8, 1024])
+def test_round_robin_decision(
+    benchmark: Any, per_call: Callable[..., Any], size: int, impl: str
+) -> None:
+    pool = pools(size)[impl.split()[0]]
+    loop = asyncio.new_event_loop()
+    if impl == "shardline select":
+        decisions = select_decisions(RoundRobinLoadBalancer(), pool)
+    elif impl == "shardline delegate":
+        decisions = delegate_decisions(RoundRobinLoadBalancer(), pool, loop)
+    else:
+        decisions = delegate_decisions(wool_rr.RoundRobinLoadBalancer(), pool, loop)
+    assert decisions(size) == list(pool.workers)  # one full rotation, in admission order
     benchmark.group = f"round-robin decision, {size:,} workers"
-    per_call(lambda: loop.run_until_complete(decisions(CALLS)), CALLS, impl=f"{impl} delegate")
+    per_call(lambda: decisions(CALLS), CALLS, impl=impl)
+    loop.close()
+
+
+@pytest.mark.parametrize("size", [8, 1024])
+def test_round_robin_decision_interleaved(
+    benchmark: Any, per_call: Callable[..., Any], size: int
+) -> None:
+    """shardline's decision through ``select`` and wool's through its ``delegate``, timed back
+    to back in every round (issue 12)."""
+    from .bench_goals import interleave
+
+    made = pools(size)
+    loop = asyncio.new_event_loop()
+    ours = select_decisions(RoundRobinLoadBalancer(), made["shardline"])
+    theirs = delegate_decisions(wool_rr.RoundRobinLoadBalancer(), made["wool"], loop)
+    assert ours(size) == theirs(size) == list(made["shardline"].workers)
+    benchmark.group = "round-robin decision, interleaved"
+    interleave(
+        benchmark,
+        per_call,
+        lambda: ours(CALLS),
+        lambda: theirs(CALLS),
+        CALLS,
+        impl=f"shardline select vs wool delegate, {size:,} workers",
+    )
     loop.close()
 
 
@@ -163,7 +222,9 @@ class Announced:
         await asyncio.Event().wait()
 
 
-async def shardline_proxy(size: int) -> tuple[Any, list[Immediate]]:
+async def shardline_proxy(
+    size: int, loadbalancer: Any = RoundRobinLoadBalancer
+) -> tuple[Any, list[Immediate]]:
     """shardline's ``WorkerProxy`` over ``size`` workers, one ``Immediate`` connection each."""
     from shardline import DiscoveryEvent, WorkerProxy
 
@@ -174,9 +235,82 @@ async def shardline_proxy(size: int) -> tuple[Any, list[Immediate]]:
         return connections[-1]
 
     events = [DiscoveryEvent("worker-added", record(n)) for n in range(size)]
-    proxy = WorkerProxy(discovery=Announced(events), connect=connect, quorum=size)
+    proxy = WorkerProxy(
+        discovery=Announced(events), connect=connect, quorum=size, loadbalancer=loadbalancer
+    )
     await proxy.start()
     return proxy, connections
+
+
+class PluginRotation(SelectLoadBalancer):
+    """A plugin's round robin through ``select``, as its author might write it against the
+    public surface alone (``context.workers``): its own snapshot and cursor, in Python."""
+
+    needs_load = False
+
+    def __init__(self) -> None:
+        self.order: list[uuid.UUID] = []
+        self.cursor = 0
+
+    def select(self, task: Any, *, context: Any, tried: Any) -> uuid.UUID | None:
+        workers = context.workers
+        for _ in range(2):  # the rest of this wrap, then a fresh snapshot
+            order = self.order
+            while self.cursor < len(order):
+                uid = order[self.cursor]
+                self.cursor += 1
+                if uid in workers and uid not in tried:
+                    return uid
+            self.order, self.cursor = list(workers), 0
+        return None
+
+
+class PluginGenerator:
+    """A plugin written against the seed's async-generator protocol, declaring nothing (so the
+    proxy keeps the load for it): the round robin that was built in before issue 12, by uid
+    snapshot per wrap, boundary and failed set, over ``context.workers``."""
+
+    def __init__(self) -> None:
+        self.order: list[uuid.UUID] = []
+        self.cursor = 0
+
+    async def delegate(self, task: Any, *, context: Any) -> AsyncGenerator[uuid.UUID, Any]:
+        workers = context.workers
+        boundary: uuid.UUID | None = None
+        failed: set[uuid.UUID] | None = None
+        while True:
+            cursor, order = self.cursor, self.order
+            if cursor >= len(order):
+                order, cursor = list(workers), 0
+                self.order = order
+                if not order:
+                    return
+            uid = order[cursor]
+            self.cursor = cursor + 1
+            if boundary is not None and (uid == boundary or (failed is not None and uid in failed)):
+                if failed is None or len(failed) >= len(workers):
+                    return
+                continue
+            if uid not in workers:
+                continue
+            if boundary is None or boundary not in workers:
+                boundary = uid
+            try:
+                served = yield uid
+            except Exception:
+                if failed is None:
+                    failed = set()
+                failed.add(uid)
+                continue
+            if served is not None:
+                return
+
+
+BALANCERS: dict[str, Callable[[], Any]] = {
+    "built-in round-robin (select)": RoundRobinLoadBalancer,
+    "plugin: select, Python rotation": PluginRotation,
+    "plugin: async generator": PluginGenerator,
+}
 
 
 async def wool_proxy(size: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[ImmediateWool]]:
@@ -273,16 +407,23 @@ def test_proxy_dispatch_overhead(
     loop.close()
 
 
+@pytest.mark.parametrize("way", list(BALANCERS))
 @pytest.mark.parametrize("size", [8, 1024])
 def test_proxy_dispatch_overhead_interleaved(
-    benchmark: Any, per_call: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, size: int
+    benchmark: Any,
+    per_call: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    size: int,
+    way: str,
 ) -> None:
     """The same pair, one block of each timed back to back in every round (bench_goals.py's
-    ``interleave``): the ratio wool / shardline per round, in ``extra_info``."""
+    ``interleave``): the ratio wool / shardline per round, in ``extra_info``. shardline's proxy
+    drives, by ``way``, its built-in round robin or a plugin through either protocol (issue 12);
+    wool's its own round robin."""
     from .bench_goals import interleave
 
     loop = asyncio.new_event_loop()
-    ours, ours_connections = loop.run_until_complete(shardline_proxy(size))
+    ours, ours_connections = loop.run_until_complete(shardline_proxy(size, BALANCERS[way]))
     theirs, theirs_connections = loop.run_until_complete(wool_proxy(size, monkeypatch))
 
     async def rotation(proxy: Any, streams: bool) -> list[Any]:
@@ -304,16 +445,23 @@ def test_proxy_dispatch_overhead_interleaved(
         return lambda: loop.run_until_complete(dispatches())
 
     benchmark.group = "proxy dispatch overhead, interleaved"
+    builtin = way == "built-in round-robin (select)"
     interleave(
         benchmark,
         per_call,
         block(ours),
         block(theirs),
         CALLS,
-        impl=f"shardline vs wool WorkerProxy.dispatch, {size:,} workers",
-        goal_group=f"proxy dispatch overhead, {size:,} workers",
-        goal_ours="shardline WorkerProxy.dispatch",
-        goal_theirs="wool WorkerProxy.dispatch",
+        impl=f"shardline ({way}) vs wool WorkerProxy.dispatch, {size:,} workers",
+        **(
+            {
+                "goal_group": f"proxy dispatch overhead, {size:,} workers",
+                "goal_ours": "shardline WorkerProxy.dispatch",
+                "goal_theirs": "wool WorkerProxy.dispatch",
+            }
+            if builtin
+            else {}
+        ),
     )
     ours_calls = sum(c.calls for c in ours_connections)
     assert ours_calls == sum(c.calls for c in theirs_connections) > size

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
+import balancer_driving
 import pytest
 from etcd_server import EtcdServer
 from hypothesis import settings
@@ -76,3 +77,17 @@ def pg() -> Iterator[PgServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module", params=balancer_driving.PROTOCOLS)
+def balancer_protocol(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a module's tests through each balancer protocol: balancers driven directly go
+    through ``balancer_driving.start``; with ``"delegate"``, the proxy is made to drive every
+    balancer through ``delegate`` (as it does one that has no ``select``)."""
+    protocol: str = request.param
+    balancer_driving.PROTOCOL[0] = protocol
+    with pytest.MonkeyPatch.context() as patch:
+        if protocol == "delegate":
+            patch.setattr("shardline.proxy.select_of", lambda balancer: None)
+        yield protocol
+    balancer_driving.PROTOCOL[0] = "select"

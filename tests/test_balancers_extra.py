@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from balancer_driving import all_failing, fail, first, run, served_by, succeed
+from balancer_driving import all_failing, fail, first, run, served_by, start, succeed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pool_context import worker
@@ -22,6 +22,8 @@ from test_pool_context import worker
 from shardline import LoadBalancerContext, LoadBalancerLike, WorkerMetadata
 from shardline.balancers.affinity import AffinityLoadBalancer
 from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
+
+pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 
 Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
 
@@ -93,7 +95,7 @@ def test_weighted_failure_offers_the_next_in_order() -> None:
     # Fresh scores: pick 1 over {a, b, c} -> a (a: 5-7 = -2); pick 2 over {b, c}: both 2, the
     # tie goes to the earlier admitted -> b (b: 2-2 = 0); pick 3 over {c}: c.
     async def scenario() -> list[uuid.UUID | None]:
-        gen = WeightedRoundRobinLoadBalancer().delegate(None, context=pool(A, B, C, weights=NGINX))
+        gen = start(WeightedRoundRobinLoadBalancer(), None, pool(A, B, C, weights=NGINX))
         offered = [await first(gen), await fail(gen)]
         last = offered[-1]
         assert last is not None
@@ -114,7 +116,7 @@ def test_weighted_empty_pool_yields_nothing() -> None:
 
 def test_weighted_success_ends_the_call() -> None:
     async def scenario() -> bool:
-        gen = WeightedRoundRobinLoadBalancer().delegate(None, context=pool(1, 2))
+        gen = start(WeightedRoundRobinLoadBalancer(), None, pool(1, 2))
         candidate = await first(gen)
         assert candidate is not None
         return await succeed(gen, candidate)
@@ -181,7 +183,7 @@ def test_weighted_a_refreshed_weight_applies_to_the_next_pick() -> None:
 def test_weighted_a_worker_evicted_mid_call_is_skipped() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         context = pool(1, 2, 3)
-        gen = WeightedRoundRobinLoadBalancer().delegate(None, context=context)
+        gen = start(WeightedRoundRobinLoadBalancer(), None, context)
         offered = [await first(gen)]
         context.remove_worker(worker(2))
         offered.append(await fail(gen))
@@ -215,8 +217,8 @@ def test_weighted_a_worker_that_left_and_rejoined_starts_at_zero() -> None:
 def test_weighted_concurrent_drivers_share_the_scores() -> None:
     async def scenario() -> tuple[uuid.UUID | None, uuid.UUID | None]:
         balancer, context = WeightedRoundRobinLoadBalancer(), pool(1, 2, 3)
-        one = balancer.delegate(None, context=context)
-        two = balancer.delegate(None, context=context)
+        one = start(balancer, None, context)
+        two = start(balancer, None, context)
         return await first(one), await first(two)
 
     a, b = run(scenario())
@@ -369,7 +371,7 @@ def test_affinity_failure_offers_the_next_by_score() -> None:
     expected = reference_order(key, [uid(n) for n in range(5)])
 
     async def scenario() -> list[uuid.UUID | None]:
-        gen = AffinityLoadBalancer().delegate(key, context=context)
+        gen = start(AffinityLoadBalancer(), key, context)
         offered = [await first(gen), await fail(gen)]
         last = offered[-1]
         assert last is not None
@@ -391,7 +393,7 @@ def test_affinity_a_worker_evicted_mid_call_is_skipped() -> None:
     expected = reference_order(key, [uid(n) for n in range(4)])
 
     async def scenario() -> list[uuid.UUID]:
-        gen = AffinityLoadBalancer().delegate(key, context=context)
+        gen = start(AffinityLoadBalancer(), key, context)
         offered = [await first(gen)]
         context.remove_worker(worker(expected[2].int))
         candidate = await fail(gen)

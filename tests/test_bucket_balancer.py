@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
-from balancer_driving import all_failing, fail, first, served_by, succeed
+from balancer_driving import all_failing, fail, first, served_by, start, succeed
 from conftest import add_replicaset, inst_uuid, rs_uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,6 +35,8 @@ from shardline import (
 )
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.discovery.topology import TopologyDiscovery
+
+pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 
 TIER = "default"
 
@@ -65,8 +67,8 @@ def cluster(topology: Topology) -> Topology:
     add_replica(topology, 1, 1)
     add_replica(topology, 1, 2)
     add_replica(topology, 1, 3, state="Offline")
-    for n, (start, end) in zip((1, 2, 3), [(1, 1000), (1001, 2000), (2001, 3000)], strict=True):
-        topology.apply(BucketEvent(TIER, start, end, rs_uuid(n)))
+    for n, (low, high) in zip((1, 2, 3), [(1, 1000), (1001, 2000), (2001, 3000)], strict=True):
+        topology.apply(BucketEvent(TIER, low, high, rs_uuid(n)))
     return topology
 
 
@@ -98,7 +100,7 @@ def test_a_write_is_offered_the_master_only_and_the_failure_is_named(cluster: To
     key = key_in(cluster, 1)
 
     async def scenario() -> None:
-        gen = balancer.delegate(Keyed(key), context=NoPool())
+        gen = start(balancer, Keyed(key), NoPool())
         assert await first(gen) == uid(inst_uuid(1))
         with pytest.raises(NoWorkersAvailable) as raised:
             await gen.athrow(RpcError("connection refused"))
@@ -124,7 +126,7 @@ def test_a_read_only_task_falls_back_to_the_online_replicas_in_uid_order(
             await all_failing(balancer, NoPool(), task)
         assert raised.value.__cause__ is not None
         # the replica that serves ends the call
-        gen = balancer.delegate(task, context=NoPool())
+        gen = start(balancer, task, NoPool())
         assert await first(gen) == expected[0]
         assert await fail(gen) == expected[1]
         assert await succeed(gen, expected[1])
@@ -133,7 +135,7 @@ def test_a_read_only_task_falls_back_to_the_online_replicas_in_uid_order(
     offered: list[uuid.UUID] = []
 
     async def record_offers() -> None:
-        gen = balancer.delegate(task, context=NoPool())
+        gen = start(balancer, task, NoPool())
         candidate = await first(gen)
         while candidate is not None:
             offered.append(candidate)
@@ -151,13 +153,13 @@ def test_a_master_not_in_the_pool_is_skipped_to_the_replicas(cluster: Topology) 
     balancer = BucketLoadBalancer(cluster, TIER)
 
     async def scenario() -> None:
-        gen = balancer.delegate(Keyed(key_in(cluster, 1), read_only=True), context=NoPool())
+        gen = start(balancer, Keyed(key_in(cluster, 1), read_only=True), NoPool())
         assert await first(gen) == uid(inst_uuid(1))
         assert await anext(gen) == uid(replica_uuid(1, 1))
         assert await anext(gen) == uid(replica_uuid(1, 2))
         with pytest.raises(NoWorkersAvailable, match="none was pooled"):
             await anext(gen)
-        write = balancer.delegate(Keyed(key_in(cluster, 1)), context=NoPool())
+        write = start(balancer, Keyed(key_in(cluster, 1)), NoPool())
         assert await first(write) == uid(inst_uuid(1))
         with pytest.raises(NoWorkersAvailable, match=r"offered its master .* none was pooled"):
             await anext(write)
@@ -175,7 +177,7 @@ def test_replicas_can_come_from_a_provider(cluster: Topology) -> None:
     balancer = BucketLoadBalancer(cluster, TIER, replicas=replicas)
 
     async def order() -> list[uuid.UUID]:
-        gen = balancer.delegate(Keyed(key_in(cluster, 1), read_only=True), context=NoPool())
+        gen = start(balancer, Keyed(key_in(cluster, 1), read_only=True), NoPool())
         seen = [await first(gen)]
         seen.append(await fail(gen))
         with pytest.raises(NoWorkersAvailable):
@@ -183,7 +185,7 @@ def test_replicas_can_come_from_a_provider(cluster: Topology) -> None:
         return [candidate for candidate in seen if candidate is not None]
 
     assert run(order()) == [uid(inst_uuid(1)), uid(replica_uuid(1, 2))]
-    assert asked == [rs_uuid(1)]
+    assert asked == [rs_uuid(1)] * 2  # asked for each candidate after the master
 
 
 def test_the_replicas_of_a_topology_discovery(cluster: Topology) -> None:
@@ -192,7 +194,7 @@ def test_the_replicas_of_a_topology_discovery(cluster: Topology) -> None:
         try:
             await drain(discovery)
             balancer = BucketLoadBalancer(cluster, TIER, replicas=discovery.replicas)
-            gen = balancer.delegate(Keyed(key_in(cluster, 1), read_only=True), context=NoPool())
+            gen = start(balancer, Keyed(key_in(cluster, 1), read_only=True), NoPool())
             seen = [await first(gen), await fail(gen), await fail(gen)]
             await gen.aclose()
             return [candidate for candidate in seen if candidate is not None]
@@ -212,7 +214,7 @@ def test_read_only_and_key_are_callables(cluster: Topology) -> None:
     key = key_in(cluster, 1)
 
     async def offers(task: Any) -> list[uuid.UUID | None]:
-        gen = balancer.delegate(task, context=NoPool())
+        gen = start(balancer, task, NoPool())
         seen = [await first(gen)]
         with contextlib.suppress(NoWorkersAvailable):
             seen.append(await fail(gen))
@@ -253,7 +255,7 @@ def test_a_miss_asks_for_a_refresh_and_names_the_bucket(
     key = key_in(cluster, 2)
     cluster.apply(event)
     with pytest.raises(NoWorkersAvailable) as raised:
-        run(first(balancer.delegate(Keyed(key), context=NoPool())))
+        run(first(start(balancer, Keyed(key), NoPool())))
     bucket = cluster.bucket_id(TIER, key)
     assert str(raised.value).startswith(f"no route for bucket {bucket} of tier 'default': ")
     assert why in str(raised.value)
@@ -275,11 +277,11 @@ def test_an_async_on_miss_is_scheduled_and_a_failing_one_is_logged(
     async def scenario() -> None:
         balancer = BucketLoadBalancer(cluster, TIER, on_miss=trigger)
         with pytest.raises(NoWorkersAvailable, match="no route"):
-            await first(balancer.delegate(Keyed(1), context=NoPool()))
+            await first(start(balancer, Keyed(1), NoPool()))
         await asyncio.wait_for(triggered.wait(), 5)
         balancer = BucketLoadBalancer(cluster, TIER, on_miss=broken)
         with caplog.at_level(logging.ERROR), pytest.raises(NoWorkersAvailable, match="no route"):
-            await first(balancer.delegate(Keyed(1), context=NoPool()))
+            await first(start(balancer, Keyed(1), NoPool()))
         assert "the source is closed" in caplog.text
 
     run(scenario())
@@ -287,11 +289,11 @@ def test_an_async_on_miss_is_scheduled_and_a_failing_one_is_logged(
 
 def test_an_unknown_tier_and_an_unhashable_key_propagate(cluster: Topology) -> None:
     with pytest.raises(UnknownTier):
-        run(first(BucketLoadBalancer(cluster, "nope").delegate(Keyed(1), context=NoPool())))
+        run(first(start(BucketLoadBalancer(cluster, "nope"), Keyed(1), NoPool())))
     with pytest.raises(UnhashableKey):
-        run(first(BucketLoadBalancer(cluster, TIER).delegate(Keyed(object()), context=NoPool())))
+        run(first(start(BucketLoadBalancer(cluster, TIER), Keyed(object()), NoPool())))
     with pytest.raises(AttributeError):
-        run(first(BucketLoadBalancer(cluster, TIER).delegate("no key", context=NoPool())))
+        run(first(start(BucketLoadBalancer(cluster, TIER), "no key", NoPool())))
 
 
 def test_routing_follows_a_master_switch(cluster: Topology) -> None:
@@ -299,6 +301,25 @@ def test_routing_follows_a_master_switch(cluster: Topology) -> None:
     task = Keyed(key_in(cluster, 1))
     cluster.apply(ReplicasetEvent("replace", rs_uuid(1), current_master_uuid=replica_uuid(1, 1)))
     assert run(served_by(balancer, NoPool(), task)) == uid(replica_uuid(1, 1))
+
+
+def test_a_master_that_changes_mid_call_is_offered_next(cluster: Topology) -> None:
+    """Each candidate reads the topology afresh (issue 12: select keeps no per-call state), so
+    after the old master failed a write goes to the new one rather than giving up."""
+    balancer = BucketLoadBalancer(cluster, TIER)
+
+    async def scenario() -> list[uuid.UUID | None]:
+        gen = start(balancer, Keyed(key_in(cluster, 1)), NoPool())
+        offered = [await first(gen)]
+        cluster.apply(
+            ReplicasetEvent("replace", rs_uuid(1), current_master_uuid=replica_uuid(1, 1))
+        )
+        offered.append(await fail(gen))
+        with pytest.raises(NoWorkersAvailable, match=r"offered 2 instances"):
+            await fail(gen)
+        return offered
+
+    assert run(scenario()) == [uid(inst_uuid(1)), uid(replica_uuid(1, 1))]
 
 
 # Through a WorkerProxy fed by TopologyDiscovery.
@@ -405,7 +426,7 @@ def test_the_first_candidate_is_the_catalogs_master_of_the_keys_bucket(
 def first_without_a_loop(balancer: BucketLoadBalancer, task: Any) -> uuid.UUID:
     """The first candidate, then success, driven without an event loop: the balancer never
     awaits anything, so each step of its generator completes at once."""
-    gen = balancer.delegate(task, context=NoPool())
+    gen = start(balancer, task, NoPool())
     try:
         gen.__anext__().send(None)
     except StopIteration as yielded:

@@ -9,11 +9,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from balancer_driving import start
 from test_pool_context import worker
 from test_worker_proxy import Harness, Stream, added
 
 from shardline import LoadBalancerContext, LoadBalancerLike, WorkerProxy
 from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
+
+pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 
 
 def pool(*ns: int) -> LoadBalancerContext:
@@ -24,7 +27,7 @@ def pool(*ns: int) -> LoadBalancerContext:
 
 
 async def first_choice(balancer: LeastLoadedLoadBalancer, context: Any) -> uuid.UUID:
-    gen = balancer.delegate(None, context=context)
+    gen = start(balancer, None, context)
     uid = await anext(gen)
     await gen.aclose()
     return uid
@@ -66,7 +69,7 @@ def test_equal_load_prefers_the_lower_latency_in_each_pair() -> None:
 
 def test_each_worker_is_offered_once_per_call() -> None:
     async def scenario() -> list[uuid.UUID]:
-        gen = LeastLoadedLoadBalancer(random.Random(3)).delegate(None, context=pool(1, 2, 3, 4))
+        gen = start(LeastLoadedLoadBalancer(random.Random(3)), None, pool(1, 2, 3, 4))
         offered = [await anext(gen)]
         while True:
             try:

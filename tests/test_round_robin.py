@@ -8,12 +8,15 @@ import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 
-from balancer_driving import all_failing, fail, first, run, served_by, succeed
+import pytest
+from balancer_driving import all_failing, fail, first, run, served_by, start, succeed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pool_context import worker
 
 from shardline import LoadBalancerContext, LoadBalancerLike, RoundRobinLoadBalancer, WorkerMetadata
+
+pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 
 
 def pool(*ns: int) -> LoadBalancerContext:
@@ -47,7 +50,7 @@ def test_case18_a_new_call_starts_past_the_served_worker() -> None:
 
 def test_case19_a_failure_advances_to_the_next_uid() -> None:
     async def scenario() -> list[uuid.UUID | None]:
-        gen = RoundRobinLoadBalancer().delegate(None, context=pool(1, 2, 3))
+        gen = start(RoundRobinLoadBalancer(), None, pool(1, 2, 3))
         return [await first(gen), await fail(gen)]
 
     assert run(scenario()) == [uid(1), uid(2)]
@@ -60,7 +63,7 @@ def test_case20_every_worker_failing_ends_the_cycle() -> None:
 def test_case21_a_worker_evicted_mid_cycle_is_skipped() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         context = pool(1, 2, 3)
-        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        gen = start(RoundRobinLoadBalancer(), None, context)
         offered = [await first(gen)]
         context.remove_worker(worker(2))
         offered.append(await fail(gen))
@@ -72,7 +75,7 @@ def test_case21_a_worker_evicted_mid_cycle_is_skipped() -> None:
 
 def test_case22_success_ends_the_cycle() -> None:
     async def scenario() -> bool:
-        gen = RoundRobinLoadBalancer().delegate(None, context=pool(1, 2))
+        gen = start(RoundRobinLoadBalancer(), None, pool(1, 2))
         candidate = await first(gen)
         assert candidate is not None
         return await succeed(gen, candidate)
@@ -82,7 +85,7 @@ def test_case22_success_ends_the_cycle() -> None:
 
 def test_case23_failures_before_a_success_follow_rotation_order() -> None:
     async def scenario() -> list[uuid.UUID | None]:
-        gen = RoundRobinLoadBalancer().delegate(None, context=pool(1, 2, 3, 4))
+        gen = start(RoundRobinLoadBalancer(), None, pool(1, 2, 3, 4))
         offered = [await first(gen), await fail(gen), await fail(gen)]
         last = offered[-1]
         assert last is not None
@@ -101,8 +104,8 @@ def test_case24_successive_calls_rotate_the_starting_worker() -> None:
 def test_case25_concurrent_drivers_are_offered_distinct_workers() -> None:
     async def scenario() -> tuple[uuid.UUID | None, uuid.UUID | None]:
         balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
-        one = balancer.delegate(None, context=context)
-        two = balancer.delegate(None, context=context)
+        one = start(balancer, None, context)
+        two = start(balancer, None, context)
         return await first(one), await first(two)
 
     a, b = run(scenario())
@@ -114,7 +117,7 @@ def test_case25_concurrent_drivers_are_offered_distinct_workers() -> None:
 def test_case26_evicting_the_boundary_worker_still_ends_the_call() -> None:
     async def scenario() -> list[uuid.UUID]:
         context = pool(1, 2, 3)
-        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        gen = start(RoundRobinLoadBalancer(), None, context)
         offered = [await first(gen)]
         context.remove_worker(worker(1))  # the boundary: it can never recur
         candidate = await fail(gen)
@@ -131,7 +134,7 @@ def test_case26_evicting_the_boundary_worker_still_ends_the_call() -> None:
 def test_case27_a_worker_evicted_after_the_snapshot_is_skipped() -> None:
     async def scenario() -> list[uuid.UUID]:
         balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
-        gen = balancer.delegate(None, context=context)
+        gen = start(balancer, None, context)
         offered = [await first(gen)]  # the snapshot of this wrap holds 1, 2, 3
         context.remove_worker(worker(3))
         candidate = await fail(gen)
@@ -146,7 +149,7 @@ def test_case27_a_worker_evicted_after_the_snapshot_is_skipped() -> None:
 def test_case28_a_sole_worker_refreshed_after_its_yield_exhausts_the_cycle() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         context = pool(1)
-        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        gen = start(RoundRobinLoadBalancer(), None, context)
         offered = [await first(gen)]
         context.update_worker(worker(1, address="moved"), "conn-moved")
         offered.append(await fail(gen))
@@ -166,7 +169,7 @@ def test_case29_after_a_refresh_a_new_call_offers_the_uid_again() -> None:
 def test_case30_a_refresh_ahead_in_the_cycle_changes_the_record_not_the_cycle() -> None:
     async def scenario() -> list[uuid.UUID]:
         context = pool(1, 2, 3)
-        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        gen = start(RoundRobinLoadBalancer(), None, context)
         offered = [await first(gen)]
         context.update_worker(worker(3, pid=9), "conn-3b")
         candidate = await fail(gen)
@@ -181,7 +184,7 @@ def test_case30_a_refresh_ahead_in_the_cycle_changes_the_record_not_the_cycle() 
 def test_case31_the_boundary_survives_its_own_refresh() -> None:
     async def scenario() -> list[uuid.UUID]:
         context = pool(1, 2)
-        gen = RoundRobinLoadBalancer().delegate(None, context=context)
+        gen = start(RoundRobinLoadBalancer(), None, context)
         offered = [await first(gen)]
         context.update_worker(worker(1, version="2"), "conn-1b")
         candidate = await fail(gen)
@@ -209,7 +212,7 @@ def test_case32_every_call_ends_within_bounds(
         run(served_by(balancer, context))
 
     async def scenario() -> list[uuid.UUID]:
-        gen = balancer.delegate(None, context=context)
+        gen = start(balancer, None, context)
         offered: list[uuid.UUID] = []
         candidate = await first(gen)
         while candidate is not None:

@@ -17,10 +17,13 @@ from shardline import (
     LoadBalancerContext,
     NoWorkersAvailable,
     RpcError,
+    SelectLoadBalancer,
     TransientRpcError,
     WorkerMetadata,
     WorkerProxy,
 )
+
+pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 
 
 class Stream:
@@ -262,13 +265,29 @@ class SelectThenRefresh:
         yield chosen
 
 
-def test_case46_a_selection_cannot_carry_a_stale_address() -> None:
+class SelectingThenRefreshing(SelectLoadBalancer):
+    """The same, through ``select``."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+
+    def select(self, task: Any, *, context: Any, tried: Any) -> uuid.UUID | None:
+        if tried:
+            return None
+        chosen = next(iter(context.workers))
+        fresh = worker(1, address="after-selection")
+        context.update_worker(fresh, self.harness.connect(fresh))
+        return chosen  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("plugin", [SelectThenRefresh, SelectingThenRefreshing])
+def test_case46_a_selection_cannot_carry_a_stale_address(plugin: Any) -> None:
     async def scenario() -> str:
         harness = Harness()
         proxy = WorkerProxy(
             discovery=Stream(added(1)),
             connect=harness.connect,
-            loadbalancer=SelectThenRefresh(harness),
+            loadbalancer=plugin(harness),
         )
         async with proxy:
             return await proxy.dispatch("task")
@@ -300,8 +319,30 @@ class Scripted:
                 return
 
 
-def test_case47_a_departed_candidate_is_skipped_not_failed() -> None:
-    balancer = Scripted([(worker(1).uid, True), (worker(2).uid, False)])
+class ScriptedSelect(SelectLoadBalancer):
+    """The same, through ``select``: what became of each candidate is read from ``tried``."""
+
+    def __init__(self, picks: list[tuple[uuid.UUID, bool]]) -> None:
+        self.picks = picks
+        self.reports: list[str] = []
+
+    def select(self, task: Any, *, context: Any, tried: Any) -> uuid.UUID | None:
+        if tried:
+            outcome = list(tried.values())[-1]
+            self.reports.append("skipped" if outcome is None else f"failed {outcome}")
+        if len(tried) == len(self.picks):
+            return None
+        uid, leaves = self.picks[len(tried)]
+        if leaves:
+            context.remove_worker(context.workers[uid][0])
+        return uid
+
+
+@pytest.mark.parametrize(
+    ("plugin", "reports"), [(Scripted, ["skipped", "served"]), (ScriptedSelect, ["skipped"])]
+)
+def test_case47_a_departed_candidate_is_skipped_not_failed(plugin: Any, reports: list[str]) -> None:
+    balancer = plugin([(worker(1).uid, True), (worker(2).uid, False)])
 
     async def scenario() -> str:
         stream = Stream(added(1), added(2))
@@ -312,11 +353,12 @@ def test_case47_a_departed_candidate_is_skipped_not_failed() -> None:
             return await proxy.dispatch("task")
 
     assert run(scenario()) == worker(2).address
-    assert balancer.reports == ["skipped", "served"]
+    assert balancer.reports == reports
 
 
-def test_case48_skipping_cannot_loop_forever() -> None:
-    balancer = Scripted([(worker(1).uid, True)])  # the sole worker leaves once selected
+@pytest.mark.parametrize("plugin", [Scripted, ScriptedSelect])
+def test_case48_skipping_cannot_loop_forever(plugin: Any) -> None:
+    balancer = plugin([(worker(1).uid, True)])  # the sole worker leaves once selected
 
     async def scenario() -> None:
         stream = Stream(added(1))

@@ -24,6 +24,8 @@ from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery, Subscription
 from shardline.transport import Task, connect
 
+pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
+
 __all__ = ["backend"]  # a fixture, imported for pytest
 
 WAIT = 20.0

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         LeastLoadedLoadBalancer,
         LoadBalancerLike,
         RoundRobinLoadBalancer,
+        SelectLoadBalancer,
         WeightedRoundRobinLoadBalancer,
     )
     from shardline.discovery.topology import TopologyDiscovery
@@ -73,6 +74,7 @@ __all__ = [
     "ReplicasetEvent",
     "RoundRobinLoadBalancer",
     "RpcError",
+    "SelectLoadBalancer",
     "ShardlineError",
     "TierWithoutBuckets",
     "Topology",
@@ -99,6 +101,7 @@ __getattr__ = lazy_exports(
             "LeastLoadedLoadBalancer",
             "LoadBalancerLike",
             "RoundRobinLoadBalancer",
+            "SelectLoadBalancer",
             "WeightedRoundRobinLoadBalancer",
         ],
         "shardline.discovery.topology": ["TopologyDiscovery"],

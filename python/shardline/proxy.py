@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterable, Callable
-from types import TracebackType
+from time import perf_counter
+from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
-from shardline.balancers.protocol import LoadBalancerLike
+from shardline.balancers.protocol import (
+    NOTHING_TRIED,
+    LoadBalancerLike,
+    Tried,
+    needs_load,
+    select_of,
+)
 from shardline.balancers.registry import create_balancer
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
 from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
@@ -56,7 +62,10 @@ class WorkerProxy:
     ``loadbalancer`` is a balancer, a class or factory taking no arguments, or a name
     registered in the ``shardline.balancers`` entry-point group (see
     :mod:`shardline.balancers.registry`; an unknown name raises
-    :class:`~shardline.InvalidArgument` listing the known ones).
+    :class:`~shardline.InvalidArgument` listing the known ones). The proxy drives it through
+    ``select`` when it has one, else through ``delegate``, and counts and times dispatches
+    (``context.load``) only if it does not declare ``needs_load = False`` (see
+    :mod:`shardline.balancers.protocol`).
 
     ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
     workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no
@@ -68,8 +77,11 @@ class WorkerProxy:
     - ``TransientRpcError``: the worker stays; the balancer is told, and offers the next;
     - any other ``RpcError``: the worker is evicted, then the balancer is told;
     - any other exception, cancellation included, propagates and leaves the pool alone;
-    - a balancer out of candidates: ``NoWorkersAvailable`` (a balancer that knows why, such as
-      a keyed one finding no route, raises it itself with its reason, which propagates).
+    - a balancer out of candidates: ``NoWorkersAvailable``, chained to the last failure (a
+      balancer that knows why, such as a keyed one finding no route, raises it itself with its
+      reason, which propagates);
+    - a balancer offering a worker twice in one call, or another one after a success:
+      ``RuntimeError``.
     """
 
     def __init__(
@@ -92,6 +104,8 @@ class WorkerProxy:
             raise ValueError(f"quorum_timeout must be positive, got {quorum_timeout}")
         self._discovery = discovery
         self._balancer = _balancer_of(loadbalancer)
+        self._select = select_of(self._balancer)
+        self._load = needs_load(self._balancer)
         self._connect = connect
         self._lease = lease
         self._quorum = quorum
@@ -172,30 +186,76 @@ class WorkerProxy:
             _close(pooled[1])
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
-        """Runs ``task`` on a worker the balancer names; see the class docstring."""
+        """Runs ``task`` on a worker the balancer names; see the class docstring.
+
+        Implementation notes:
+            Two loops, one per balancer protocol, in one coroutine: a helper coroutine per
+            protocol would cost an extra frame and await on every dispatch. The load (a count
+            in flight and a clock read on each side of the dispatch) is kept only for a
+            balancer that needs it; otherwise the uid is resolved with a plain pool lookup.
+        """
         context = self._context
+        load = self._load
+        resolve = context.begin_dispatch if load else context.entry
+        failure: Exception | None = None
+        select = self._select
+        if select is not None:
+            tried: Tried = NOTHING_TRIED
+            outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
+            outcome: Exception | None
+            while True:
+                uid = select(task, context=context, tried=tried)
+                if uid is None:
+                    raise NoWorkersAvailable(f"no worker could take the task {task!r}") from failure
+                if outcomes is not None and uid in outcomes:
+                    raise RuntimeError(
+                        f"balancer {self._balancer!r} offered worker {uid} twice in one call"
+                    )
+                try:
+                    metadata, connection = resolve(uid)
+                except KeyError:  # it left the pool: skipped, not failed
+                    outcome = None
+                else:
+                    started = perf_counter() if load else 0.0
+                    try:
+                        return await connection.dispatch(task, timeout=timeout)
+                    except TransientRpcError as error:
+                        failure = outcome = error
+                    except RpcError as error:
+                        self._evict(metadata)
+                        failure = outcome = error
+                    finally:
+                        if load:
+                            context.end_dispatch(uid, perf_counter() - started)
+                if outcomes is None:
+                    outcomes = {}
+                    tried = MappingProxyType(outcomes)
+                outcomes[uid] = outcome
         candidates = self._balancer.delegate(task, context=context)
         try:
-            uid: uuid.UUID = await anext(candidates)
+            uid = await anext(candidates)
             while True:
                 try:
-                    metadata, connection = context.begin_dispatch(uid)
+                    metadata, connection = resolve(uid)
                 except KeyError:
                     uid = await anext(candidates)
                     continue
                 dispatched = uid
-                started = time.perf_counter()
+                started = perf_counter() if load else 0.0
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
+                    failure = error
                     uid = await candidates.athrow(error)
                     continue
                 except RpcError as error:
                     self._evict(metadata)
+                    failure = error
                     uid = await candidates.athrow(error)
                     continue
                 finally:
-                    context.end_dispatch(dispatched, time.perf_counter() - started)
+                    if load:
+                        context.end_dispatch(dispatched, perf_counter() - started)
                 try:
                     await candidates.asend(uid)
                 except StopAsyncIteration:
@@ -204,7 +264,7 @@ class WorkerProxy:
                     f"balancer {self._balancer!r} offered another worker after a success"
                 )
         except StopAsyncIteration:
-            raise NoWorkersAvailable(f"no worker could take the task {task!r}") from None
+            raise NoWorkersAvailable(f"no worker could take the task {task!r}") from failure
         finally:
             await candidates.aclose()
 

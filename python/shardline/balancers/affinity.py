@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncGenerator, Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from shardline._core import WorkerPool
+from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["AffinityLoadBalancer"]
@@ -28,7 +29,7 @@ def _score(prefix: hashlib.blake2b, uid: uuid.UUID) -> int:
     return int.from_bytes(hasher.digest(), "big")
 
 
-class AffinityLoadBalancer:
+class AffinityLoadBalancer(SelectLoadBalancer):
     """Offers workers in an order fixed by the task's key, so a key keeps its worker.
 
     ``key(task)`` names the task's affinity key (default ``str``): ``bytes`` are used as they
@@ -40,19 +41,22 @@ class AffinityLoadBalancer:
     joins, only the keys for which it scores highest (about 1/n of them) move, all to it; when
     a worker leaves, only its keys move, each to its own runner-up. Keys spread evenly.
 
-    A call ends when the task succeeds or once every worker pooled at the call's start has
-    been offered, so it offers each worker at most once; after a failure it offers the next
-    worker by score. A worker that leaves mid-call is skipped; one that joins mid-call is not
-    offered in that call. The balancer holds no state. Works with any context that has a
-    ``workers`` mapping.
+    A call ends when the task succeeds or once every pooled worker has been offered, so it
+    offers each worker at most once; after a failure it offers the next worker by score. A
+    worker that leaves mid-call is skipped; one that joins mid-call takes its place by score
+    among the workers not offered yet. The balancer holds no state. Works with any context
+    that has a ``workers`` mapping.
 
     Implementation notes:
         Rendezvous (highest-random-weight) hashing: the score of a worker is the 64-bit
         BLAKE2b digest (``digest_size=8``, big-endian) of the key's bytes followed by the 16
         bytes of the worker's uid, never Python's per-process salted ``hash()``; a tie (a
-        64-bit collision) goes to the greater uid. A call hashes the key once and scores every
-        worker from a copy of that state, O(n log n) in the pool's size, once per call.
+        64-bit collision) goes to the greater uid. Each candidate hashes the key once and scores
+        every untried pooled worker from a copy of that state, O(n) in the pool's size (the
+        first candidate needs no sort).
     """
+
+    needs_load = False
 
     def __init__(self, key: Callable[[Any], object] = str) -> None:
         self._key = key
@@ -65,22 +69,19 @@ class AffinityLoadBalancer:
         prefix = hashlib.blake2b(_key_bytes(self._key(task)), digest_size=8)
         return sorted(uids, key=lambda uid: (_score(prefix, uid), uid.int), reverse=True)
 
-    async def delegate(
-        self, task: Any, *, context: LoadBalancerContextView
-    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
-        """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
-        pooled: Container[uuid.UUID]
-        if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
-            pooled, uids = context, context.uids()
-        else:
-            workers = context.workers
-            pooled, uids = workers, list(workers)
-        for uid in self.order(task, uids):
-            if uid not in pooled:  # it left since the call started
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: Tried
+    ) -> uuid.UUID | None:
+        """The untried pooled worker with the highest score for ``task``'s key; see
+        :mod:`shardline.balancers.protocol`."""
+        uids = context.uids() if isinstance(context, WorkerPool) else list(context.workers)
+        prefix = hashlib.blake2b(_key_bytes(self._key(task)), digest_size=8)
+        best: uuid.UUID | None = None
+        best_score = -1
+        for uid in uids:
+            if tried and uid in tried:
                 continue
-            try:
-                served = yield uid
-            except Exception:  # the candidate failed: offer the next one
-                continue
-            if served is not None:
-                return
+            score = _score(prefix, uid)
+            if score > best_score or (best is not None and score == best_score and uid > best):
+                best, best_score = uid, score
+        return best

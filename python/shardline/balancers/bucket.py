@@ -7,11 +7,12 @@ import inspect
 import logging
 import sys
 import uuid
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any, Final, NoReturn
 
 from shardline._core import Instance, Topology
+from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.errors import NoWorkersAvailable
 from shardline.pool.context import LoadBalancerContextView
 
@@ -30,7 +31,7 @@ def _marked_read_only(task: Any) -> bool:
     return getattr(task, "read_only", False) is True
 
 
-class BucketLoadBalancer:
+class BucketLoadBalancer(SelectLoadBalancer):
     """Offers the master of the replicaset that owns a task's bucket, then, for a read-only
     task, that replicaset's other instances.
 
@@ -58,8 +59,10 @@ class BucketLoadBalancer:
     hash raises ``UnhashableKey``.
 
     The balancer holds no per-context state, so it works with any context and concurrent
-    calls never interfere. Routing reads the topology at each call, so a call made after an
-    event was applied routes by it.
+    calls never interfere. Routing reads the topology for each candidate, so a call made after
+    an event was applied routes by it; if the key's master changes mid-call, the new master is
+    offered next (a write too), and if its route is lost mid-call the call ends with the
+    ``no route`` error.
 
     Implementation notes:
         The first candidate costs one call into the topology (hash and lookup at once), one
@@ -67,6 +70,8 @@ class BucketLoadBalancer:
         cached), and no work proportional to the pool or to the topology. The bucket id is
         computed again only on the failure paths, for the messages.
     """
+
+    needs_load = False
 
     def __init__(
         self,
@@ -103,10 +108,11 @@ class BucketLoadBalancer:
             uid = self._uids[text] = uuid.UUID(text)
         return uid
 
-    async def delegate(
-        self, task: Any, *, context: LoadBalancerContextView
-    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
-        """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: Tried
+    ) -> uuid.UUID | None:
+        """The master of the key's replicaset, then (read-only tasks) its other instances; see
+        :mod:`shardline.balancers.protocol`."""
         key = self._key(task)
         master = self._topology.route(self._tier, key)
         if master is None:
@@ -115,29 +121,14 @@ class BucketLoadBalancer:
         uid = self._uids.get(text)
         if uid is None:
             uid = self._uid(text)
-        failure: Exception | None = None
-        try:
-            served = yield uid
-        except Exception as error:  # the master failed
-            failure = error
-        else:
-            if served is not None:
-                return
-        offered = 1
+        if not tried or uid not in tried:  # the first candidate, or a master new since
+            return uid
         if self._read_only(task):
             replicaset = self._replicaset_of(key, master)
             for replica in self._replicas(replicaset) if replicaset is not None else ():
-                if replica == uid:
-                    continue
-                offered += 1
-                try:
-                    served = yield replica
-                except Exception as error:  # the replica failed: offer the next one
-                    failure = error
-                    continue
-                if served is not None:
-                    return
-        self._exhausted(key, master, offered, failure)
+                if replica not in tried:
+                    return replica
+        self._exhausted(key, master, tried)
 
     def _replicaset_of(self, key: Any, master: Instance) -> str | None:
         """The replicaset owning the key's bucket now (the master's, if the map was cleared)."""
@@ -183,11 +174,13 @@ class BucketLoadBalancer:
         if not future.cancelled() and future.exception() is not None:
             logger.error("on_miss failed", exc_info=future.exception())
 
-    def _exhausted(
-        self, key: Any, master: Instance, offered: int, failure: Exception | None
-    ) -> NoReturn:
+    def _exhausted(self, key: Any, master: Instance, tried: Tried) -> NoReturn:
         topology, tier = self._topology, self._tier
         bucket = topology.bucket_id(tier, key)
+        offered = len(tried)
+        failure: Exception | None = None
+        for error in tried.values():
+            failure = error if error is not None else failure
         what = "its master" if offered == 1 else f"{offered} instances (master first)"
         outcome = f"last failure: {failure!r}" if failure is not None else "none was pooled"
         raise NoWorkersAvailable(

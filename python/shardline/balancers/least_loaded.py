@@ -4,28 +4,33 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from shardline._core import WorkerPool
+from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["LeastLoadedLoadBalancer"]
 
 
-class LeastLoadedLoadBalancer:
+class LeastLoadedLoadBalancer(SelectLoadBalancer):
     """Offers, of two pooled workers drawn at random, the one with fewer dispatches in flight
     (ties: the lower latency average), then does the same among the workers left.
 
     Load comes from the pool (``context.load(uid)``, which the proxy keeps); any other context
-    is treated as all idle, which makes this a random choice. One call
-    offers each pooled worker at most once. ``rng`` makes the draws reproducible.
+    is treated as all idle, which makes this a random choice. A call offers each pooled worker
+    at most once and ends once it has offered them all (a worker that joins mid-call may be
+    among the draws). ``rng`` makes the draws reproducible. It declares ``needs_load``, so the
+    proxy counts and times every dispatch for it.
 
     Implementation notes:
         "Power of two choices": comparing two random candidates keeps the most loaded workers
         away from new work almost as well as scanning them all, without every caller piling
-        onto the single least loaded one between two load updates.
+        onto the single least loaded one between two load updates. Each candidate reads the
+        pool afresh, O(n) in its size.
     """
+
+    needs_load = True
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
@@ -36,27 +41,22 @@ class LeastLoadedLoadBalancer:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._rng = random.Random()
 
-    async def delegate(
-        self, task: Any, *, context: LoadBalancerContextView
-    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
-        """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
-        load = context.load if isinstance(context, WorkerPool) else _idle
-        left = list(context.workers)
-        while left:
-            if len(left) == 1:
-                pick = 0
-            else:
-                a, b = self._rng.sample(range(len(left)), 2)
-                pick = a if load(left[a]) <= load(left[b]) else b
-            uid = left.pop(pick)
-            if uid not in context.workers:
-                continue
-            try:
-                served = yield uid
-            except Exception:  # the candidate failed: offer another
-                continue
-            if served is not None:
-                return
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: Tried
+    ) -> uuid.UUID | None:
+        """The less loaded of two untried pooled workers drawn at random; see
+        :mod:`shardline.balancers.protocol`."""
+        left: list[uuid.UUID]
+        if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
+            load, left = context.load, context.uids()
+        else:
+            load, left = _idle, list(context.workers)
+        if tried:
+            left = [uid for uid in left if uid not in tried]
+        if len(left) <= 1:
+            return left[0] if left else None
+        a, b = self._rng.sample(range(len(left)), 2)
+        return left[a] if load(left[a]) <= load(left[b]) else left[b]
 
 
 def _idle(uid: uuid.UUID) -> tuple[int, float]:

@@ -6,12 +6,13 @@ import logging
 import math
 import numbers
 import uuid
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardline._core import WorkerPool
 from shardline.balancers.per_context import PerContext
+from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["WeightedRoundRobinLoadBalancer"]
@@ -41,7 +42,7 @@ class _Scores:
     warned: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def pick(
-        self, candidates: Iterable[tuple[uuid.UUID, Any]], tried: set[uuid.UUID]
+        self, candidates: Iterable[tuple[uuid.UUID, Any]], tried: Container[uuid.UUID]
     ) -> uuid.UUID | None:
         """One smooth-WRR step over the untried candidates with a usable weight."""
         best: uuid.UUID | None = None
@@ -56,7 +57,7 @@ class _Scores:
                 self.current.pop(uid, None)
                 continue
             self.warned.pop(uid, None)
-            if uid in tried:
+            if tried and uid in tried:
                 continue
             score = self.current.get(uid, 0) + weight
             self.current[uid] = score
@@ -83,7 +84,7 @@ class _Scores:
             )
 
 
-class WeightedRoundRobinLoadBalancer:
+class WeightedRoundRobinLoadBalancer(SelectLoadBalancer):
     """Offers the context's workers in smooth weighted round-robin order, across calls.
 
     A worker's weight is ``metadata.extra["weight"]`` (1 when absent; any positive finite
@@ -109,26 +110,16 @@ class WeightedRoundRobinLoadBalancer:
         ``PerContext``: held weakly, dropped when the balancer is pickled.
     """
 
+    needs_load = False
+
     def __init__(self) -> None:
         self._scores = PerContext(_Scores)
 
-    async def delegate(
-        self, task: Any, *, context: LoadBalancerContextView
-    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
-        """Yields candidate uids for ``task``; see :class:`shardline.LoadBalancerLike`."""
-        scores = self._scores.of(context)
-        tried: set[uuid.UUID] = set()
-        while True:
-            uid = scores.pick(_candidates(context), tried)
-            if uid is None:
-                return
-            tried.add(uid)
-            try:
-                served = yield uid
-            except Exception:  # the candidate failed: offer the next one
-                continue
-            if served is not None:
-                return
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: Tried
+    ) -> uuid.UUID | None:
+        """The next smooth-WRR pick among the untried; see :mod:`shardline.balancers.protocol`."""
+        return self._scores.of(context).pick(_candidates(context), tried)
 
 
 def _candidates(context: Any) -> Iterable[tuple[uuid.UUID, Any]]:
