@@ -33,9 +33,12 @@ distinct 40-character str; the result must equal it. Before any
 timing each way must reach both of its worker processes (``whoami``; the floor's servers
 answer an empty frame with their pid) and echo correctly.
 
-Groups (``{loop}``: ``uvloop``, or ``asyncio, uvloop not installed``):
+Groups (``{placement}``: ``separate CPUs``, ``one CPU`` or ``unpinned``, every thread of this
+process and of every way's worker processes placed as ``placement.py`` says, because on a
+2-core virtual machine a round trip's cost depends on it; ``{loop}``: ``uvloop``, or
+``asyncio, uvloop not installed``):
 
-``calls end to end, 1 in flight, {loop}``: in each round every way makes a block of calls one
+``calls end to end, 1 in flight, {placement}, {loop}``: in each round every way makes a block of calls one
 after another (16; wool 2: short blocks, so that the ways of a round see the same moments of
 a shared machine), the ways in turn, which goes first rotating from round to round,
 each call timed alone (a bare way builds its request before the clock starts and decodes
@@ -43,7 +46,7 @@ the reply after it stops). ``by_way``: each way's p50/p99 over all rounds; ``rat
 of ways, the median over rounds of the ratio of the two ways' median latencies in that round,
 with quartiles, and the ratio of the p50s.
 
-``calls end to end, 16 in flight, {loop}``: in each round every way, in turn as above, has 16
+``calls end to end, 16 in flight, {placement}, {loop}``: in each round every way, in turn as above, has 16
 callers on its loop each make 16 calls one after another (wool: 2 each). ``by_way``: calls/s
 (the median round, and quartiles), this process's CPU per call, and the worker processes'
 CPU per call (theirs only, summed over the rounds; Linux counts it in 10 ms ticks, so it is
@@ -90,6 +93,7 @@ from shardline.transport import GrpcConnection
 from . import wool_echo
 from .benchkit import cpu_snapshot, percentiles, process_cpu
 from .call_floor import FloorClient, loop_factory
+from .placement import PLACEMENTS, placed
 from .workerkit import (
     GRPC_WORKER,
     MSGPACK_WORKER,
@@ -431,7 +435,8 @@ async def one_at_a_time(way: Way, block: Sequence[str]) -> list[float]:
 # --- 1 in flight --------------------------------------------------------------------------------
 
 
-def test_calls_1_in_flight(benchmark: Any, stand: Stand) -> None:
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_calls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     names = stand.available
     latencies: dict[str, list[list[float]]] = {name: [] for name in names}
     numbers = itertools.count()
@@ -444,8 +449,9 @@ def test_calls_1_in_flight(benchmark: Any, stand: Stand) -> None:
             block = [payload(0, next(numbers)) for _ in range(calls_of(name, SINGLE_CALLS))]
             latencies[name].append(stand.run(name, one_at_a_time(stand.ways[name], block)))
 
-    benchmark.group = f"calls end to end, 1 in flight, {LOOP_LABEL}"
-    timed_rounds(benchmark, stand, round_, SINGLE_ROUNDS)
+    benchmark.group = f"calls end to end, 1 in flight, {placement}, {LOOP_LABEL}"
+    with placed(stand.all_pids, placement):
+        timed_rounds(benchmark, stand, round_, SINGLE_ROUNDS)
     kept = {name: rounds[-SINGLE_ROUNDS:] for name, rounds in latencies.items()}
     by_way: dict[str, Any] = {
         name: {
@@ -493,7 +499,8 @@ async def in_flight(way: Way, blocks: Sequence[Sequence[str]]) -> float:
     return time.perf_counter() - start
 
 
-def test_calls_16_in_flight(benchmark: Any, stand: Stand) -> None:
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_calls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     names = stand.available
     per_s: dict[str, list[float]] = {name: [] for name in names}
     client_cpu: dict[str, list[float]] = {name: [] for name in names}
@@ -516,8 +523,9 @@ def test_calls_16_in_flight(benchmark: Any, stand: Stand) -> None:
             server_cpu[name].append(sum(map(process_cpu, stand.pids[name])) - servers0)
             per_s[name].append(CALLERS * per_caller / wall)
 
-    benchmark.group = f"calls end to end, 16 in flight, {LOOP_LABEL}"
-    timed_rounds(benchmark, stand, round_, FLIGHT_ROUNDS)
+    benchmark.group = f"calls end to end, 16 in flight, {placement}, {LOOP_LABEL}"
+    with placed(stand.all_pids, placement):
+        timed_rounds(benchmark, stand, round_, FLIGHT_ROUNDS)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     by_way: dict[str, Any] = {}
     for name in names:

@@ -82,9 +82,7 @@ key's master; each side's own counters are recorded beside.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -104,6 +102,7 @@ import shardline.picodata
 
 from .benchkit import cpu_snapshot, int_keys, percentiles
 from .picodata_standin import OID_INT8, TIER, StandinCluster
+from .placement import PLACEMENTS, placed
 
 CALLERS = 16
 WAIT = 30.0  # seconds a round may take before the benchmark fails
@@ -234,36 +233,6 @@ def timed_rounds(
         servers_cpu=round(servers / wall, 2),
         others_cpu=round(max(others / wall, 0.0), 2),
     )
-
-
-PLACEMENTS = ["separate CPUs", "one CPU", "unpinned"]
-
-
-@contextlib.contextmanager
-def placed(cluster: StandinCluster, placement: str) -> Iterator[None]:
-    """Runs this thread and the server's processes on the CPUs ``placement`` says (see the
-    module), restoring their affinities after."""
-    if placement == "unpinned":
-        yield
-        return
-    cpus = sorted(os.sched_getaffinity(0))
-    if placement == "separate CPUs" and len(cpus) < 2:
-        pytest.skip(f"one CPU available ({cpus}): client and server cannot be kept apart")
-    client = {cpus[0]}
-    server = {cpus[1]} if placement == "separate CPUs" else client
-    pids = cluster.server_pids()  # the postmaster's affinity is inherited by new backends
-    saved = {pid: os.sched_getaffinity(pid) for pid in pids}
-    own = os.sched_getaffinity(0)
-    try:
-        for pid in pids:
-            os.sched_setaffinity(pid, server)
-        os.sched_setaffinity(0, client)
-        yield
-    finally:
-        os.sched_setaffinity(0, own)
-        for pid, cpus_before in saved.items():
-            with contextlib.suppress(ProcessLookupError):
-                os.sched_setaffinity(pid, cpus_before)
 
 
 def summary(samples: Sequence[float]) -> dict[str, float]:
@@ -438,7 +407,7 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients, placement: 
 
     benchmark.group = f"keyed SELECT, 16 in flight, {placement}"
     waits_before = sum(pool.waits for pool in c.shardline.stats().pools.values())
-    with placed(c.cluster, placement):
+    with placed(c.cluster.server_pids(), placement):
         timed_rounds(benchmark, c, round_, FLIGHT_ROUNDS, FLIGHT_WARMUP)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     floor, routed_floor, ours, peer = names
@@ -493,7 +462,7 @@ def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients, placement: s
         c.run(round_of_turns(next(blocks)))
 
     benchmark.group = f"keyed SELECT, 1 in flight, {placement}"
-    with placed(c.cluster, placement):
+    with placed(c.cluster.server_pids(), placement):
         timed_rounds(benchmark, c, round_, SINGLE_ROUNDS, SINGLE_WARMUP)
     kept = turns[-SINGLE_ROUNDS * KEYS_PER_ROUND :]
     by_way = {name: percentiles([t[i] / 1e9 for t in kept]) for i, name in enumerate(names)}
