@@ -1269,7 +1269,12 @@ impl Topology {
         key: &Bound<'_, PyAny>,
     ) -> PyResult<RouteExplanation> {
         let py = tier.py();
-        let bucket = self.bucket_id(tier, key)?;
+        // As `bucket_id` does; not a call to it, which would take it out of `route`'s inlining.
+        let count = self.bucket_count(py, lookup_text(tier)?)?;
+        let bucket = bucket_of(
+            with_scratch(|hasher| hasher.picodata(key, DecimalFormat::Binary))?,
+            count,
+        );
         let key_repr = short_repr(key);
         let found = self.read_routable(tier, |state, known| {
             let routed = state.masters(py, known)[known.map.slot(bucket) as usize]
