@@ -1269,7 +1269,8 @@ impl Topology {
         key: &Bound<'_, PyAny>,
     ) -> PyResult<RouteExplanation> {
         let py = tier.py();
-        // As `bucket_id` does; not a call to it, which would take it out of `route`'s inlining.
+        // As `bucket_id` does, inline: a precaution, so that `route` stays the only Rust caller
+        // of `bucket_id` and LLVM's inlining of it into `route` cannot change.
         let count = self.bucket_count(py, lookup_text(tier)?)?;
         let bucket = bucket_of(
             with_scratch(|hasher| hasher.picodata(key, DecimalFormat::Binary))?,
