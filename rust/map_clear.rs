@@ -2,9 +2,9 @@
 //! whose key found no range.
 //!
 //! A clear is recorded only where a map is cleared (the replicaset rules, an overlapping bucket
-//! event, `Topology.clear`), never on a lookup path; the record is built before the write lock
-//! is taken and holds no Python object, so dropping a superseded one under the lock runs no
-//! Python code.
+//! event, `Topology.clear`), never on a lookup path. A record holds no Python object, so making
+//! one, or dropping the one it supersedes, under the write lock runs no Python code; its time is
+//! read before the lock, like a range's stamp.
 
 use crate::errors::quoted;
 use crate::uuid;
