@@ -8,9 +8,12 @@
 //!
 //! Each range also carries a [`Stamp`] (when and by what it was last set), kept in a vector
 //! parallel to the ranges rather than inside them: lookups never read it, and `Range` stays the
-//! size the lookup path was measured with.
+//! size the lookup path was measured with. The map's last clear (its cause, time and epoch)
+//! is kept beside them too, boxed, for the same reason.
 
 use std::sync::OnceLock;
+
+use crate::map_clear::{Clear, ClearCause, LastClear};
 
 /// Largest bucket id the dense table covers (4 MiB of table); beyond it lookups bisect.
 const DENSE_LIMIT: u32 = 1 << 20;
@@ -100,6 +103,8 @@ pub struct BucketMap<O> {
     /// `slots[bucket]` is 1 + the index of the range holding `bucket`, 0 for none; `None` when
     /// the map reaches past `DENSE_LIMIT`. Reset on every change, rebuilt by the next lookup.
     dense: OnceLock<Option<Box<[u32]>>>,
+    /// The last clear that removed ranges; read only by [`last_clear`](Self::last_clear).
+    last_clear: Option<Box<LastClear>>,
 }
 
 impl<O> Default for BucketMap<O> {
@@ -109,6 +114,7 @@ impl<O> Default for BucketMap<O> {
             stamps: Vec::new(),
             epoch: 0,
             dense: OnceLock::new(),
+            last_clear: None,
         }
     }
 }
@@ -165,6 +171,28 @@ impl<O: PartialEq> BucketMap<O> {
         }
     }
 
+    /// The last clear that removed ranges from this map, if any. Not on the lookup path.
+    pub fn last_clear(&self) -> Option<&LastClear> {
+        self.last_clear.as_deref()
+    }
+
+    /// Records `clear` as the change just made (after [`changed`](Self::changed)).
+    fn cleared(&mut self, clear: Clear) {
+        self.last_clear = Some(Box::new(LastClear {
+            cause: clear.cause,
+            at: clear.at,
+            epoch: self.epoch,
+            filling: true,
+        }));
+    }
+
+    /// A change that may have left a hole the last clear did not (a removal, a snapshot).
+    fn holed(&mut self) {
+        if let Some(last) = &mut self.last_clear {
+            last.filling = false;
+        }
+    }
+
     /// The stamp of a range set by the change being made now (before [`changed`](Self::changed)).
     fn stamp(&self, setting: Setting) -> Stamp {
         Stamp {
@@ -179,13 +207,15 @@ impl<O: PartialEq> BucketMap<O> {
         self.dense = OnceLock::new();
     }
 
-    /// Forgets every range (the map can no longer be trusted), moving them to `displaced`.
+    /// Forgets every range (the map can no longer be trusted), moving them to `displaced`, and
+    /// records `clear` as the last clear; an empty map stays as it is, its last clear too.
     /// O(ranges in this map).
-    pub fn clear(&mut self, displaced: &mut Vec<Range<O>>) {
+    pub fn clear(&mut self, clear: &Clear, displaced: &mut Vec<Range<O>>) {
         if !self.ranges.is_empty() {
             displaced.append(&mut self.ranges);
             self.stamps.clear();
             self.changed();
+            self.cleared(clear.clone());
         }
     }
 
@@ -197,8 +227,8 @@ impl<O: PartialEq> BucketMap<O> {
     }
 
     /// Applies one bucket event: an overlap with anything but an identical range clears the map
-    /// first, then `[start, end] → owner` is inserted, stamped with `setting`. Bounds are the
-    /// caller's to validate. The ranges the map lets go of (and the given one, if it was already
+    /// first (recorded as the last clear, at `setting`'s time), then `[start, end] → owner` is
+    /// inserted, stamped with `setting`. Bounds are the caller's to validate. The ranges the map lets go of (and the given one, if it was already
     /// there: a redelivery keeps its stamp) are moved to `displaced`.
     pub fn upsert(
         &mut self,
@@ -217,25 +247,41 @@ impl<O: PartialEq> BucketMap<O> {
             }
         }
         let stamp = self.stamp(setting);
-        let outcome = if hits.is_empty() {
+        if hits.is_empty() {
             self.ranges.insert(hits.start, Range { start, end, owner });
             self.stamps.insert(hits.start, stamp);
-            Upsert::Inserted
-        } else {
-            displaced.append(&mut self.ranges);
-            self.ranges.push(Range { start, end, owner });
-            self.stamps.clear();
-            self.stamps.push(stamp);
-            Upsert::ClearedThenInserted
+            self.changed();
+            return Upsert::Inserted;
+        }
+        let first = &self.ranges[hits.start];
+        let cause = ClearCause::BucketOverlap {
+            delete: false,
+            event: (start, end),
+            overlapped: (first.start, first.end),
         };
+        displaced.append(&mut self.ranges);
+        self.ranges.push(Range { start, end, owner });
+        self.stamps.clear();
+        self.stamps.push(stamp);
         self.changed();
-        outcome
+        self.cleared(Clear {
+            cause,
+            at: setting.at,
+        });
+        Upsert::ClearedThenInserted
     }
 
     /// Applies a bucket delete event: the identical range is removed; a partial overlap means the
-    /// map no longer matches the cluster, so it is cleared; no overlap changes nothing. The
-    /// ranges removed are moved to `displaced`.
-    pub fn remove(&mut self, start: u32, end: u32, owner: &O, displaced: &mut Vec<Range<O>>) {
+    /// map no longer matches the cluster, so it is cleared (recorded as the last clear, at time
+    /// `at`); no overlap changes nothing. The ranges removed are moved to `displaced`.
+    pub fn remove(
+        &mut self,
+        start: u32,
+        end: u32,
+        owner: &O,
+        at: f64,
+        displaced: &mut Vec<Range<O>>,
+    ) {
         let hits = self.overlapping(start, end);
         if hits.is_empty() {
             return;
@@ -249,8 +295,17 @@ impl<O: PartialEq> BucketMap<O> {
             displaced.push(self.ranges.remove(hits.start));
             self.stamps.remove(hits.start);
             self.changed();
+            self.holed();
         } else {
-            self.clear(displaced);
+            let clear = Clear {
+                cause: ClearCause::BucketOverlap {
+                    delete: true,
+                    event: (start, end),
+                    overlapped: (existing.start, existing.end),
+                },
+                at,
+            };
+            self.clear(&clear, displaced);
         }
     }
 
@@ -292,6 +347,7 @@ impl<O: PartialEq> BucketMap<O> {
         self.stamps = stamps;
         displaced.append(&mut std::mem::replace(&mut self.ranges, snapshot));
         self.changed();
+        self.holed();
         true
     }
 }
@@ -319,6 +375,10 @@ mod tests {
     const POLL: Setting = Setting {
         at: 20.0,
         by: SetBy::Poll,
+    };
+    const CLEARED: Clear = Clear {
+        cause: ClearCause::TopologyCleared,
+        at: 40.0,
     };
 
     fn ranges(ranges: &[(u32, u32, char)]) -> Vec<Range<char>> {
@@ -385,7 +445,7 @@ mod tests {
         map.upsert(5, 12, 'c', EVENT, &mut Vec::new());
         assert_eq!(map.lookup(15), None);
         assert_eq!(map.lookup(5), Some(&'c'));
-        map.clear(&mut Vec::new());
+        map.clear(&CLEARED, &mut Vec::new());
         assert_eq!(map.lookup(5), None);
     }
 
@@ -443,18 +503,18 @@ mod tests {
     #[test]
     fn remove_identical_partial_and_disjoint() {
         let mut m = map(&[(1, 10, 'a'), (11, 20, 'b')]);
-        m.remove(30, 40, &'a', &mut Vec::new());
+        m.remove(30, 40, &'a', 30.0, &mut Vec::new());
         assert_eq!(contents(&m).len(), 2);
-        m.remove(1, 10, &'a', &mut Vec::new());
+        m.remove(1, 10, &'a', 30.0, &mut Vec::new());
         assert_eq!(contents(&m), vec![(11, 20, 'b')]);
-        m.remove(15, 25, &'b', &mut Vec::new());
+        m.remove(15, 25, &'b', 30.0, &mut Vec::new());
         assert!(contents(&m).is_empty());
     }
 
     #[test]
     fn epoch_moves_only_on_change() {
         let mut map: BucketMap<char> = BucketMap::default();
-        map.clear(&mut Vec::new());
+        map.clear(&CLEARED, &mut Vec::new());
         assert_eq!(map.epoch(), 0);
         map.upsert(1, 5, 'a', EVENT, &mut Vec::new());
         assert_eq!(map.epoch(), 1);
@@ -468,7 +528,7 @@ mod tests {
             &mut Vec::new()
         ));
         assert_eq!(map.epoch(), 1);
-        map.clear(&mut Vec::new());
+        map.clear(&CLEARED, &mut Vec::new());
         assert_eq!(map.epoch(), 2);
     }
 
@@ -478,7 +538,7 @@ mod tests {
         let mut displaced = Vec::new();
         m.upsert(1, 10, 'a', EVENT, &mut displaced);
         assert_eq!(displaced.len(), 1, "the redelivered owner");
-        m.remove(11, 20, &'b', &mut displaced);
+        m.remove(11, 20, &'b', 30.0, &mut displaced);
         m.upsert(5, 12, 'c', EVENT, &mut displaced);
         let snapshot = vec![Range {
             start: 1,
@@ -487,7 +547,7 @@ mod tests {
         }];
         m.replace_all(snapshot.clone(), EVENT, &mut displaced);
         m.replace_all(snapshot, EVENT, &mut displaced);
-        m.clear(&mut displaced);
+        m.clear(&CLEARED, &mut displaced);
         let owners: String = displaced.iter().map(|r| r.owner).collect();
         assert_eq!(owners, "abacdd");
     }
@@ -534,7 +594,7 @@ mod tests {
             "a redelivery is not a set"
         );
         m.upsert(21, 30, 'c', EVENT, &mut Vec::new());
-        m.remove(1, 10, &'a', &mut Vec::new());
+        m.remove(1, 10, &'a', 30.0, &mut Vec::new());
         assert_eq!(
             stamps(&m),
             vec![(11, 2, SetBy::Event), (21, 3, SetBy::Event)]
@@ -542,7 +602,7 @@ mod tests {
         m.upsert(15, 25, 'd', EVENT, &mut Vec::new());
         assert_eq!(stamps(&m), vec![(15, 5, SetBy::Event)]);
         assert!(m.range(11).is_none());
-        m.clear(&mut Vec::new());
+        m.clear(&CLEARED, &mut Vec::new());
         assert!(m.range(15).is_none());
     }
 
@@ -568,5 +628,46 @@ mod tests {
         assert_eq!(stamps(&m), before, "an identical snapshot changes nothing");
         assert!(m.replace_all(ranges(&[(16, 20, 'b')]), EVENT, &mut Vec::new()));
         assert_eq!(stamps(&m), vec![(16, 4, SetBy::Poll)]);
+    }
+
+    /// The last clear as (cause, time, epoch, filling).
+    fn last(map: &BucketMap<char>) -> Option<(ClearCause, f64, u64, bool)> {
+        map.last_clear()
+            .map(|last| (last.cause.clone(), last.at, last.epoch, last.filling))
+    }
+
+    #[test]
+    fn each_clear_records_its_cause_time_and_epoch() {
+        let mut m = map(&[(1, 10, 'a'), (11, 20, 'b')]);
+        assert_eq!(last(&m), None, "inserting clears nothing");
+        m.clear(&CLEARED, &mut Vec::new());
+        assert_eq!(last(&m), Some((ClearCause::TopologyCleared, 40.0, 3, true)));
+        let before = last(&m);
+        m.clear(&CLEARED, &mut Vec::new());
+        assert_eq!(last(&m), before, "clearing an empty map records nothing");
+        m.upsert(1, 10, 'a', EVENT, &mut Vec::new());
+        assert!(last(&m).unwrap().3, "an insert leaves the map filling");
+        m.upsert(5, 12, 'c', POLL, &mut Vec::new());
+        let overlap = ClearCause::BucketOverlap {
+            delete: false,
+            event: (5, 12),
+            overlapped: (1, 10),
+        };
+        assert_eq!(last(&m), Some((overlap, 20.0, 5, true)));
+        m.remove(5, 12, &'c', 30.0, &mut Vec::new());
+        assert!(
+            !last(&m).unwrap().3,
+            "a removal may leave a hole of its own"
+        );
+        m.upsert(1, 10, 'a', EVENT, &mut Vec::new());
+        m.remove(3, 4, &'a', 30.0, &mut Vec::new());
+        let partial = ClearCause::BucketOverlap {
+            delete: true,
+            event: (3, 4),
+            overlapped: (1, 10),
+        };
+        assert_eq!(last(&m), Some((partial, 30.0, 8, true)));
+        assert!(m.replace_all(ranges(&[(1, 2, 'a')]), POLL, &mut Vec::new()));
+        assert!(!last(&m).unwrap().3, "a snapshot is the cluster's own word");
     }
 }

@@ -10,9 +10,11 @@ mod instance;
 mod int_arrays;
 mod key_encoding;
 mod lua_tostring;
+mod map_clear;
 mod murmur3;
 mod pool;
 mod replicaset;
+mod route_explanation;
 mod sharding;
 mod topology;
 mod uuid;
@@ -33,6 +35,8 @@ mod _core {
     use crate::pool::WorkerPool;
     #[pymodule_export]
     use crate::replicaset::Replicaset;
+    #[pymodule_export]
+    use crate::route_explanation::RouteExplanation;
     #[pymodule_export]
     use crate::sharding::bucket_id;
     #[pymodule_export]

@@ -22,12 +22,14 @@ use crate::bucket_map::{sort_snapshot, BucketMap, Range, SetBy, Setting};
 use crate::bucket_payload::{self, BucketPayload};
 use crate::bucket_range::BucketRange;
 use crate::errors::{
-    invalid_argument, invalid_event, quoted, repr, tier_without_buckets, unknown_tier,
+    invalid_argument, invalid_event, quoted, repr, short_repr, tier_without_buckets, unknown_tier,
 };
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
 use crate::int_arrays::{self, BucketId, IntArray};
+use crate::map_clear::{Clear, ClearCause};
 use crate::replicaset::Replicaset;
+use crate::route_explanation::{Found, RouteExplanation};
 use crate::sharding::{bucket_of, with_scratch, DecimalFormat, KeyHasher};
 use crate::uuid;
 
@@ -178,9 +180,11 @@ impl State {
         result
     }
 
-    fn clear_tier(&mut self, name: &str, displaced: &mut Displaced) {
+    /// Clears the map of the tier named `name`, if it has one, recording `clear` as its last
+    /// clear (see `Topology.explain`).
+    fn clear_tier(&mut self, name: &str, clear: &Clear, displaced: &mut Displaced) {
         if let Some(&index) = self.tier_index.get(name) {
-            self.edit_map(index, displaced, BucketMap::clear);
+            self.edit_map(index, displaced, |map, out| map.clear(clear, out));
         }
     }
 
@@ -479,11 +483,17 @@ impl Topology {
 
     fn apply_replicaset_change(&self, py: Python<'_>, change: ReplicasetChange) -> PyResult<()> {
         if change.op == Op::Delete {
+            let clear = Clear {
+                cause: ClearCause::ReplicasetDeleted {
+                    replicaset: change.uuid,
+                },
+                at: now(),
+            };
             let mut displaced = Displaced::default();
             let mut state = self.state.write();
             state.forget_masters(&mut displaced);
             if let Some(gone) = state.replicasets.remove(&change.uuid) {
-                state.clear_tier(&gone.tier, &mut displaced);
+                state.clear_tier(&gone.tier, &clear, &mut displaced);
                 self.membership_moved();
                 displaced.objects.push(gone.object.into_any());
             }
@@ -532,6 +542,19 @@ impl Topology {
             };
             let changed = old_object.as_ref().is_none_or(|old| *old.get() != merged);
             let object = Py::new(py, merged)?;
+            let clear = match &old_tier {
+                None => Some(ClearCause::ReplicasetJoined {
+                    replicaset: change.uuid,
+                    tier: tier.clone(),
+                }),
+                Some(old) if *old != tier => Some(ClearCause::ReplicasetMoved {
+                    replicaset: change.uuid,
+                    from: old.clone(),
+                    to: tier.clone(),
+                }),
+                Some(_) => None,
+            }
+            .map(|cause| Clear { cause, at: now() });
             let mut displaced = Displaced::default();
             let mut state = self.state.write();
             let current = state
@@ -542,14 +565,13 @@ impl Topology {
                 continue;
             }
             state.forget_masters(&mut displaced);
-            match old_tier {
-                // A new member may take buckets from any replicaset of its tier.
-                None => state.clear_tier(&tier, &mut displaced),
-                Some(old) if old != tier => {
-                    state.clear_tier(&old, &mut displaced);
-                    state.clear_tier(&tier, &mut displaced);
+            // A new member may take buckets from any replicaset of its tier; a member moving
+            // between tiers, from any of either.
+            if let Some(clear) = &clear {
+                if let Some(old) = old_tier.as_deref().filter(|old| **old != *tier) {
+                    state.clear_tier(old, clear, &mut displaced);
                 }
-                Some(_) => {}
+                state.clear_tier(&tier, clear, &mut displaced);
             }
             let entry = ReplicasetEntry {
                 tier,
@@ -590,10 +612,11 @@ impl Topology {
                 });
             }
             Op::Delete => {
+                let at = now();
                 let mut state = self.state.write();
                 if let Some(&index) = state.tier_index.get(&*tier) {
                     state.edit_map(index, &mut displaced, |map, out| {
-                        map.remove(start, end, &owner, out)
+                        map.remove(start, end, &owner, at, out)
                     });
                 }
                 displaced.objects.push(owner.name.into_any());
@@ -988,13 +1011,17 @@ impl Topology {
     /// whole view or none of it. The tier configuration stays. A source calls this before
     /// rebuilding from a fresh snapshot (after a reconnect). Returns whether anything was known.
     fn clear(&self) -> bool {
+        let clear = Clear {
+            cause: ClearCause::TopologyCleared,
+            at: now(),
+        };
         let mut displaced = Displaced::default();
         let (instances, replicasets, had_ranges) = {
             let mut state = self.state.write();
             let mut had_ranges = false;
             for tier in &mut state.tiers {
                 had_ranges |= !tier.map.ranges().is_empty();
-                tier.map.clear(&mut displaced.ranges);
+                tier.map.clear(&clear, &mut displaced.ranges);
                 displaced.forget_masters(tier);
                 if let Some(payload) = tier.last_payload.take() {
                     displaced.objects.push(payload.text);
@@ -1218,6 +1245,59 @@ impl Topology {
             set_at: stamp.at,
             set_by: stamp.by.name(),
         }))
+    }
+
+    /// Why `route(tier, key)` answers what it answers, as a `RouteExplanation`: the key's
+    /// bucket, the range holding it and what last set that range, the owning replicaset, its
+    /// master with the master's address and state, the tier's epoch, and, for a key that does
+    /// not route, a reason and a sentence naming it (for a map left empty by a clear: the
+    /// clear's cause, time and epoch). `explanation.routed` is what `route` returns on the same
+    /// view, and `reason` is None exactly when it is an instance.
+    ///
+    /// Raises what `route` raises, before anything is read: `UnknownTier` for a tier not in
+    /// `apply_tiers`, `TierWithoutBuckets` for one configured with bucket_count 0,
+    /// `UnhashableKey` for a key the Picodata scheme cannot hash; the message says why.
+    ///
+    /// Implementation notes:
+    ///     One read of the state under the read lock copies the chain (range and stamp,
+    ///     replicaset, master, the master `route` reads from its table, the last clear); the
+    ///     explanation is built from the copies after the lock is released. Clears are
+    ///     recorded where maps are cleared, so `owner`, `route` and `route_many` pay nothing.
+    fn explain(
+        &self,
+        tier: &Bound<'_, PyString>,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<RouteExplanation> {
+        let py = tier.py();
+        // As `bucket_id` does, inline: a precaution, so that `route` stays the only Rust caller
+        // of `bucket_id` and LLVM's inlining of it into `route` cannot change.
+        let count = self.bucket_count(py, lookup_text(tier)?)?;
+        let bucket = bucket_of(
+            with_scratch(|hasher| hasher.picodata(key, DecimalFormat::Binary))?,
+            count,
+        );
+        let key_repr = short_repr(key);
+        let found = self.read_routable(tier, |state, known| {
+            let routed = state.masters(py, known)[known.map.slot(bucket) as usize]
+                .as_ref()
+                .map(|instance| instance.clone_ref(py));
+            let range = known.map.range(bucket);
+            let entry = range.and_then(|(range, _)| state.replicasets.get(&range.owner.uuid));
+            Found {
+                bucket,
+                epoch: known.map.epoch(),
+                ranges: known.map.ranges().len(),
+                range: range
+                    .map(|(range, stamp)| (range.start, range.end, range.owner.uuid, *stamp)),
+                replicaset: entry.map(|entry| (entry.object.clone_ref(py), entry.master)),
+                master: entry
+                    .and_then(|entry| state.instances.get(&entry.master?))
+                    .map(|instance| instance.clone_ref(py)),
+                routed,
+                last_clear: known.map.last_clear().cloned(),
+            }
+        })?;
+        RouteExplanation::new(py, lookup_text(tier)?, key_repr, found)
     }
 
     /// A counter that moves whenever an instance or a replicaset is added, changed (a replace

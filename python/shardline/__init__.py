@@ -10,7 +10,15 @@ the first time it is read; a name whose module needs an extra that is not instal
 :class:`MissingExtra` then.
 """
 
-from shardline._core import BucketRange, Instance, Replicaset, Topology, WorkerPool, bucket_id
+from shardline._core import (
+    BucketRange,
+    Instance,
+    Replicaset,
+    RouteExplanation,
+    Topology,
+    WorkerPool,
+    bucket_id,
+)
 from shardline._lazy import lazy_exports
 from shardline.errors import (
     InstanceUnavailable,
@@ -73,6 +81,7 @@ __all__ = [
     "Replicaset",
     "ReplicasetEvent",
     "RoundRobinLoadBalancer",
+    "RouteExplanation",
     "RpcError",
     "SelectLoadBalancer",
     "ShardlineError",

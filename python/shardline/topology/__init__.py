@@ -2,7 +2,7 @@
 feed it from a live cluster are in :mod:`shardline.topology.sources`; the cluster's instances
 as pool members are :class:`shardline.discovery.TopologyDiscovery`."""
 
-from shardline._core import BucketRange, Instance, Replicaset, Topology
+from shardline._core import BucketRange, Instance, Replicaset, RouteExplanation, Topology
 from shardline.topology.events import BucketEvent, InstanceEvent, Op, ReplicasetEvent
 
 __all__ = [
@@ -13,5 +13,6 @@ __all__ = [
     "Op",
     "Replicaset",
     "ReplicasetEvent",
+    "RouteExplanation",
     "Topology",
 ]
