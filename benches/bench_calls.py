@@ -38,16 +38,16 @@ process and of every way's worker processes placed as ``placement.py`` says, bec
 2-core virtual machine a round trip's cost depends on it; ``{loop}``: ``uvloop``, or
 ``asyncio, uvloop not installed``):
 
-``calls end to end, 1 in flight, {placement}, {loop}``: in each round every way makes a block of calls one
-after another (16; wool 2: short blocks, so that the ways of a round see the same moments of
-a shared machine), the ways in turn, which goes first rotating from round to round,
+``calls end to end, 1 in flight, {placement}, {loop}``: in each round every way makes a block
+of calls one after another (16; wool 2: short blocks, so that the ways of a round see the same
+moments of a shared machine), the ways in turn, which goes first rotating from round to round,
 each call timed alone (a bare way builds its request before the clock starts and decodes
 the reply after it stops). ``by_way``: each way's p50/p99 over all rounds; ``ratios``: per pair
 of ways, the median over rounds of the ratio of the two ways' median latencies in that round,
 with quartiles, and the ratio of the p50s.
 
-``calls end to end, 16 in flight, {placement}, {loop}``: in each round every way, in turn as above, has 16
-callers on its loop each make 16 calls one after another (wool: 2 each). ``by_way``: calls/s
+``calls end to end, 16 in flight, {placement}, {loop}``: in each round every way, in turn as
+above, has 16 callers on its loop each make 16 calls one after another (wool: 2 each). ``by_way``: calls/s
 (the median round, and quartiles), this process's CPU per call, and the worker processes'
 CPU per call (theirs only, summed over the rounds; Linux counts it in 10 ms ticks, so it is
 coarse for the fast ways); ``ratios``: the median over rounds of the
