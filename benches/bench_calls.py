@@ -47,8 +47,9 @@ of ways, the median over rounds of the ratio of the two ways' median latencies i
 with quartiles, and the ratio of the p50s.
 
 ``calls end to end, 16 in flight, {placement}, {loop}``: in each round every way, in turn as
-above, has 16 callers on its loop each make 16 calls one after another (wool: 2 each). ``by_way``: calls/s
-(the median round, and quartiles), this process's CPU per call, and the worker processes'
+above, has 16 callers on its loop each make 16 calls one after another (wool: 2 each).
+``by_way``: calls/s (the median round, and quartiles), this process's CPU per call, and the
+worker processes'
 CPU per call (theirs only, summed over the rounds; Linux counts it in 10 ms ticks, so it is
 coarse for the fast ways); ``ratios``: the median over rounds of the
 per-round throughput ratio, with quartiles.
