@@ -17,7 +17,8 @@ from shardline import (
     WeightedRoundRobinLoadBalancer,
 )
 from shardline import testing as kit
-from shardline.balancers import create_balancer
+from shardline.balancers import SelectLoadBalancer, create_balancer
+from shardline.balancers import protocol as kit_protocol
 from shardline.pool.context import LoadBalancerContextView
 
 Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
@@ -230,3 +231,90 @@ def test_an_empty_pool_must_offer_nobody() -> None:
 
     with pytest.raises(AssertionError, match=r"an empty pool: offered \[UUID"):
         kit.check_offers_every_worker(Invents)
+
+
+# Through select ------------------------------------------------------------------------------
+
+
+class SelectOnly(SelectLoadBalancer):
+    """A plugin that implements only the synchronous protocol (delegate derived from it): the
+    first untried pooled worker."""
+
+    needs_load = False
+
+    def __repr__(self) -> str:
+        return "SelectOnly()"
+
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: kit_protocol.Tried
+    ) -> uuid.UUID | None:
+        return next((uid for uid in context.workers if uid not in tried), None)
+
+
+class SelectRepeatsTheFirst(SelectOnly):
+    """Through select, offers the first worker again after it failed."""
+
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: kit_protocol.Tried
+    ) -> uuid.UUID | None:
+        if len(tried) == 1:
+            return next(iter(tried))
+        return super().select(task, context=context, tried=tried)
+
+
+class SelectGivesUpAfterTwo(SelectOnly):
+    """Through select, gives up once two workers failed."""
+
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: kit_protocol.Tried
+    ) -> uuid.UUID | None:
+        return None if len(tried) >= 2 else super().select(task, context=context, tried=tried)
+
+
+def test_a_balancer_implementing_only_select_is_checked_through_both_and_passes() -> None:
+    kit.check_balancer(SelectOnly)
+
+
+@pytest.mark.parametrize(
+    ("broken", "check", "title"),
+    [
+        (SelectRepeatsTheFirst, kit.check_no_repeats, kit.NO_REPEATS),
+        (SelectGivesUpAfterTwo, kit.check_offers_every_worker, kit.EVERY_WORKER),
+    ],
+    ids=["SelectRepeatsTheFirst", "SelectGivesUpAfterTwo"],
+)
+def test_a_select_breaking_a_property_fails_its_check(
+    broken: type, check: Callable[..., None], title: str
+) -> None:
+    with pytest.raises(AssertionError) as failure:
+        check(broken)
+    message = str(failure.value)
+    assert message.startswith(title), message
+    assert "through select" in message, message
+
+
+class SelectRightDelegateWrong(SelectLoadBalancer):
+    """Its select is right, but it overrides delegate with one that repeats: both are run."""
+
+    needs_load = False
+
+    def select(
+        self, task: Any, *, context: LoadBalancerContextView, tried: kit_protocol.Tried
+    ) -> uuid.UUID | None:
+        return next((uid for uid in context.workers if uid not in tried), None)
+
+    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        first = next(iter(context.workers), None)
+        while first is not None:
+            yield first
+
+
+def test_a_balancer_with_both_protocols_is_checked_through_each() -> None:
+    with pytest.raises(AssertionError, match="through delegate"):
+        kit.check_no_repeats(SelectRightDelegateWrong)
+
+
+def test_an_object_without_delegate_fails_every_check() -> None:
+    for check in kit.CHECKS:
+        with pytest.raises(AssertionError, match="has no delegate"):
+            check(object)

@@ -19,17 +19,25 @@ or with one pytest test per property::
 Every check takes ``factory``, a callable without arguments that returns a new balancer (the
 class itself; or ``lambda: create_balancer("my-balancer")`` to go through the registered name),
 and ``make_task``, which makes the n-th task the check asks the balancer about (default: the
-strings ``"task-0"``, ``"task-1"``…; pass your own if your balancer reads the task). It drives
-``delegate`` as :class:`~shardline.WorkerProxy` does, on the proxy's own pool
+strings ``"task-0"``, ``"task-1"``…; pass your own if your balancer reads the task). Each check
+runs once through each protocol the balancer has (:mod:`shardline.balancers.protocol`):
+``select`` and ``delegate``, for a :class:`~shardline.SelectLoadBalancer` both (its
+``delegate`` is derived from ``select``). It drives them as :class:`~shardline.WorkerProxy`
+does, on the proxy's own pool
 (:class:`~shardline.LoadBalancerContext`, its loads kept as the proxy keeps them) of workers
-with plain records (no tags, no ``extra``): a candidate no longer pooled is skipped with
-``anext``, a failure is thrown in as :class:`~shardline.TransientRpcError` or, after the worker
-was evicted, as :class:`~shardline.RpcError`, a success is sent as the uid, and the generator
-is closed at the end. At the first violation it raises ``AssertionError`` naming the property,
-the balancer, the scenario and what was offered (workers are named ``w1``, ``w2``… in the
-order they joined). The checks are deterministic (seeded) and run their own event loops, so
-call them from synchronous code; each takes well under a second for a balancer that does
-O(pool) work per candidate.
+with plain records (no tags, no ``extra``). Through ``delegate``: a candidate no longer pooled
+is skipped with ``anext``, a failure is thrown in as :class:`~shardline.TransientRpcError` or,
+after the worker was evicted, as :class:`~shardline.RpcError`, a success is sent as the uid,
+and the generator is closed at the end. Through ``select``: the same outcomes are recorded in
+``tried`` (``None`` for a candidate no longer pooled), and ``select`` is not asked again after
+a success. An object without ``delegate`` fails every check: a balancer that implements only
+``select`` gets it by subclassing :class:`~shardline.SelectLoadBalancer`. At the first
+violation a check raises ``AssertionError`` naming the property, the balancer and protocol, the
+scenario and what was offered (workers are named ``w1``, ``w2``… in the order they joined).
+The checks are deterministic (seeded) and run their own event loops, so call them from
+synchronous code; each takes well under a second for a balancer that does O(pool) work per
+candidate. A ``select`` that never returns cannot be interrupted (it is a plain call): the
+check then hangs.
 
 The properties:
 
@@ -61,12 +69,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import random
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from shardline.balancers.protocol import LoadBalancerLike
+from shardline.balancers.protocol import LoadBalancerLike, select_of
 from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
 from shardline.pool.context import LoadBalancerContext
 from shardline.proxy import WorkerProxy
@@ -149,9 +159,13 @@ class _Call:
         self.answer = answer
         self.where = where
         self.rng = rng
-        self.generator: AsyncGenerator[uuid.UUID, uuid.UUID | None] = balancer.delegate(
-            task, context=pool.context
-        )
+        self.task = task
+        self.select = select_of(balancer) if _protocol.get() == "select" else None
+        # through select: each offered candidate's outcome, the ``tried`` the proxy passes
+        self.outcomes: dict[uuid.UUID, Exception | None] = {}
+        self.generator: AsyncGenerator[uuid.UUID, uuid.UUID | None] | None = None
+        if self.select is None:
+            self.generator = balancer.delegate(task, context=pool.context)
         self.at_start = set(pool.pooled())
         self.offered: list[uuid.UUID] = []
         self.candidate: uuid.UUID | None = None
@@ -175,6 +189,9 @@ class _Call:
 
     async def step(self) -> None:
         """One exchange: the first ``anext``, or the answer to the last candidate."""
+        if self.generator is None:
+            self._select_step()
+            return
         if not self.started:
             self.started = True
             await self._exchange(anext(self.generator))
@@ -196,6 +213,50 @@ class _Call:
         else:
             failure = TransientRpcError(f"{self.pool.name(uid)} is busy")
             await self._exchange(self.generator.athrow(failure))
+
+    def _select_step(self) -> None:
+        """The same exchange through ``select``: the outcome goes into ``tried``."""
+        if self.started:
+            uid = self.candidate
+            assert uid is not None
+            if not self.in_flight:  # it left before the proxy resolved it
+                self.outcomes[uid] = None
+            else:
+                self.in_flight = False
+                self.pool.context.end_dispatch(uid, self.rng.uniform(0.001, 0.1))
+                answer = self.answer(self, uid)
+                if answer == "serve":
+                    self.ending = "served"
+                    return
+                if answer == "evict":
+                    if uid in self.pool.context:
+                        self.pool.leave(uid)
+                    self.outcomes[uid] = RpcError(f"{self.pool.name(uid)} broke")
+                else:
+                    self.outcomes[uid] = TransientRpcError(f"{self.pool.name(uid)} is busy")
+        self.started = True
+        assert self.select is not None
+        try:
+            uid = self.select(
+                self.task, context=self.pool.context, tried=MappingProxyType(self.outcomes)
+            )
+        except NoWorkersAvailable:
+            self.ending = "gave up"
+            return
+        except Exception as error:
+            raise AssertionError(
+                f"{self.where}: select raised {error!r} after offering"
+                f" {self.pool.show(self.offered)}"
+            ) from error
+        if uid is None:
+            self.ending = "exhausted"
+            return
+        self.offered.append(uid)
+        self.candidate = uid
+        if len(self.offered) > len(self.pool.names) + 1:
+            self.ending = "overran"
+        else:
+            self.begin()
 
     async def _exchange(self, step: Any, served: uuid.UUID | None = None) -> None:
         timeout = asyncio.timeout(_STEP_TIMEOUT)
@@ -231,7 +292,10 @@ class _Call:
             await self.close()
 
     async def close(self) -> None:
-        """The proxy's ``finally``: the generator is closed, whether or not it finished."""
+        """The proxy's ``finally``: the generator is closed, whether or not it finished
+        (through ``select`` there is nothing to close)."""
+        if self.generator is None:
+            return
         try:
             async with asyncio.timeout(_STEP_TIMEOUT):
                 await self.generator.aclose()
@@ -246,6 +310,7 @@ class _Call:
         """Runs a generator that yielded when closed to its end, so that no broken call outlives
         the check (its finalizer would fail again when it is collected); bounded, as it may
         never end. A second ``aclose`` would not do: it returns at once and leaves the frame."""
+        assert self.generator is not None
         for _ in range(len(self.pool.names) + 2):
             try:
                 async with asyncio.timeout(_STEP_TIMEOUT):
@@ -260,7 +325,40 @@ class _Call:
 
 
 def _where(title: str, balancer: LoadBalancerLike, scenario: str) -> str:
-    return f"{title}: balancer {balancer!r}, {scenario}"
+    return f"{title}: balancer {balancer!r} through {_protocol.get()}, {scenario}"
+
+
+_protocol: contextvars.ContextVar[str] = contextvars.ContextVar("_protocol", default="delegate")
+
+
+def _protocols(balancer: object) -> list[str]:
+    """The protocols a check drives ``balancer`` through: ``select`` if it has it, then
+    ``delegate``, which every balancer has; empty for an object without ``delegate``."""
+    if not callable(getattr(balancer, "delegate", None)):
+        return []
+    return ["select", "delegate"] if select_of(balancer) is not None else ["delegate"]
+
+
+def _each_protocol(check: Callable[..., None]) -> Callable[..., None]:
+    """``check``, run once through each protocol the factory's balancers have."""
+
+    @functools.wraps(check)
+    def run(factory: Factory, *, make_task: MakeTask = _default_task) -> None:
+        balancer = factory()
+        protocols = _protocols(balancer)
+        if not protocols:
+            raise AssertionError(
+                f"{check.__name__}: {balancer!r} has no delegate(task, *, context), so it is not"
+                " a balancer (one that implements only select subclasses SelectLoadBalancer)"
+            )
+        for protocol in protocols:
+            token = _protocol.set(protocol)
+            try:
+                check(factory, make_task=make_task)
+            finally:
+                _protocol.reset(token)
+
+    return run
 
 
 def _fail_all(_call: _Call, _uid: uuid.UUID) -> Answer:
@@ -321,6 +419,7 @@ def _assert_offered_everyone(call: _Call, required: Iterable[uuid.UUID]) -> None
 NO_REPEATS: Final = "never offers a worker twice in one call"
 
 
+@_each_protocol
 def check_no_repeats(factory: Factory, *, make_task: MakeTask = _default_task) -> None:
     """Raises ``AssertionError`` unless every call offers each worker at most once and only
     workers that are or were pooled; see the module docstring."""
@@ -345,6 +444,7 @@ def check_no_repeats(factory: Factory, *, make_task: MakeTask = _default_task) -
 ENDS_AFTER_SUCCESS: Final = "ends once a candidate served the task"
 
 
+@_each_protocol
 def check_ends_after_success(factory: Factory, *, make_task: MakeTask = _default_task) -> None:
     """Raises ``AssertionError`` unless a call ends as soon as a candidate served the task, and
     a call closed before its end closes cleanly; see the module docstring."""
@@ -389,6 +489,7 @@ async def _abandon(
 EVERY_WORKER: Final = "offers every pooled worker before giving up"
 
 
+@_each_protocol
 def check_offers_every_worker(factory: Factory, *, make_task: MakeTask = _default_task) -> None:
     """Raises ``AssertionError`` unless a call whose candidates all fail offers every pooled
     worker before it ends; see the module docstring."""
@@ -431,6 +532,7 @@ def check_offers_every_worker(factory: Factory, *, make_task: MakeTask = _defaul
 LEAVING: Final = "tolerates workers leaving mid-call"
 
 
+@_each_protocol
 def check_workers_leaving(factory: Factory, *, make_task: MakeTask = _default_task) -> None:
     """Raises ``AssertionError`` unless a call stays correct while workers leave and join
     mid-call; see the module docstring."""
@@ -469,6 +571,7 @@ async def _churning_call(
 CONCURRENT: Final = "works with concurrent calls"
 
 
+@_each_protocol
 def check_concurrent_calls(factory: Factory, *, make_task: MakeTask = _default_task) -> None:
     """Raises ``AssertionError`` unless interleaved calls on one balancer and pool each keep
     the properties, directly and through a ``WorkerProxy``; see the module docstring."""
