@@ -4,6 +4,7 @@ an interval, or after a source's events; membership against a small model (Hypot
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from shardline import (
 from shardline.discovery.topology import TopologyDiscovery, instance_record
 from shardline.topology.sources import (
     BucketSnapshot,
+    PollingSource,
     TopologyChange,
     TopologySnapshot,
     TopologySource,
@@ -632,3 +634,37 @@ def test_membership_follows_a_model_of_the_instances(batches: list[list[Any]]) -
             await discovery.aclose()
 
     run(scenario)
+
+
+def test_a_quorum_that_never_comes_says_why_the_source_found_nobody() -> None:
+    """WorkerProxy over TopologyDiscovery over a catalog nobody listens at: the TimeoutError
+    carries the source's last failure, not only the count of workers that joined."""
+    with socket.socket() as probe:  # a loopback port that refuses connections
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def scenario() -> tuple[str, str | None]:
+        source = PollingSource(f"postgresql://shardline@127.0.0.1:{port}/postgres", interval=0.05)
+        discovery = TopologyDiscovery(source)
+        proxy = WorkerProxy(
+            discovery=discovery, connect=lambda metadata: None, quorum=1, quorum_timeout=1.0
+        )
+        try:
+            with pytest.raises(TimeoutError) as raised:
+                await proxy.start()
+            return str(raised.value), discovery.last_failure
+        finally:
+            await discovery.aclose()
+            await source.aclose()
+
+    message, last_failure = asyncio.run(scenario())
+    assert last_failure is not None
+    assert message == (
+        "0 of the 1 workers of the quorum joined within 1.0 s;"
+        f" discovery's last failure: {last_failure}"
+    )
+    assert str(port) in last_failure
+
+
+def test_a_topology_followed_directly_has_no_last_failure(topology: Topology) -> None:
+    assert TopologyDiscovery(topology, interval=None).last_failure is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -454,3 +455,51 @@ def test_yielding_after_a_success_is_a_protocol_violation() -> None:
 
 def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
+
+
+def test_every_change_to_the_pool_is_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        harness = Harness()
+        stream = Stream(added(1), added(2), added(3))
+        async with WorkerProxy(discovery=stream, connect=harness.connect, lease=2) as proxy:
+            await settle()
+            stream.send("worker-updated", worker(1, address="127.0.0.1:6001"))
+            stream.send("worker-dropped", worker(2))
+            await settle()
+            harness.connections["127.0.0.1:6001"].failure = RpcError("speaks another protocol")
+            with pytest.raises(NoWorkersAvailable):
+                await proxy.dispatch("task")
+
+    with caplog.at_level(logging.INFO, logger="shardline.proxy"):
+        run(scenario())
+    lines = [record.getMessage() for record in caplog.records if record.name == "shardline.proxy"]
+    assert all(record.levelno == logging.INFO for record in caplog.records), caplog.records
+    assert lines == [
+        f"worker {worker(1).uid} at 127.0.0.1:5001 admitted",
+        f"worker {worker(2).uid} at 127.0.0.1:5002 admitted",
+        f"worker {worker(3).uid} not admitted: the pool is at its lease",
+        f"worker {worker(1).uid} refreshed: now at 127.0.0.1:6001",
+        f"worker {worker(2).uid} at 127.0.0.1:5002 dropped by discovery",
+        f"worker {worker(1).uid} at 127.0.0.1:6001 evicted: speaks another protocol",
+    ]
+
+
+def test_a_call_out_of_candidates_names_what_it_tried_and_chains_the_last_failure() -> None:
+    async def scenario() -> NoWorkersAvailable:
+        harness = Harness()
+        stream = Stream(*(added(n) for n in range(1, 11)))
+        async with WorkerProxy(discovery=stream, connect=harness.connect, quorum=10) as proxy:
+            for connection in harness.connections.values():
+                connection.failure = TransientRpcError("busy")
+            harness.connections["127.0.0.1:5003"].failure = RpcError("broke")
+            with pytest.raises(NoWorkersAvailable) as raised:
+                await proxy.dispatch("task")
+            return raised.value
+
+    error = run(scenario())
+    message = str(error)
+    assert message.startswith("no worker could take the task 'task': tried ")
+    assert f"{worker(3).uid} (RpcError)" in message
+    assert f"{worker(1).uid} (TransientRpcError)" in message
+    assert message.endswith(" and 2 more")  # 10 tried, 8 shown
+    assert isinstance(error.__cause__, TransientRpcError | RpcError)

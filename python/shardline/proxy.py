@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Callable, Mapping
 from time import perf_counter
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
@@ -69,7 +69,8 @@ class WorkerProxy:
 
     ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
     workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no
-    background task behind. ``dispatch(task)`` asks the balancer for candidates and resolves each
+    background task behind (with the discovery's ``last_failure`` in its message when the
+    discovery has one, as :class:`~shardline.discovery.TopologyDiscovery` does). ``dispatch(task)`` asks the balancer for candidates and resolves each
     uid against the live pool when it dispatches, so a stale selection can never reach a
     superseded address:
 
@@ -77,11 +78,15 @@ class WorkerProxy:
     - ``TransientRpcError``: the worker stays; the balancer is told, and offers the next;
     - any other ``RpcError``: the worker is evicted, then the balancer is told;
     - any other exception, cancellation included, propagates and leaves the pool alone;
-    - a balancer out of candidates: ``NoWorkersAvailable``, chained to the last failure (a
-      balancer that knows why, such as a keyed one finding no route, raises it itself with its
-      reason, which propagates);
+    - a balancer out of candidates: ``NoWorkersAvailable`` naming the candidates the call
+      tried and how each failed, chained to the last failure (a balancer that knows why, such
+      as a keyed one finding no route, raises it itself with its reason, which propagates);
     - a balancer offering a worker twice in one call, or another one after a success:
       ``RuntimeError``.
+
+    Logs on ``shardline.proxy``: INFO when a worker is admitted, refreshed, evicted (with the
+    error that evicted it), dropped by discovery or not admitted because the pool is at its
+    lease; never a line per dispatch.
     """
 
     def __init__(
@@ -128,9 +133,13 @@ class WorkerProxy:
             await asyncio.wait_for(self._quorum_reached.wait(), self._quorum_timeout)
         except TimeoutError:
             await self.stop()
+            # a discovery that can say why it found nobody (TopologyDiscovery: its source's
+            # last failure) is asked, so the error carries the cause and not only the count
+            cause = getattr(self._discovery, "last_failure", None)
+            why = f"; discovery's last failure: {cause}" if cause else ""
             raise TimeoutError(
                 f"{len(self._context)} of the {self._quorum} workers of the quorum joined "
-                f"within {self._quorum_timeout} s"
+                f"within {self._quorum_timeout} s{why}"
             ) from None
 
     async def stop(self) -> None:
@@ -162,7 +171,8 @@ class WorkerProxy:
     def _apply(self, event: DiscoveryEvent) -> None:
         metadata = event.metadata
         if event.type == "worker-dropped":
-            self._evict(metadata)
+            if self._evict(metadata):
+                logger.info("worker %s at %s dropped by discovery", metadata.uid, metadata.address)
             return
         pooled = self._context.workers.get(metadata.uid)
         if pooled is not None and event.type in ("worker-added", "worker-updated"):
@@ -170,20 +180,29 @@ class WorkerProxy:
             self._context.update_worker(metadata, connection)
             if connection is not pooled[1]:
                 _close(pooled[1])
+            logger.info("worker %s refreshed: now at %s", metadata.uid, metadata.address)
         elif event.type == "worker-added":
             if self._lease is None or len(self._context) < self._lease:
                 self._context.add_worker(metadata, self._connect(metadata))
+                logger.info("worker %s at %s admitted", metadata.uid, metadata.address)
             else:
                 logger.info("worker %s not admitted: the pool is at its lease", metadata.uid)
         elif event.type != "worker-updated":
             logger.warning("discovery event of unknown type %r skipped", event.type)
 
-    def _evict(self, metadata: WorkerMetadata) -> None:
-        """Evicts the uid, whichever connection it holds now (a refresh may have landed)."""
+    def _evict(self, metadata: WorkerMetadata) -> bool:
+        """Evicts the uid, whichever connection it holds now (a refresh may have landed);
+        False if it was not pooled."""
         pooled = self._context.workers.get(metadata.uid)
-        if pooled is not None:
-            self._context.remove_worker(metadata)
-            _close(pooled[1])
+        if pooled is None:
+            return False
+        self._context.remove_worker(metadata)
+        _close(pooled[1])
+        return True
+
+    def _evict_broken(self, metadata: WorkerMetadata, error: RpcError) -> None:
+        if self._evict(metadata):
+            logger.info("worker %s at %s evicted: %s", metadata.uid, metadata.address, error)
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
         """Runs ``task`` on a worker the balancer names; see the class docstring.
@@ -206,7 +225,7 @@ class WorkerProxy:
             while True:
                 uid = select(task, context=context, tried=tried)
                 if uid is None:
-                    raise NoWorkersAvailable(f"no worker could take the task {task!r}") from failure
+                    raise _exhausted(task, tried) from failure
                 if outcomes is not None and uid in outcomes:
                     raise RuntimeError(
                         f"balancer {self._balancer!r} offered worker {uid} twice in one call"
@@ -222,7 +241,7 @@ class WorkerProxy:
                     except TransientRpcError as error:
                         failure = outcome = error
                     except RpcError as error:
-                        self._evict(metadata)
+                        self._evict_broken(metadata, error)
                         failure = outcome = error
                     finally:
                         if load:
@@ -232,12 +251,14 @@ class WorkerProxy:
                     tried = MappingProxyType(outcomes)
                 outcomes[uid] = outcome
         candidates = self._balancer.delegate(task, context=context)
+        offered: dict[uuid.UUID, Exception | None] = {}  # written only on a miss or a failure
         try:
             uid = await anext(candidates)
             while True:
                 try:
                     metadata, connection = resolve(uid)
                 except KeyError:
+                    offered[uid] = None
                     uid = await anext(candidates)
                     continue
                 dispatched = uid
@@ -245,12 +266,12 @@ class WorkerProxy:
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
-                    failure = error
+                    failure = offered[uid] = error
                     uid = await candidates.athrow(error)
                     continue
                 except RpcError as error:
-                    self._evict(metadata)
-                    failure = error
+                    self._evict_broken(metadata, error)
+                    failure = offered[uid] = error
                     uid = await candidates.athrow(error)
                     continue
                 finally:
@@ -264,9 +285,27 @@ class WorkerProxy:
                     f"balancer {self._balancer!r} offered another worker after a success"
                 )
         except StopAsyncIteration:
-            raise NoWorkersAvailable(f"no worker could take the task {task!r}") from failure
+            raise _exhausted(task, offered) from failure
         finally:
             await candidates.aclose()
+
+
+_SHOWN_CANDIDATES = 8
+
+
+def _exhausted(task: Any, tried: Mapping[uuid.UUID, Exception | None]) -> NoWorkersAvailable:
+    """The error of a call whose balancer offered nobody more: what it tried, and how each
+    candidate failed (the first few; the last failure is chained as the cause)."""
+    if not tried:
+        return NoWorkersAvailable(f"no worker could take the task {task!r}: none was offered")
+    shown = [
+        f"{uid} ({'left the pool' if error is None else type(error).__name__})"
+        for uid, error in list(tried.items())[:_SHOWN_CANDIDATES]
+    ]
+    more = f" and {len(tried) - len(shown)} more" if len(tried) > len(shown) else ""
+    return NoWorkersAvailable(
+        f"no worker could take the task {task!r}: tried {', '.join(shown)}{more}"
+    )
 
 
 def _close(connection: Connection) -> None:

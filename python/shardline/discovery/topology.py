@@ -193,6 +193,15 @@ class TopologyDiscovery(Subscription):
         return self._records.shown
 
     @property
+    def last_failure(self) -> str | None:
+        """What last went wrong reading the cluster, as the source's ``state.last_failure``
+        says it (None for a topology followed directly, or a source without a state).
+        :class:`~shardline.WorkerProxy` puts it in the error of a quorum that never came."""
+        state = getattr(self._runner or self._source, "state", None)
+        failure = getattr(state, "last_failure", None)
+        return failure if isinstance(failure, str) else None
+
+    @property
     def skipped(self) -> Mapping[str, int]:
         """Items skipped: ``"rejected"`` counts the source's items the topology refused."""
         return self._rejected
