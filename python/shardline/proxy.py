@@ -70,9 +70,9 @@ class WorkerProxy:
     ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
     workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no
     background task behind (with the discovery's ``last_failure`` in its message when the
-    discovery has one, as :class:`~shardline.discovery.TopologyDiscovery` does). ``dispatch(task)`` asks the balancer for candidates and resolves each
-    uid against the live pool when it dispatches, so a stale selection can never reach a
-    superseded address:
+    discovery has one, as :class:`~shardline.discovery.TopologyDiscovery` does).
+    ``dispatch(task)`` asks the balancer for candidates and resolves each uid against the live
+    pool when it dispatches, so a stale selection can never reach a superseded address:
 
     - a uid no longer pooled is skipped, and nothing is reported to the balancer;
     - ``TransientRpcError``: the worker stays; the balancer is told, and offers the next;
