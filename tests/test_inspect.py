@@ -219,3 +219,20 @@ def test_the_command_line(catalog: Catalog) -> None:
     assert done.returncode == 0, done.stderr
     assert any(line.split()[:2] == ["other", "1-100"] for line in done.stdout.splitlines())
     assert rs_uuid(1) not in done.stdout
+
+
+@pytest.mark.parametrize("output", ["--plain", "--json"])
+def test_an_empty_catalog_is_said_and_fails(
+    pg: PgServer, output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Catalog(pg.create_schema()) as catalog:
+        assert main(["inspect", catalog.dsn, output]) == 1
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"shardline inspect: the catalog at {catalog.dsn.split('@')[-1].split('/')[0]} is empty:"
+        " no tiers, replicasets or instances (is this the cluster's database?)"
+    ]
+    if output == "--json":
+        assert json.loads(out)["complete"] is True
+    else:
+        assert out == ""

@@ -30,7 +30,7 @@ def add_inspect_command(commands: argparse._SubParsersAction[CommandParser]) -> 
             " once, as PollingSource does, and print the tiers, replicasets, instances (names"
             " next to uuids) and bucket ranges, as tables or, with --json, as one JSON"
             " document. Exits with status 1 if any part could not be read (each failure is"
-            " printed on stderr). Needs the pg extra (asyncpg)."
+            " printed on stderr) or the catalog is empty. Needs the pg extra (asyncpg)."
         ),
     )
     inspect.add_argument("dsn", metavar="DSN", help="where to connect, e.g. postgresql://…")
@@ -99,13 +99,22 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"shardline inspect: {reason} ({count}x)", file=sys.stderr)
     if state.last_failure is not None:
         print(f"shardline inspect: last failure: {state.last_failure}", file=sys.stderr)
+    # a catalog read whole that holds nothing (a wrong database, a cluster not yet set up)
+    empty = complete and not (topology.tiers or topology.replicasets or topology.instances)
+    if empty:
+        print(
+            f"shardline inspect: the catalog at {state.server} is empty: no tiers, replicasets"
+            " or instances (is this the cluster's database?)",
+            file=sys.stderr,
+        )
+    status = 0 if complete and not empty else 1
     out = sys.stdout
     document = _inspect_document(topology, state, complete)
     if args.json:
         json.dump(document, out, indent=2)
         out.write("\n")
-        return 0 if complete else 1
-    if not complete and not (topology.tiers or topology.replicasets):
+        return status
+    if empty or not (complete or topology.tiers or topology.replicasets):
         return 1
     tables = _inspect_tables(document)
     title = (
@@ -124,7 +133,7 @@ def _inspect(args: argparse.Namespace) -> int:
         console.print(f"[bold]{title}[/bold]")
         for name, header, rows in tables:
             console.print(rich_table(name, header, rows))
-    return 0 if complete else 1
+    return status
 
 
 def _inspect_document(topology: Any, state: Any, complete: bool) -> dict[str, Any]:
