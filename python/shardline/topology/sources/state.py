@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from time import monotonic
 from types import MappingProxyType
 
 __all__ = ["CountedFailure", "FailureReason", "SourceState", "StateRecorder"]
@@ -82,11 +83,18 @@ class SourceState:
     connects: int
 
 
+REPEAT_WARNING_INTERVAL = 60.0
+"""Seconds between two warnings about a reason that keeps failing."""
+
+
 class StateRecorder:
     """The mutable counters behind :class:`SourceState`, kept by a source.
 
     Failures are logged on ``shardline.topology.sources``: a warning when a reason starts
-    failing, debug while it keeps failing, info once a refresh succeeds again.
+    failing, debug while it keeps failing, with a warning again at most every
+    :data:`REPEAT_WARNING_INTERVAL` seconds saying how many failures and for how long (so a
+    long outage is never silent, and never a line per poll), and info once a refresh succeeds
+    again.
     """
 
     def __init__(self, name: str) -> None:
@@ -101,7 +109,8 @@ class StateRecorder:
         self.events_emitted = 0
         self.events_applied = 0
         self.connects = 0
-        self._failing: set[str] = set()
+        # reason -> (monotonic time it started failing, failures since, last warning's time)
+        self._failing: dict[str, tuple[float, int, float]] = {}
 
     def snapshot(self) -> SourceState:
         return SourceState(
@@ -132,11 +141,26 @@ class StateRecorder:
         if tier is not None:
             self.tier_failures[tier] += 1
         self.last_failure = f"{reason.value}: {message}"
-        if reason.value in self._failing:
-            logger.debug("%s: %s (still failing)", self.name, self.last_failure)
-        else:
-            self._failing.add(reason.value)
+        now = monotonic()
+        failing = self._failing.get(reason.value)
+        if failing is None:
+            self._failing[reason.value] = (now, 1, now)
             logger.warning("%s: %s", self.name, self.last_failure)
+            return
+        since, count, warned = failing
+        count += 1
+        if now - warned >= REPEAT_WARNING_INTERVAL:
+            warned = now
+            logger.warning(
+                "%s: still failing (%d failures in %.0f s): %s",
+                self.name,
+                count,
+                now - since,
+                self.last_failure,
+            )
+        else:
+            logger.debug("%s: %s (still failing)", self.name, self.last_failure)
+        self._failing[reason.value] = (since, count, warned)
 
     def refreshed(self) -> None:
         self.refreshes += 1
