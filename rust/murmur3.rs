@@ -4,13 +4,24 @@
 const C1: u32 = 0xcc9e_2d51;
 const C2: u32 = 0x1b87_3593;
 
+/// One block's mixing step, shared with the lane-wise hashing of int keys (`int_key_lanes`).
 #[inline(always)]
-fn scramble(k: u32) -> u32 {
+pub fn scramble(k: u32) -> u32 {
     k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2)
 }
 
+/// Folds one scrambled block into the running hash.
 #[inline(always)]
-fn fmix32(mut h: u32) -> u32 {
+pub fn round(h: u32, k: u32) -> u32 {
+    (h ^ scramble(k))
+        .rotate_left(13)
+        .wrapping_mul(5)
+        .wrapping_add(0xe654_6b64)
+}
+
+/// The final avalanche.
+#[inline(always)]
+pub fn fmix32(mut h: u32) -> u32 {
     h ^= h >> 16;
     h = h.wrapping_mul(0x85eb_ca6b);
     h ^= h >> 13;
@@ -25,8 +36,7 @@ pub fn murmur3_x86_32(data: &[u8], seed: u32) -> u32 {
     let mut blocks = data.chunks_exact(4);
     for block in &mut blocks {
         let k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        h ^= scramble(k);
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+        h = round(h, k);
     }
     let tail = blocks.remainder();
     if !tail.is_empty() {
@@ -48,8 +58,7 @@ pub fn murmur3_x86_32_word(word: u128, len: usize, seed: u32) -> u32 {
     let mut h = seed;
     let blocks = len / 4;
     for i in 0..blocks {
-        h ^= scramble((word >> (32 * i)) as u32);
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+        h = round(h, (word >> (32 * i)) as u32);
     }
     let tail_bits = 8 * (len % 4);
     if tail_bits != 0 {
