@@ -1273,7 +1273,7 @@ impl Topology {
         })?;
         // At most one index per instance plus None, far below any item's limit; checked anyway
         // rather than writing a wrapped index.
-        if distinct.len() as u64 > out.max_index() + 1 {
+        if (distinct.len() as u64).saturating_sub(1) > out.max_index() {
             return Err(invalid_argument(
                 py,
                 format!(
