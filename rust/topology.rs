@@ -1242,19 +1242,27 @@ impl Topology {
         let out = out.map(|out| OutArray::of(out, "out")).transpose()?;
         let mut routes = self.buckets_of_keys(py, lookup_text(tier)?, keys)?;
         let Some(out) = out else {
-            let masters: Vec<Option<Py<Instance>>> = self.read_tier(tier, |state, known| {
+            // The list is built after the lock is released, from copied references: of the
+            // table of masters when there are more keys than ranges (a smaller copy, and the
+            // list then takes its items straight from it), else of each key's master.
+            let (table, per_key) = self.read_tier(tier, |state, known| {
                 let masters = state.masters(py, known);
                 known.map.slots_in_place(&mut routes);
-                routes
-                    .iter()
-                    .map(|&slot| {
-                        masters[slot as usize]
-                            .as_ref()
-                            .map(|instance| instance.clone_ref(py))
-                    })
-                    .collect()
+                let copy = |master: &Option<Py<Instance>>| {
+                    master.as_ref().map(|instance| instance.clone_ref(py))
+                };
+                if routes.len() >= masters.len() {
+                    (masters.iter().map(copy).collect(), Vec::new())
+                } else {
+                    let per_key = routes.iter().map(|&slot| copy(&masters[slot as usize]));
+                    (Vec::new(), per_key.collect())
+                }
             })?;
-            return PyList::new(py, masters);
+            // The table always holds at least the "no range" entry.
+            if table.is_empty() {
+                return PyList::new(py, per_key);
+            }
+            return PyList::new(py, routes.iter().map(|&slot| table[slot as usize].as_ref()));
         };
         if out.len() != routes.len() {
             return Err(invalid_argument(
