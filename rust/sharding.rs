@@ -32,7 +32,7 @@ use crate::int_arrays::BucketCount;
 use crate::int_key_lanes;
 use crate::key_encoding::{self as enc, DecimalDigits, KeyInt};
 use crate::lua_tostring;
-use crate::murmur3::{murmur3_x86_32, murmur3_x86_32_pair, murmur3_x86_32_word};
+use crate::murmur3::{murmur3_x86_32, murmur3_x86_32_word};
 
 /// Seed of Picodata's MurmurHash3.
 pub const PICODATA_SEED: u32 = 13;
@@ -130,9 +130,8 @@ impl KeyHasher {
     ///     A list is read by index (its length read again at each step, as its iterator does,
     ///     since hashing a key of another type may run Python code that changes it). An exact
     ///     str is hashed from its UTF-8 in place (CPython keeps an ASCII str's UTF-8 in the
-    ///     object itself, and caches it for others), two in a row side by side; an exact int
-    ///     with the branchless encoding of `int_key_lanes`; anything else goes through
-    ///     `picodata`.
+    ///     object itself, and caches it for others); an exact int with the branchless encoding
+    ///     of `int_key_lanes`; anything else goes through `picodata`.
     pub fn picodata_each(
         &mut self,
         keys: &Bound<'_, PyAny>,
@@ -141,20 +140,6 @@ impl KeyHasher {
         if let Ok(list) = keys.cast::<PyList>() {
             let mut index = 0;
             while let Ok(key) = list.get_item(index) {
-                // Two str keys in a row are hashed side by side (`murmur3_x86_32_pair`).
-                // Reading the second before the first is hashed changes nothing: reading an
-                // exact str runs no Python code.
-                if let Some(Ok(text)) = exact_str(&key) {
-                    if let Ok(next) = list.get_item(index + 1) {
-                        if let Some(Ok(next_text)) = exact_str(&next) {
-                            let (a, b) = murmur3_x86_32_pair(text, next_text, PICODATA_SEED);
-                            f(a);
-                            f(b);
-                            index += 2;
-                            continue;
-                        }
-                    }
-                }
                 f(self.picodata_one(&key)?);
                 index += 1;
             }
