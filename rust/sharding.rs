@@ -137,7 +137,8 @@ impl KeyHasher {
         keys: &Bound<'_, PyAny>,
         mut f: impl FnMut(u32),
     ) -> PyResult<()> {
-        if let Ok(list) = keys.cast::<PyList>() {
+        // Exactly a list: a subclass may iterate differently from its items.
+        if let Ok(list) = keys.cast_exact::<PyList>() {
             let mut index = 0;
             while let Ok(key) = list.get_item(index) {
                 f(self.picodata_one(&key)?);

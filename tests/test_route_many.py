@@ -170,6 +170,16 @@ def test_a_list_changed_while_its_keys_hash_is_read_as_its_iterator_would() -> N
     assert topology.route_many("default", keys) == scalar(topology, ["a", 5])
 
 
+def test_a_list_subclass_is_read_through_its_own_iterator() -> None:
+    class Reversed(list[Any]):
+        def __iter__(self) -> Any:
+            return reversed(list(super().__iter__()))
+
+    topology = tier_with(3000, list(range(2, 3000, 11)))
+    keys = Reversed(["a", "b", 3, "d"])
+    assert topology.route_many("default", keys) == scalar(topology, list(iter(keys)))
+
+
 # ---------------------------------------------------------------------------------------------
 # out=
 
