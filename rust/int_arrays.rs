@@ -289,6 +289,7 @@ impl IntArray {
         }))
     }
 
+    /// The number of elements.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -435,7 +436,6 @@ macro_rules! raw_int {
                 $key(self)
             }
             #[inline(always)]
-            #[allow(clippy::cast_sign_loss, clippy::cast_lossless)]
             fn bits(self) -> u64 {
                 self as i128 as u64
             }

@@ -60,6 +60,7 @@ impl OutArray {
         })
     }
 
+    /// The number of items.
     pub fn len(&self) -> usize {
         self.len
     }
