@@ -201,7 +201,7 @@ mod tests {
             for v in [power - 1, power, power + 1] {
                 keys.push(KeyInt::NonNegative(v));
                 keys.push(KeyInt::NonNegative(v | 1 << 63));
-                keys.push(KeyInt::from_i64(-(v as i64)));
+                keys.push(KeyInt::from_i64((v as i64).wrapping_neg()));
                 keys.push(KeyInt::from_i64(!(v as i64)));
             }
         }
