@@ -4,7 +4,13 @@ Per pool size (8, 64, 1,024, 100,000 workers), one group per operation:
 
 - ``refresh``: ``update_worker`` of a pooled worker with a new record;
 - ``admit + evict``: ``add_worker`` of a new uid then ``remove_worker`` of it (size stays put);
-- ``membership``: ``uid in context.workers`` (ours also through its fast path ``uid in context``).
+- ``membership``: ``uid in context.workers`` (ours also through its fast path ``uid in context``),
+  for a uid equal to the pooled one (a distinct object);
+- ``membership, pooled uid``: the same for the pooled uid object itself, as a balancer hands it
+  back (issue 12: the pool finds it by address, without reading ``uid.int``).
+
+``pool ... interleaved`` (issue 12): admit + evict and both memberships, with 8, 1,024 and 100,000
+workers, shardline and wool timed back to back in every round (ratio wool / shardline per round).
 
 And ``round-robin decision``: one ``delegate`` driven to its first candidate, which succeeds,
 or (issue 12) one ``select`` for the first candidate, with 8 and 1,024 workers; ``round-robin
@@ -70,14 +76,27 @@ def pools(size: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("size", SIZES)
-@pytest.mark.parametrize("op", ["refresh", "admit + evict", "membership"])
+@pytest.mark.parametrize("op", ["refresh", "admit + evict", "membership", "membership, pooled uid"])
 def test_pool_operation(
     benchmark: Any, per_call: Callable[..., Any], op: str, size: int, impl: str
 ) -> None:
     pool = pools(size)[impl]
+    run = operation(pool, op, size, impl)
+    benchmark.group = f"pool {op}, {size:,} workers"
+    per_call(run, CALLS, rounds=50 if size >= 100_000 else 200, impl=f"{impl} {op}")
+    assert len(pool.workers) == size
+
+
+def operation(pool: Any, op: str, size: int, impl: str) -> Callable[[], Any]:
+    """One round of ``op`` (``CALLS`` calls) on ``pool``, which holds ``size`` workers."""
     targets = [record(n * 7919 % size, pid=2) for n in range(CALLS)]
     fresh = [record(size + n) for n in range(CALLS)]
-    uids = [r.uid for r in targets]
+    pooled = list(pool.workers)
+    uids = (
+        [pooled[n * 7919 % size] for n in range(CALLS)]
+        if op == "membership, pooled uid"
+        else [r.uid for r in targets]
+    )
 
     def refresh() -> None:
         update = pool.update_worker
@@ -97,11 +116,39 @@ def test_pool_operation(
             found = u in workers
         return found
 
-    run = {"refresh": refresh, "admit + evict": admit_evict, "membership": membership}[op]
-    benchmark.group = f"pool {op}, {size:,} workers"
-    per_call(run, CALLS, rounds=50 if size >= 100_000 else 200, impl=f"{impl} {op}")
-    assert len(pool.workers) == size
-    assert pool.workers[targets[0].uid][1] in ("conn-new", f"conn-{targets[0].uid.int - 1}")
+    def checked_refresh() -> None:
+        refresh()
+        assert pool.workers[targets[0].uid][1] == "conn-new"
+
+    def checked_membership() -> bool:
+        found = membership()
+        assert found
+        return found
+
+    run = {
+        "refresh": checked_refresh,
+        "admit + evict": admit_evict,
+        "membership": checked_membership,
+        "membership, pooled uid": checked_membership,
+    }[op]
+    return run
+
+
+@pytest.mark.parametrize("size", [8, 1024, 100_000])
+@pytest.mark.parametrize("op", ["admit + evict", "membership", "membership, pooled uid"])
+def test_pool_operation_interleaved(
+    benchmark: Any, per_call: Callable[..., Any], op: str, size: int
+) -> None:
+    """shardline and wool back to back in every round (bench_goals.py's ``interleave``)."""
+    from .bench_goals import interleave
+
+    made = pools(size)
+    ours, theirs = (operation(made[impl], op, size, impl) for impl in IMPLS)
+    benchmark.group = f"pool {op}, interleaved"
+    interleave(
+        benchmark, per_call, ours, theirs, CALLS, impl=f"shardline vs wool {op}, {size:,} workers"
+    )
+    assert len(made["shardline"].workers) == len(made["wool"].workers) == size
 
 
 def delegate_decisions(

@@ -10,14 +10,28 @@ One group, timed per call and reported per key:
 - ``ref: list(map(len, str keys))`` and ``ref: list(map(mmh3.hash, str keys))``: what any C loop
   over the 100,000 str keys that builds a result list costs, doing nothing or hashing each key;
 - ``picopyn: calculate_bucket_id + find_bucket_master``: what the peer does per key, in a Python
-  loop over the same str keys (a handful of rounds only: it is slow).
+  loop over the same str keys (a handful of rounds only: it is slow);
+- ``... out=``: the same keys with ``out=`` (issue 12): indices into the list of distinct routes
+  written to a preallocated ``np.intp`` array; the goal is <= 7 ns per key for the int64 array.
 
 Every result list is checked in full against picopyn's bucket ids and masters before timing.
+
+And ``route_many vs today``: the same call against the extension as it was before issue 12, timed
+back to back in every round (ratio per round), when ``SHARDLINE_BASELINE_CORE`` names that build's
+``_core*.so`` (say, unpacked from a wheel of the commit before); skipped otherwise. Both results
+are released outside the timed region, as ``per_call`` does for every other row.
 """
 
 from __future__ import annotations
 
+import glob
+import importlib.util
+import itertools
+import os
+import statistics
+import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -28,6 +42,8 @@ np = pytest.importorskip("numpy")
 
 import mmh3  # noqa: E402
 from picopyn.bucket import calculate_bucket_id  # noqa: E402
+
+from shardline import InstanceEvent, ReplicasetEvent  # noqa: E402
 
 from .benchkit import (  # noqa: E402
     SEED,
@@ -48,6 +64,9 @@ IMPLS = [
     "shardline route_many(list[str])",
     "shardline route_many(np.int64)",
     "shardline route_many(list[int])",
+    "shardline route_many(np.int64, out=)",
+    "shardline route_many(list[str], out=)",
+    "shardline route_many(list[int], out=)",
     "ref: shardline owners(np.int64 bucket ids)",
     "floor: list(map(dict.get, buckets))",
     "ref: list(map(len, str keys))",
@@ -85,6 +104,15 @@ def test_route_many(benchmark: Any, per_call: Callable[..., Any], impl: str) -> 
         find = peer.find_bucket_master
         return [find(TIER, calculate_bucket_id(meta, (key,), BUCKET_COUNT)) for key in strs]
 
+    out = np.empty(N_KEYS, dtype=np.intp)
+
+    def with_out(keys: Any) -> Callable[[], list[Any]]:
+        def run() -> list[Any]:
+            routes = ours.route_many(TIER, keys, out=out)
+            return [routes[j] for j in out]  # only for the check below: not timed
+
+        return run
+
     run: Callable[[], list[Any]] = {
         "shardline route_many(list[str])": lambda: ours.route_many(TIER, strs),
         "shardline route_many(np.int64)": lambda: ours.route_many(TIER, array),
@@ -94,6 +122,9 @@ def test_route_many(benchmark: Any, per_call: Callable[..., Any], impl: str) -> 
         "ref: list(map(len, str keys))": lambda: list(map(len, strs)),
         "ref: list(map(mmh3.hash, str keys))": lambda: list(map(mmh3.hash, strs)),
         "picopyn: calculate_bucket_id + find_bucket_master": peer_route_many,
+        "shardline route_many(np.int64, out=)": with_out(array),
+        "shardline route_many(list[str], out=)": with_out(strs),
+        "shardline route_many(list[int], out=)": with_out(ints),
     }[impl]
 
     result = run()  # the full answer is right, before anything is timed
@@ -105,7 +136,126 @@ def test_route_many(benchmark: Any, per_call: Callable[..., Any], impl: str) -> 
     else:
         assert [instance.uuid for instance in result] == masters
 
+    if impl.endswith("out=)"):
+        keys_in = {"np.int64": array, "list[str]": strs, "list[int]": ints}[
+            impl.split("(")[1].split(",")[0]
+        ]
+        timed: Callable[[], Any] = lambda: ours.route_many(TIER, keys_in, out=out)  # noqa: E731
+    else:
+        timed = run
     benchmark.group = f"route_many {N_KEYS:,} keys ({c.label})"
     rounds = ROUNDS.get(impl, 60)
-    last = per_call(run, N_KEYS, rounds=rounds, warmup=1, impl=impl, scenario="route_many")
-    assert len(last) == N_KEYS
+    last = per_call(timed, N_KEYS, rounds=rounds, warmup=1, impl=impl, scenario="route_many")
+    assert len(last) == N_KEYS or impl.endswith("out=)")
+
+
+def baseline_core() -> ModuleType | None:
+    """The extension as it was before issue 12, from ``SHARDLINE_BASELINE_CORE`` (a path or a
+    glob of its ``_core*.so``), loaded beside the current one as a module of its own."""
+    pattern = os.environ.get("SHARDLINE_BASELINE_CORE")
+    if not pattern:
+        return None
+    path = sorted(glob.glob(pattern))[0]
+    spec = importlib.util.spec_from_file_location("_core", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def baseline_topology(core: ModuleType, c: Any) -> Any:
+    """``benchkit.shardline_topology`` built with the baseline extension's ``Topology``."""
+    topology = core.Topology()
+    topology.apply_tiers({TIER: c.bucket_count})
+    for rs, master in c.masters.items():
+        topology.apply(ReplicasetEvent("replace", rs, tier=TIER, current_master_uuid=master))
+        topology.apply(
+            InstanceEvent(
+                "replace",
+                master,
+                replicaset_uuid=rs,
+                current_state="Online",
+                address=c.addresses[master],
+            )
+        )
+    assert topology.apply_bucket_snapshot(TIER, c.rows)
+    return topology
+
+
+def interleaved(
+    benchmark: Any,
+    per_call: Callable[..., Any],
+    ours: Callable[[], Any],
+    theirs: Callable[[], Any],
+    calls: int,
+    rounds: int,
+    **info: Any,
+) -> None:
+    """Times ``ours`` and ``theirs`` back to back in every round, alternating which goes first;
+    both results are released after the round (outside the timed region, as ``per_call``)."""
+    warmup = 3
+    ours_ns: list[int] = []
+    theirs_ns: list[int] = []
+    flip = itertools.cycle([False, True])
+    clock = time.perf_counter_ns
+
+    def round_() -> Any:
+        theirs_first = next(flip)
+        first, second = (theirs, ours) if theirs_first else (ours, theirs)
+        t0 = clock()
+        a = first()
+        t1 = clock()
+        b = second()
+        t2 = clock()
+        (theirs_ns if theirs_first else ours_ns).append(t1 - t0)
+        (ours_ns if theirs_first else theirs_ns).append(t2 - t1)
+        return a, b
+
+    per_call(round_, 2 * calls, rounds=rounds, warmup=warmup, **info)
+    ours_ns, theirs_ns = ours_ns[warmup:], theirs_ns[warmup:]
+    ratios = [t / o for o, t in zip(ours_ns, theirs_ns, strict=True)]
+    benchmark.extra_info.update(
+        ours_ns=statistics.median(ours_ns) / calls,
+        theirs_ns=statistics.median(theirs_ns) / calls,
+        ours_min_ns=min(ours_ns) / calls,
+        theirs_min_ns=min(theirs_ns) / calls,
+        ratio=statistics.median(ratios),
+        ratio_q1_q3=statistics.quantiles(ratios, n=4)[::2],
+    )
+
+
+VS_TODAY = ["np.int64", "list[int]", "list[str]", "np.int64, out= (vs today's list)"]
+
+
+@needs_hashing
+@pytest.mark.parametrize("kind", VS_TODAY)
+def test_route_many_vs_today(benchmark: Any, per_call: Callable[..., Any], kind: str) -> None:
+    core = baseline_core()
+    if core is None:
+        pytest.skip("SHARDLINE_BASELINE_CORE names no baseline build")
+    c = cluster(BUCKET_COUNT, N_RANGES)
+    ours, today = shardline_topology(c), baseline_topology(core, c)
+    keys: Any = {
+        "list[str]": str_keys(N_KEYS, seed=SEED + 1),
+        "list[int]": int_keys(N_KEYS, seed=SEED + 1),
+    }.get(kind) or np.array(int_keys(N_KEYS, seed=SEED + 1), dtype=np.int64)
+    want = [instance.uuid for instance in today.route_many(TIER, keys)]
+    if "out=" in kind:
+        out = np.empty(N_KEYS, dtype=np.intp)
+        routes = ours.route_many(TIER, keys, out=out)
+        assert [routes[j].uuid for j in out] == want
+        run_ours: Callable[[], Any] = lambda: ours.route_many(TIER, keys, out=out)  # noqa: E731
+    else:
+        assert [instance.uuid for instance in ours.route_many(TIER, keys)] == want
+        run_ours = lambda: ours.route_many(TIER, keys)  # noqa: E731
+    benchmark.group = f"route_many {N_KEYS:,} keys vs today, interleaved"
+    interleaved(
+        benchmark,
+        per_call,
+        run_ours,
+        lambda: today.route_many(TIER, keys),
+        N_KEYS,
+        rounds=100,
+        impl=f"shardline vs today route_many({kind})",
+    )

@@ -193,6 +193,23 @@ impl<O: PartialEq> BucketMap<O> {
         }
     }
 
+    /// [`slot`](Self::slot) of each bucket, in place: the table is fetched once for the batch
+    /// (`route_many`), not once per bucket.
+    pub fn slots_in_place(&self, buckets: &mut [u32]) {
+        match self.dense.get_or_init(|| dense_table(&self.ranges)) {
+            Some(slots) => {
+                for bucket in buckets {
+                    *bucket = slots.get(*bucket as usize).copied().unwrap_or(0);
+                }
+            }
+            None => {
+                for bucket in buckets {
+                    *bucket = self.slot(*bucket);
+                }
+            }
+        }
+    }
+
     /// The stamp of a range set by the change being made now (before [`changed`](Self::changed)).
     fn stamp(&self, setting: Setting) -> Stamp {
         Stamp {

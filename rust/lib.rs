@@ -1,5 +1,6 @@
 //! shardline's Rust core. This file only wires modules; each concept has its own file.
 
+mod bucket_divisor;
 mod bucket_map;
 mod bucket_payload;
 mod bucket_range;
@@ -8,10 +9,12 @@ mod errors;
 mod events;
 mod instance;
 mod int_arrays;
+mod int_key_lanes;
 mod key_encoding;
 mod lua_tostring;
 mod map_clear;
 mod murmur3;
+mod out_array;
 mod pool;
 mod replicaset;
 mod route_explanation;

@@ -20,6 +20,11 @@ struct Entry {
 }
 
 impl Entry {
+    /// The uid object's address: its identity while the entry holds it.
+    fn uid_address(&self) -> usize {
+        self.uid.as_ptr() as usize
+    }
+
     /// New references to `(metadata, connection)`: taken under the lock (an incref runs no
     /// Python code), made into a tuple after it is released.
     fn pair(&self, py: Python<'_>) -> [Py<PyAny>; 2] {
@@ -88,12 +93,96 @@ impl Load {
     }
 }
 
-/// Entries in admission order. A removal leaves a hole that iteration skips; holes are
-/// compacted away once they outnumber the entries, so every operation is O(1) amortised.
+/// Entries in admission order. A removal leaves a hole that iteration skips (none when it
+/// removes the last entry); holes are compacted away once they outnumber the entries, so every
+/// operation is O(1) amortised.
 #[derive(Default)]
 struct Entries {
     slots: Vec<Option<Entry>>,
+    /// uid key → slot.
     index: FxHashMap<u128, usize>,
+    /// Address of each pooled uid object → slot. Callers mostly pass back the very object the
+    /// pool handed out (`uids()`, a balancer's choice) or was given (`remove_worker` of the
+    /// admitted record): for those, a lookup by address spares reading `uid.int` and
+    /// converting it, which cost more than the rest of a membership test. An address is
+    /// unambiguous because the entry holds a reference to its uid object, which therefore
+    /// cannot be freed and its address reused while pooled.
+    by_address: FxHashMap<usize, usize>,
+    /// Addresses put in the [`AddressFilter`] since it was last rebuilt.
+    filtered: usize,
+}
+
+/// A lock-free hint of which addresses are pooled uid objects, read before any lock is taken.
+///
+/// Trying the address index costs a lock of its own, and a caller's uid is often an equal but
+/// distinct object (a record decoded from discovery): that one would then pay two locks, the
+/// address lookup's and the key lookup's, where it paid one before the index existed (measured:
+/// 69 ns against 49 for a membership test). The filter (one bit per hashed address, as a Bloom
+/// filter with one hash) says "surely not pooled" for most such objects, so they go straight to
+/// the key. It is only ever a hint: a bit set for an address no longer pooled costs the extra
+/// lock, and a bit a reader misses while the filter is rebuilt costs the key lookup; neither
+/// changes an answer.
+struct AddressFilter {
+    words: Box<[AtomicU64]>,
+}
+
+impl AddressFilter {
+    /// 2**18 bits (32 KiB): few false hits up to some thousands of workers.
+    const BITS: u32 = 18;
+    /// Rebuilt once this many more addresses were put in it than are pooled, so churn does not
+    /// fill it; rebuilding clears every word, so it is rare enough to cost little per write.
+    const REBUILD_AFTER: usize = 1 << (Self::BITS - 3);
+
+    fn new() -> Self {
+        let words = (0..1usize << (Self::BITS - 6))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Self { words }
+    }
+
+    fn bit(address: usize) -> (usize, u64) {
+        // Objects are 16-byte aligned: the low bits carry nothing. Fibonacci hashing spreads
+        // the rest over the table.
+        let hash = ((address >> 4) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - Self::BITS);
+        ((hash >> 6) as usize, 1 << (hash & 63))
+    }
+
+    fn may_contain(&self, address: usize) -> bool {
+        let (word, bit) = Self::bit(address);
+        self.words[word].load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// Only under the pool's write lock, so writers never race each other: a plain load and
+    /// store, no read-modify-write.
+    fn insert(&self, address: usize) {
+        let (word, bit) = Self::bit(address);
+        let word = &self.words[word];
+        word.store(word.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
+    }
+
+    /// Records that `address` (a uid object just admitted or refreshed) may be pooled, under the
+    /// write lock; rebuilds the filter from the pooled entries when stale bits add up.
+    fn note(&self, entries: &mut Entries, address: usize) {
+        self.insert(address);
+        entries.filtered += 1;
+        if entries.filtered > entries.index.len() + Self::REBUILD_AFTER {
+            for word in &self.words {
+                word.store(0, Ordering::Relaxed);
+            }
+            for entry in entries.live() {
+                self.insert(entry.uid_address());
+            }
+            entries.filtered = entries.index.len();
+        }
+    }
+}
+
+/// How a caller names a worker, read before the lock is taken (reading `uid.int` runs Python
+/// code): its uid object's address, tried first, or its key.
+#[derive(Clone, Copy)]
+enum Who {
+    Address(usize),
+    Key(u128),
 }
 
 impl Entries {
@@ -101,6 +190,20 @@ impl Entries {
         self.index
             .get(&key)
             .and_then(|&slot| self.slots[slot].as_ref())
+    }
+
+    /// The pooled entry whose uid is the object at `address`, if any.
+    fn get_by_address(&self, address: usize) -> Option<&Entry> {
+        self.by_address
+            .get(&address)
+            .and_then(|&slot| self.slots[slot].as_ref())
+    }
+
+    fn find(&self, who: Who) -> Option<&Entry> {
+        match who {
+            Who::Address(address) => self.get_by_address(address),
+            Who::Key(key) => self.get(key),
+        }
     }
 
     fn live(&self) -> impl Iterator<Item = &Entry> {
@@ -111,9 +214,11 @@ impl Entries {
     /// entry it displaced, for the caller to drop once the lock is released.
     fn put(&mut self, entry: Entry) -> Option<Entry> {
         match self.index.get(&entry.key) {
-            Some(&slot) => Self::replace(&mut self.slots[slot], entry),
+            Some(&slot) => self.replace(slot, entry),
             None => {
                 self.index.insert(entry.key, self.slots.len());
+                self.by_address
+                    .insert(entry.uid_address(), self.slots.len());
                 self.slots.push(Some(entry));
                 None
             }
@@ -125,34 +230,49 @@ impl Entries {
     /// once the lock is released.
     fn refresh(&mut self, entry: Entry) -> Result<Option<Entry>, Entry> {
         match self.index.get(&entry.key) {
-            Some(&slot) => Ok(Self::replace(&mut self.slots[slot], entry)),
+            Some(&slot) => Ok(self.replace(slot, entry)),
             None => Err(entry),
         }
     }
 
-    fn replace(slot: &mut Option<Entry>, mut entry: Entry) -> Option<Entry> {
-        if let Some(old) = slot {
+    /// Puts `entry` in `slot` (which holds an entry of the same key), carrying its load over.
+    fn replace(&mut self, slot: usize, mut entry: Entry) -> Option<Entry> {
+        if let Some(old) = &self.slots[slot] {
             entry.load = old.load.carry();
+            self.by_address.remove(&old.uid_address());
         }
-        slot.replace(entry)
+        self.by_address.insert(entry.uid_address(), slot);
+        self.slots[slot].replace(entry)
     }
 
-    /// Evicts `key`; returns its entry, for the caller to drop once the lock is released.
-    fn remove(&mut self, key: u128) -> Option<Entry> {
-        let slot = self.index.remove(&key)?;
-        let removed = self.slots[slot].take();
+    /// Evicts the worker `who` names; returns its entry, for the caller to drop once the lock
+    /// is released.
+    fn remove(&mut self, who: Who) -> Option<Entry> {
+        let slot = match who {
+            Who::Address(address) => *self.by_address.get(&address)?,
+            Who::Key(key) => *self.index.get(&key)?,
+        };
+        let removed = self.slots[slot].take()?;
+        self.index.remove(&removed.key);
+        self.by_address.remove(&removed.uid_address());
+        // A worker admitted and soon evicted again is usually the last one: leave no hole.
+        while let Some(None) = self.slots.last() {
+            self.slots.pop();
+        }
         if self.slots.len() > 2 * self.index.len() + 8 {
             self.compact();
         }
-        removed
+        Some(removed)
     }
 
     /// Drops the holes, never an entry: compaction runs under the lock.
     fn compact(&mut self) {
         self.slots.retain(Option::is_some);
         self.index.clear();
+        self.by_address.clear();
         for (slot, entry) in self.slots.iter().flatten().enumerate() {
             self.index.insert(entry.key, slot);
+            self.by_address.insert(entry.uid_address(), slot);
         }
     }
 }
@@ -173,7 +293,10 @@ impl Entries {
 ///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a
-///     `uuid.UUID` in Python. Entries keep admission order in a vector with holes, so a refresh
+///     `uuid.UUID` in Python; a second index by the uid object's address finds the pooled
+///     object itself (what `uids()` hands out and `remove_worker` usually gets back) without
+///     even reading `uid.int`, and a lock-free filter of those addresses sends most other
+///     objects straight to the key. Entries keep admission order in a vector with holes, so a refresh
 ///     keeps its position and a removal is O(1) amortised. No Python code runs while the lock
 ///     is held: the uid is read before it is taken, displaced entries are dropped after it is
 ///     released, and readers copy references under it (increfs) and build tuples and lists
@@ -181,10 +304,32 @@ impl Entries {
 #[pyclass(frozen, subclass, weakref, module = "shardline", name = "WorkerPool")]
 pub struct WorkerPool {
     entries: RwLock<Entries>,
+    addresses: AddressFilter,
 }
 
 fn key_of(uid: &Bound<'_, PyAny>) -> PyResult<u128> {
     uid.getattr(intern!(uid.py(), "int"))?.extract()
+}
+
+impl WorkerPool {
+    /// `f` of the pooled entry `uid` names, under the read lock (so `f` runs no Python code);
+    /// None when it is not pooled. Found by the object's address when it is the pooled uid
+    /// object itself, else by its key, read from `uid.int` before the lock is taken again.
+    fn with_entry<R>(
+        &self,
+        uid: &Bound<'_, PyAny>,
+        f: impl Fn(&Entry) -> R,
+    ) -> PyResult<Option<R>> {
+        let address = uid.as_ptr() as usize;
+        if self.addresses.may_contain(address) {
+            let found = self.entries.read().find(Who::Address(address)).map(&f);
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        let who = Who::Key(key_of(uid)?);
+        Ok(self.entries.read().find(who).map(f))
+    }
 }
 
 fn entry_of(metadata: &Bound<'_, PyAny>, connection: &Bound<'_, PyAny>) -> PyResult<Entry> {
@@ -204,6 +349,7 @@ impl WorkerPool {
     fn new() -> Self {
         Self {
             entries: RwLock::new(Entries::default()),
+            addresses: AddressFilter::new(),
         }
     }
 
@@ -214,7 +360,11 @@ impl WorkerPool {
         connection: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let entry = entry_of(metadata, connection)?;
-        let displaced = self.entries.write().put(entry);
+        let address = entry.uid_address();
+        let mut entries = self.entries.write();
+        let displaced = entries.put(entry);
+        self.addresses.note(&mut entries, address);
+        drop(entries);
         // the guard is gone: the displaced objects' finalizers may use the pool
         drop(displaced);
         Ok(())
@@ -228,7 +378,13 @@ impl WorkerPool {
         connection: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let entry = entry_of(metadata, connection)?;
-        let refreshed = self.entries.write().refresh(entry);
+        let address = entry.uid_address();
+        let mut entries = self.entries.write();
+        let refreshed = entries.refresh(entry);
+        if refreshed.is_ok() {
+            self.addresses.note(&mut entries, address);
+        }
+        drop(entries);
         let pooled = refreshed.is_ok();
         // the guard is gone: the displaced (or refused) objects' finalizers may use the pool
         drop(refreshed);
@@ -237,8 +393,20 @@ impl WorkerPool {
 
     /// Evicts the worker `metadata.uid`; a no-op when it is not pooled.
     fn remove_worker(&self, metadata: &Bound<'_, PyAny>) -> PyResult<()> {
-        let key = key_of(&metadata.getattr(intern!(metadata.py(), "uid"))?)?;
-        let removed = self.entries.write().remove(key);
+        let uid = metadata.getattr(intern!(metadata.py(), "uid"))?;
+        let address = uid.as_ptr() as usize;
+        let removed = if self.addresses.may_contain(address) {
+            self.entries.write().remove(Who::Address(address))
+        } else {
+            None
+        };
+        let removed = match removed {
+            Some(entry) => Some(entry),
+            None => {
+                let key = key_of(&uid)?;
+                self.entries.write().remove(Who::Key(key))
+            }
+        };
         // the guard is gone: the removed objects' finalizers may use the pool
         drop(removed);
         Ok(())
@@ -247,9 +415,9 @@ impl WorkerPool {
     /// `(metadata, connection)` of the worker `uid`; raises `KeyError` when it is not pooled.
     fn entry<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
-        let key = key_of(uid).map_err(|_| PyKeyError::new_err(uid.clone().unbind()))?;
-        let pair = self.entries.read().get(key).map(|entry| entry.pair(py));
-        let pair = pair.ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
+        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let pair = self.with_entry(uid, |entry| entry.pair(py));
+        let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
     }
 
@@ -257,34 +425,28 @@ impl WorkerPool {
     /// it; raises `KeyError` when it is not pooled. Pair with `end_dispatch`.
     fn begin_dispatch<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
-        let key = key_of(uid).map_err(|_| PyKeyError::new_err(uid.clone().unbind()))?;
-        let pair = self.entries.read().get(key).map(|entry| {
+        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let pair = self.with_entry(uid, |entry| {
             entry.load.begin();
             entry.pair(py)
         });
-        let pair = pair.ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
+        let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
     }
 
     /// A dispatch to `uid` that took `seconds` has ended, however it ended; a no-op when the
     /// worker has left.
     fn end_dispatch(&self, uid: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
-        let key = key_of(uid)?;
-        if let Some(entry) = self.entries.read().get(key) {
-            entry.load.end(seconds);
-        }
+        self.with_entry(uid, |entry| entry.load.end(seconds))?;
         Ok(())
     }
 
     /// `(dispatches in flight, latency average in seconds)` of the worker `uid`; `(0, 0.0)`
     /// for a worker not pooled or never dispatched to.
     fn load(&self, uid: &Bound<'_, PyAny>) -> PyResult<(u32, f64)> {
-        let key = key_of(uid)?;
         Ok(self
-            .entries
-            .read()
-            .get(key)
-            .map_or((0, 0.0), |entry| entry.load.read()))
+            .with_entry(uid, |entry| entry.load.read())?
+            .unwrap_or((0, 0.0)))
     }
 
     /// The pooled uids, in admission order (a snapshot).
@@ -299,7 +461,8 @@ impl WorkerPool {
     }
 
     fn __contains__(&self, uid: &Bound<'_, PyAny>) -> bool {
-        key_of(uid).is_ok_and(|key| self.entries.read().get(key).is_some())
+        self.with_entry(uid, |_| ())
+            .is_ok_and(|found| found.is_some())
     }
 
     fn __len__(&self) -> usize {
@@ -328,7 +491,8 @@ impl WorkerPool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Entries, Load};
+    use super::{AddressFilter, Entries, Load, Who};
+    use pyo3::IntoPyObject;
 
     #[test]
     fn load_counts_inflight_saturating_and_averages_latency() {
@@ -346,6 +510,36 @@ mod tests {
     }
 
     #[test]
+    fn the_address_filter_holds_every_pooled_address_across_rebuilds() {
+        let filter = AddressFilter::new();
+        let mut entries = Entries::default();
+        pyo3::Python::initialize();
+        pyo3::Python::attach(|py| {
+            // Churn past several rebuilds: admit one, evict the one before.
+            let uids: Vec<_> = (0..3 * AddressFilter::REBUILD_AFTER as u128 + 5)
+                .map(|key| (key, key.into_pyobject(py).unwrap().into_any().unbind()))
+                .collect();
+            for (index, (key, uid)) in uids.iter().enumerate() {
+                entries.put(super::Entry {
+                    key: *key,
+                    uid: uid.clone_ref(py),
+                    metadata: py.None(),
+                    connection: py.None(),
+                    load: Load::default(),
+                });
+                filter.note(&mut entries, uid.as_ptr() as usize);
+                if index > 0 {
+                    entries.remove(Who::Key(*key - 1));
+                }
+                assert!(entries
+                    .live()
+                    .all(|entry| filter.may_contain(entry.uid_address())));
+            }
+            assert!(entries.filtered <= entries.index.len() + AddressFilter::REBUILD_AFTER);
+        });
+    }
+
+    #[test]
     fn compaction_keeps_order_and_index() {
         let mut entries = Entries::default();
         pyo3::Python::initialize();
@@ -353,14 +547,15 @@ mod tests {
             for key in 0..100u128 {
                 entries.put(super::Entry {
                     key,
-                    uid: py.None(),
+                    // distinct objects, as uids are: the second index is by address
+                    uid: key.into_pyobject(py).unwrap().into_any().unbind(),
                     metadata: py.None(),
                     connection: py.None(),
                     load: super::Load::default(),
                 });
             }
             for key in (0..100u128).filter(|k| k % 3 != 0) {
-                entries.remove(key);
+                entries.remove(Who::Key(key));
             }
             let keys: Vec<u128> = entries.live().map(|entry| entry.key).collect();
             assert_eq!(keys, (0..100).filter(|k| k % 3 == 0).collect::<Vec<_>>());
@@ -368,6 +563,11 @@ mod tests {
             assert!(keys
                 .iter()
                 .all(|&key| entries.get(key).map(|e| e.key) == Some(key)));
+            for entry in entries.live() {
+                let found = entries.get_by_address(entry.uid_address());
+                assert_eq!(found.map(|e| e.key), Some(entry.key));
+            }
+            assert_eq!(entries.by_address.len(), entries.index.len());
         });
     }
 }

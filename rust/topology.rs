@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyMapping, PyString};
 use rustc_hash::FxHashMap;
 
+use crate::bucket_divisor::BucketDivisor;
 use crate::bucket_map::{sort_snapshot, BucketMap, Range, SetBy, Setting};
 use crate::bucket_payload::{self, BucketPayload};
 use crate::bucket_range::BucketRange;
@@ -27,7 +28,9 @@ use crate::errors::{
 use crate::events::{self, BucketChange, InstanceChange, Op, Owner, ReplicasetChange};
 use crate::instance::Instance;
 use crate::int_arrays::{self, BucketId, IntArray};
+use crate::int_key_lanes;
 use crate::map_clear::{Clear, ClearCause};
+use crate::out_array::OutArray;
 use crate::replicaset::Replicaset;
 use crate::route_explanation::{Found, RouteExplanation};
 use crate::sharding::{bucket_of, with_scratch, DecimalFormat, KeyHasher};
@@ -673,19 +676,17 @@ impl Topology {
         tier: &str,
         keys: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<u32>> {
-        let count = self.bucket_count(py, tier)?;
-        let mut hasher = KeyHasher::default();
+        let divisor = BucketDivisor::new(self.bucket_count(py, tier)?);
         if let Some(array) = IntArray::of(keys, "keys")? {
-            return Ok(array.map_in_chunks(|key| bucket_of(hasher.picodata_int(key), count)));
+            let mut buckets = Vec::with_capacity(array.len());
+            array.for_each_chunk_of_bits(|bits, signed| {
+                int_key_lanes::append_buckets(bits, signed, divisor, &mut buckets);
+            });
+            return Ok(buckets);
         }
-        keys.try_iter()?
-            .map(|key| {
-                Ok(bucket_of(
-                    hasher.picodata(&key?, DecimalFormat::Binary)?,
-                    count,
-                ))
-            })
-            .collect()
+        let mut buckets = Vec::new();
+        KeyHasher::default().picodata_each(keys, |hash| buckets.push(divisor.bucket(hash)))?;
+        Ok(buckets)
     }
 
     /// A poll's ranges, validated whole, sorted and checked for overlaps.
@@ -789,6 +790,34 @@ impl Topology {
         }
         Ok(self.replace_tier(py, tier, ranges, Some(&text)))
     }
+}
+
+/// Turns each slot in `routes` into the index of its master in the returned list of distinct
+/// masters (by identity, None included), in the order the slots first reach them. Runs under the
+/// read lock: it only copies references.
+fn distinct_routes(
+    py: Python<'_>,
+    masters: &[Option<Py<Instance>>],
+    routes: &mut [u32],
+) -> Vec<Option<Py<Instance>>> {
+    const UNSEEN: u32 = u32::MAX;
+    let mut index_of_slot = vec![UNSEEN; masters.len()];
+    let mut index_of_master: FxHashMap<usize, u32> = FxHashMap::default();
+    let mut distinct: Vec<Option<Py<Instance>>> = Vec::new();
+    for route in routes {
+        let slot = *route as usize;
+        if index_of_slot[slot] == UNSEEN {
+            // First key in this range: ranges of one replicaset share its master.
+            let master = masters[slot].as_ref();
+            let address = master.map_or(0, |instance| instance.as_ptr() as usize);
+            index_of_slot[slot] = *index_of_master.entry(address).or_insert_with(|| {
+                distinct.push(master.map(|instance| instance.clone_ref(py)));
+                (distinct.len() - 1) as u32
+            });
+        }
+        *route = index_of_slot[slot];
+    }
+    distinct
 }
 
 /// Routing by key or bucket in a tier configured with bucket_count 0.
@@ -1189,28 +1218,86 @@ impl Topology {
         PyList::new(py, owners)
     }
 
-    /// `route` for many keys (a sequence of keys, or a one-dimensional integer array), as a list
-    /// of `Instance | None`. All keys are routed on the same map. An array that is not
+    /// `route` for many keys (an iterable of keys, or a one-dimensional integer array), as a
+    /// list of `Instance | None`. All keys are routed on the same map. An array that is not
     /// one-dimensional raises `InvalidArgument`.
+    ///
+    /// With `out` (a writable one-dimensional array of 32- or 64-bit integers, one item per key,
+    /// such as `numpy.empty(len(keys), dtype=numpy.intp)`), the answer comes as indices instead:
+    /// `out[i]` is set to the index, in the returned list, of the route of key `i`, and the list
+    /// holds each distinct route once, in the order keys first reach it (None among them if some
+    /// key has no master). So `[routes[j] for j in out]` equals `route_many(tier, keys)`, and
+    /// `out == j` selects the keys that go to `routes[j]`. `out` is checked before any key is
+    /// hashed (`InvalidArgument` if it is not such an array, or its length differs from the
+    /// number of keys) and written only once every key is routed: a bad key or a bad `out`
+    /// leaves it untouched.
+    ///
+    /// Implementation notes:
+    ///     The keys are hashed to buckets first (an integer array lane-wise, see
+    ///     `int_key_lanes.rs`); under the read lock each bucket becomes its range's slot in the
+    ///     tier's table of masters, and the references the answer needs are copied (increfs);
+    ///     the list is built after the lock is released.
+    #[pyo3(signature = (tier, keys, *, out = None))]
     fn route_many<'py>(
         &self,
         tier: &Bound<'py, PyString>,
         keys: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let py = tier.py();
-        let buckets = self.buckets_of_keys(py, lookup_text(tier)?, keys)?;
-        let masters: Vec<Option<Py<Instance>>> = self.read_tier(tier, |state, known| {
+        let out = out.map(|out| OutArray::of(out, "out")).transpose()?;
+        let mut routes = self.buckets_of_keys(py, lookup_text(tier)?, keys)?;
+        let Some(out) = out else {
+            // The list is built after the lock is released, from copied references: of the
+            // table of masters when there are more keys than ranges (a smaller copy, and the
+            // list then takes its items straight from it), else of each key's master.
+            let (table, per_key) = self.read_tier(tier, |state, known| {
+                let masters = state.masters(py, known);
+                known.map.slots_in_place(&mut routes);
+                let copy = |master: &Option<Py<Instance>>| {
+                    master.as_ref().map(|instance| instance.clone_ref(py))
+                };
+                if routes.len() >= masters.len() {
+                    (masters.iter().map(copy).collect(), Vec::new())
+                } else {
+                    let per_key = routes.iter().map(|&slot| copy(&masters[slot as usize]));
+                    (Vec::new(), per_key.collect())
+                }
+            })?;
+            // The table always holds at least the "no range" entry.
+            if table.is_empty() {
+                return PyList::new(py, per_key);
+            }
+            return PyList::new(py, routes.iter().map(|&slot| table[slot as usize].as_ref()));
+        };
+        if out.len() != routes.len() {
+            return Err(invalid_argument(
+                py,
+                format!(
+                    "out must have one item per key: it has {} items, for {} keys",
+                    out.len(),
+                    routes.len()
+                ),
+            ));
+        }
+        let distinct = self.read_tier(tier, |state, known| {
             let masters = state.masters(py, known);
-            buckets
-                .into_iter()
-                .map(|bucket| {
-                    masters[known.map.slot(bucket) as usize]
-                        .as_ref()
-                        .map(|instance| instance.clone_ref(py))
-                })
-                .collect()
+            known.map.slots_in_place(&mut routes);
+            distinct_routes(py, masters, &mut routes)
         })?;
-        PyList::new(py, masters)
+        // At most one index per instance plus None, far below any item's limit; checked anyway
+        // rather than writing a wrapped index.
+        if (distinct.len() as u64).saturating_sub(1) > out.max_index() {
+            return Err(invalid_argument(
+                py,
+                format!(
+                    "out cannot hold the indices of {} routes: use 64-bit items",
+                    distinct.len()
+                ),
+            ));
+        }
+        out.write(&routes);
+        PyList::new(py, distinct)
     }
 
     /// The range of `tier` holding `bucket_id`, with where it came from, or None when no range

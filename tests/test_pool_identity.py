@@ -1,0 +1,130 @@
+"""The pool finds the pooled uid object itself without reading ``uid.int`` (issue 12, section 3),
+and answers exactly as by key for every other object that names a worker."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardline import LoadBalancerContext, WorkerMetadata
+
+
+class CountingUid:
+    """A uid that counts how often its ``int`` is read (the pool keys workers by ``uid.int``)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self.reads = 0
+
+    @property
+    def int(self) -> int:
+        self.reads += 1
+        return self.value
+
+
+class Record:
+    """The one attribute the pool reads of a record: ``uid``."""
+
+    def __init__(self, uid: Any) -> None:
+        self.uid = uid
+
+
+def test_the_pooled_uid_object_is_found_without_reading_its_int() -> None:
+    pool = LoadBalancerContext()
+    uid = CountingUid(7)
+    record = Record(uid)
+    pool.add_worker(record, "conn")
+    assert uid.reads == 1  # once, to key the entry
+    assert uid in pool
+    assert pool.entry(uid) == (record, "conn")
+    assert pool.begin_dispatch(uid) == (record, "conn")
+    pool.end_dispatch(uid, 0.5)
+    assert pool.load(uid) == (0, 0.5)
+    assert pool.uids() == [uid]
+    pool.remove_worker(record)
+    assert uid.reads == 1
+    assert uid not in pool  # no longer pooled: found by key, which reads it again
+    assert uid.reads == 2
+
+
+def test_an_equal_uid_object_still_finds_the_worker_and_takes_over_the_address_index() -> None:
+    pool = LoadBalancerContext()
+    first, twin = CountingUid(7), CountingUid(7)
+    pool.add_worker(Record(first), "a")
+    assert twin in pool
+    assert pool.entry(twin)[1] == "a"
+    # A refresh through the twin makes it the pooled object; the first is found by key.
+    pool.add_worker(Record(twin), "b")
+    assert pool.uids() == [twin]
+    reads = twin.reads
+    assert pool.entry(twin)[1] == "b"
+    assert twin.reads == reads
+    assert pool.entry(first)[1] == "b"
+    pool.remove_worker(Record(first))
+    assert len(pool) == 0
+    assert twin not in pool
+
+
+# Operations on a few workers, each named through one of two equal uid objects, so that both
+# lookups (by the pooled object's address, and by key) are exercised against each other.
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "update", "remove", "contains", "entry", "begin", "end"]),
+        st.integers(0, 4),  # worker
+        st.integers(0, 1),  # which of its two uid objects
+    ),
+    max_size=120,
+)
+
+
+@given(ops=operations)
+def test_lookups_by_any_uid_object_equal_a_uid_keyed_model(ops: list[tuple[str, int, int]]) -> None:
+    uids = [(uuid.UUID(int=n + 1), uuid.UUID(int=n + 1)) for n in range(5)]
+    pool = LoadBalancerContext()
+    model: dict[uuid.UUID, tuple[WorkerMetadata, str]] = {}
+    inflight: dict[uuid.UUID, int] = {}
+    for step, (op, n, which) in enumerate(ops):
+        uid = uids[n][which]
+        record = WorkerMetadata(uid=uid, address=f"h:{step}", pid=step, version="1")
+        connection = f"conn-{step}"
+        if op == "add":
+            pool.add_worker(record, connection)
+            if uid not in model:
+                inflight[uid] = 0
+            model[uid] = (record, connection)
+        elif op == "update":
+            assert pool.update_worker(record, connection) == (uid in model)
+            if uid in model:
+                model[uid] = (record, connection)
+        elif op == "remove":
+            pool.remove_worker(record)
+            model.pop(uid, None)
+            inflight.pop(uid, None)
+        elif op == "contains":
+            assert (uid in pool) == (uid in model)
+        elif op in ("entry", "begin"):
+            if uid in model:
+                call = pool.entry if op == "entry" else pool.begin_dispatch
+                assert call(uid) == model[uid]
+                if op == "begin":
+                    inflight[uid] += 1
+            else:
+                try:
+                    pool.entry(uid)
+                except KeyError:
+                    pass
+                else:
+                    raise AssertionError("entry of a worker not pooled")
+        else:
+            pool.end_dispatch(uid, 0.25)
+            if inflight.get(uid):
+                inflight[uid] -= 1
+        assert list(pool.workers.items()) == list(model.items())
+        for twins in uids:
+            for candidate in twins:
+                assert (candidate in pool) == (candidate in model)
+                expected = inflight.get(candidate, 0) if candidate in model else 0
+                assert pool.load(candidate)[0] == expected
