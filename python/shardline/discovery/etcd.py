@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import uuid
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from shardline._extras import requires_extra
 
@@ -19,6 +18,7 @@ with requires_extra("etcd", __name__):
 
 from shardline.discovery.etcd_connection import (
     EtcdConnection,
+    EtcdOptions,
     Stubs,
     backoff,
     describe,
@@ -198,10 +198,10 @@ class EtcdDiscovery:
     ``endpoints`` are ``host:port``, ``http://host:port`` or ``https://host:port`` (a list, or
     one string separated by commas); a connection that fails moves to the next. A record lives
     as long as its publisher: one that dies (even by SIGKILL) loses its records within ``ttl``
-    seconds (whole seconds; etcd may raise a very short one to its minimum). ``username`` and
-    ``password`` log in; ``ca_cert`` (the CA to trust), ``cert_key`` and ``cert_cert`` (a client
-    certificate) are PEM files, and any of them turns TLS on for endpoints without a scheme.
-    Each request is retried across endpoints for up to ``timeout`` seconds, then
+    seconds (whole seconds; etcd may raise a very short one to its minimum). ``options`` are
+    the credentials, TLS files and request ``timeout`` of
+    :class:`~shardline.discovery.etcd_connection.EtcdOptions`. Each request is retried across
+    endpoints for up to ``timeout`` seconds, then
     ``publish`` raises ``ConnectionError``; credentials or permissions etcd refuses raise
     ``PermissionError``, from ``publish`` and from a subscription's iteration.
 
@@ -234,26 +234,13 @@ class EtcdDiscovery:
         namespace: str,
         *,
         ttl: int = 10,
-        username: str | None = None,
-        password: str | None = None,
-        ca_cert: str | os.PathLike[str] | None = None,
-        cert_key: str | os.PathLike[str] | None = None,
-        cert_cert: str | os.PathLike[str] | None = None,
-        timeout: float = 5.0,
+        **options: Unpack[EtcdOptions],
     ) -> None:
         self.prefix = namespace_prefix(namespace, "workers")
         self.namespace = namespace
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
             raise ValueError(f"ttl must be a whole number of seconds, at least 1, got {ttl!r}")
-        self._connection = EtcdConnection(
-            endpoints,
-            username=username,
-            password=password,
-            ca_cert=ca_cert,
-            cert_key=cert_key,
-            cert_cert=cert_cert,
-            timeout=timeout,
-        )
+        self._connection = EtcdConnection(endpoints, **options)
         self._publisher = _EtcdPublisher(self._connection, self.prefix, ttl)
 
     @property

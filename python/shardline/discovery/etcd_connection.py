@@ -15,7 +15,7 @@ import os
 import urllib.parse
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from shardline._extras import requires_extra
 
@@ -26,6 +26,7 @@ with requires_extra("etcd", __name__):
 
 __all__ = [
     "EtcdConnection",
+    "EtcdOptions",
     "Stubs",
     "backoff",
     "describe",
@@ -207,6 +208,22 @@ def _read(path: str | os.PathLike[str] | None, name: str) -> bytes | None:
         raise ValueError(f"{name} {os.fspath(path)!r} cannot be read: {error}") from None
 
 
+class EtcdOptions(TypedDict, total=False):
+    """How to reach an etcd cluster besides its endpoints, the same for every etcd client here
+    (``EtcdDiscovery``, ``EtcdRecordStore``): ``username`` and ``password`` log in (both or
+    neither); ``ca_cert`` (the CA to trust), ``cert_key`` and ``cert_cert`` (a client
+    certificate: both or neither) are PEM files, and any of them turns TLS on for endpoints
+    without a scheme; ``timeout`` (seconds, default 5) is how long each request is retried
+    across endpoints before ``ConnectionError``."""
+
+    username: str | None
+    password: str | None
+    ca_cert: str | os.PathLike[str] | None
+    cert_key: str | os.PathLike[str] | None
+    cert_cert: str | os.PathLike[str] | None
+    timeout: float
+
+
 class EtcdConnection:
     """A channel to the first endpoint that answers, reopened on the next after a failure.
 
@@ -221,12 +238,12 @@ class EtcdConnection:
         self,
         endpoints: str | Sequence[str],
         *,
-        username: str | None,
-        password: str | None,
-        ca_cert: str | os.PathLike[str] | None,
-        cert_key: str | os.PathLike[str] | None,
-        cert_cert: str | os.PathLike[str] | None,
-        timeout: float,
+        username: str | None = None,
+        password: str | None = None,
+        ca_cert: str | os.PathLike[str] | None = None,
+        cert_key: str | os.PathLike[str] | None = None,
+        cert_cert: str | os.PathLike[str] | None = None,
+        timeout: float = 5.0,
     ) -> None:
         if (username is None) != (password is None):
             raise ValueError("username and password must be given together")

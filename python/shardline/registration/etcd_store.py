@@ -7,18 +7,17 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from shardline._extras import requires_extra
 
 with requires_extra("etcd", __name__):
     from aetcd import rpc
 
-from shardline.discovery.etcd_connection import EtcdConnection, namespace_prefix
+from shardline.discovery.etcd_connection import EtcdConnection, EtcdOptions, namespace_prefix
 from shardline.discovery.etcd_watch import Changes, Listing, watch_range
 from shardline.discovery.record import load_document
 from shardline.errors import InvalidRecord
@@ -86,10 +85,10 @@ class EtcdRecordStore:
     the same cluster and ``namespace``, in any process on any machine, sees the same records.
 
     ``endpoints`` are ``host:port``, ``http://host:port`` or ``https://host:port`` (a list, or
-    one string separated by commas); a connection that fails moves to the next. ``username``
-    and ``password`` log in; ``ca_cert`` (the CA to trust), ``cert_key`` and ``cert_cert`` (a
-    client certificate) are PEM files, and any of them turns TLS on for endpoints without a
-    scheme. ``namespace`` is a non-empty str without ``/``.
+    one string separated by commas); a connection that fails moves to the next. ``options``
+    are the credentials, TLS files and request ``timeout`` of
+    :class:`~shardline.discovery.etcd_connection.EtcdOptions`. ``namespace`` is a non-empty str
+    without ``/``.
 
     The owner guard holds across processes: ``report(service, False, owner)`` is applied only
     if, at the moment it is applied, the record is absent or owned by ``owner``; no concurrent
@@ -161,25 +160,11 @@ class EtcdRecordStore:
         self,
         endpoints: str | Sequence[str],
         namespace: str,
-        *,
-        username: str | None = None,
-        password: str | None = None,
-        ca_cert: str | os.PathLike[str] | None = None,
-        cert_key: str | os.PathLike[str] | None = None,
-        cert_cert: str | os.PathLike[str] | None = None,
-        timeout: float = 5.0,
+        **options: Unpack[EtcdOptions],
     ) -> None:
         self.prefix = namespace_prefix(namespace, "registration")
         self.namespace = namespace
-        self._connection = EtcdConnection(
-            endpoints,
-            username=username,
-            password=password,
-            ca_cert=ca_cert,
-            cert_key=cert_key,
-            cert_cert=cert_cert,
-            timeout=timeout,
-        )
+        self._connection = EtcdConnection(endpoints, **options)
         self._skipped: Counter[str] = Counter()
 
     @property
