@@ -90,20 +90,22 @@ class MsgpackConnection:
         self._max_frame_bytes = max_frame_bytes
         key = (metadata.address, max_frame_bytes, connect_timeout, ping_interval, ping_timeout)
         self._shared = _registries.acquire(key)
+        self._closed = False  # read on every dispatch: cheaper than the finalizer's `alive`
         self._finalizer = weakref.finalize(self, release, self._shared)
         # At exit the loop, and the sockets on it, are gone already.
         self._finalizer.atexit = False
 
     def __repr__(self) -> str:
-        state = "" if self._finalizer.alive else ", closed"
+        state = ", closed" if self._closed else ""
         return f"MsgpackConnection({self.metadata.uid}, {self.metadata.address!r}{state})"
 
     @property
     def closed(self) -> bool:
-        return not self._finalizer.alive
+        return self._closed
 
     def close(self) -> None:
         """Releases this connection's share of its socket; later calls are no-ops."""
+        self._closed = True
         self._finalizer()
 
     async def dispatch(self, task: Task, *, timeout: float | None = None) -> Any:
@@ -115,10 +117,11 @@ class MsgpackConnection:
         if not isinstance(task.handler, str):
             raise TypeError(f"a task's handler is a str, not {type(task.handler).__name__}")
         address = self.metadata.address
-        if not self._finalizer.alive:
+        if self._closed:
             raise TransientRpcError(f"the connection to the worker at {address} is closed")
         payload = wire.pack_value(task.payload, "the payload", task.handler)
-        _check_handler(task.handler)
+        if not task.handler.isascii():
+            _check_handler(task.handler)
         if len(payload) > self._max_frame_bytes:
             raise ValueError(
                 f"the task for handler {task.handler!r} is over {len(payload)} bytes,"
