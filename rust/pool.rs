@@ -337,11 +337,13 @@ impl Entries {
 /// closed (the layer that made it owns it). The pool also keeps each worker's load for the
 /// proxy: dispatches in flight and a latency average, carried across refreshes.
 ///
-/// A bare pool is a context for the round-robin, weighted, affinity and bucket balancers;
-/// `LoadBalancerContext` adds the `workers` view that the least-loaded balancer, and any
-/// balancer written against `LoadBalancerContextView`, reads. Any finalizer may use the pool,
-/// even one that runs inside a pool method (a displaced connection's, or one a garbage
-/// collection runs).
+/// The pool is a balancer's context: `workers` is its live, read-only `WorkersView`, and
+/// `load(uid)` its load. It keeps the rotation the round-robin balancer reads, a cursor over
+/// the admission order shared by every caller (`next_in_rotation`), and hands the proxy a
+/// round-robin candidate with what a dispatch needs in one call (`dispatch_next`); a
+/// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`). Any
+/// finalizer may use the pool, even one that runs inside a pool method (a displaced
+/// connection's, or one a garbage collection runs).
 ///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a
@@ -390,6 +392,10 @@ impl WorkerPool {
         let Some(tried) = tried else {
             return Ok(keys);
         };
+        // a call's first candidate: an empty mapping, not worth an iterator
+        if tried.len().ok() == Some(0) {
+            return Ok(keys);
+        }
         for uid in tried.try_iter()? {
             let uid = uid?;
             let address = uid.as_ptr() as usize;

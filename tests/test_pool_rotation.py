@@ -87,12 +87,13 @@ def test_tried_is_matched_by_uid_not_by_object() -> None:
 
 def test_finish_dispatch_times_the_dispatch_on_the_pools_clock() -> None:
     context = pool(1)
-    before = time.perf_counter()
+    outer = time.perf_counter()
     _, _, started = context.start_dispatch(uid(1))
-    while time.perf_counter() - before < 0.002:  # a dispatch of at least 2 ms, on any clock
+    inner = time.perf_counter()
+    while time.perf_counter() - inner < 0.002:  # a dispatch of at least 2 ms, on any clock
         pass
     context.finish_dispatch(uid(1), started)
-    elapsed = time.perf_counter() - before
+    elapsed = time.perf_counter() - outer
     inflight, latency = context.load(uid(1))
     assert inflight == 0
     assert 0.002 <= latency <= elapsed
@@ -197,3 +198,10 @@ def test_the_proxy_takes_the_first_candidate_from_the_pool_then_goes_on_through_
     assert len(asked) == 1
     assert list(asked[0]) == [uid(3)]
     assert isinstance(asked[0][uid(3)], TransientRpcError)
+
+
+def test_round_robin_lets_an_error_of_the_pools_rotation_through() -> None:
+    # a tried key that is no uid fails in the pool; the balancer must not take that for a
+    # context without a rotation and answer from a rotation of its own
+    with pytest.raises(AttributeError):
+        RoundRobinLoadBalancer().select(None, context=pool(1, 2), tried={"not a uid": None})  # type: ignore[dict-item]
