@@ -113,8 +113,21 @@ ops = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(ops=ops)
 def test_dispatch_next_follows_the_rotation_model(ops: list[Op]) -> None:
-    """The rotation is a cursor over admission order with holes (see ``RotationModel``); this
-    churns enough for the pool to compact its holes, which must not move the cursor."""
+    """The rotation is a cursor over admission order with holes (see ``RotationModel``)."""
+    follows_the_model(ops)
+
+
+def test_compacting_the_holes_keeps_the_rotations_place() -> None:
+    # Four workers, the cursor past the second; then workers 1 and 2 leave and rejoin (at the
+    # end) in turn, each leaving a hole, until the pool compacts its holes away.
+    churn: list[Op] = [("admit", n) for n in range(4)] + [("pick", 0), ("pick", 0)]
+    for cycle in range(20):
+        n = 1 + cycle % 2
+        churn += [("evict", n), ("admit", n), ("pick", 0)]
+    follows_the_model(churn)
+
+
+def follows_the_model(ops: list[Op]) -> None:
     context, model = WorkerPool(), RotationModel()
     counted: dict[uuid.UUID, int] = {}
     for kind, n in ops:
