@@ -28,7 +28,8 @@ only thing stubbed). Before timing, one full rotation through each proxy must re
 worker's connection once and bring back every task; after timing, the connections must have
 counted every timed dispatch. ``proxy dispatch overhead, interleaved`` times the two proxies
 back to back in every round, for a ratio per round that a drift of the machine cannot skew;
-shardline's side drives, in turn, its built-in round robin (through ``select``), a plugin
+shardline's side drives, in turn, its built-in round robin (since issue 12's native fast path,
+a call's first candidate comes from the pool's rotation, ``WorkerPool.dispatch_next``), a plugin
 rotation through ``select`` and a plugin through the async-generator protocol (issue 12).
 """
 

@@ -21,6 +21,7 @@ mod route_explanation;
 mod sharding;
 mod topology;
 mod uuid;
+mod workers_view;
 
 use pyo3::prelude::*;
 
@@ -44,4 +45,6 @@ mod _core {
     use crate::sharding::bucket_id;
     #[pymodule_export]
     use crate::topology::Topology;
+    #[pymodule_export]
+    use crate::workers_view::WorkersView;
 }

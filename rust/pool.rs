@@ -1,6 +1,8 @@
 //! The uid-keyed worker pool: uid → (metadata, connection), in admission order.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use parking_lot::RwLock;
 use pyo3::exceptions::PyKeyError;
@@ -9,6 +11,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 use rustc_hash::FxHashMap;
+use rustc_hash::FxHashSet;
+
+use crate::workers_view::WorkersView;
 
 struct Entry {
     key: u128,
@@ -93,6 +98,19 @@ impl Load {
     }
 }
 
+/// Nanoseconds on a monotonic clock since the first reading in this process: what a timed
+/// dispatch's start is, so the proxy reads no clock in Python.
+fn clock_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let elapsed = EPOCH.get_or_init(Instant::now).elapsed();
+    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Seconds since `started` (a [`clock_ns`] reading); 0 for a reading from the future.
+fn seconds_since(started: u64) -> f64 {
+    clock_ns().saturating_sub(started) as f64 * 1e-9
+}
+
 /// Entries in admission order. A removal leaves a hole that iteration skips (none when it
 /// removes the last entry); holes are compacted away once they outnumber the entries, so every
 /// operation is O(1) amortised.
@@ -110,6 +128,9 @@ struct Entries {
     by_address: FxHashMap<usize, usize>,
     /// Addresses put in the [`AddressFilter`] since it was last rebuilt.
     filtered: usize,
+    /// The rotation: the slot where the next [`Entries::next_in_rotation`] starts looking.
+    /// Shared by every call on the pool; atomic, because it advances under the read lock.
+    rotation: AtomicUsize,
 }
 
 /// A lock-free hint of which addresses are pooled uid objects, read before any lock is taken.
@@ -210,6 +231,33 @@ impl Entries {
         self.slots.iter().flatten()
     }
 
+    /// The next pooled entry of the rotation that `skip` does not exclude, moving the rotation
+    /// past it; None when every pooled entry is excluded (or none is pooled). Looks at each
+    /// slot at most once per attempt, starting where the rotation stands.
+    fn next_in_rotation(&self, skip: impl Fn(&Entry) -> bool) -> Option<&Entry> {
+        let slots = self.slots.len();
+        loop {
+            let cursor = self.rotation.load(Ordering::Relaxed);
+            let start = if cursor < slots { cursor } else { 0 };
+            let (slot, entry) =
+                (start..slots)
+                    .chain(0..start)
+                    .find_map(|slot| match &self.slots[slot] {
+                        Some(entry) if !skip(entry) => Some((slot, entry)),
+                        _ => None,
+                    })?;
+            // a concurrent caller moved the rotation meanwhile: look again from its place, so
+            // two callers are never handed the same turn
+            if self
+                .rotation
+                .compare_exchange(cursor, slot + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some(entry);
+            }
+        }
+    }
+
     /// Admits a new entry at the end, or replaces an existing one in its place; returns the
     /// entry it displaced, for the caller to drop once the lock is released.
     fn put(&mut self, entry: Entry) -> Option<Entry> {
@@ -265,8 +313,12 @@ impl Entries {
         Some(removed)
     }
 
-    /// Drops the holes, never an entry: compaction runs under the lock.
+    /// Drops the holes, never an entry: compaction runs under the lock. The rotation keeps its
+    /// place: it moves down by the holes before it.
     fn compact(&mut self) {
+        let cursor = *self.rotation.get_mut();
+        let before = self.slots.iter().take(cursor).flatten().count();
+        *self.rotation.get_mut() = before;
         self.slots.retain(Option::is_some);
         self.index.clear();
         self.by_address.clear();
@@ -285,11 +337,13 @@ impl Entries {
 /// closed (the layer that made it owns it). The pool also keeps each worker's load for the
 /// proxy: dispatches in flight and a latency average, carried across refreshes.
 ///
-/// A bare pool is a context for the round-robin, weighted, affinity and bucket balancers;
-/// `LoadBalancerContext` adds the `workers` view that the least-loaded balancer, and any
-/// balancer written against `LoadBalancerContextView`, reads. Any finalizer may use the pool,
-/// even one that runs inside a pool method (a displaced connection's, or one a garbage
-/// collection runs).
+/// The pool is a balancer's context: `workers` is its live, read-only `WorkersView`, and
+/// `load(uid)` its load. It keeps the rotation the round-robin balancer reads, a cursor over
+/// the admission order shared by every caller (`next_in_rotation`), and hands the proxy a
+/// round-robin candidate with what a dispatch needs in one call (`dispatch_next`); a
+/// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`). Any
+/// finalizer may use the pool, even one that runs inside a pool method (a displaced
+/// connection's, or one a garbage collection runs).
 ///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a
@@ -329,6 +383,36 @@ impl WorkerPool {
         }
         let who = Who::Key(key_of(uid)?);
         Ok(self.entries.read().find(who).map(f))
+    }
+
+    /// The keys of the uids in `tried`, read before the lock that picks is taken: a pooled
+    /// uid object's from its entry, any other's from `uid.int`.
+    fn keys_of(&self, tried: Option<&Bound<'_, PyAny>>) -> PyResult<FxHashSet<u128>> {
+        let mut keys = FxHashSet::default();
+        let Some(tried) = tried else {
+            return Ok(keys);
+        };
+        // a call's first candidate: an empty mapping, not worth an iterator
+        if tried.len().ok() == Some(0) {
+            return Ok(keys);
+        }
+        for uid in tried.try_iter()? {
+            let uid = uid?;
+            let address = uid.as_ptr() as usize;
+            let pooled = if self.addresses.may_contain(address) {
+                self.entries
+                    .read()
+                    .get_by_address(address)
+                    .map(|entry| entry.key)
+            } else {
+                None
+            };
+            keys.insert(match pooled {
+                Some(key) => key,
+                None => key_of(&uid)?,
+            });
+        }
+        Ok(keys)
     }
 }
 
@@ -413,7 +497,7 @@ impl WorkerPool {
     }
 
     /// `(metadata, connection)` of the worker `uid`; raises `KeyError` when it is not pooled.
-    fn entry<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+    pub(crate) fn entry<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
         let missing = || PyKeyError::new_err(uid.clone().unbind());
         let pair = self.with_entry(uid, |entry| entry.pair(py));
@@ -441,6 +525,87 @@ impl WorkerPool {
         Ok(())
     }
 
+    /// `(metadata, connection, started)` of the worker `uid`, counting one more dispatch in
+    /// flight to it, where `started` is an opaque reading of the pool's clock; raises
+    /// `KeyError` when it is not pooled. Pair with `finish_dispatch(uid, started)`, which
+    /// times the dispatch: the caller reads no clock.
+    fn start_dispatch<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = uid.py();
+        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let pair = self.with_entry(uid, |entry| {
+            entry.load.begin();
+            entry.pair(py)
+        });
+        let [metadata, connection] = pair.map_err(|_| missing())?.ok_or_else(missing)?;
+        (metadata, connection, clock_ns()).into_pyobject(py)
+    }
+
+    /// The dispatch to `uid` begun by `start_dispatch` (which returned `started`) has ended,
+    /// however it ended: its latency is the time since, on the pool's clock. A no-op when the
+    /// worker has left.
+    fn finish_dispatch(&self, uid: &Bound<'_, PyAny>, started: u64) -> PyResult<()> {
+        let seconds = seconds_since(started);
+        self.with_entry(uid, |entry| entry.load.end(seconds))?;
+        Ok(())
+    }
+
+    /// The next pooled worker of the pool's rotation that is not in `tried` (any iterable of
+    /// uids), moving the rotation past it; None when every pooled worker is in `tried`.
+    ///
+    /// The rotation is a cursor over admission order, shared by every caller on this pool:
+    /// successive calls go round the pool, a worker admitted later takes its turn when the
+    /// cursor reaches it, and an evicted one is skipped.
+    #[pyo3(signature = (tried = None))]
+    fn next_in_rotation<'py>(
+        &self,
+        py: Python<'py>,
+        tried: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let skip = self.keys_of(tried)?;
+        let entries = self.entries.read();
+        let uid = entries
+            .next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
+            .map(|entry| entry.uid.clone_ref(py));
+        Ok(uid)
+    }
+
+    /// `(uid, metadata, connection, started)` of the next pooled worker of the rotation not in
+    /// `tried`, as `next_in_rotation` picks it, in one call; None when there is none. With
+    /// `count`, the dispatch is counted in flight and `started` is a reading of the pool's
+    /// clock for `finish_dispatch`; without, `started` is 0 and nothing is counted.
+    #[pyo3(signature = (tried = None, count = false))]
+    fn dispatch_next<'py>(
+        &self,
+        py: Python<'py>,
+        tried: Option<&Bound<'py, PyAny>>,
+        count: bool,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let skip = self.keys_of(tried)?;
+        let entries = self.entries.read();
+        let Some(entry) =
+            entries.next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
+        else {
+            return Ok(None);
+        };
+        if count {
+            entry.load.begin();
+        }
+        let uid = entry.uid.clone_ref(py);
+        let [metadata, connection] = entry.pair(py);
+        drop(entries);
+        let started = if count { clock_ns() } else { 0 };
+        Ok(Some(
+            (uid, metadata, connection, started).into_pyobject(py)?,
+        ))
+    }
+
+    /// The live, read-only view uid → `(metadata, connection)` of this pool, in admission
+    /// order (see `WorkersView`).
+    #[getter]
+    fn workers(slf: &Bound<'_, Self>) -> WorkersView {
+        WorkersView::of(slf)
+    }
+
     /// `(dispatches in flight, latency average in seconds)` of the worker `uid`; `(0, 0.0)`
     /// for a worker not pooled or never dispatched to.
     fn load(&self, uid: &Bound<'_, PyAny>) -> PyResult<(u32, f64)> {
@@ -450,7 +615,7 @@ impl WorkerPool {
     }
 
     /// The pooled uids, in admission order (a snapshot).
-    fn uids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    pub(crate) fn uids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let uids: Vec<Py<PyAny>> = self
             .entries
             .read()
@@ -460,12 +625,12 @@ impl WorkerPool {
         PyList::new(py, uids)
     }
 
-    fn __contains__(&self, uid: &Bound<'_, PyAny>) -> bool {
+    pub(crate) fn __contains__(&self, uid: &Bound<'_, PyAny>) -> bool {
         self.with_entry(uid, |_| ())
             .is_ok_and(|found| found.is_some())
     }
 
-    fn __len__(&self) -> usize {
+    pub(crate) fn __len__(&self) -> usize {
         self.entries.read().index.len()
     }
 

@@ -8,7 +8,6 @@ import asyncio
 import doctest
 import random
 import uuid
-from collections import deque
 from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
@@ -288,27 +287,34 @@ def test_the_bucket_balancer_needs_no_load(topology: Any) -> None:
 
 
 class RotationModel:
-    """The documented rotation: the pool's uids in admission order, snapshotted at each wrap
-    and consumed from the front; a call takes the first that is pooled and that it has not
-    offered, and gives up once it has offered every pooled worker."""
+    """The documented rotation of a pool: a cursor over the admission order. An admitted worker
+    takes the next place (a refresh keeps its place); an evicted one leaves a hole, and holes at
+    the end are dropped. A call takes the first pooled worker it has not offered, from the
+    cursor on and round to it, and moves the cursor past it; it gives up, leaving the cursor,
+    once it has offered every pooled worker."""
 
     def __init__(self) -> None:
-        self.pending: deque[uuid.UUID] = deque()
+        self.places: list[uuid.UUID | None] = []
+        self.cursor = 0
 
-    def select(self, pool: list[uuid.UUID], tried: dict[uuid.UUID, Any]) -> uuid.UUID | None:
-        refilled = False
-        while True:
-            if not self.pending:
-                if refilled or not pool:
-                    return None
-                self.pending, refilled = deque(pool), True
-            uid = self.pending.popleft()
-            if uid in tried:
-                if all(u in tried for u in pool):
-                    return None
-                continue
-            if uid in pool:
+    def admit(self, uid: uuid.UUID) -> None:
+        if uid not in self.places:
+            self.places.append(uid)
+
+    def evict(self, uid: uuid.UUID) -> None:
+        if uid in self.places:
+            self.places[self.places.index(uid)] = None
+        while self.places and self.places[-1] is None:
+            self.places.pop()
+
+    def select(self, tried: dict[uuid.UUID, Any]) -> uuid.UUID | None:
+        start = self.cursor if self.cursor < len(self.places) else 0
+        for place in [*range(start, len(self.places)), *range(start)]:
+            uid = self.places[place]
+            if uid is not None and uid not in tried:
+                self.cursor = place + 1
                 return uid
+        return None
 
 
 def settled(awaitable: Awaitable[Any]) -> Any:
@@ -366,16 +372,19 @@ def test_round_robin_matches_the_model_under_concurrent_calls_and_pool_changes(
     driven_through: str, initial: int, ops: list[tuple[Any, ...]]
 ) -> None:
     context = LoadBalancerContext()
+    balancer, model = RoundRobinLoadBalancer(), RotationModel()
     for n in range(initial):
         context.add_worker(worker(n), f"conn-{n}")
-    balancer, model = RoundRobinLoadBalancer(), RotationModel()
+        model.admit(worker(n).uid)
     calls: dict[int, Call] = {}
     pid = random.Random(0)
     for op in ops:
         if op[0] == "admit":
             context.add_worker(worker(op[1]), f"conn-{op[1]}")
+            model.admit(worker(op[1]).uid)
         elif op[0] == "remove":
             context.remove_worker(worker(op[1]))
+            model.evict(worker(op[1]).uid)
         elif op[0] == "refresh":
             context.update_worker(worker(op[1], pid=pid.randint(2, 99)), "refreshed")
         else:
@@ -383,9 +392,7 @@ def test_round_robin_matches_the_model_under_concurrent_calls_and_pool_changes(
             call = calls.setdefault(slot, Call(balancer, context, driven_through))
             pool = context.uids()
             failure: Exception | None = TransientRpcError("busy") if call.last else None
-            expected = model.select(
-                pool, {**call.tried, **({call.last: failure} if call.last else {})}
-            )
+            expected = model.select({**call.tried, **({call.last: failure} if call.last else {})})
             offered = call.next(failure)
             assert offered == expected
             if offered is None:
@@ -399,3 +406,4 @@ def test_round_robin_matches_the_model_under_concurrent_calls_and_pool_changes(
                 del calls[slot]
             elif outcome == "evict":
                 context.remove_worker(worker(offered.int))
+                model.evict(offered)

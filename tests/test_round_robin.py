@@ -270,7 +270,8 @@ def test_case34_the_balancer_does_not_pin_a_retired_context() -> None:
 
 
 def test_the_rotation_of_a_retired_context_is_released_with_it() -> None:
-    balancer, context = RoundRobinLoadBalancer(), pool(1, 2)
+    # a context without a rotation of its own: the balancer keeps one for it, weakly
+    balancer, context = RoundRobinLoadBalancer(), DuckContext(CountingWorkers(range(2)))
     run(served_by(balancer, context))
     rotation = weakref.ref(balancer._rotations.of(context))
     del context
@@ -279,8 +280,20 @@ def test_the_rotation_of_a_retired_context_is_released_with_it() -> None:
 
 
 def test_pickling_drops_the_rotations() -> None:
-    balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
+    balancer, context = RoundRobinLoadBalancer(), DuckContext(CountingWorkers(range(1, 4)))
     run(served_by(balancer, context))
     copy = pickle.loads(pickle.dumps(balancer))
     assert run(served_by(copy, context)) == uid(1)
     assert run(served_by(balancer, context)) == uid(2)
+
+
+def test_the_rotation_of_a_pool_is_the_pools_own() -> None:
+    # The rotation moved into the pool (issue 12): every balancer on a pool, a pickled copy
+    # included, continues the same rotation, and the balancer keeps no state for the pool.
+    balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
+    run(served_by(balancer, context))
+    copy = pickle.loads(pickle.dumps(balancer))
+    assert run(served_by(copy, context)) == uid(2)
+    assert run(served_by(RoundRobinLoadBalancer(), context)) == uid(3)
+    assert run(served_by(balancer, context)) == uid(1)
+    assert len(balancer._rotations) == 0

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterable, Callable, Mapping
-from time import perf_counter
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
@@ -16,6 +15,7 @@ from shardline.balancers.protocol import (
     LoadBalancerLike,
     Tried,
     needs_load,
+    pool_rotation,
     select_of,
 )
 from shardline.balancers.registry import create_balancer
@@ -64,8 +64,9 @@ class WorkerProxy:
     :mod:`shardline.balancers.registry`; an unknown name raises
     :class:`~shardline.InvalidArgument` listing the known ones). The proxy drives it through
     ``select`` when it has one, else through ``delegate``, and counts and times dispatches
-    (``context.load``) only if it does not declare ``needs_load = False`` (see
-    :mod:`shardline.balancers.protocol`).
+    (``context.load``) only if it does not declare ``needs_load = False``; a balancer declaring
+    ``pool_rotation`` (the built-in round-robin) has its first candidate taken from the pool's
+    rotation in one native call (see :mod:`shardline.balancers.protocol`).
 
     ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
     workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no
@@ -111,6 +112,8 @@ class WorkerProxy:
         self._balancer = _balancer_of(loadbalancer)
         self._select = select_of(self._balancer)
         self._load = needs_load(self._balancer)
+        # the first candidate from the pool's own rotation, only where select would name it
+        self._pool_rotation = self._select is not None and pool_rotation(self._balancer)
         self._connect = connect
         self._lease = lease
         self._quorum = quorum
@@ -208,20 +211,40 @@ class WorkerProxy:
         """Runs ``task`` on a worker the balancer names; see the class docstring.
 
         Implementation notes:
-            Two loops, one per balancer protocol, in one coroutine: a helper coroutine per
-            protocol would cost an extra frame and await on every dispatch. The load (a count
-            in flight and a clock read on each side of the dispatch) is kept only for a
-            balancer that needs it; otherwise the uid is resolved with a plain pool lookup.
+            Three paths in one coroutine (a helper coroutine per path would cost an extra
+            frame and await on every dispatch): a balancer that declares ``pool_rotation``
+            has its first candidate, connection and in-flight count from one Rust call
+            (``dispatch_next``), and goes on through ``select`` after a failure; other
+            balancers go through ``select`` or ``delegate``. The load (a count in flight and
+            the latency, timed on the pool's clock in Rust) is kept only for a balancer that
+            needs it; otherwise the uid is resolved with a plain pool lookup.
         """
         context = self._context
         load = self._load
-        resolve = context.begin_dispatch if load else context.entry
         failure: Exception | None = None
+        started = 0
         select = self._select
         if select is not None:
             tried: Tried = NOTHING_TRIED
             outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
             outcome: Exception | None
+            if self._pool_rotation:
+                picked = context.dispatch_next(None, load)
+                if picked is None:
+                    raise _exhausted(task, tried)
+                uid, metadata, connection, started = picked
+                try:
+                    return await connection.dispatch(task, timeout=timeout)
+                except TransientRpcError as error:
+                    failure = error
+                except RpcError as error:
+                    self._evict_broken(metadata, error)
+                    failure = error
+                finally:
+                    if load:
+                        context.finish_dispatch(uid, started)
+                outcomes = {uid: failure}
+                tried = MappingProxyType(outcomes)
             while True:
                 uid = select(task, context=context, tried=tried)
                 if uid is None:
@@ -231,11 +254,13 @@ class WorkerProxy:
                         f"balancer {self._balancer!r} offered worker {uid} twice in one call"
                     )
                 try:
-                    metadata, connection = resolve(uid)
+                    if load:
+                        metadata, connection, started = context.start_dispatch(uid)
+                    else:
+                        metadata, connection = context.entry(uid)
                 except KeyError:  # it left the pool: skipped, not failed
                     outcome = None
                 else:
-                    started = perf_counter() if load else 0.0
                     try:
                         return await connection.dispatch(task, timeout=timeout)
                     except TransientRpcError as error:
@@ -245,7 +270,7 @@ class WorkerProxy:
                         failure = outcome = error
                     finally:
                         if load:
-                            context.end_dispatch(uid, perf_counter() - started)
+                            context.finish_dispatch(uid, started)
                 if outcomes is None:
                     outcomes = {}
                     tried = MappingProxyType(outcomes)
@@ -256,13 +281,15 @@ class WorkerProxy:
             uid = await anext(candidates)
             while True:
                 try:
-                    metadata, connection = resolve(uid)
+                    if load:
+                        metadata, connection, started = context.start_dispatch(uid)
+                    else:
+                        metadata, connection = context.entry(uid)
                 except KeyError:
                     offered[uid] = None
                     uid = await anext(candidates)
                     continue
                 dispatched = uid
-                started = perf_counter() if load else 0.0
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
@@ -276,7 +303,7 @@ class WorkerProxy:
                     continue
                 finally:
                     if load:
-                        context.end_dispatch(dispatched, perf_counter() - started)
+                        context.finish_dispatch(dispatched, started)
                 try:
                     await candidates.asend(uid)
                 except StopAsyncIteration:

@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shardline._core import WorkerPool
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
@@ -74,7 +73,7 @@ class AffinityLoadBalancer(SelectLoadBalancer):
     ) -> uuid.UUID | None:
         """The untried pooled worker with the highest score for ``task``'s key; see
         :mod:`shardline.balancers.protocol`."""
-        uids = context.uids() if isinstance(context, WorkerPool) else list(context.workers)
+        uids = list(context.workers)
         prefix = hashlib.blake2b(_key_bytes(self._key(task)), digest_size=8)
         best: uuid.UUID | None = None
         best_score = -1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from shardline._core import WorkerPool
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
@@ -17,11 +17,11 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
     """Offers, of two pooled workers drawn at random, the one with fewer dispatches in flight
     (ties: the lower latency average), then does the same among the workers left.
 
-    Load comes from the pool (``context.load(uid)``, which the proxy keeps); any other context
-    is treated as all idle, which makes this a random choice. A call offers each pooled worker
-    at most once and ends once it has offered them all (a worker that joins mid-call may be
-    among the draws). ``rng`` makes the draws reproducible. It declares ``needs_load``, so the
-    proxy counts and times every dispatch for it.
+    Load comes from the context's ``load(uid)`` (the pool's, which the proxy keeps); a context
+    without one is treated as all idle, which makes this a random choice. A call offers each
+    pooled worker at most once and ends once it has offered them all (a worker that joins
+    mid-call may be among the draws). ``rng`` makes the draws reproducible. It declares
+    ``needs_load``, so the proxy counts and times every dispatch for it.
 
     Implementation notes:
         "Power of two choices": comparing two random candidates keeps the most loaded workers
@@ -46,11 +46,8 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
     ) -> uuid.UUID | None:
         """The less loaded of two untried pooled workers drawn at random; see
         :mod:`shardline.balancers.protocol`."""
-        left: list[uuid.UUID]
-        if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
-            load, left = context.load, context.uids()
-        else:
-            load, left = _idle, list(context.workers)
+        load: Callable[[uuid.UUID], tuple[int, float]] = getattr(context, "load", _idle)
+        left = list(context.workers)
         if tried:
             left = [uid for uid in left if uid not in tried]
         if len(left) <= 1:

@@ -77,6 +77,17 @@ balancer declares ``needs_load = False`` when it never reads the load; one that 
 it is assumed to read it, so a plugin written before the declaration existed still sees correct
 values. With ``needs_load = False`` the proxy keeps no load for the pool: ``load`` reports every
 worker idle.
+
+**The pool's rotation.** A balancer whose ``select`` is, on this project's pool, exactly
+``context.next_in_rotation(tried)`` (the pool's shared round-robin cursor) may declare
+``pool_rotation = True`` in the class that defines that ``select``. The proxy then takes a call's
+first candidate, its connection and (if the balancer needs load) its in-flight count in one
+Rust call (``WorkerPool.dispatch_next``) instead of calling ``select``, and after a failure goes
+on through ``select`` with ``tried``, so a call still never offers a worker twice. Of the
+built-ins only :class:`~shardline.RoundRobinLoadBalancer` fits: the weighted balancer's choice
+depends on scores it keeps, the least-loaded one's on its random draws, and the affinity one's on
+the task's key, none of which a cursor over the pool expresses. A subclass that overrides
+``select`` loses the declaration unless it repeats it.
 """
 
 from __future__ import annotations
@@ -97,6 +108,7 @@ __all__ = [
     "SelectLoadBalancer",
     "Tried",
     "needs_load",
+    "pool_rotation",
     "select_of",
 ]
 
@@ -183,3 +195,17 @@ def needs_load(balancer: object) -> bool:
     """Whether the proxy must count and time dispatches for ``balancer`` (true unless it
     declares ``needs_load = False``)."""
     return bool(getattr(balancer, "needs_load", True))
+
+
+def pool_rotation(balancer: object) -> bool:
+    """Whether ``balancer``'s ``select`` is the pool's rotation: it declares
+    ``pool_rotation = True`` in the class that defines the ``select`` it uses.
+
+    Implementation notes:
+        Read from the class that defines ``select``, not inherited blindly, so a subclass
+        that changes ``select`` does not inherit a promise about the old one.
+    """
+    for cls in type(balancer).__mro__:
+        if "select" in vars(cls):
+            return vars(cls).get("pool_rotation") is True
+    return False

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Container, Sequence, Sized
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from shardline._core import WorkerPool
 from shardline.balancers.per_context import PerContext
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["RoundRobinLoadBalancer"]
-
-
-class _Pooled(Container[uuid.UUID], Sized, Protocol):
-    """What the rotation reads of a context: membership and size."""
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -37,18 +32,28 @@ class RoundRobinLoadBalancer(SelectLoadBalancer):
     share the rotation, so they start at different workers; a call whose candidates failed
     while concurrent calls took others from the rotation goes on around it, skipping the
     workers it already offered. A worker refreshed mid-rotation keeps its place (candidates
-    are uids); a worker that has left the pool is skipped; one that joined is offered once the
-    rotation wraps. Works with any context that has a ``workers`` mapping.
+    are uids); a worker that has left the pool is skipped. Works with any context that has a
+    ``workers`` mapping.
+
+    On this project's pool (a context with ``next_in_rotation``) the rotation is the pool's
+    own: one cursor per pool, shared by every balancer and every call on it, so a new worker
+    takes its turn when the cursor reaches it, and a copy of the balancer (pickled, say)
+    continues the same rotation. It declares ``pool_rotation``, so :class:`~shardline.WorkerProxy`
+    takes a call's first candidate straight from the pool (``WorkerPool.dispatch_next``) without
+    calling :meth:`select`; see :mod:`shardline.balancers.protocol`. On any other context the
+    balancer keeps a rotation per context, and a joined worker is offered once it wraps.
 
     Implementation notes:
-        The rotation snapshots the pool's uids once per wrap and indexes the snapshot, so a
-        candidate costs O(1) whatever the pool's size (after failures, a rotation step that
-        meets an offered uid counts how many of the offered are still pooled, O(offered)).
-        Rotations are kept per context in a ``PerContext``: held weakly, dropped when the
-        balancer is pickled.
+        The pool's rotation is a cursor in Rust over the admission order (see
+        ``WorkerPool.next_in_rotation``), O(1) per candidate plus the slots it skips. The
+        balancer's own rotation snapshots the context's uids once per wrap and indexes the
+        snapshot (after failures, a step that meets an offered uid counts how many of the
+        offered are still pooled, O(offered)); those rotations are kept in a ``PerContext``:
+        held weakly, dropped when the balancer is pickled.
     """
 
     needs_load = False
+    pool_rotation = True
 
     def __init__(self) -> None:
         self._rotations = PerContext(_Rotation)
@@ -58,8 +63,13 @@ class RoundRobinLoadBalancer(SelectLoadBalancer):
     ) -> uuid.UUID | None:
         """The next untried pooled worker of the rotation; see
         :mod:`shardline.balancers.protocol`."""
-        # this project's own pool is read directly, with no Python-level view
-        pooled: _Pooled = context if isinstance(context, WorkerPool) else context.workers
+        try:
+            # a method call, not getattr with a default: no bound method is made (~40 ns)
+            return context.next_in_rotation(tried)  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:
+            if hasattr(context, "next_in_rotation"):
+                raise  # raised inside the pool's rotation: not a context without one
+        pooled = context.workers
         rotation = self._rotations.of(context)
         wrapped = False
         while True:
@@ -69,7 +79,7 @@ class RoundRobinLoadBalancer(SelectLoadBalancer):
                 if wrapped:  # a fresh snapshot held nothing to offer
                     return None
                 wrapped = True
-                order = context.uids() if isinstance(context, WorkerPool) else list(context.workers)
+                order = list(pooled)
                 cursor = 0
                 rotation.order = order
                 if not order:

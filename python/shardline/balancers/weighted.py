@@ -10,7 +10,6 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardline._core import WorkerPool
 from shardline.balancers.per_context import PerContext
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
@@ -124,18 +123,10 @@ class WeightedRoundRobinLoadBalancer(SelectLoadBalancer):
 
 def _candidates(context: Any) -> Iterable[tuple[uuid.UUID, Any]]:
     """The pooled ``(uid, metadata)`` pairs, in admission order."""
-    if isinstance(context, WorkerPool):  # this project's own pool: no Python-level view
-        for uid in context.uids():
-            try:
-                metadata, _ = context.entry(uid)
-            except KeyError:  # evicted since the snapshot
-                continue
-            yield uid, metadata
-    else:
-        workers = context.workers
-        for uid in list(workers):
-            try:
-                metadata, _ = workers[uid]
-            except KeyError:
-                continue
-            yield uid, metadata
+    workers = context.workers
+    for uid in list(workers):
+        try:
+            metadata, _ = workers[uid]
+        except KeyError:  # evicted since the snapshot
+            continue
+        yield uid, metadata

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from shardline._core import WorkerPool
+from shardline._core import WorkerPool, WorkersView
 
 __all__ = ["LoadBalancerContext", "LoadBalancerContextView", "WorkersView"]
+
+# The Rust view implements the mapping protocol; registering it makes it one for isinstance.
+Mapping.register(WorkersView)
 
 
 @runtime_checkable
@@ -17,35 +20,6 @@ class LoadBalancerContextView(Protocol):
 
     @property
     def workers(self) -> Mapping[uuid.UUID, tuple[Any, Any]]: ...
-
-
-class WorkersView(Mapping[uuid.UUID, tuple[Any, Any]]):
-    """A live, read-only mapping uid → ``(metadata, connection)`` over a pool, in admission order.
-
-    A view captured earlier reflects every later admission, refresh and eviction. It has no
-    way to write: item assignment and deletion raise ``TypeError``.
-    """
-
-    __slots__ = ("_pool",)
-
-    def __init__(self, pool: WorkerPool) -> None:
-        self._pool = pool
-
-    def __getitem__(self, uid: uuid.UUID) -> tuple[Any, Any]:
-        metadata, connection = self._pool.entry(uid)
-        return metadata, connection
-
-    def __contains__(self, uid: object) -> bool:
-        return uid in self._pool
-
-    def __iter__(self) -> Iterator[uuid.UUID]:
-        return iter(self._pool.uids())
-
-    def __len__(self) -> int:
-        return len(self._pool)
-
-    def __repr__(self) -> str:
-        return f"WorkersView({len(self)} workers)"
 
 
 class LoadBalancerContext(WorkerPool):
@@ -57,10 +31,11 @@ class LoadBalancerContext(WorkerPool):
     and returns whether it was; ``remove_worker(metadata)`` evicts by ``metadata.uid``, a no-op
     when absent. Identity is ``metadata.uid``; writes are last-writer-wins; a displaced
     connection is not closed. ``load(uid)`` is ``(dispatches in flight, latency average in
-    seconds)`` as the proxy keeps it, for balancers that weigh it.
-    """
+    seconds)`` as the proxy keeps it, for balancers that weigh it. ``workers`` is the live,
+    read-only :class:`WorkersView` uid → ``(metadata, connection)``, and
+    ``next_in_rotation(tried)`` the pool's shared rotation (see :class:`shardline.WorkerPool`).
 
-    @property
-    def workers(self) -> WorkersView:
-        """The live, read-only mapping uid → ``(metadata, connection)``."""
-        return WorkersView(self)
+    Implementation notes:
+        Everything is the Rust pool's, ``workers`` included; the class remains as the name
+        balancers and the seed's tests know the context by.
+    """
