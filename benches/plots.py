@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -109,9 +110,9 @@ def lookup_figure(data: dict[str, Any]) -> Figure:
         curves(ax, by_buckets[buckets])
         ax.set_title(f"{int(buckets):,} buckets")
         ax.set_xlabel("ranges in the map (log scale)")
-        ax.set_xscale("log", base=2)
-    axes[0].set_ylabel("ns per call, median (log scale)")
+    axes[0].set_ylabel("ns per call, median and quartiles (log scale)")
     axes[0].set_yscale("log")
+    log_values(axes[0].yaxis)
     axes[-1].legend(fontsize="small")
     title(fig, data, "Owner of a bucket, one call at a time: shardline vs picopyn")
     return fig
@@ -130,14 +131,13 @@ def dispatch_figure(data: dict[str, Any]) -> Figure:
     left, right = fig.subplots(1, 2)
     curves(left, proxy)
     left.set_title("WorkerProxy.dispatch, connection returning at once")
-    left.set_ylabel("µs per dispatch, median")
-    left.set_ylim(bottom=0)
-    curves(right, [p for op in sorted(operations) for p in operations[op]])
-    right.set_title("the pool's operations")
-    right.set_ylabel("ns per operation, median (log scale)")
-    right.set_yscale("log")
+    left.set_ylabel("µs per dispatch, median and quartiles (log scale)")
+    curves(right, [p for op in sorted(operations) for p in operations[op]], by_operation)
+    right.set_title("the pool's operations (solid: shardline, dashed: wool)")
+    right.set_ylabel("ns per operation, median and quartiles (log scale)")
     for ax in (left, right):
-        ax.set_xscale("log")
+        ax.set_yscale("log")
+        log_values(ax.yaxis)
         ax.set_xlabel("workers in the pool (log scale)")
         ax.legend(fontsize="x-small")
     title(fig, data, "Dispatch overhead against pool size: shardline vs wool")
@@ -158,76 +158,110 @@ def calls_figure(data: dict[str, Any]) -> Figure:
         )
     order = sorted(placements, key=lambda p: (*PLACEMENT_ORDER, p).index(p))
     fig = Figure(figsize=(5 * len(order), 5), layout="constrained")
-    axes = fig.subplots(1, len(order), sharey=True, squeeze=False)[0]
+    axes = fig.subplots(1, len(order), sharex=True, sharey=True, squeeze=False)[0]
     for ax, placement in zip(axes, order, strict=True):
         info = placements[placement]
-        for way, figures in info["by_way"].items():
-            if not isinstance(figures, dict):  # "not available": the run could not reach it
-                continue
+        # a way the run could not reach is "not available" instead of its figures
+        ways = {way: f for way, f in info["by_way"].items() if isinstance(f, dict)}
+        for way, figures in ways.items():
             if "cdf_ns" not in figures:
                 raise MissingGroups(
                     "calls.png", f"by_way[{way!r}]['cdf_ns'] ({placement})", "bench_calls.py"
                 )
-            percents, ns = zip(*figures["cdf_ns"], strict=True)
-            color, line = style(way)
-            ax.plot([v / 1e3 for v in ns], percents, color=color, linestyle=line, label=way)
+        for way, (color, dash, _) in by_project(list(ways)).items():
+            percents, ns = zip(*ways[way]["cdf_ns"], strict=True)
+            ax.plot([v / 1e3 for v in ns], percents, color=color, linestyle=dash, label=way)
         ax.set_title(f"{placement}, {info.get('loop', '?')}")
         ax.set_xscale("log")
         ax.set_xlabel("latency of one call, µs (log scale)")
         ax.grid(True, which="both", alpha=0.3)
+    axes[0].xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.10g}"))
     axes[0].set_ylabel("calls at or below, %")
     axes[0].set_ylim(0, 100)
-    axes[-1].legend(fontsize="x-small", loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
     title(fig, data, "End-to-end call latency, 1 in flight, 2 worker processes on loopback")
     return fig
 
 
-def curves(ax: Axes, found: list[Point]) -> None:
-    """One line per implementation through its sizes, the quartiles as error bars."""
+Style = tuple[str, str, str]  # color, line style, marker
+
+
+def curves(
+    ax: Axes, found: list[Point], styles: Callable[[list[str]], dict[str, Style]] | None = None
+) -> None:
+    """One line per implementation through its sizes, the quartiles as error bars; the x axis
+    logarithmic, ticked at the sizes measured."""
     by_impl: dict[str, list[Point]] = {}
     for point in found:
         by_impl.setdefault(point.impl, []).append(point)
-    for impl in sorted(by_impl, key=impl_order):
+    impls = sorted(by_impl, key=impl_order)
+    for impl, (color, dash, marker) in (styles or by_project)(impls).items():
         line = sorted(by_impl[impl], key=lambda p: p.size)
-        color, dash = style(impl)
         ax.errorbar(
             [p.size for p in line],
             [p.median for p in line],
             yerr=[[p.median - p.q1 for p in line], [p.q3 - p.median for p in line]],
             color=color,
             linestyle=dash,
-            marker="o",
+            marker=marker,
             markersize=4,
             capsize=3,
             label=impl,
         )
+    sizes = sorted({p.size for p in found})
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, [f"{size:,}" for size in sizes])
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
     ax.grid(True, which="both", alpha=0.3)
 
 
 def impl_order(impl: str) -> tuple[int, str]:
     """Floors first, then shardline, then the peers: the legend reads in that order."""
-    for rank, prefix in enumerate(("floor", "ref", "shardline", "picopyn", "wool")):
+    for rank, prefix in enumerate(("floor", "ref", "bare", "shardline")):
         if impl.startswith(prefix):
             return rank, impl
     return 9, impl
 
 
-PEER_COLORS = ("tab:red", "tab:orange", "tab:brown", "tab:pink")
-OURS_COLORS = ("tab:blue", "tab:cyan", "tab:purple", "navy")
-_colors: dict[str, str] = {}
+OURS = ("tab:blue", "navy", "tab:cyan", "tab:purple")
+PEERS = ("tab:red", "tab:orange", "tab:brown", "tab:pink")
+GRAYS = {"floor": ("0.3", ":"), "ref": ("0.6", ":"), "bare": ("0.45", "-.")}
 
 
-def style(impl: str) -> tuple[str, str]:
-    """(color, line style): shardline in blues, the peers in reds, floors gray and dotted; the
-    same name always gets the same color within one process, whichever figure asks first."""
-    if impl.startswith(("floor", "ref")):
-        return ("0.35" if impl.startswith("floor") else "0.65"), ":"
-    family = OURS_COLORS if impl.startswith("shardline") else PEER_COLORS
-    if impl not in _colors:
-        taken = sum(1 for name, color in _colors.items() if color in family)
-        _colors[impl] = family[taken % len(family)]
-    dash = "--" if "wool" in impl and "shardline" not in impl else "-"
-    return _colors[impl], dash
+def by_project(impls: list[str]) -> dict[str, Style]:
+    """shardline solid in blues, the peers dashed in reds, floors and references gray."""
+    styles: dict[str, Style] = {}
+    ours, peers = iter(OURS), iter(PEERS)
+    for impl in impls:
+        gray = next((g for prefix, g in GRAYS.items() if impl.startswith(prefix)), None)
+        if gray is not None:
+            styles[impl] = (*gray, ".")
+        elif impl.startswith("shardline"):
+            styles[impl] = (next(ours, "tab:blue"), "-", "o")
+        else:
+            styles[impl] = (next(peers, "tab:red"), "--", "^")
+    return styles
+
+
+def by_operation(impls: list[str]) -> dict[str, Style]:
+    """``"{project} {operation}"``: a color per operation, solid for shardline, dashed for the
+    peer, so each pair reads side by side."""
+    operations = sorted({impl.split(" ", 1)[1] for impl in impls})
+    styles: dict[str, Style] = {}
+    for impl in impls:
+        project, operation = impl.split(" ", 1)
+        ours = project == "shardline"
+        color = f"C{operations.index(operation)}"
+        styles[impl] = (color, "-" if ours else "--", "o" if ours else "^")
+    return styles
+
+
+def log_values(axis: Any) -> None:
+    """A logarithmic value axis ticked at 1, 2 and 5 of each decade, in plain numbers."""
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1, 2, 5)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.10g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def title(fig: Figure, data: dict[str, Any], what: str) -> None:
