@@ -1,12 +1,14 @@
 """benches/plots.py, without a benchmark run: it draws its three pictures from a trimmed real run
 (tests/data/bench_plots_run.json, whose ``fixture_source`` says where it came from) and refuses a
-run that lacks a picture's groups, writing nothing."""
+run that lacks a picture's groups, writing nothing. And ``benchkit.cdf_ns``, the latency
+distribution bench_calls.py records for calls.png."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benches" / "plots.py"
@@ -21,10 +25,10 @@ FIXTURE = Path(__file__).with_name("data") / "bench_plots_run.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def load_plots() -> ModuleType:
-    """The script as a module (``benches`` is a folder of benchmarks, not an installed
+def load(name: str, path: Path) -> ModuleType:
+    """A file of benches/ as a module (``benches`` is a folder of benchmarks, not an installed
     package)."""
-    spec = importlib.util.spec_from_file_location("bench_plots", SCRIPT)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -33,7 +37,8 @@ def load_plots() -> ModuleType:
     return module
 
 
-plots = load_plots()
+plots = load("bench_plots", SCRIPT)
+benchkit = load("bench_benchkit", ROOT / "benches" / "benchkit.py")
 
 
 @pytest.fixture
@@ -115,3 +120,16 @@ def test_the_command_exits_non_zero_naming_what_is_missing(
     assert done.stderr.startswith(f"plots.py: {bad}: lookup.png needs the groups 'lookup ")
     assert "benches/bench_lookup.py" in done.stderr
     assert not (tmp_path / "plots").exists()
+
+
+@given(st.lists(st.floats(min_value=1e-7, max_value=1.0), min_size=2, max_size=300))
+def test_cdf_ns_runs_from_the_minimum_to_the_maximum_through_the_median(
+    samples: list[float],
+) -> None:
+    cdf = benchkit.cdf_ns(samples)
+    assert [percent for percent, _ in cdf] == list(benchkit.CDF_PERCENTS)
+    values = dict(cdf)
+    assert values[0] == round(min(samples) * 1e9)
+    assert values[100] == round(max(samples) * 1e9)
+    assert abs(values[50] - statistics.median(samples) * 1e9) <= 1
+    assert [ns for _, ns in cdf] == sorted(ns for _, ns in cdf)
