@@ -139,7 +139,9 @@ def dispatch_figure(data: dict[str, Any]) -> Figure:
         ax.set_yscale("log")
         log_values(ax.yaxis)
         ax.set_xlabel("workers in the pool (log scale)")
-        ax.legend(fontsize="x-small")
+    left.legend(fontsize="x-small", loc="upper left")
+    # eight curves fill the panel: their legend goes under it, a pair per row
+    right.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2)
     title(fig, data, "Dispatch overhead against pool size: shardline vs wool")
     return fig
 
