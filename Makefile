@@ -51,7 +51,7 @@ fuzz: $(BIN)/maturin ## Fuzz every parser FUZZ_SECONDS (default 180) s each; fai
 fuzz-short: ## The fuzz targets FUZZ_SHORT_SECONDS (default 10) s each, seed fixed: the budget `make test` runs
 	$(BIN)/python tests/fuzz/run.py --seconds $(FUZZ_SHORT_SECONDS) --seed 1
 
-bench: $(BIN)/maturin ## Benchmarks against the floor and picopyn (release build); rewrites benches/RESULTS.md
+bench: $(BIN)/maturin ## Benchmarks against the floors and the peers (release build); rewrites benches/RESULTS.md and benches/plots/
 	$(MATURIN) develop --release --extras test,bench --quiet
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
 

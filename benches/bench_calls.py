@@ -42,7 +42,8 @@ process and of every way's worker processes placed as ``placement.py`` says, bec
 of calls one after another (16; wool 2: short blocks, so that the ways of a round see the same
 moments of a shared machine), the ways in turn, which goes first rotating from round to round,
 each call timed alone (a bare way builds its request before the clock starts and decodes
-the reply after it stops). ``by_way``: each way's p50/p99 over all rounds; ``ratios``: per pair
+the reply after it stops). ``by_way``: each way's p50/p99 over all rounds, and its
+latency distribution as ``cdf_ns`` (``benchkit.cdf_ns``, which plots.py draws); ``ratios``: per pair
 of ways, the median over rounds of the ratio of the two ways' median latencies in that round,
 with quartiles, and the ratio of the p50s.
 
@@ -92,7 +93,7 @@ import wool
 from shardline.transport import GrpcConnection
 
 from . import wool_echo
-from .benchkit import cpu_snapshot, percentiles, process_cpu
+from .benchkit import cdf_ns, cpu_snapshot, percentiles, process_cpu
 from .call_floor import FloorClient, loop_factory
 from .placement import PLACEMENTS, placed
 from .workerkit import (
@@ -454,9 +455,11 @@ def test_calls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None
     with placed(stand.all_pids, placement):
         timed_rounds(benchmark, stand, round_, SINGLE_ROUNDS)
     kept = {name: rounds[-SINGLE_ROUNDS:] for name, rounds in latencies.items()}
+    samples = {name: list(itertools.chain(*kept[name])) for name in names}
     by_way: dict[str, Any] = {
         name: {
-            **percentiles(list(itertools.chain(*kept[name]))),
+            **percentiles(samples[name]),
+            "cdf_ns": cdf_ns(samples[name]),
             "calls": calls_of(name, SINGLE_CALLS) * SINGLE_ROUNDS,
         }
         for name in names

@@ -280,3 +280,14 @@ def percentiles(samples: Sequence[float]) -> dict[str, float]:
     """p50 and p99 of samples in seconds, in ns."""
     cuts = statistics.quantiles(samples, n=100, method="inclusive")
     return {"p50_ns": cuts[49] * 1e9, "p99_ns": cuts[98] * 1e9}
+
+
+CDF_PERCENTS = (0, 1, 2, 5, 10, 20, 25, 30, 40, 50, 60, 70, 75, 80, 90, 95, 98, 99, 99.5, 99.9, 100)
+
+
+def cdf_ns(samples: Sequence[float]) -> list[tuple[float, int]]:
+    """The distribution of samples in seconds, compactly: ``(percent, ns)`` at each of
+    ``CDF_PERCENTS`` (0 and 100 being the minimum and the maximum), for plots.py's curves."""
+    cuts = statistics.quantiles(samples, n=1000, method="inclusive")
+    points = [min(samples), *cuts, max(samples)]  # points[k] is the (k / 10)th percentile
+    return [(percent, round(points[round(percent * 10)] * 1e9)) for percent in CDF_PERCENTS]
