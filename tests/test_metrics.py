@@ -1,0 +1,246 @@
+"""shardline.metrics: a real prometheus_client registry scraped (``generate_latest``) after a
+scripted run, and the numbers it exposes checked against what the run did; the map counters
+behind it (``Topology.map_stats``); the extra's absence reported as ``MissingExtra``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import rs_uuid
+from hypothesis import given
+from hypothesis import strategies as st
+from pg_server import PgServer
+from picodata_catalog import Catalog
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from test_topology_polling import run_polled, seed_tier, started
+
+import shardline
+from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from shardline.metrics import ShardlineCollector, register
+from shardline.topology.sources import PollingSource
+
+CAUSES = (
+    "replicaset-deleted",
+    "replicaset-joined",
+    "replicaset-moved",
+    "bucket-overlap",
+    "topology-cleared",
+)
+
+
+@pytest.fixture
+def catalog(pg: PgServer) -> Iterator[Catalog]:
+    """An empty catalog in a schema of its own."""
+    with Catalog(pg.create_schema()) as catalog:
+        yield catalog
+
+
+def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The registry's text exposition, parsed back: (sample name, sorted labels) -> value."""
+    text = generate_latest(registry).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def member(topology: Topology, n: int, tier: str = "default") -> None:
+    """Replicaset n of ``tier`` with one online master."""
+    master = f"00000000-0000-0000-0001-{n:012x}"
+    topology.apply(ReplicasetEvent("replace", rs_uuid(n), tier=tier, current_master_uuid=master))
+    topology.apply(InstanceEvent("replace", master, rs_uuid(n), current_state="Online"))
+
+
+def test_a_scripted_topology_run_is_scraped_as_it_happened() -> None:
+    start = time.time()
+    topology = Topology()
+    topology.apply_tiers({"default": 3000, "other": 10})
+    registry = CollectorRegistry()
+    register(registry, topology=topology)
+    member(topology, 1)  # new to an empty map: nothing removed, no clear counted
+    topology.apply(BucketEvent("default", 1, 1500, rs_uuid(1)))
+    member(topology, 2)  # joins the tier holding ranges: a clear
+    topology.apply(BucketEvent("default", 1, 1500, rs_uuid(1)))
+    topology.apply(BucketEvent("default", 1000, 3000, rs_uuid(2)))  # overlaps: a clear
+    before_empty = time.time()
+    topology.apply(ReplicasetEvent("delete", rs_uuid(1)))  # deleted: a clear, the map empty
+    after_empty = time.time()
+    topology.apply(ReplicasetEvent("delete", rs_uuid(2)))  # the map holds nothing: no clear
+
+    samples = scrape(registry)
+    default = (("tier", "default"),)
+    assert samples["shardline_bucket_map_epoch", default] == topology.epoch("default")
+    assert samples["shardline_bucket_map_ranges", default] == 0
+    counted = {
+        cause: samples["shardline_bucket_map_clears_total", (("cause", cause), *default)]
+        for cause in CAUSES
+    }
+    assert counted == {
+        "replicaset-deleted": 1,
+        "replicaset-joined": 1,
+        "replicaset-moved": 0,
+        "bucket-overlap": 1,
+        "topology-cleared": 0,
+    }
+    assert all(
+        samples["shardline_bucket_map_clears_total", (("cause", cause), ("tier", "other"))] == 0
+        for cause in CAUSES
+    )
+    assert samples["shardline_topology_membership_version", ()] == topology.membership_version
+    assert samples["shardline_topology_instances", ()] == 2
+    assert samples["shardline_topology_replicasets", ()] == 0
+    # the map was left empty by the delete of replicaset 1, and still is
+    stats = topology.map_stats("default")
+    assert stats.empty_since is not None
+    assert before_empty <= stats.empty_since <= after_empty
+    first = samples["shardline_bucket_map_empty_seconds_total", default]
+    assert first <= time.time() - stats.empty_since
+    member(topology, 3)
+    before_fill = time.time()
+    topology.apply(BucketEvent("default", 1, 3000, rs_uuid(3)))
+    filled = topology.map_stats("default")
+    assert filled.empty_since is None
+    assert filled.ranges == 1
+    # the period closed when the range arrived (the map was also empty between replicaset 2's
+    # join and the next event, a period counted too)
+    assert before_fill - stats.empty_since <= filled.empty_seconds <= time.time() - start
+    assert scrape(registry)["shardline_bucket_map_empty_seconds_total", default] == (
+        filled.empty_seconds
+    )
+    assert first <= filled.empty_seconds
+
+
+def test_moving_a_replicaset_and_clearing_the_topology_are_counted_on_each_map() -> None:
+    topology = Topology()
+    topology.apply_tiers({"a": 100, "b": 100})
+    member(topology, 1, "a")
+    member(topology, 2, "b")
+    topology.apply(BucketEvent("a", 1, 100, rs_uuid(1)))
+    topology.apply(BucketEvent("b", 1, 100, rs_uuid(2)))
+    member(topology, 1, "b")  # moves from a to b: both maps cleared
+    assert topology.map_stats("a").clears["replicaset-moved"] == 1
+    assert topology.map_stats("b").clears["replicaset-moved"] == 1
+    topology.apply(BucketEvent("b", 1, 100, rs_uuid(2)))
+    topology.clear()
+    assert topology.map_stats("a").clears["topology-cleared"] == 0  # already empty
+    assert topology.map_stats("b").clears["topology-cleared"] == 1
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["replace", "delete"]),
+            st.integers(1, 20),
+            st.integers(0, 5),
+            st.integers(1, 3),
+        ),
+        max_size=30,
+    )
+)
+def test_clears_match_a_model_of_which_events_empty_a_map(
+    events: list[tuple[str, int, int, int]],
+) -> None:
+    # Bucket events only: a replace or delete of [start, start + length] clears the map when
+    # it overlaps anything but an identical range; the model keeps the ranges, counts the
+    # clears that removed any, and knows when the map is empty after having held ranges.
+    topology = Topology()
+    topology.apply_tiers({"t": 30})
+    for n in (1, 2, 3):
+        member(topology, n, "t")
+    model: list[tuple[int, int, int]] = []
+    clears = 0
+    held = False  # whether the map ever held a range
+    for op, start, length, owner in events:
+        end = start + length
+        hits = [r for r in model if r[0] <= end and start <= r[1]]
+        same = hits == [(start, end, owner)]
+        if op == "replace":
+            if hits and not same:
+                clears += 1
+                model = []
+            if not same:
+                model.append((start, end, owner))
+        elif same:
+            model.remove((start, end, owner))
+        elif hits:
+            clears += 1
+            model = []
+        topology.apply(BucketEvent("t", start, end, rs_uuid(owner), op=op))
+        held = held or bool(model)
+    stats = topology.map_stats("t")
+    assert stats.clears["bucket-overlap"] == clears
+    assert stats.ranges == len(model)
+    assert (stats.empty_since is not None) == (held and not model)
+
+
+def test_a_polling_source_is_scraped_with_its_state(catalog: Catalog) -> None:
+    seed_tier(catalog, 2)
+
+    async def scenario(topology: Topology, source: PollingSource) -> None:
+        registry = CollectorRegistry()
+        registry.register(ShardlineCollector(topology=topology, sources={"catalog": source}))
+        await started(source)
+        assert await source.refresh()
+        with catalog.transaction():
+            catalog.expel_replicaset("r2")
+            catalog.rebalance("default")
+        assert await source.refresh()
+        state = source.state
+        samples = scrape(registry)
+        name = (("source", "catalog"),)
+        assert samples["shardline_source_connected", name] == 1
+        assert samples["shardline_source_refreshes_total", name] == state.refreshes >= 2
+        assert samples["shardline_source_attempts_total", name] == state.attempts
+        assert samples["shardline_source_events_applied_total", name] == state.events_applied
+        assert samples["shardline_source_events_emitted_total", name] == state.events_emitted
+        assert samples["shardline_source_connects_total", name] == 1
+        assert samples["shardline_source_last_refresh_timestamp_seconds", name] == (
+            state.last_refresh
+        )
+        assert samples["shardline_source_failures_total", (("reason", "connect"), *name)] == 0
+        # the expelled replicaset cleared the map, the same poll's snapshot refilled it
+        default = (("tier", "default"),)
+        assert (
+            samples[
+                "shardline_bucket_map_clears_total", (("cause", "replicaset-deleted"), *default)
+            ]
+            == 1
+        )
+        assert samples["shardline_bucket_map_ranges", default] == 1
+        assert samples["shardline_bucket_map_epoch", default] == topology.epoch("default")
+
+    run_polled(catalog.dsn, scenario)
+
+
+def test_map_stats_of_an_unknown_tier_raises_unknown_tier() -> None:
+    topology = Topology()
+    topology.apply_tiers({"a": 10})
+    with pytest.raises(shardline.UnknownTier, match="'nope'"):
+        topology.map_stats("nope")
+
+
+def test_without_prometheus_client_the_module_raises_missing_extra() -> None:
+    probe = (
+        "import sys\nsys.modules['prometheus_client'] = None\n"
+        "from shardline import MissingExtra\n"
+        "try:\n    import shardline.metrics\n"
+        "except MissingExtra as error:\n    print(error.extra, error.name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["metrics", "prometheus_client"]
+
+
+def test_importing_shardline_does_not_load_prometheus_client() -> None:
+    probe = "import sys, shardline; print('prometheus_client' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"
