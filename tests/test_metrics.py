@@ -4,6 +4,7 @@ behind it (``Topology.map_stats``); the extra's absence reported as ``MissingExt
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -14,14 +15,25 @@ from conftest import rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
 from pg_server import PgServer
-from picodata_catalog import Catalog
+from picodata_catalog import Catalog, name_uuid
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from test_picodata_client import cluster
+from test_picodata_client import run as run_client_test
 from test_topology_polling import run_polled, seed_tier, started
+from test_worker_proxy import Harness, Stream, added
 
 import shardline
-from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from shardline import (
+    BucketEvent,
+    InstanceEvent,
+    ReplicasetEvent,
+    RoundRobinLoadBalancer,
+    Topology,
+    WorkerProxy,
+)
 from shardline.metrics import ShardlineCollector, register
+from shardline.picodata import connect
 from shardline.topology.sources import PollingSource
 
 CAUSES = (
@@ -244,3 +256,56 @@ def test_importing_shardline_does_not_load_prometheus_client() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) -> None:
+    async def main() -> None:
+        async with cluster(pg) as c, connect(c.url, tier="default") as db:
+            registry = CollectorRegistry()
+            register(registry, client=db)  # the client's topology comes with it
+            keys = [key for key in range(40) if c.master_of(key) == "r2_1"][:3]
+            for key in keys:
+                assert await db.fetchval("SELECT $1::bigint", key, key=key) == key
+            await db.fetchval("SELECT 1")
+            samples = scrape(registry)
+            stats = db.stats()
+            assert samples["shardline_picodata_queries_total", (("kind", "keyed"),)] == 3
+            assert samples["shardline_picodata_queries_total", (("kind", "unkeyed"),)] == 1
+            assert samples["shardline_picodata_polls_total", ()] == stats.polls >= 1
+            assert samples["shardline_picodata_retries_total", ()] == 0
+            r2_1 = (("instance", name_uuid("r2_1")),)
+            assert (
+                samples["shardline_picodata_pool_queries_total", r2_1]
+                == (stats.pools[name_uuid("r2_1")].queries)
+                >= 3
+            )
+            assert (
+                samples["shardline_picodata_pool_size", r2_1] == stats.pools[name_uuid("r2_1")].size
+            )
+            assert samples["shardline_picodata_pool_down", r2_1] == 0
+            default = (("tier", "default"),)
+            assert samples["shardline_bucket_map_epoch", default] == db.topology.epoch("default")
+            assert samples["shardline_bucket_map_ranges", default] == len(
+                db.topology.ranges("default")
+            )
+
+    run_client_test(main)
+
+
+def test_a_proxys_pool_size_is_scraped() -> None:
+    async def main() -> list[float]:
+        harness = Harness()
+        proxy = WorkerProxy(
+            discovery=Stream(added(1), added(2), added(3)),
+            connect=harness.connect,
+            loadbalancer=RoundRobinLoadBalancer(),
+            quorum=3,
+        )
+        registry = CollectorRegistry()
+        register(registry, proxies={"workers": proxy})
+        sizes = [scrape(registry)["shardline_proxy_workers", (("proxy", "workers"),)]]
+        async with proxy:
+            sizes.append(scrape(registry)["shardline_proxy_workers", (("proxy", "workers"),)])
+        return sizes
+
+    assert asyncio.run(main()) == [0, 3]
