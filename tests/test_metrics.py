@@ -5,10 +5,12 @@ behind it (``Topology.map_stats``); the extra's absence reported as ``MissingExt
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import rs_uuid
@@ -33,8 +35,8 @@ from shardline import (
     WorkerProxy,
 )
 from shardline.metrics import ShardlineCollector, register
-from shardline.picodata import connect
-from shardline.topology.sources import PollingSource
+from shardline.picodata import ClientStats, PoolStats, connect
+from shardline.topology.sources import FailureReason, PollingSource
 
 CAUSES = (
     "replicaset-deleted",
@@ -309,3 +311,68 @@ def test_a_proxys_pool_size_is_scraped() -> None:
         return sizes
 
     assert asyncio.run(main()) == [0, 3]
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+
+
+class _StubClient:
+    """What the collector reads of a Picodata client: its topology and ``stats()``."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+
+    def stats(self) -> ClientStats:
+        pool = PoolStats("u", "h:1", 8, 1, 1, 0, 0, 0, 1, 0, 0, False, 3)
+        return ClientStats(
+            routed={"keyed": 3, "read-only": 0, "unkeyed": 0},
+            misses={"no range": 1},
+            fallbacks={"no range": 1},
+            retries=0,
+            unavailable=0,
+            pools={"u": pool},
+            polls=1,
+            poll_failures={},
+            last_poll=1.0,
+            epochs={},
+            last_poll_failure=None,
+        )
+
+
+def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
+    rows = re.findall(
+        r"^\| `(shardline_\w+)` \| (\w+) \|([^|]*)\|", DOC.read_text(encoding="utf-8"), re.M
+    )
+    documented = {
+        name: (kind, tuple(re.findall(r"`(\w+)`", labels))) for name, kind, labels in rows
+    }
+    topology = Topology()
+    topology.apply_tiers({"default": 10})
+    source = PollingSource("postgresql://127.0.0.1:1/nowhere")
+    source._recorder.refreshed()  # a last refresh, so that its timestamp has a sample
+    source._recorder.failure(FailureReason.BUCKETS, "rebalancing", tier="default")
+    proxy = WorkerProxy(discovery=Stream(), connect=Harness().connect)
+    collector = ShardlineCollector(
+        topology=topology,
+        sources={"s": source},
+        client=_StubClient(topology),  # type: ignore[arg-type]
+        proxies={"p": proxy},
+    )
+    exposed = {}
+    for family in collector.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = {label for sample in family.samples for label in sample.labels}
+        exposed[name] = (family.type, labels)
+    assert set(documented) == set(exposed)
+    for name, (kind, labels) in exposed.items():
+        assert (documented[name][0], set(documented[name][1])) == (kind, labels), name
+
+
+def test_the_metrics_docs_example_prints_what_it_says() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    said = code.split("print(", 1)[1].split("\n# ", 1)[1].strip()
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == said
