@@ -105,8 +105,9 @@ pub struct BucketMap<O> {
     dense: OnceLock<Option<Box<[u32]>>>,
     /// The last clear that removed ranges; read only by [`last_clear`](Self::last_clear).
     last_clear: Option<Box<LastClear>>,
-    /// Clears by cause and time spent empty; read only by [`history`](Self::history).
-    history: ClearHistory,
+    /// Clears by cause and time spent empty; read only by [`history`](Self::history). Boxed,
+    /// like the last clear, so that the map's fields the lookups read keep their layout.
+    history: Box<ClearHistory>,
 }
 
 impl<O> Default for BucketMap<O> {
@@ -117,7 +118,7 @@ impl<O> Default for BucketMap<O> {
             epoch: 0,
             dense: OnceLock::new(),
             last_clear: None,
-            history: ClearHistory::default(),
+            history: Box::default(),
         }
     }
 }
