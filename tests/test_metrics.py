@@ -197,6 +197,8 @@ def test_a_polling_source_is_scraped_with_its_state(catalog: Catalog) -> None:
     seed_tier(catalog, 2)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()  # the source times its reads on the loop's clock
         registry = CollectorRegistry()
         registry.register(ShardlineCollector(topology=topology, sources={"catalog": source}))
         await started(source)
@@ -214,6 +216,9 @@ def test_a_polling_source_is_scraped_with_its_state(catalog: Catalog) -> None:
         assert samples["shardline_source_events_applied_total", name] == state.events_applied
         assert samples["shardline_source_events_emitted_total", name] == state.events_emitted
         assert samples["shardline_source_connects_total", name] == 1
+        read = samples["shardline_source_read_duration_seconds_sum", name]
+        assert 0 < read == state.read_seconds <= loop.time() - began
+        assert samples["shardline_source_read_duration_seconds_count", name] == state.attempts
         assert samples["shardline_source_last_refresh_timestamp_seconds", name] == (
             state.last_refresh
         )
