@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import rs_uuid
@@ -36,6 +37,7 @@ from shardline import (
 )
 from shardline.metrics import ShardlineCollector, register
 from shardline.picodata import ClientStats, PoolStats, connect
+from shardline.registration import KeeperStats, MemoryRecordStore, RegistrationKeeper
 from shardline.topology.sources import FailureReason, PollingSource
 
 CAUSES = (
@@ -344,6 +346,10 @@ class _StubClient:
         )
 
 
+async def _never_called() -> Any:
+    raise AssertionError("not called")
+
+
 def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
     rows = re.findall(
         r"^\| `(shardline_\w+)` \| (\w+) \|([^|]*)\|", DOC.read_text(encoding="utf-8"), re.M
@@ -357,11 +363,20 @@ def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
     source._recorder.refreshed()  # a last refresh, so that its timestamp has a sample
     source._recorder.failure(FailureReason.BUCKETS, "rebalancing", tier="default")
     proxy = WorkerProxy(discovery=Stream(), connect=Harness().connect)
+    keeper = RegistrationKeeper(
+        "svc",
+        None,
+        MemoryRecordStore(),
+        register=_never_called,
+        probe=_never_called,
+        is_ready=lambda: False,
+    )
     collector = ShardlineCollector(
         topology=topology,
         sources={"s": source},
         client=_StubClient(topology),  # type: ignore[arg-type]
         proxies={"p": proxy},
+        keepers={"k": keeper},
     )
     exposed = {}
     for family in collector.collect():
@@ -381,3 +396,44 @@ def test_the_metrics_docs_example_prints_what_it_says() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == said
+
+
+def test_a_keepers_counters_are_scraped_by_result() -> None:
+    async def main() -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], KeeperStats]:
+        async def register_here() -> str:
+            return "127.0.0.1:1"
+
+        async def not_served() -> bool:
+            return False
+
+        keeper = RegistrationKeeper(
+            "svc",
+            "me",
+            MemoryRecordStore(),
+            register=register_here,
+            probe=not_served,
+            is_ready=lambda: True,
+            probe_interval=1e-9,  # due at the next tick
+            tick=1e-9,
+        )
+        registry = CollectorRegistry()
+        register(registry, keepers={"svc": keeper})
+        await keeper.start()
+        while keeper.stats.probe_failures == 0:
+            await asyncio.sleep(0)  # the keeper's ticks run between these turns
+        await keeper.deregister()
+        return scrape(registry), keeper.stats
+
+    samples, stats = asyncio.run(asyncio.wait_for(main(), 10))
+    name = ("keeper", "svc")
+
+    def counted(metric: str, result: str) -> float:
+        return samples[f"shardline_keeper_{metric}_total", (name, ("result", result))]
+
+    assert samples["shardline_keeper_registered", (name,)] == 0  # deregistered
+    assert counted("registrations", "ok") == stats.registrations >= 1
+    assert counted("registrations", "failed") == stats.registration_failures == 0
+    assert counted("probes", "failed") == stats.probe_failures >= 1
+    assert counted("probes", "served") == stats.probes == 0
+    assert counted("reports", "ok") == stats.reports >= 1
+    assert counted("reports", "failed") == stats.report_failures == 0

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from shardline.picodata import Client
     from shardline.picodata.stats import PoolStats
     from shardline.proxy import WorkerProxy
+    from shardline.registration import RegistrationKeeper
     from shardline.topology.sources import TopologySource
 
 __all__ = ["ShardlineCollector", "register"]
@@ -45,7 +46,9 @@ class ShardlineCollector(Collector):
     the membership; with ``client`` and no ``topology``, the client's topology is used.
     ``sources`` names each topology source (``PollingSource``, ``NotificationSource``) by the
     value of its ``source`` label; ``client`` gives a Picodata client's routing and per-instance
-    pool counters; ``proxies`` names each ``WorkerProxy`` by the value of its ``proxy`` label.
+    pool counters; ``proxies`` names each ``WorkerProxy`` by the value of its ``proxy`` label,
+    ``keepers`` each ``RegistrationKeeper`` (a reachability record's keeper) by its ``keeper``
+    label.
     Every label set is bounded: tiers, failure reasons and clear causes are fixed lists, the
     ``source`` and ``proxy`` names are the caller's, and ``instance`` (a client's pools) follows
     the cluster's membership. The names and meanings are listed in ``docs/metrics.md``.
@@ -63,6 +66,7 @@ class ShardlineCollector(Collector):
         sources: Mapping[str, TopologySource] | None = None,
         client: Client | None = None,
         proxies: Mapping[str, WorkerProxy] | None = None,
+        keepers: Mapping[str, RegistrationKeeper] | None = None,
     ) -> None:
         if topology is None and client is not None:
             topology = client.topology
@@ -70,6 +74,7 @@ class ShardlineCollector(Collector):
         self._sources = dict(sources or {})
         self._client = client
         self._proxies = dict(proxies or {})
+        self._keepers = dict(keepers or {})
 
     def describe(self) -> list[Metric]:
         """Nothing: the registry then calls :meth:`collect` to learn the names, once, when
@@ -86,6 +91,8 @@ class ShardlineCollector(Collector):
             yield from _client_metrics(self._client)
         if self._proxies:
             yield from _proxy_metrics(self._proxies)
+        if self._keepers:
+            yield from _keeper_metrics(self._keepers)
 
 
 def register(
@@ -95,13 +102,14 @@ def register(
     sources: Mapping[str, TopologySource] | None = None,
     client: Client | None = None,
     proxies: Mapping[str, WorkerProxy] | None = None,
+    keepers: Mapping[str, RegistrationKeeper] | None = None,
 ) -> ShardlineCollector:
     """Registers a :class:`ShardlineCollector` over the given objects with ``registry``
     (prometheus_client's default registry when None) and returns it, for
     ``registry.unregister`` later. Raises ``ValueError`` (from prometheus_client) when a
     metric name is already registered there."""
     collector = ShardlineCollector(
-        topology=topology, sources=sources, client=client, proxies=proxies
+        topology=topology, sources=sources, client=client, proxies=proxies, keepers=keepers
     )
     (REGISTRY if registry is None else registry).register(collector)
     return collector
@@ -341,3 +349,36 @@ def _proxy_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
     for name, proxy in proxies.items():
         workers.add_metric([name], len(proxy.workers))
     yield workers
+
+
+def _keeper_metrics(keepers: Mapping[str, RegistrationKeeper]) -> Iterator[Metric]:
+    registered = GaugeMetricFamily(
+        "shardline_keeper_registered",
+        "1 while the keeper holds a registration of its replica.",
+        labels=["keeper"],
+    )
+    registrations = CounterMetricFamily(
+        "shardline_keeper_registrations",
+        "register() calls, by result: ok (an address), failed.",
+        labels=["keeper", "result"],
+    )
+    probes = CounterMetricFamily(
+        "shardline_keeper_probes",
+        "probe() calls, by result: served, failed (not served, or raised: re-registers).",
+        labels=["keeper", "result"],
+    )
+    reports = CounterMetricFamily(
+        "shardline_keeper_reports",
+        "Writes of the record as registered, by result: ok, failed.",
+        labels=["keeper", "result"],
+    )
+    for name, keeper in keepers.items():
+        stats = keeper.stats
+        registered.add_metric([name], int(stats.registered))
+        registrations.add_metric([name, "ok"], stats.registrations)
+        registrations.add_metric([name, "failed"], stats.registration_failures)
+        probes.add_metric([name, "served"], stats.probes)
+        probes.add_metric([name, "failed"], stats.probe_failures)
+        reports.add_metric([name, "ok"], stats.reports)
+        reports.add_metric([name, "failed"], stats.report_failures)
+    yield from (registered, registrations, probes, reports)
