@@ -437,3 +437,14 @@ def test_a_keepers_counters_are_scraped_by_result() -> None:
     assert counted("probes", "served") == stats.probes == 0
     assert counted("reports", "ok") == stats.reports >= 1
     assert counted("reports", "failed") == stats.report_failures == 0
+
+
+def test_a_second_collector_with_the_same_names_is_refused_by_the_registry() -> None:
+    topology = Topology()
+    topology.apply_tiers({"a": 10})
+    registry = CollectorRegistry()
+    collector = register(registry, topology=topology)
+    with pytest.raises(ValueError, match="shardline_bucket_map_epoch"):
+        register(registry, topology=topology)
+    registry.unregister(collector)
+    register(registry, topology=topology)

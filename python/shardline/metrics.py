@@ -23,7 +23,7 @@ with requires_extra("metrics", __name__):
         Metric,
         SummaryMetricFamily,
     )
-    from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+    from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 if TYPE_CHECKING:
     from shardline._core import Topology
@@ -38,7 +38,7 @@ __all__ = ["ShardlineCollector", "register"]
 _REASONS = tuple(reason.value for reason in FailureReason)
 
 
-class ShardlineCollector(Collector):
+class ShardlineCollector:
     """A Prometheus collector over the objects it is given; register it with a
     ``CollectorRegistry`` (or use :func:`register`).
 
@@ -77,9 +77,9 @@ class ShardlineCollector(Collector):
         self._keepers = dict(keepers or {})
 
     def describe(self) -> list[Metric]:
-        """Nothing: the registry then calls :meth:`collect` to learn the names, once, when
-        the collector is registered (so a name clash is found then)."""
-        return []
+        """The families :meth:`collect` yields now: a registry reads their names when the
+        collector is registered, to refuse a name another collector of it already has."""
+        return list(self.collect())
 
     def collect(self) -> Iterator[Metric]:
         """The metric families, read now from the observed objects."""
