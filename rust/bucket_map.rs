@@ -13,7 +13,7 @@
 
 use std::sync::OnceLock;
 
-use crate::map_clear::{Clear, ClearCause, LastClear};
+use crate::map_clear::{Clear, ClearCause, ClearHistory, LastClear};
 
 /// Largest bucket id the dense table covers (4 MiB of table); beyond it lookups bisect.
 const DENSE_LIMIT: u32 = 1 << 20;
@@ -105,6 +105,9 @@ pub struct BucketMap<O> {
     dense: OnceLock<Option<Box<[u32]>>>,
     /// The last clear that removed ranges; read only by [`last_clear`](Self::last_clear).
     last_clear: Option<Box<LastClear>>,
+    /// Clears by cause and time spent empty; read only by [`history`](Self::history). Boxed,
+    /// like the last clear, so that the map's fields the lookups read keep their layout.
+    history: Box<ClearHistory>,
 }
 
 impl<O> Default for BucketMap<O> {
@@ -115,6 +118,7 @@ impl<O> Default for BucketMap<O> {
             epoch: 0,
             dense: OnceLock::new(),
             last_clear: None,
+            history: Box::default(),
         }
     }
 }
@@ -176,8 +180,14 @@ impl<O: PartialEq> BucketMap<O> {
         self.last_clear.as_deref()
     }
 
+    /// The map's clears by cause and time spent empty. Not on the lookup path.
+    pub fn history(&self) -> &ClearHistory {
+        &self.history
+    }
+
     /// Records `clear` as the change just made (after [`changed`](Self::changed)).
     fn cleared(&mut self, clear: Clear) {
+        self.history.clears[clear.cause.index()] += 1;
         self.last_clear = Some(Box::new(LastClear {
             cause: clear.cause,
             at: clear.at,
@@ -219,9 +229,11 @@ impl<O: PartialEq> BucketMap<O> {
         }
     }
 
-    fn changed(&mut self) {
+    /// Records a change of the contents made at `at` (unix seconds, read before the lock).
+    fn changed(&mut self, at: f64) {
         self.epoch += 1;
         self.dense = OnceLock::new();
+        self.history.changed(at, self.ranges.is_empty());
     }
 
     /// Forgets every range (the map can no longer be trusted), moving them to `displaced`, and
@@ -231,7 +243,7 @@ impl<O: PartialEq> BucketMap<O> {
         if !self.ranges.is_empty() {
             displaced.append(&mut self.ranges);
             self.stamps.clear();
-            self.changed();
+            self.changed(clear.at);
             self.cleared(clear.clone());
         }
     }
@@ -267,7 +279,7 @@ impl<O: PartialEq> BucketMap<O> {
         if hits.is_empty() {
             self.ranges.insert(hits.start, Range { start, end, owner });
             self.stamps.insert(hits.start, stamp);
-            self.changed();
+            self.changed(setting.at);
             return Upsert::Inserted;
         }
         let first = &self.ranges[hits.start];
@@ -280,7 +292,7 @@ impl<O: PartialEq> BucketMap<O> {
         self.ranges.push(Range { start, end, owner });
         self.stamps.clear();
         self.stamps.push(stamp);
-        self.changed();
+        self.changed(setting.at);
         self.cleared(Clear {
             cause,
             at: setting.at,
@@ -311,7 +323,7 @@ impl<O: PartialEq> BucketMap<O> {
         {
             displaced.push(self.ranges.remove(hits.start));
             self.stamps.remove(hits.start);
-            self.changed();
+            self.changed(at);
             self.holed();
         } else {
             let clear = Clear {
@@ -363,7 +375,7 @@ impl<O: PartialEq> BucketMap<O> {
             .collect();
         self.stamps = stamps;
         displaced.append(&mut std::mem::replace(&mut self.ranges, snapshot));
-        self.changed();
+        self.changed(setting.at);
         self.holed();
         true
     }

@@ -13,6 +13,7 @@ mod int_key_lanes;
 mod key_encoding;
 mod lua_tostring;
 mod map_clear;
+mod map_stats;
 mod murmur3;
 mod out_array;
 mod pool;
@@ -35,6 +36,8 @@ mod _core {
     use crate::events::parse_bucket_row;
     #[pymodule_export]
     use crate::instance::Instance;
+    #[pymodule_export]
+    use crate::map_stats::MapStats;
     #[pymodule_export]
     use crate::pool::WorkerPool;
     #[pymodule_export]

@@ -32,7 +32,27 @@ pub enum ClearCause {
     TopologyCleared,
 }
 
+/// The causes' names as metrics label them, in the order of [`ClearCause::index`].
+pub const CAUSE_NAMES: [&str; 5] = [
+    "replicaset-deleted",
+    "replicaset-joined",
+    "replicaset-moved",
+    "bucket-overlap",
+    "topology-cleared",
+];
+
 impl ClearCause {
+    /// The cause's index in [`CAUSE_NAMES`] (and in [`ClearHistory::clears`]).
+    pub fn index(&self) -> usize {
+        match self {
+            ClearCause::ReplicasetDeleted { .. } => 0,
+            ClearCause::ReplicasetJoined { .. } => 1,
+            ClearCause::ReplicasetMoved { .. } => 2,
+            ClearCause::BucketOverlap { .. } => 3,
+            ClearCause::TopologyCleared => 4,
+        }
+    }
+
     /// One phrase naming the cause, for people: "replicaset <uuid> deleted".
     pub fn describe(&self) -> String {
         match self {
@@ -91,6 +111,40 @@ pub struct LastClear {
     pub filling: bool,
 }
 
+/// What a map counts over its whole life, for metrics: its clears by cause, and the time it
+/// spent empty after having held ranges. Kept beside the last clear and moved only by changes
+/// of the map (never by a lookup), with times read before the write lock.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClearHistory {
+    /// Clears that removed ranges, by [`ClearCause::index`].
+    pub clears: [u64; 5],
+    /// Seconds spent empty in the periods that ended (a range arrived since).
+    pub empty_seconds: f64,
+    /// When the map was last left empty by a change, while it still is; `None` while it holds
+    /// ranges, and before it ever held any.
+    pub empty_since: Option<f64>,
+}
+
+impl ClearHistory {
+    /// Records a change of the map made at `at` that left it `empty`.
+    pub fn changed(&mut self, at: f64, empty: bool) {
+        match (empty, self.empty_since) {
+            (true, None) => self.empty_since = Some(at),
+            // A wall clock set back while the map was empty counts that period as 0 s.
+            (false, Some(since)) => {
+                self.empty_seconds += (at - since).max(0.0);
+                self.empty_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Seconds spent empty up to `now`, the current period included.
+    pub fn empty_seconds_until(&self, now: f64) -> f64 {
+        self.empty_seconds + self.empty_since.map_or(0.0, |since| (now - since).max(0.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +185,46 @@ mod tests {
         for (cause, text) in cases {
             assert_eq!(cause.describe(), text);
         }
+    }
+
+    #[test]
+    fn empty_time_counts_closed_periods_and_the_current_one() {
+        let mut history = ClearHistory::default();
+        assert_eq!(history.empty_seconds_until(100.0), 0.0);
+        history.changed(10.0, false);
+        history.changed(20.0, true);
+        history.changed(25.0, true);
+        assert_eq!(history.empty_seconds_until(26.0), 6.0);
+        history.changed(30.0, false);
+        assert_eq!(history.empty_seconds_until(100.0), 10.0);
+        history.changed(40.0, true);
+        history.changed(35.0, false);
+        assert_eq!(history.empty_seconds_until(100.0), 10.0);
+        assert_eq!(history.empty_since, None);
+    }
+
+    #[test]
+    fn each_cause_has_its_own_index() {
+        let rs = 1u128;
+        let causes = [
+            ClearCause::ReplicasetDeleted { replicaset: rs },
+            ClearCause::ReplicasetJoined {
+                replicaset: rs,
+                tier: "a".into(),
+            },
+            ClearCause::ReplicasetMoved {
+                replicaset: rs,
+                from: "a".into(),
+                to: "b".into(),
+            },
+            ClearCause::BucketOverlap {
+                delete: false,
+                event: (1, 2),
+                overlapped: (1, 3),
+            },
+            ClearCause::TopologyCleared,
+        ];
+        let indices: Vec<usize> = causes.iter().map(ClearCause::index).collect();
+        assert_eq!(indices, vec![0, 1, 2, 3, 4]);
     }
 }

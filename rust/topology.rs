@@ -30,6 +30,7 @@ use crate::instance::Instance;
 use crate::int_arrays::{self, BucketId, IntArray};
 use crate::int_key_lanes;
 use crate::map_clear::{Clear, ClearCause};
+use crate::map_stats::MapStats;
 use crate::out_array::OutArray;
 use crate::replicaset::Replicaset;
 use crate::route_explanation::{Found, RouteExplanation};
@@ -1034,6 +1035,24 @@ impl Topology {
     /// at one epoch was made on a superseded map if the epoch has moved since.
     fn epoch(&self, tier: &Bound<'_, PyString>) -> PyResult<u64> {
         self.read_tier(tier, |_, known| known.map.epoch())
+    }
+
+    /// `tier`'s map counted over its life: epoch, ranges, clears by cause, time spent empty
+    /// (see `MapStats`). Raises `UnknownTier` for a tier not configured.
+    ///
+    /// Implementation notes:
+    ///     The counters are kept where the map changes; this copies them under the read lock
+    ///     and builds the result after it, so reading them costs the lookups nothing.
+    fn map_stats(&self, tier: &Bound<'_, PyString>) -> PyResult<MapStats> {
+        let now = now();
+        let (epoch, ranges, history) = self.read_tier(tier, |_, known| {
+            (
+                known.map.epoch(),
+                known.map.ranges().len(),
+                known.map.history().clone(),
+            )
+        })?;
+        MapStats::new(tier.py(), lookup_text(tier)?, epoch, ranges, &history, now)
     }
 
     /// Forgets every instance, replicaset and bucket range, as one change: readers see the

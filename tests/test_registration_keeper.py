@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from registration_contract import (
+    BACKOFF,
     NEW,
     NEW_ADDRESS,
     OLD,
@@ -238,6 +239,55 @@ def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_probe(
     with caplog.at_level(logging.WARNING, "shardline.registration"):
         on_stage(scenario, FlakyStore())
     assert "store unavailable" in caplog.text
+
+
+def test_stats_count_registrations_probes_and_reports_by_result() -> None:
+    class FlakyStore(MemoryRecordStore):
+        failures = 1
+
+        async def report(
+            self, service: str, registered: bool, owner: str | None, address: str | None = None
+        ) -> bool:
+            if registered and self.failures:
+                self.failures -= 1
+                raise ConnectionError("store unavailable")
+            return await super().report(service, registered, owner, address)
+
+    def counted(keeper: RegistrationKeeper) -> tuple[object, ...]:
+        s = keeper.stats
+        return (
+            s.registered,
+            (s.registrations, s.registration_failures),
+            (s.probes, s.probe_failures),
+            (s.reports, s.report_failures),
+        )
+
+    async def scenario(stage: Stage) -> list[tuple[object, ...]]:
+        keeper, replica = stage.replica(OLD, OLD_ADDRESS)
+        seen = [counted(keeper)]
+        await stage.start(keeper, replica)  # registered, its write of True failed
+        seen.append(counted(keeper))
+        await stage.clock.advance_to(PROBE_INTERVAL)  # a probe served: True written
+        seen.append(counted(keeper))
+        replica.probe_answer = False
+        replica.register_error = ConnectionError("refused")
+        # not served: dropped; the next tick's registration fails
+        await stage.clock.advance_to(2 * PROBE_INTERVAL + TICK)
+        seen.append(counted(keeper))
+        replica.register_error = None
+        # the first tick past the backoff registers again
+        await stage.clock.advance_to(2 * PROBE_INTERVAL + TICK + BACKOFF + TICK)
+        seen.append(counted(keeper))
+        await keeper.deregister()
+        return seen
+
+    assert on_stage(scenario, FlakyStore()) == [
+        (False, (0, 0), (0, 0), (0, 0)),
+        (True, (1, 0), (0, 0), (0, 1)),
+        (True, (1, 0), (1, 0), (1, 1)),
+        (False, (1, 1), (1, 1), (1, 1)),
+        (True, (2, 1), (1, 1), (2, 1)),
+    ]
 
 
 def test_deregistering_during_a_write_of_true_waits_for_it_so_false_lands_last() -> None:

@@ -1024,3 +1024,21 @@ def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
 def test_arguments_are_validated(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         NotificationSource(**kwargs)
+
+
+def test_read_seconds_sums_the_time_the_attempts_took_to_read(cluster: NotifyCluster) -> None:
+    cluster.publish(*add(1))
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        source = cluster.source()
+        async with running(source, Topology()):
+            await caught_up(source, cluster.position)
+            assert await source.refresh()
+            state = source.state
+            assert state.attempts == 2
+            # two connects and snapshots, within the time the test waited for them
+            assert 0 < state.read_seconds <= loop.time() - started
+
+    asyncio.run(scenario())

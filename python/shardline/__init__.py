@@ -13,6 +13,7 @@ the first time it is read; a name whose module needs an extra that is not instal
 from shardline._core import (
     BucketRange,
     Instance,
+    MapStats,
     Replicaset,
     RouteExplanation,
     Topology,
@@ -75,6 +76,7 @@ __all__ = [
     "LoadBalancerContextView",
     "LoadBalancerLike",
     "LocalPool",
+    "MapStats",
     "MissingExtra",
     "NoWorkersAvailable",
     "PoolTimeout",

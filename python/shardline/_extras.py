@@ -15,6 +15,7 @@ EXTRAS: dict[str, frozenset[str]] = {
     "cli": frozenset({"rich"}),
     "etcd": frozenset({"aetcd", "grpc"}),
     "grpc": frozenset({"grpc"}),
+    "metrics": frozenset({"prometheus_client"}),
     "msgpack": frozenset({"msgpack"}),
     "pg": frozenset({"asyncpg"}),
 }

@@ -16,7 +16,7 @@ from shardline.registration.discovery import (
     RegistrationDiscovery,
     service_uid,
 )
-from shardline.registration.keeper import RegistrationKeeper
+from shardline.registration.keeper import KeeperStats, RegistrationKeeper
 from shardline.registration.memory_store import MemoryRecordStore
 from shardline.registration.reader import Liveness, advertised_address
 from shardline.registration.record import Record, RecordStore
@@ -28,6 +28,7 @@ __all__ = [
     "SERVICE_UID_NAMESPACE",
     "Clock",
     "EtcdRecordStore",
+    "KeeperStats",
     "Liveness",
     "MemoryRecordStore",
     "MonotonicClock",

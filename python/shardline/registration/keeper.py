@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 from shardline.checks import check_seconds
@@ -13,9 +14,30 @@ from shardline.registration.checks import check_owner, check_service
 from shardline.registration.clock import Clock, MonotonicClock
 from shardline.registration.record import RecordStore
 
-__all__ = ["RegistrationKeeper"]
+__all__ = ["KeeperStats", "RegistrationKeeper"]
 
 logger = logging.getLogger("shardline.registration")
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperStats:
+    """A snapshot of a keeper's counters (:attr:`RegistrationKeeper.stats`).
+
+    ``registered`` is True while the keeper holds a registration (``address`` is set).
+    ``registrations`` counts the ``register()`` calls that returned an address,
+    ``registration_failures`` those that raised or returned none; ``probes`` counts the
+    ``probe()`` calls that said the registration is still served, ``probe_failures`` those that
+    said it is not or raised (each drops the registration). ``reports`` counts the writes of
+    ``True`` the store accepted, ``report_failures`` those that raised.
+    """
+
+    registered: bool
+    registrations: int
+    registration_failures: int
+    probes: int
+    probe_failures: int
+    reports: int
+    report_failures: int
 
 
 class RegistrationKeeper:
@@ -102,11 +124,27 @@ class RegistrationKeeper:
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
         self._write: asyncio.Future[bool] | None = None
+        self._registrations = self._registration_failures = 0
+        self._probes = self._probe_failures = 0
+        self._reports = self._report_failures = 0
 
     @property
     def address(self) -> str | None:
         """The address of this replica's current registration, ``None`` while unregistered."""
         return self._address
+
+    @property
+    def stats(self) -> KeeperStats:
+        """A snapshot of the keeper's counters (see :class:`KeeperStats`)."""
+        return KeeperStats(
+            registered=self._address is not None,
+            registrations=self._registrations,
+            registration_failures=self._registration_failures,
+            probes=self._probes,
+            probe_failures=self._probe_failures,
+            reports=self._reports,
+            report_failures=self._report_failures,
+        )
 
     async def start(self) -> None:
         """Claims the record and starts the loop; ``RuntimeError`` if the keeper was started or
@@ -175,6 +213,7 @@ class RegistrationKeeper:
             if not isinstance(address, str) or not address:
                 raise ValueError(f"register() returned {address!r}, not an address")
         except Exception as error:
+            self._registration_failures += 1
             self._retry_at = self._clock.now() + self._backoff
             logger.warning(
                 "registering %r (owner %r) failed, next attempt in %s s: %s",
@@ -184,6 +223,7 @@ class RegistrationKeeper:
                 error,
             )
             return
+        self._registrations += 1
         self._address = address
         self._probe_at = self._clock.now() + self._probe_interval
         await self._assert(address)
@@ -196,8 +236,10 @@ class RegistrationKeeper:
             alive = False
         self._probe_at = self._clock.now() + self._probe_interval
         if alive:
+            self._probes += 1
             await self._assert(address)
         else:
+            self._probe_failures += 1
             logger.warning(
                 "%r (owner %r) is no longer served at %s; registering again",
                 self.service,
@@ -215,7 +257,10 @@ class RegistrationKeeper:
         try:
             await asyncio.shield(write)
         except Exception as error:
+            self._report_failures += 1
             self._log_failed_write(error)
+        else:
+            self._reports += 1
         # left set only when the loop is cancelled during the write: deregister() waits for it
         self._write = None
 

@@ -354,8 +354,10 @@ class NotificationSource(TopologySource):
                 attempt = self._started
                 self._resync_now = self._resync_wanted = self._urgent = False
                 self._recorder.attempts += 1
+                reading = loop.time()
                 session = await self._connect()
                 if session is None:
+                    self._recorder.read_seconds += loop.time() - reading
                     failed += 1
                     self._finish_waiters(attempt, False)
                     continue
@@ -363,6 +365,7 @@ class NotificationSource(TopologySource):
                 self._current = current
                 try:
                     snapshot = self._read_snapshot(session)
+                    self._recorder.read_seconds += loop.time() - reading
                     if snapshot is None:
                         failed += 1
                         self._finish_waiters(attempt, False)

@@ -68,6 +68,9 @@ class SourceState:
     :meth:`~shardline.topology.sources.TopologySource.run` made to its topology (a change that
     the topology already held is not counted). ``server`` names the server the source is
     connected to (``None`` when it is not), ``connects`` counts the connections made.
+    ``read_seconds`` is the time the ``attempts`` took to read, summed (monotonic clock): a
+    poll's connect and catalog queries, a notification session's connect and snapshot; not the
+    time the topology took to apply what they handed out.
     """
 
     connected: bool
@@ -81,6 +84,7 @@ class SourceState:
     events_emitted: int
     events_applied: int
     connects: int
+    read_seconds: float
 
 
 REPEAT_WARNING_INTERVAL = 60.0
@@ -109,6 +113,7 @@ class StateRecorder:
         self.events_emitted = 0
         self.events_applied = 0
         self.connects = 0
+        self.read_seconds = 0.0
         # reason -> (monotonic time it started failing, failures since, last warning's time)
         self._failing: dict[str, tuple[float, int, float]] = {}
 
@@ -125,6 +130,7 @@ class StateRecorder:
             events_emitted=self.events_emitted,
             events_applied=self.events_applied,
             connects=self.connects,
+            read_seconds=self.read_seconds,
         )
 
     def connected(self, server: str) -> None:

@@ -1,0 +1,384 @@
+"""Prometheus metrics for what shardline observes: :class:`ShardlineCollector` and
+:func:`register` (the ``metrics`` extra, ``pip install 'shardline[metrics]'``).
+
+Every number is read on scrape from state shardline keeps anyway (a topology's maps and
+membership, a source's :class:`~shardline.topology.sources.SourceState`, a Picodata client's
+:meth:`~shardline.picodata.Client.stats`, a proxy's pool), so a program that never imports this
+module pays nothing for it, and one that does pays only when it is scraped. The metric table is
+``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from shardline._extras import requires_extra
+from shardline.topology.sources.state import FailureReason
+
+with requires_extra("metrics", __name__):
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        Metric,
+        SummaryMetricFamily,
+    )
+    from prometheus_client.registry import REGISTRY, CollectorRegistry
+
+if TYPE_CHECKING:
+    from shardline._core import Topology
+    from shardline.picodata import Client
+    from shardline.picodata.stats import PoolStats
+    from shardline.proxy import WorkerProxy
+    from shardline.registration import RegistrationKeeper
+    from shardline.topology.sources import TopologySource
+
+__all__ = ["ShardlineCollector", "register"]
+
+_REASONS = tuple(reason.value for reason in FailureReason)
+
+
+class ShardlineCollector:
+    """A Prometheus collector over the objects it is given; register it with a
+    ``CollectorRegistry`` (or use :func:`register`).
+
+    ``topology`` gives each tier's map (epoch, ranges, clears by cause, time spent empty) and
+    the membership; with ``client`` and no ``topology``, the client's topology is used.
+    ``sources`` names each topology source (``PollingSource``, ``NotificationSource``) by the
+    value of its ``source`` label; ``client`` gives a Picodata client's routing and per-instance
+    pool counters; ``proxies`` names each ``WorkerProxy`` by the value of its ``proxy`` label,
+    ``keepers`` each ``RegistrationKeeper`` (a reachability record's keeper) by its ``keeper``
+    label.
+    Every label set is bounded: tiers, failure reasons and clear causes are fixed lists, the
+    ``source`` and ``proxy`` names are the caller's, and ``instance`` (a client's pools) follows
+    the cluster's membership. The names and meanings are listed in ``docs/metrics.md``.
+
+    Implementation notes:
+        ``collect`` reads the objects' snapshots (``Topology.map_stats``, ``state``,
+        ``stats()``, ``workers``) each time it is called; it keeps no state of its own and
+        holds no lock of shardline's while it builds the families.
+    """
+
+    def __init__(
+        self,
+        *,
+        topology: Topology | None = None,
+        sources: Mapping[str, TopologySource] | None = None,
+        client: Client | None = None,
+        proxies: Mapping[str, WorkerProxy] | None = None,
+        keepers: Mapping[str, RegistrationKeeper] | None = None,
+    ) -> None:
+        if topology is None and client is not None:
+            topology = client.topology
+        self._topology = topology
+        self._sources = dict(sources or {})
+        self._client = client
+        self._proxies = dict(proxies or {})
+        self._keepers = dict(keepers or {})
+
+    def describe(self) -> list[Metric]:
+        """The families :meth:`collect` yields now: a registry reads their names when the
+        collector is registered, to refuse a name another collector of it already has."""
+        return list(self.collect())
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families, read now from the observed objects."""
+        if self._topology is not None:
+            yield from _topology_metrics(self._topology)
+        if self._sources:
+            yield from _source_metrics(self._sources)
+        if self._client is not None:
+            yield from _client_metrics(self._client)
+        if self._proxies:
+            yield from _proxy_metrics(self._proxies)
+        if self._keepers:
+            yield from _keeper_metrics(self._keepers)
+
+
+def register(
+    registry: CollectorRegistry | None = None,
+    *,
+    topology: Topology | None = None,
+    sources: Mapping[str, TopologySource] | None = None,
+    client: Client | None = None,
+    proxies: Mapping[str, WorkerProxy] | None = None,
+    keepers: Mapping[str, RegistrationKeeper] | None = None,
+) -> ShardlineCollector:
+    """Registers a :class:`ShardlineCollector` over the given objects with ``registry``
+    (prometheus_client's default registry when None) and returns it, for
+    ``registry.unregister`` later. Raises ``ValueError`` (from prometheus_client) when a
+    metric name is already registered there."""
+    collector = ShardlineCollector(
+        topology=topology, sources=sources, client=client, proxies=proxies, keepers=keepers
+    )
+    (REGISTRY if registry is None else registry).register(collector)
+    return collector
+
+
+def _topology_metrics(topology: Topology) -> Iterator[Metric]:
+    epoch = GaugeMetricFamily(
+        "shardline_bucket_map_epoch",
+        "The tier's bucket map epoch: moves on every change of the map, never otherwise.",
+        labels=["tier"],
+    )
+    ranges = GaugeMetricFamily(
+        "shardline_bucket_map_ranges", "Bucket ranges the tier's map holds.", labels=["tier"]
+    )
+    clears = CounterMetricFamily(
+        "shardline_bucket_map_clears",
+        "Clears of the tier's map that removed ranges, by cause.",
+        labels=["tier", "cause"],
+    )
+    empty = CounterMetricFamily(
+        "shardline_bucket_map_empty_seconds",
+        "Seconds the tier's map spent empty after having held ranges, the current period "
+        "included (wall clock).",
+        labels=["tier"],
+    )
+    for tier in topology.tiers:
+        stats = topology.map_stats(tier)
+        epoch.add_metric([tier], stats.epoch)
+        ranges.add_metric([tier], stats.ranges)
+        for cause, count in stats.clears.items():
+            clears.add_metric([tier, cause], count)
+        empty.add_metric([tier], stats.empty_seconds)
+    yield from (epoch, ranges, clears, empty)
+    yield GaugeMetricFamily(
+        "shardline_topology_membership_version",
+        "Moves whenever an instance or a replicaset is added, changed or deleted.",
+        value=topology.membership_version,
+    )
+    yield GaugeMetricFamily(
+        "shardline_topology_instances", "Instances known.", value=len(topology.instances)
+    )
+    yield GaugeMetricFamily(
+        "shardline_topology_replicasets", "Replicasets known.", value=len(topology.replicasets)
+    )
+
+
+def _source_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
+    labels = ["source"]
+    connected = GaugeMetricFamily(
+        "shardline_source_connected", "1 while the source is connected to a server.", labels=labels
+    )
+    refreshes = CounterMetricFamily(
+        "shardline_source_refreshes",
+        "Refreshes (polls, or notification snapshots) that read and handed out everything.",
+        labels=labels,
+    )
+    attempts = CounterMetricFamily(
+        "shardline_source_attempts", "Refreshes attempted, successful or not.", labels=labels
+    )
+    failures = CounterMetricFamily(
+        "shardline_source_failures",
+        "Failures of a refresh or part of one, by reason.",
+        labels=["source", "reason"],
+    )
+    tier_failures = CounterMetricFamily(
+        "shardline_source_tier_failures",
+        "Failures that concerned one tier alone (its bucket map), by tier.",
+        labels=["source", "tier"],
+    )
+    emitted = CounterMetricFamily(
+        "shardline_source_events_emitted", "Changes the source handed out.", labels=labels
+    )
+    applied = CounterMetricFamily(
+        "shardline_source_events_applied",
+        "Changes the source's run made to its topology.",
+        labels=labels,
+    )
+    connects = CounterMetricFamily(
+        "shardline_source_connects", "Connections the source made.", labels=labels
+    )
+    reads = SummaryMetricFamily(
+        "shardline_source_read_duration_seconds",
+        "Time the refresh attempts took to read (connect and catalog queries, or connect and "
+        "snapshot), not to apply; _count is the attempts.",
+        labels=labels,
+    )
+    last_refresh = GaugeMetricFamily(
+        "shardline_source_last_refresh_timestamp_seconds",
+        "Unix time of the last complete refresh (absent before the first).",
+        labels=labels,
+    )
+    for name, source in sources.items():
+        state = source.state
+        connected.add_metric([name], int(state.connected))
+        refreshes.add_metric([name], state.refreshes)
+        attempts.add_metric([name], state.attempts)
+        for reason in _REASONS:
+            failures.add_metric([name, reason], state.failures.get(reason, 0))
+        for tier, count in sorted(state.tier_failures.items()):
+            tier_failures.add_metric([name, tier], count)
+        emitted.add_metric([name], state.events_emitted)
+        applied.add_metric([name], state.events_applied)
+        connects.add_metric([name], state.connects)
+        reads.add_metric([name], count_value=state.attempts, sum_value=state.read_seconds)
+        if state.last_refresh is not None:
+            last_refresh.add_metric([name], state.last_refresh)
+    yield from (
+        connected,
+        refreshes,
+        attempts,
+        failures,
+        tier_failures,
+        emitted,
+        applied,
+        connects,
+        reads,
+        last_refresh,
+    )
+
+
+def _client_metrics(client: Client) -> Iterator[Metric]:
+    stats = client.stats()
+    queries = CounterMetricFamily(
+        "shardline_picodata_queries",
+        "Queries sent, by kind: keyed (to the master), read-only, unkeyed.",
+        labels=["kind"],
+    )
+    for kind, count in stats.routed.items():
+        queries.add_metric([kind], count)
+    misses = CounterMetricFamily(
+        "shardline_picodata_route_misses",
+        "Keys that found no route at first, by reason.",
+        labels=["reason"],
+    )
+    for reason, count in sorted(stats.misses.items()):
+        misses.add_metric([reason], count)
+    fallbacks = CounterMetricFamily(
+        "shardline_picodata_fallbacks",
+        "Keyed queries sent to another instance than the bucket's master, by reason.",
+        labels=["reason"],
+    )
+    for reason, count in sorted(stats.fallbacks.items()):
+        fallbacks.add_metric([reason], count)
+    yield from (queries, misses, fallbacks)
+    yield CounterMetricFamily(
+        "shardline_picodata_retries",
+        "Queries retried after a refresh because the first instance could not be reached.",
+        value=stats.retries,
+    )
+    yield CounterMetricFamily(
+        "shardline_picodata_unavailable",
+        "Queries that raised InstanceUnavailable.",
+        value=stats.unavailable,
+    )
+    yield CounterMetricFamily(
+        "shardline_picodata_polls", "Catalog polls attempted.", value=stats.polls
+    )
+    poll_failures = CounterMetricFamily(
+        "shardline_picodata_poll_failures", "Catalog poll failures, by reason.", labels=["reason"]
+    )
+    for reason in _REASONS:
+        poll_failures.add_metric([reason], stats.poll_failures.get(reason, 0))
+    yield poll_failures
+    yield from _pool_metrics(stats.pools)
+
+
+def _pool_metrics(pools: Mapping[str, PoolStats]) -> Iterator[Metric]:
+    labels = ["instance"]
+    gauges = {
+        "size": GaugeMetricFamily(
+            "shardline_picodata_pool_size",
+            "The bound on the instance pool's open connections.",
+            labels=labels,
+        ),
+        "open": GaugeMetricFamily(
+            "shardline_picodata_pool_open_connections",
+            "Connections open or being opened.",
+            labels=labels,
+        ),
+        "idle": GaugeMetricFamily(
+            "shardline_picodata_pool_idle_connections",
+            "Connections waiting in the pool.",
+            labels=labels,
+        ),
+        "in_use": GaugeMetricFamily(
+            "shardline_picodata_pool_in_use_connections",
+            "Connections lent to a query.",
+            labels=labels,
+        ),
+        "down": GaugeMetricFamily(
+            "shardline_picodata_pool_down",
+            "1 while the instance is in its reconnection backoff.",
+            labels=labels,
+        ),
+    }
+    counters = {
+        "queries": CounterMetricFamily(
+            "shardline_picodata_pool_queries", "Queries run on the instance.", labels=labels
+        ),
+        "waits": CounterMetricFamily(
+            "shardline_picodata_pool_waits",
+            "Acquisitions that found every connection busy.",
+            labels=labels,
+        ),
+        "timeouts": CounterMetricFamily(
+            "shardline_picodata_pool_timeouts",
+            "Acquisitions that gave up after acquire_timeout.",
+            labels=labels,
+        ),
+        "connects": CounterMetricFamily(
+            "shardline_picodata_pool_connects", "Connections opened.", labels=labels
+        ),
+        "connect_failures": CounterMetricFamily(
+            "shardline_picodata_pool_connect_failures",
+            "Connection attempts that failed.",
+            labels=labels,
+        ),
+        "discarded": CounterMetricFamily(
+            "shardline_picodata_pool_discarded",
+            "Connections closed because they broke.",
+            labels=labels,
+        ),
+    }
+    for uuid, pool in sorted(pools.items()):
+        for field, gauge in gauges.items():
+            gauge.add_metric([uuid], int(getattr(pool, field)))
+        for field, counter in counters.items():
+            counter.add_metric([uuid], getattr(pool, field))
+    yield from gauges.values()
+    yield from counters.values()
+
+
+def _proxy_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
+    workers = GaugeMetricFamily(
+        "shardline_proxy_workers", "Workers in the proxy's pool.", labels=["proxy"]
+    )
+    for name, proxy in proxies.items():
+        workers.add_metric([name], len(proxy.workers))
+    yield workers
+
+
+def _keeper_metrics(keepers: Mapping[str, RegistrationKeeper]) -> Iterator[Metric]:
+    registered = GaugeMetricFamily(
+        "shardline_keeper_registered",
+        "1 while the keeper holds a registration of its replica.",
+        labels=["keeper"],
+    )
+    registrations = CounterMetricFamily(
+        "shardline_keeper_registrations",
+        "register() calls, by result: ok (an address), failed.",
+        labels=["keeper", "result"],
+    )
+    probes = CounterMetricFamily(
+        "shardline_keeper_probes",
+        "probe() calls, by result: served, failed (not served, or raised: re-registers).",
+        labels=["keeper", "result"],
+    )
+    reports = CounterMetricFamily(
+        "shardline_keeper_reports",
+        "Writes of the record as registered, by result: ok, failed.",
+        labels=["keeper", "result"],
+    )
+    for name, keeper in keepers.items():
+        stats = keeper.stats
+        registered.add_metric([name], int(stats.registered))
+        registrations.add_metric([name, "ok"], stats.registrations)
+        registrations.add_metric([name, "failed"], stats.registration_failures)
+        probes.add_metric([name, "served"], stats.probes)
+        probes.add_metric([name, "failed"], stats.probe_failures)
+        reports.add_metric([name, "ok"], stats.reports)
+        reports.add_metric([name, "failed"], stats.report_failures)
+    yield from (registered, registrations, probes, reports)
