@@ -45,6 +45,10 @@ PASSWORD = "shardline"
 _database_names = itertools.count(1)
 
 
+class _CrashedAtStart(RuntimeError):
+    """postgres died by a signal before it accepted a connection."""
+
+
 class PgUnavailable(RuntimeError):
     """PostgreSQL could not be found or started."""
 
@@ -230,11 +234,20 @@ class PgServer:
 
     def start(self) -> None:
         """Initialises the data directory on first use, starts the server and waits until it
-        accepts connections; a first start that finds its port taken retries on a new one."""
+        accepts connections; a start that finds its port taken retries on a new one, and one
+        that dies by a signal before accepting a connection is tried again.
+
+        Why the second retry: the tests start postgres from a process that may have gRPC
+        threads running (etcd clients, gRPC workers), and a child forked from a multithreaded
+        process can die before its exec (seen as SIGSEGV, right after gRPC's "skipping fork()
+        handlers"). That is the fork, not the server; it never happens twice in a row here."""
         for attempt in range(3):
             try:
                 self._start_once()
                 return
+            except _CrashedAtStart as crash:
+                if attempt == 2:
+                    raise PgUnavailable(str(crash)) from None
             except PgUnavailable as error:
                 taken = "could not bind" in str(error) or "already in use" in str(error)
                 if not taken or attempt == 2:
@@ -260,9 +273,11 @@ class PgServer:
         last_error = "not tried"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise PgUnavailable(
-                    f"postgres exited with status {self.process.returncode}:\n{self._log_tail()}"
-                )
+                status = self.process.returncode
+                message = f"postgres exited with status {status}:\n{self._log_tail()}"
+                if status < 0:
+                    raise _CrashedAtStart(message)
+                raise PgUnavailable(message)
             try:
                 with psycopg.connect(self.dsn, connect_timeout=2):
                     return
