@@ -7,6 +7,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::errors::quoted;
 use crate::map_clear::{ClearHistory, CAUSE_NAMES};
 
 /// One tier's bucket map, counted over its life.
@@ -62,15 +63,19 @@ impl MapStats {
 #[pymethods]
 impl MapStats {
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        // as Python writes these values: the tier quoted, a missing time as None
+        let empty_since = self
+            .empty_since
+            .map_or_else(|| "None".to_owned(), |since| format!("{since:?}"));
         Ok(format!(
-            "MapStats(tier={:?}, epoch={}, ranges={}, clears={}, empty_seconds={}, \
-             empty_since={:?})",
-            self.tier,
+            "MapStats(tier={}, epoch={}, ranges={}, clears={}, empty_seconds={:?}, \
+             empty_since={})",
+            quoted(&self.tier),
             self.epoch,
             self.ranges,
             self.clears.bind(py).repr()?,
             self.empty_seconds,
-            self.empty_since
+            empty_since
         ))
     }
 }

@@ -448,3 +448,19 @@ def test_a_second_collector_with_the_same_names_is_refused_by_the_registry() -> 
         register(registry, topology=topology)
     registry.unregister(collector)
     register(registry, topology=topology)
+
+
+def test_map_stats_read_as_python_writes_its_values() -> None:
+    topology = Topology()
+    topology.apply_tiers({"a": 10})
+    assert repr(topology.map_stats("a")) == (
+        "MapStats(tier='a', epoch=0, ranges=0, clears={'replicaset-deleted': 0,"
+        " 'replicaset-joined': 0, 'replicaset-moved': 0, 'bucket-overlap': 0,"
+        " 'topology-cleared': 0}, empty_seconds=0.0, empty_since=None)"
+    )
+    topology.apply(ReplicasetEvent("replace", rs_uuid(1), tier="a"))
+    topology.apply(BucketEvent("a", 1, 10, rs_uuid(1)))
+    topology.apply(ReplicasetEvent("delete", rs_uuid(1)))
+    stats = topology.map_stats("a")
+    assert stats.empty_since is not None
+    assert f"empty_since={stats.empty_since!r})" in repr(stats)
