@@ -43,8 +43,6 @@ np = pytest.importorskip("numpy")
 import mmh3  # noqa: E402
 from picopyn.bucket import calculate_bucket_id  # noqa: E402
 
-from shardline import InstanceEvent, ReplicasetEvent  # noqa: E402
-
 from .benchkit import (  # noqa: E402
     SEED,
     TIER,
@@ -166,21 +164,7 @@ def baseline_core() -> ModuleType | None:
 
 def baseline_topology(core: ModuleType, c: Any) -> Any:
     """``benchkit.shardline_topology`` built with the baseline extension's ``Topology``."""
-    topology = core.Topology()
-    topology.apply_tiers({TIER: c.bucket_count})
-    for rs, master in c.masters.items():
-        topology.apply(ReplicasetEvent("replace", rs, tier=TIER, current_master_uuid=master))
-        topology.apply(
-            InstanceEvent(
-                "replace",
-                master,
-                replicaset_uuid=rs,
-                current_state="Online",
-                address=c.addresses[master],
-            )
-        )
-    assert topology.apply_bucket_snapshot(TIER, c.rows)
-    return topology
+    return shardline_topology(c, core.Topology)
 
 
 def interleaved(

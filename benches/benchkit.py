@@ -110,8 +110,9 @@ def cluster(bucket_count: int, n_ranges: int) -> Cluster:
     return _clusters[key]
 
 
-def shardline_topology(cluster: Cluster) -> Topology:
-    topology = Topology()
+def shardline_topology(cluster: Cluster, topology_class: Any = Topology) -> Topology:
+    """The cluster as a ``Topology`` (or ``topology_class``: another build's, to compare)."""
+    topology = topology_class()
     topology.apply_tiers({TIER: cluster.bucket_count})
     for rs, master in cluster.masters.items():
         topology.apply(ReplicasetEvent("replace", rs, tier=TIER, current_master_uuid=master))
