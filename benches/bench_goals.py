@@ -14,7 +14,6 @@ Every pair is checked first, as in the scenario files: the same answers on every
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +32,7 @@ from .benchkit import (
     blocks,
     cluster,
     hashing_ready,
+    interleaved_summary,
     one_arg_rounds,
     picopyn_topology,
     probe_buckets,
@@ -79,16 +79,7 @@ def interleave(
         return result
 
     per_call(round_, 2 * calls, rounds=ROUNDS, warmup=WARMUP, **info)
-    ours_ns, theirs_ns = ours_ns[WARMUP:], theirs_ns[WARMUP:]
-    ratios = [t / o for o, t in zip(ours_ns, theirs_ns, strict=True)]
-    benchmark.extra_info.update(
-        ours_ns=statistics.median(ours_ns) / calls,
-        theirs_ns=statistics.median(theirs_ns) / calls,
-        ours_min_ns=min(ours_ns) / calls,
-        theirs_min_ns=min(theirs_ns) / calls,
-        ratio=statistics.median(ratios),
-        ratio_q1_q3=statistics.quantiles(ratios, n=4)[::2],
-    )
+    benchmark.extra_info.update(interleaved_summary(ours_ns[WARMUP:], theirs_ns[WARMUP:], calls))
 
 
 @pytest.mark.parametrize("bucket_count", [3000, 30_000])

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -49,7 +48,7 @@ from shardline import (
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.discovery.topology import instance_record
 
-from .benchkit import CALLS_PER_ROUND, PROBES, SEED, TIER, blocks
+from .benchkit import CALLS_PER_ROUND, PROBES, SEED, TIER, blocks, interleaved_summary
 
 pytest.importorskip("pytest_benchmark")
 
@@ -203,14 +202,9 @@ def test_keyed_vs_round_robin_interleaved(
         warmup=INTERLEAVED_WARMUP,
         impl=f"shardline bucket vs round-robin delegate, {size:,} workers",
     )
-    ours_ns, theirs_ns = ours_ns[INTERLEAVED_WARMUP:], theirs_ns[INTERLEAVED_WARMUP:]
-    ratios = [t / o for o, t in zip(ours_ns, theirs_ns, strict=True)]
     benchmark.extra_info.update(
-        ours_ns=statistics.median(ours_ns) / CALLS_PER_ROUND,
-        theirs_ns=statistics.median(theirs_ns) / CALLS_PER_ROUND,
-        ours_min_ns=min(ours_ns) / CALLS_PER_ROUND,
-        theirs_min_ns=min(theirs_ns) / CALLS_PER_ROUND,
-        ratio=statistics.median(ratios),
-        ratio_q1_q3=statistics.quantiles(ratios, n=4)[::2],
+        interleaved_summary(
+            ours_ns[INTERLEAVED_WARMUP:], theirs_ns[INTERLEAVED_WARMUP:], CALLS_PER_ROUND
+        )
     )
     loop.close()

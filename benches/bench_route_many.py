@@ -28,7 +28,6 @@ import glob
 import importlib.util
 import itertools
 import os
-import statistics
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -48,6 +47,7 @@ from .benchkit import (  # noqa: E402
     TIER,
     cluster,
     int_keys,
+    interleaved_summary,
     needs_hashing,
     picopyn_meta,
     picopyn_topology,
@@ -197,16 +197,7 @@ def interleaved(
         return a, b
 
     per_call(round_, 2 * calls, rounds=rounds, warmup=warmup, **info)
-    ours_ns, theirs_ns = ours_ns[warmup:], theirs_ns[warmup:]
-    ratios = [t / o for o, t in zip(ours_ns, theirs_ns, strict=True)]
-    benchmark.extra_info.update(
-        ours_ns=statistics.median(ours_ns) / calls,
-        theirs_ns=statistics.median(theirs_ns) / calls,
-        ours_min_ns=min(ours_ns) / calls,
-        theirs_min_ns=min(theirs_ns) / calls,
-        ratio=statistics.median(ratios),
-        ratio_q1_q3=statistics.quantiles(ratios, n=4)[::2],
-    )
+    benchmark.extra_info.update(interleaved_summary(ours_ns[warmup:], theirs_ns[warmup:], calls))
 
 
 VS_TODAY = ["np.int64", "list[int]", "list[str]", "np.int64, out= (vs today's list)"]

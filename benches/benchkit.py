@@ -292,3 +292,20 @@ def cdf_ns(samples: Sequence[float]) -> list[tuple[float, int]]:
     cuts = statistics.quantiles(samples, n=1000, method="inclusive")
     points = [min(samples), *cuts, max(samples)]  # points[k] is the (k / 10)th percentile
     return [(percent, round(points[round(percent * 10)] * 1e9)) for percent in CDF_PERCENTS]
+
+
+def interleaved_summary(
+    ours_ns: Sequence[float], theirs_ns: Sequence[float], calls: int
+) -> dict[str, Any]:
+    """What an interleaved benchmark records: each side's median and minimum per call (rounds
+    of ``calls`` calls, warm-up already dropped) and the median of the per-round ratios
+    theirs / ours, with its quartiles."""
+    ratios = [t / o for o, t in zip(ours_ns, theirs_ns, strict=True)]
+    return {
+        "ours_ns": statistics.median(ours_ns) / calls,
+        "theirs_ns": statistics.median(theirs_ns) / calls,
+        "ours_min_ns": min(ours_ns) / calls,
+        "theirs_min_ns": min(theirs_ns) / calls,
+        "ratio": statistics.median(ratios),
+        "ratio_q1_q3": statistics.quantiles(ratios, n=4)[::2],
+    }
