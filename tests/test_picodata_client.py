@@ -591,6 +591,26 @@ def test_an_unreachable_instance_is_dialled_again_in_the_background(pg: PgServer
     run(main)
 
 
+def test_timeout_and_driver_options_reach_asyncpg(pg: PgServer) -> None:
+    class Row(asyncpg.Record):
+        pass
+
+    async def main() -> None:
+        async with cluster(pg) as c, connect(c.url, tier="default") as db:
+            key = next(k for k in range(100) if c.master_of(k) == "r2_1")
+            with pytest.raises(asyncio.TimeoutError):
+                await db.execute("SELECT pg_sleep(5)", key=key, timeout=0.1)
+            row = await db.fetchrow("SELECT $1::bigint AS n", 7, key=key, record_class=Row)
+            assert type(row) is Row
+            assert row["n"] == 7
+            plain = await db.fetchrow("SELECT $1::bigint AS n", 8, key=key)
+            assert type(plain) is asyncpg.Record
+            assert plain["n"] == 8
+            assert await db.fetchval("SELECT 1, 2", key=key, column=1) == 2
+
+    run(main)
+
+
 def test_wrong_password_is_a_clear_error(pg: PgServer) -> None:
     async def main() -> None:
         async with cluster(pg) as c:

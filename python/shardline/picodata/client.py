@@ -93,7 +93,11 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
             taken if taken is not None else await self._connection(key, read_only, strict)
         )
         try:
-            result = await run(connection, query, *args, timeout=timeout, **options)
+            if timeout is None and not options:
+                # asyncpg's defaults: no keyword dict to build and parse (~1,000 instructions)
+                result = await run(connection, query, *args)
+            else:
+                result = await run(connection, query, *args, timeout=timeout, **options)
         except BaseException as error:
             self._failed(pool, connection, error)
             raise
