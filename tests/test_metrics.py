@@ -35,6 +35,7 @@ from shardline import (
     Topology,
     WorkerProxy,
 )
+from shardline.discovery import InProcessDiscovery
 from shardline.metrics import ShardlineCollector, register
 from shardline.picodata import ClientStats, PoolStats, connect
 from shardline.registration import KeeperStats, MemoryRecordStore, RegistrationKeeper
@@ -377,6 +378,7 @@ def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
         client=_StubClient(topology),  # type: ignore[arg-type]
         proxies={"p": proxy},
         keepers={"k": keeper},
+        discoveries={"d": InProcessDiscovery("metric-table").subscribe()},
     )
     exposed = {}
     for family in collector.collect():
