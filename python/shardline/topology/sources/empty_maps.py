@@ -8,7 +8,6 @@ import logging
 import time
 
 from shardline._core import Topology
-from shardline.errors import UnknownTier
 from shardline.topology.sources.state import REPEAT_WARNING_INTERVAL
 
 __all__ = ["EMPTY_MAP_WARNING_AFTER", "EmptyMapWatch"]
@@ -48,14 +47,8 @@ class EmptyMapWatch:
 
     def check(self, topology: Topology, now: float) -> None:
         """Looks at each tier's map now (``now``: ``time.time()``), and logs what is due."""
-        tiers = topology.tiers
-        for tier in [tier for tier in self._warned if tier not in tiers]:
-            del self._warned[tier]
-        for tier in tiers:
-            try:
-                since = topology.map_stats(tier).empty_since
-            except UnknownTier:  # the tier went away since topology.tiers was read
-                continue
+        for tier in topology.tiers:  # configured once: a tier never leaves
+            since = topology.map_stats(tier).empty_since
             warned = self._warned.get(tier)
             if warned is not None and warned[0] != since:  # refilled since the last warning
                 del self._warned[tier]
