@@ -32,7 +32,6 @@ from shardline.registration import (
     MemoryRecordStore,
     Record,
     RecordStore,
-    RegistrationKeeper,
 )
 from shardline.registration.etcd_store import EtcdRecordStore
 
