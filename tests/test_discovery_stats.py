@@ -11,6 +11,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import shardline.discovery.subscription as subscription_module
 from shardline import InvalidRecord, WorkerMetadata, WorkerProxy
-from shardline.discovery import DiscoveryEvent, InProcessDiscovery, Subscription
+from shardline.discovery import DiscoveryEvent, InProcessDiscovery, LocalDiscovery, Subscription
 from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.record import MAX_PUBLISHED, decode_record, encode_record, stamped
 from shardline.discovery.subscription import RecordFeed
@@ -108,20 +109,31 @@ def test_the_publish_time_takes_no_part_in_comparing_records() -> None:
     assert worker(1, published=1.0) == worker(1, published=2.0) == worker(1)
 
 
-def test_a_record_published_again_unchanged_is_no_event() -> None:
+@pytest.mark.parametrize("backend", ["in-process", "local"])
+def test_a_record_published_again_unchanged_is_no_event(backend: str, tmp_path: Path) -> None:
     async def scenario() -> list[DiscoveryEvent]:
-        discovery = InProcessDiscovery("stats-republish")
+        namespace = f"stats-republish-{uuid.uuid4().hex[:8]}"
+        discovery: InProcessDiscovery | LocalDiscovery = (
+            InProcessDiscovery(namespace)
+            if backend == "in-process"
+            else LocalDiscovery(namespace, directory=tmp_path)
+        )
         subscription = discovery.subscribe()
+        before = time.time()
         await discovery.publisher.publish("worker-added", worker(1))
         await discovery.publisher.publish("worker-updated", worker(1))
         await discovery.publisher.publish("worker-updated", worker(1, pid=7))
-        events = [await anext(subscription), await anext(subscription)]
+        async with asyncio.timeout(10):
+            events = [await anext(subscription), await anext(subscription)]
         await subscription.aclose()
+        await discovery.aclose()
+        for event in events:  # each publish stamped the record it put
+            assert event.metadata.published is not None
+            assert before <= event.metadata.published <= time.time()
         return events
 
     first, second = asyncio.run(scenario())
     assert (first.type, second.type, second.metadata.pid) == ("worker-added", "worker-updated", 7)
-    assert first.metadata.published is not None
 
 
 # a subscription's counts and lag, on a clock the test sets

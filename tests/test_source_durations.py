@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from notify_cluster import NotifyCluster, caught_up, install
 from pg_server import PgServer
 from picodata_catalog import Catalog
 from prometheus_client import CollectorRegistry, generate_latest
@@ -229,3 +231,68 @@ def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
     asyncio.run(scenario())
     warnings = [line for level, line in lines(caplog) if level == logging.WARNING]
     assert sum("has been empty" in line for line in warnings) == 1
+
+
+# a notification stream: the map cleared by a pushed event, then nothing more arrives
+
+
+@pytest.fixture
+def notify_dsn(pg: PgServer) -> str:
+    dsn = pg.create_database()
+    install(dsn)
+    return dsn
+
+
+def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_is_quiet(
+    notify_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    r1, r2 = "00000000-0000-0000-0002-000000000001", "00000000-0000-0000-0002-000000000002"
+    m1, m2 = "00000000-0000-0000-0001-000000000001", "00000000-0000-0000-0001-000000000002"
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    with NotifyCluster(notify_dsn) as cluster:
+        cluster.publish(
+            ReplicasetEvent("replace", r1, tier="default", current_master_uuid=m1),
+            InstanceEvent("replace", m1, replicaset_uuid=r1, current_state="Online"),
+            ReplicasetEvent("replace", r2, tier="default", current_master_uuid=m2),
+            InstanceEvent("replace", m2, replicaset_uuid=r2, current_state="Online"),
+            BucketEvent("default", 1, 1500, r1),
+            BucketEvent("default", 1501, 3000, r2),
+        )
+
+        async def scenario() -> None:
+            topology = Topology()
+            source = cluster.source()
+            registry = CollectorRegistry()
+            register(registry, sources={"pushed": source})
+            task = asyncio.create_task(source.run(topology, warn_empty_after=0.2))
+            try:
+                await caught_up(source, cluster.position)
+                assert topology.map_stats("default").ranges == 2
+                cluster.publish(ReplicasetEvent("delete", r2))  # clears the map; then quiet
+                await caught_up(source, cluster.position)
+                assert topology.map_stats("default").empty_since is not None
+                await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+                cluster.publish(BucketEvent("default", 1, 3000, r1))
+                await caught_up(source, cluster.position)
+                await eventually(
+                    lambda: any("holds ranges again" in line for _, line in lines(caplog))
+                )
+                state, samples = source.state, scrape(registry)
+            finally:
+                await source.aclose()
+                await asyncio.wait_for(task, 5)
+            name = (("source", "pushed"),)
+            # one session: its connect and snapshot read once; every change applied was timed
+            assert state.read_durations.count == state.attempts == 1
+            assert samples["shardline_source_read_seconds_count", name] == 1
+            assert state.apply_durations.count == state.events_emitted == 3
+            assert samples["shardline_source_apply_seconds_count", name] == 3
+
+        asyncio.run(scenario())
+    warnings = [line for level, line in lines(caplog) if level == logging.WARNING]
+    assert len(warnings) == 1
+    assert re.fullmatch(
+        r"NotificationSource\(.*\): the map of tier 'default' has been empty for \d+\.\d s "
+        r"\(cleared and not refilled\): keyed routes of the tier miss",
+        warnings[0],
+    )
