@@ -19,10 +19,12 @@ from pg_server import PgServer
 from picodata_catalog import Catalog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from test_picodata_client import cluster
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 from shardline._histogram import DURATION_BUCKETS, LAG_BUCKETS, Histogram
 from shardline.metrics import register
+from shardline.picodata import connect
 from shardline.topology.sources import EMPTY_MAP_WARNING_AFTER, PollingSource
 from shardline.topology.sources.empty_maps import EmptyMapWatch
 from shardline.topology.sources.state import REPEAT_WARNING_INTERVAL
@@ -287,6 +289,14 @@ def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_is_qui
             assert samples["shardline_source_read_seconds_count", name] == 1
             assert state.apply_durations.count == state.events_emitted == 3
             assert samples["shardline_source_apply_seconds_count", name] == 3
+            deliveries = source.deliveries
+            notified = "shardline_source_notifications_total"
+            assert samples[notified, (("outcome", "handed-out"), *name)] == 2
+            assert samples[notified, (("outcome", "duplicate"), *name)] == deliveries.duplicates
+            assert samples["shardline_source_notification_snapshots_total", name] == 1
+            assert samples["shardline_source_last_notification_timestamp_seconds", name] == (
+                deliveries.last_event
+            )
 
         asyncio.run(scenario())
     warnings = [line for level, line in lines(caplog) if level == logging.WARNING]
@@ -296,3 +306,20 @@ def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_is_qui
         r"\(cleared and not refilled\): keyed routes of the tier miss",
         warnings[0],
     )
+
+
+def test_a_picodata_clients_polls_are_timed(pg: PgServer) -> None:
+    async def main() -> None:
+        async with cluster(pg) as c, connect(c.url, tier="default") as db:
+            registry = CollectorRegistry()
+            register(registry, client=db)
+            await db.refresh()
+            stats, samples = db.stats(), scrape(registry)
+            assert stats.poll_durations.count == stats.polls >= 2
+            assert samples["shardline_picodata_poll_seconds_count", ()] == stats.polls
+            assert samples["shardline_picodata_poll_seconds_bucket", (("le", "+Inf"),)] == (
+                stats.polls
+            )
+            assert 0 < samples["shardline_picodata_poll_seconds_sum", ()] < 60
+
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from shardline._extras import requires_extra
 from shardline._histogram import HistogramSnapshot
 from shardline.registration.keeper import KEEPER_STATES
+from shardline.topology.sources.notification import NotificationSource
 from shardline.topology.sources.state import FailureReason
 
 with requires_extra("metrics", __name__):
@@ -96,8 +97,10 @@ class ShardlineCollector:
         if self._sources:
             yield from _source_metrics(self._sources)
             yield from _source_duration_metrics(self._sources)
+            yield from _notification_metrics(self._sources)
         if self._client is not None:
             yield from _client_metrics(self._client)
+            yield from _client_poll_duration_metrics(self._client)
         if self._proxies:
             yield from _proxy_metrics(self._proxies)
         if self._keepers:
@@ -492,3 +495,52 @@ def _discovery_metrics(discoveries: Mapping[str, Subscription]) -> Iterator[Metr
         _histogram(lag, [name], stats.lag)
         ahead.add_metric([name], stats.clock_ahead)
     yield from (events, skipped, lag, ahead)
+
+
+def _client_poll_duration_metrics(client: Client) -> Iterator[Metric]:
+    polls = HistogramMetricFamily(
+        "shardline_picodata_poll_seconds",
+        "Time each catalog poll took to read (connect and catalog queries).",
+    )
+    _histogram(polls, [], client.stats().poll_durations)
+    yield polls
+
+
+_DELIVERY_OUTCOMES = ("handed-out", "duplicate", "stale", "skipped", "ignored")
+
+
+def _notification_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
+    notifications = CounterMetricFamily(
+        "shardline_source_notifications",
+        "Documents a notification source received, by what became of each: handed-out, "
+        "duplicate, stale, skipped (malformed, too large, unknown tier), ignored (a map not "
+        "followed).",
+        labels=["source", "outcome"],
+    )
+    snapshots = CounterMetricFamily(
+        "shardline_source_notification_snapshots",
+        "Snapshots a notification source handed out (one per session, and per re-read).",
+        labels=["source"],
+    )
+    last_event = GaugeMetricFamily(
+        "shardline_source_last_notification_timestamp_seconds",
+        "Unix time a notification source last handed out an event (absent before the first).",
+        labels=["source"],
+    )
+    for name, source in sources.items():
+        if not isinstance(source, NotificationSource):
+            continue
+        deliveries = source.deliveries
+        counts = (
+            deliveries.handed_out,
+            deliveries.duplicates,
+            deliveries.stale,
+            deliveries.skipped,
+            deliveries.ignored,
+        )
+        for outcome, count in zip(_DELIVERY_OUTCOMES, counts, strict=True):
+            notifications.add_metric([name, outcome], count)
+        snapshots.add_metric([name], deliveries.snapshots)
+        if deliveries.last_event is not None:
+            last_event.add_metric([name], deliveries.last_event)
+    yield from (notifications, snapshots, last_event)
