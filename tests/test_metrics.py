@@ -35,10 +35,12 @@ from shardline import (
     Topology,
     WorkerProxy,
 )
+from shardline._histogram import DURATION_BUCKETS, Histogram
+from shardline.discovery import InProcessDiscovery
 from shardline.metrics import ShardlineCollector, register
 from shardline.picodata import ClientStats, PoolStats, connect
 from shardline.registration import KeeperStats, MemoryRecordStore, RegistrationKeeper
-from shardline.topology.sources import FailureReason, PollingSource
+from shardline.topology.sources import FailureReason, NotificationSource, PollingSource
 
 CAUSES = (
     "replicaset-deleted",
@@ -343,6 +345,7 @@ class _StubClient:
             last_poll=1.0,
             epochs={},
             last_poll_failure=None,
+            poll_durations=Histogram(DURATION_BUCKETS).snapshot(),
         )
 
 
@@ -362,6 +365,8 @@ def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
     source = PollingSource("postgresql://127.0.0.1:1/nowhere")
     source._recorder.refreshed()  # a last refresh, so that its timestamp has a sample
     source._recorder.failure(FailureReason.BUCKETS, "rebalancing", tier="default")
+    pushed = NotificationSource("postgresql://127.0.0.1:1/nowhere")
+    pushed._counters.last_event = 1.0  # an event handed out, so that its timestamp has a sample
     proxy = WorkerProxy(discovery=Stream(), connect=Harness().connect)
     keeper = RegistrationKeeper(
         "svc",
@@ -373,10 +378,11 @@ def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
     )
     collector = ShardlineCollector(
         topology=topology,
-        sources={"s": source},
+        sources={"s": source, "n": pushed},
         client=_StubClient(topology),  # type: ignore[arg-type]
         proxies={"p": proxy},
         keepers={"k": keeper},
+        discoveries={"d": InProcessDiscovery("metric-table").subscribe()},
     )
     exposed = {}
     for family in collector.collect():

@@ -14,12 +14,16 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from shardline._extras import requires_extra
+from shardline._histogram import HistogramSnapshot
+from shardline.registration.keeper import KEEPER_STATES
+from shardline.topology.sources.notification import NotificationSource
 from shardline.topology.sources.state import FailureReason
 
 with requires_extra("metrics", __name__):
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
+        HistogramMetricFamily,
         Metric,
         SummaryMetricFamily,
     )
@@ -27,6 +31,7 @@ with requires_extra("metrics", __name__):
 
 if TYPE_CHECKING:
     from shardline._core import Topology
+    from shardline.discovery import Subscription
     from shardline.picodata import Client
     from shardline.picodata.stats import PoolStats
     from shardline.proxy import WorkerProxy
@@ -48,15 +53,17 @@ class ShardlineCollector:
     value of its ``source`` label; ``client`` gives a Picodata client's routing and per-instance
     pool counters; ``proxies`` names each ``WorkerProxy`` by the value of its ``proxy`` label,
     ``keepers`` each ``RegistrationKeeper`` (a reachability record's keeper) by its ``keeper``
-    label.
+    label, ``discoveries`` each discovery stream a proxy follows (a
+    :class:`~shardline.discovery.Subscription`: what ``subscribe()`` returns, or a
+    ``TopologyDiscovery``) by its ``discovery`` label.
     Every label set is bounded: tiers, failure reasons and clear causes are fixed lists, the
     ``source`` and ``proxy`` names are the caller's, and ``instance`` (a client's pools) follows
     the cluster's membership. The names and meanings are listed in ``docs/metrics.md``.
 
     Implementation notes:
         ``collect`` reads the objects' snapshots (``Topology.map_stats``, ``state``,
-        ``stats()``, ``workers``) each time it is called; it keeps no state of its own and
-        holds no lock of shardline's while it builds the families.
+        ``stats()``, ``stats``, ``workers``) each time it is called; it keeps no state of its
+        own and holds no lock of shardline's while it builds the families.
     """
 
     def __init__(
@@ -67,6 +74,7 @@ class ShardlineCollector:
         client: Client | None = None,
         proxies: Mapping[str, WorkerProxy] | None = None,
         keepers: Mapping[str, RegistrationKeeper] | None = None,
+        discoveries: Mapping[str, Subscription] | None = None,
     ) -> None:
         if topology is None and client is not None:
             topology = client.topology
@@ -75,6 +83,7 @@ class ShardlineCollector:
         self._client = client
         self._proxies = dict(proxies or {})
         self._keepers = dict(keepers or {})
+        self._discoveries = dict(discoveries or {})
 
     def describe(self) -> list[Metric]:
         """The families :meth:`collect` yields now: a registry reads their names when the
@@ -87,12 +96,18 @@ class ShardlineCollector:
             yield from _topology_metrics(self._topology)
         if self._sources:
             yield from _source_metrics(self._sources)
+            yield from _source_duration_metrics(self._sources)
+            yield from _notification_metrics(self._sources)
         if self._client is not None:
             yield from _client_metrics(self._client)
+            yield from _client_poll_duration_metrics(self._client)
         if self._proxies:
             yield from _proxy_metrics(self._proxies)
         if self._keepers:
             yield from _keeper_metrics(self._keepers)
+            yield from _keeper_state_metrics(self._keepers)
+        if self._discoveries:
+            yield from _discovery_metrics(self._discoveries)
 
 
 def register(
@@ -103,13 +118,19 @@ def register(
     client: Client | None = None,
     proxies: Mapping[str, WorkerProxy] | None = None,
     keepers: Mapping[str, RegistrationKeeper] | None = None,
+    discoveries: Mapping[str, Subscription] | None = None,
 ) -> ShardlineCollector:
     """Registers a :class:`ShardlineCollector` over the given objects with ``registry``
     (prometheus_client's default registry when None) and returns it, for
     ``registry.unregister`` later. Raises ``ValueError`` (from prometheus_client) when a
     metric name is already registered there."""
     collector = ShardlineCollector(
-        topology=topology, sources=sources, client=client, proxies=proxies, keepers=keepers
+        topology=topology,
+        sources=sources,
+        client=client,
+        proxies=proxies,
+        keepers=keepers,
+        discoveries=discoveries,
     )
     (REGISTRY if registry is None else registry).register(collector)
     return collector
@@ -382,3 +403,144 @@ def _keeper_metrics(keepers: Mapping[str, RegistrationKeeper]) -> Iterator[Metri
         reports.add_metric([name, "ok"], stats.reports)
         reports.add_metric([name, "failed"], stats.report_failures)
     yield from (registered, registrations, probes, reports)
+
+
+def _histogram(
+    family: HistogramMetricFamily, labels: list[str], snapshot: HistogramSnapshot
+) -> None:
+    family.add_metric(labels, buckets=snapshot.cumulative(), sum_value=snapshot.sum)
+
+
+def _source_duration_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
+    reads = HistogramMetricFamily(
+        "shardline_source_read_seconds",
+        "Time each refresh attempt took to read (a poll's connect and catalog queries; a "
+        "notification session's connect and snapshot).",
+        labels=["source"],
+    )
+    applies = HistogramMetricFamily(
+        "shardline_source_apply_seconds",
+        "Time the source's run took to apply each change (a snapshot, an event, a bucket map) "
+        "to its topology, refused ones included.",
+        labels=["source"],
+    )
+    for name, source in sources.items():
+        state = source.state
+        _histogram(reads, [name], state.read_durations)
+        _histogram(applies, [name], state.apply_durations)
+    yield from (reads, applies)
+
+
+def _keeper_state_metrics(keepers: Mapping[str, RegistrationKeeper]) -> Iterator[Metric]:
+    state = GaugeMetricFamily(
+        "shardline_keeper_state",
+        "1 for the state the keeper is in (idle, unregistered, registered, deregistered), "
+        "0 for the others.",
+        labels=["keeper", "state"],
+    )
+    reasserts = CounterMetricFamily(
+        "shardline_keeper_reasserts",
+        "Writes of the record as registered made after a successful probe (re-assertions).",
+        labels=["keeper"],
+    )
+    info = GaugeMetricFamily(
+        "shardline_keeper_info",
+        "1, labelled with the keeper's service and owner tag (empty for an untagged replica).",
+        labels=["keeper", "service", "owner"],
+    )
+    for name, keeper in keepers.items():
+        stats = keeper.stats
+        for each in KEEPER_STATES:
+            state.add_metric([name, each], int(stats.state == each))
+        reasserts.add_metric([name], stats.reasserts)
+        info.add_metric([name, keeper.service, keeper.owner or ""], 1)
+    yield from (state, reasserts, info)
+
+
+_EVENT_TYPES = ("worker-added", "worker-updated", "worker-dropped")
+_SKIP_REASONS = ("oversized", "malformed", "unknown-schema", "filter-error")
+
+
+def _discovery_metrics(discoveries: Mapping[str, Subscription]) -> Iterator[Metric]:
+    events = CounterMetricFamily(
+        "shardline_discovery_events",
+        "Discovery events taken from the stream (applied to the proxy's pool), by type.",
+        labels=["discovery", "type"],
+    )
+    skipped = CounterMetricFamily(
+        "shardline_discovery_skipped",
+        "Records skipped, by reason: unreadable (oversized, malformed, unknown-schema), "
+        "refused by a raising filter (filter-error), or refused by the topology (rejected).",
+        labels=["discovery", "reason"],
+    )
+    lag = HistogramMetricFamily(
+        "shardline_discovery_event_lag_seconds",
+        "Seconds from a record's publish (the publisher's wall clock) to its event being taken "
+        "(this host's): meaningful only between synchronised clocks.",
+        labels=["discovery"],
+    )
+    ahead = CounterMetricFamily(
+        "shardline_discovery_clock_ahead",
+        "Events whose publish time was later than their taking (the publisher's clock ahead), "
+        "counted in the lag as 0.",
+        labels=["discovery"],
+    )
+    for name, discovery in discoveries.items():
+        stats = discovery.stats
+        for kind in _EVENT_TYPES:
+            events.add_metric([name, kind], stats.events.get(kind, 0))
+        reasons = dict.fromkeys(_SKIP_REASONS, 0) | dict(stats.skipped)
+        for reason, count in reasons.items():
+            skipped.add_metric([name, reason], count)
+        _histogram(lag, [name], stats.lag)
+        ahead.add_metric([name], stats.clock_ahead)
+    yield from (events, skipped, lag, ahead)
+
+
+def _client_poll_duration_metrics(client: Client) -> Iterator[Metric]:
+    polls = HistogramMetricFamily(
+        "shardline_picodata_poll_seconds",
+        "Time each catalog poll took to read (connect and catalog queries).",
+    )
+    _histogram(polls, [], client.stats().poll_durations)
+    yield polls
+
+
+_DELIVERY_OUTCOMES = ("handed-out", "duplicate", "stale", "skipped", "ignored")
+
+
+def _notification_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
+    notifications = CounterMetricFamily(
+        "shardline_source_notifications",
+        "Documents a notification source received, by what became of each: handed-out, "
+        "duplicate, stale, skipped (malformed, too large, unknown tier), ignored (a map not "
+        "followed).",
+        labels=["source", "outcome"],
+    )
+    snapshots = CounterMetricFamily(
+        "shardline_source_notification_snapshots",
+        "Snapshots a notification source handed out (one per session, and per re-read).",
+        labels=["source"],
+    )
+    last_event = GaugeMetricFamily(
+        "shardline_source_last_notification_timestamp_seconds",
+        "Unix time a notification source last handed out an event (absent before the first).",
+        labels=["source"],
+    )
+    for name, source in sources.items():
+        if not isinstance(source, NotificationSource):
+            continue
+        deliveries = source.deliveries
+        counts = (
+            deliveries.handed_out,
+            deliveries.duplicates,
+            deliveries.stale,
+            deliveries.skipped,
+            deliveries.ignored,
+        )
+        for outcome, count in zip(_DELIVERY_OUTCOMES, counts, strict=True):
+            notifications.add_metric([name, outcome], count)
+        snapshots.add_metric([name], deliveries.snapshots)
+        if deliveries.last_event is not None:
+            last_event.add_metric([name], deliveries.last_event)
+    yield from (notifications, snapshots, last_event)

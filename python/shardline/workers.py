@@ -20,6 +20,11 @@ class WorkerMetadata:
 
     Identity is ``uid``: two records with the same uid describe the same worker, whatever else
     differs, and the pool never compares or hashes records (only uids).
+
+    ``published`` is the wall-clock time (``time.time()`` of the publishing host) at which this
+    version of the record was published, when the record carries one (``None`` otherwise: a
+    record from an older publisher, or one no publisher wrote). It takes no part in comparing
+    records: the same record published again is equal to the one before.
     """
 
     uid: uuid.UUID
@@ -28,6 +33,7 @@ class WorkerMetadata:
     version: str
     tags: frozenset[str] = frozenset()
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    published: float | None = field(default=None, compare=False)
 
 
 DiscoveryEventType = Literal["worker-added", "worker-updated", "worker-dropped"]

@@ -13,7 +13,7 @@ from shardline._lazy import lazy_exports
 from shardline.discovery.in_process import InProcessDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher, RecordFilter
-from shardline.discovery.subscription import Subscription
+from shardline.discovery.subscription import DiscoveryStats, Subscription
 from shardline.workers import DiscoveryEvent, DiscoveryEventType
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = [
     "DiscoveryEvent",
     "DiscoveryEventType",
     "DiscoveryPublisher",
+    "DiscoveryStats",
     "EtcdDiscovery",
     "InProcessDiscovery",
     "LocalDiscovery",

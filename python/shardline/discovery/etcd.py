@@ -29,7 +29,7 @@ from shardline.discovery.etcd_connection import (
 )
 from shardline.discovery.etcd_watch import Listing, list_range, watch_range
 from shardline.discovery.protocol import RecordFilter
-from shardline.discovery.record import encode_record
+from shardline.discovery.record import encode_record, stamped
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
@@ -70,7 +70,7 @@ class _EtcdPublisher:
                 await self._connection.call("kv", "DeleteRange", rpc.DeleteRangeRequest(key=key))
                 self._owned.pop(metadata.uid, None)
             return
-        value = encode_record(metadata)
+        value = encode_record(stamped(metadata))
         async with self._lock:
             lease = await self._current_lease()
             try:

@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator
 from typing import ClassVar
 
 from shardline.discovery.protocol import RecordFilter
-from shardline.discovery.record import encode_record
+from shardline.discovery.record import encode_record, stamped
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
@@ -45,8 +45,9 @@ class _Publisher:
         if type == "worker-dropped":
             self._registry.change(metadata.uid, None)
         elif type in ("worker-added", "worker-updated"):
-            encode_record(metadata)  # the same limits as the backends that do encode
-            self._registry.change(metadata.uid, (metadata, self))
+            record = stamped(metadata)
+            encode_record(record)  # the same limits as the backends that do encode
+            self._registry.change(metadata.uid, (record, self))
         else:
             raise ValueError(f"unknown discovery event type {type!r}")
 

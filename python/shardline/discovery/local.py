@@ -21,7 +21,7 @@ from shardline.checks import check_seconds
 from shardline.discovery.local_doorbell import Doorbell
 from shardline.discovery.local_store import Batch, LocalStore, Registration, connect, head
 from shardline.discovery.protocol import RecordFilter
-from shardline.discovery.record import encode_record
+from shardline.discovery.record import encode_record, stamped
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
@@ -276,7 +276,7 @@ class _LocalPublisher:
         if type == "worker-dropped":
             await self._discovery._call(store.drop, metadata.uid.bytes)
         elif type in ("worker-added", "worker-updated"):
-            data = encode_record(metadata)
+            data = encode_record(stamped(metadata))
             await self._discovery._call(store.put, self._registration, metadata.uid.bytes, data)
             if self._heartbeats is None:
                 self._heartbeats = asyncio.create_task(self._beat())

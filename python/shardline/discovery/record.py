@@ -7,9 +7,13 @@ Schema version 1 is one JSON object, UTF-8 encoded::
 
 ``uid``, ``address``, ``pid`` and ``version`` are required; ``tags`` (a list of strings) and
 ``extra`` (an object) default to empty. ``schema`` and ``pid`` are JSON integers (``true`` is
-not 1). Fields this version does not know are ignored, so a newer writer can add optional
-fields without a version bump; a change that older readers must not misread bumps ``schema``,
-and readers skip versions they do not know.
+not 1). ``published`` (optional: a record without it reads as before, and readers older than
+it ignore it) is the wall-clock time, in seconds since the epoch, at which the publisher
+published this version of the record: a JSON number from 0 to :data:`MAX_PUBLISHED` (a
+reader refuses any other value as malformed); the backends' publishers set it
+(:func:`stamped`). Fields this version does not know are ignored, so a newer writer can add
+optional fields without a version bump; a change that older readers must not misread bumps
+``schema``, and readers skip versions they do not know.
 
 Every string in a record (keys included) is Unicode text: one holding a surrogate code point
 (written as two halves of a pair, or alone) is refused on both sides, since its JSON escapes
@@ -24,8 +28,11 @@ reader would accept.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
+import time
 import uuid
 from types import MappingProxyType
 from typing import Any
@@ -35,18 +42,23 @@ from shardline.workers import WorkerMetadata
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_PUBLISHED",
     "MAX_RECORD_BYTES",
     "SCHEMA_VERSION",
     "decode_record",
     "encode_record",
     "load_document",
     "load_json",
+    "stamped",
 ]
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024
 MAX_DEPTH = 32
 """The deepest nesting of arrays and objects a record may have, its own object included."""
+MAX_PUBLISHED = 32_503_680_000.0
+"""The latest publish time a record may carry (the year 3000): a bound on what a reader
+accepts, not a clock check."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -77,6 +89,8 @@ def encode_record(metadata: WorkerMetadata) -> bytes:
             "tags": sorted(metadata.tags),
             "extra": dict(metadata.extra),
         }
+        if metadata.published is not None:
+            document["published"] = metadata.published
         data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
     except (TypeError, ValueError, RecursionError) as error:
         raise InvalidRecord(
@@ -117,6 +131,16 @@ def decode_record(data: bytes) -> WorkerMetadata:
     extra = document.get("extra", {})
     if not isinstance(extra, dict):
         raise InvalidRecord("malformed", f"record field 'extra' is not an object: {extra!r}")
+    published = document.get("published")
+    if published is not None and not (
+        (_is_int(published) or isinstance(published, float))
+        and math.isfinite(published)
+        and 0 <= published <= MAX_PUBLISHED
+    ):
+        raise InvalidRecord(
+            "malformed",
+            f"record field 'published' is not a time from 0 to {MAX_PUBLISHED:.0f}: {published!r}",
+        )
     return WorkerMetadata(
         uid=parsed_uid,
         address=_field(document, "address", str),
@@ -124,7 +148,13 @@ def decode_record(data: bytes) -> WorkerMetadata:
         version=_field(document, "version", str),
         tags=frozenset(tags),
         extra=MappingProxyType(extra),
+        published=None if published is None else float(published),
     )
+
+
+def stamped(metadata: WorkerMetadata) -> WorkerMetadata:
+    """``metadata`` with ``published`` set to now (``time.time()``): what a publisher puts."""
+    return dataclasses.replace(metadata, published=time.time())
 
 
 def load_document(data: bytes, what: str, *, max_bytes: int, schema: int) -> dict[str, Any]:

@@ -11,15 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
+from shardline._histogram import LAG_BUCKETS, Histogram, HistogramSnapshot
 from shardline.discovery.record import decode_record
 from shardline.errors import InvalidRecord
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
-__all__ = ["RecordFeed", "Subscription"]
+__all__ = ["DiscoveryStats", "RecordFeed", "Subscription"]
 
 logger = logging.getLogger("shardline.discovery")
 
@@ -88,6 +92,31 @@ class RecordFeed:
         return events
 
 
+@dataclass(frozen=True, slots=True)
+class DiscoveryStats:
+    """A snapshot of what a :class:`Subscription` handed out (:attr:`Subscription.stats`).
+
+    ``events`` counts the events taken from the subscription by type (``worker-added``,
+    ``worker-updated``, ``worker-dropped``; a :class:`~shardline.WorkerProxy` applies each to
+    its pool as it takes it); ``skipped`` is :attr:`Subscription.skipped`.
+
+    ``lag`` times, for each ``worker-added`` and ``worker-updated`` event whose record carries
+    its publish time (:attr:`~shardline.workers.WorkerMetadata.published`) and was published
+    after the subscription was made, the seconds from the publish to the event being taken:
+    records that were already there when the subscription began are counted as events, not
+    timed (their age is not a delay), nor are drops (their record is the last one shown).
+    Publish times come from the publisher's wall clock and are read against this host's, so the
+    lag means something only between hosts whose clocks are synchronised (NTP: a few
+    milliseconds); a publish time later than the event's taking (the publisher's clock ahead)
+    is counted as a lag of 0 and in ``clock_ahead``.
+    """
+
+    events: Mapping[str, int]
+    skipped: Mapping[str, int]
+    lag: HistogramSnapshot
+    clock_ahead: int
+
+
 class Subscription(AsyncIterator[DiscoveryEvent]):
     """An async iterator of :class:`DiscoveryEvent` that a backend feeds; ``aclose()`` ends it.
 
@@ -95,7 +124,8 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
     a proxy stopping) without losing anything: the event being waited for is returned by the
     next call. ``skipped`` counts the records skipped, by reason: unreadable
     (``"oversized"``, ``"malformed"``, ``"unknown-schema"``), or refused by a filter that
-    raised on them (``"filter-error"``). No record ends the subscription.
+    raised on them (``"filter-error"``). No record ends the subscription. :attr:`stats` counts
+    the events taken and times their way from the publisher (see :class:`DiscoveryStats`).
 
     Implementation notes:
         The backend's async generator is advanced in a task that a cancelled caller leaves
@@ -107,10 +137,24 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
         self._events = events
         self._feed = feed
         self._next: asyncio.Future[DiscoveryEvent] | None = None
+        self._since = time.time()
+        self._events_taken: Counter[str] = Counter()
+        self._lag = Histogram(LAG_BUCKETS)
+        self._clock_ahead = 0
 
     @property
     def skipped(self) -> Mapping[str, int]:
         return self._feed.skipped
+
+    @property
+    def stats(self) -> DiscoveryStats:
+        """A snapshot of the events taken, the records skipped and the publish lag."""
+        return DiscoveryStats(
+            events=MappingProxyType(dict(self._events_taken)),
+            skipped=MappingProxyType(dict(self.skipped)),
+            lag=self._lag.snapshot(),
+            clock_ahead=self._clock_ahead,
+        )
 
     def __aiter__(self) -> Subscription:
         return self
@@ -121,10 +165,23 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
             self._next.add_done_callback(_observed)
         pending = self._next
         try:
-            return await asyncio.shield(pending)
+            event = await asyncio.shield(pending)
         finally:
             if pending.done():
                 self._next = None
+        self._taken(event)
+        return event
+
+    def _taken(self, event: DiscoveryEvent) -> None:
+        self._events_taken[event.type] += 1
+        published = event.metadata.published
+        if published is None or event.type == "worker-dropped" or published < self._since:
+            return
+        lag = time.time() - published
+        if lag < 0:
+            self._clock_ahead += 1
+            lag = 0.0
+        self._lag.observe(lag)
 
     async def aclose(self) -> None:
         pending, self._next = self._next, None

@@ -759,6 +759,7 @@ class Client:
                 {tier: self._topology.epoch(tier) for tier in self._topology.tiers}
             ),
             last_poll_failure=state.last_failure,
+            poll_durations=state.read_durations,
         )
 
     def explain(self, key: Any, *, tier: str | None = None) -> Explanation:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from shardline._histogram import HistogramSnapshot
+
 __all__ = ["ClientStats", "Explanation", "PoolStats"]
 
 
@@ -56,7 +58,9 @@ class ClientStats:
     :class:`~shardline.errors.InstanceUnavailable`. ``pools`` are the instances' pools by
     uuid; ``polls``, ``poll_failures`` (by reason), ``last_poll`` (wall-clock time of the
     last complete poll) and ``last_poll_failure`` (what the latest failure was, ``None``
-    before any) come from the topology source; ``epochs`` is each tier's map epoch.
+    before any) come from the topology source, as does ``poll_durations``: the time each poll
+    took to read, by bucket (see :attr:`~shardline.topology.sources.SourceState.read_durations`);
+    ``epochs`` is each tier's map epoch.
     """
 
     routed: Mapping[str, int]
@@ -70,6 +74,7 @@ class ClientStats:
     last_poll: float | None
     epochs: Mapping[str, int]
     last_poll_failure: str | None
+    poll_durations: HistogramSnapshot
 
 
 @dataclass(frozen=True, slots=True)

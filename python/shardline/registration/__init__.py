@@ -16,7 +16,12 @@ from shardline.registration.discovery import (
     RegistrationDiscovery,
     service_uid,
 )
-from shardline.registration.keeper import KeeperStats, RegistrationKeeper
+from shardline.registration.keeper import (
+    KEEPER_STATES,
+    KeeperState,
+    KeeperStats,
+    RegistrationKeeper,
+)
 from shardline.registration.memory_store import MemoryRecordStore
 from shardline.registration.reader import Liveness, advertised_address
 from shardline.registration.record import Record, RecordStore
@@ -25,9 +30,11 @@ if TYPE_CHECKING:
     from shardline.registration.etcd_store import EtcdRecordStore
 
 __all__ = [
+    "KEEPER_STATES",
     "SERVICE_UID_NAMESPACE",
     "Clock",
     "EtcdRecordStore",
+    "KeeperState",
     "KeeperStats",
     "Liveness",
     "MemoryRecordStore",

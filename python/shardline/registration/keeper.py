@@ -8,15 +8,20 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Literal
 
 from shardline.checks import check_seconds
 from shardline.registration.checks import check_owner, check_service
 from shardline.registration.clock import Clock, MonotonicClock
 from shardline.registration.record import RecordStore
 
-__all__ = ["KeeperStats", "RegistrationKeeper"]
+__all__ = ["KEEPER_STATES", "KeeperState", "KeeperStats", "RegistrationKeeper"]
 
 logger = logging.getLogger("shardline.registration")
+
+KeeperState = Literal["idle", "unregistered", "registered", "deregistered"]
+KEEPER_STATES: tuple[KeeperState, ...] = ("idle", "unregistered", "registered", "deregistered")
+"""Every :attr:`KeeperStats.state`, in the order a keeper goes through them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +33,14 @@ class KeeperStats:
     ``registration_failures`` those that raised or returned none; ``probes`` counts the
     ``probe()`` calls that said the registration is still served, ``probe_failures`` those that
     said it is not or raised (each drops the registration). ``reports`` counts the writes of
-    ``True`` the store accepted, ``report_failures`` those that raised.
+    ``True`` the store accepted, ``report_failures`` those that raised; ``reasserts`` counts
+    those of the accepted writes that followed a successful probe rather than a registration
+    (the re-assertions that heal a record another writer turned ``False``).
+
+    ``state`` is where the keeper is: ``"idle"`` (not started), ``"unregistered"`` (started:
+    the record claimed, or a failed probe dropped the registration; registering is due),
+    ``"registered"`` (it holds a registration, and the record says so once a report was
+    accepted), ``"deregistered"`` (retracted; for good).
     """
 
     registered: bool
@@ -38,6 +50,8 @@ class KeeperStats:
     probe_failures: int
     reports: int
     report_failures: int
+    reasserts: int
+    state: KeeperState
 
 
 class RegistrationKeeper:
@@ -126,7 +140,7 @@ class RegistrationKeeper:
         self._write: asyncio.Future[bool] | None = None
         self._registrations = self._registration_failures = 0
         self._probes = self._probe_failures = 0
-        self._reports = self._report_failures = 0
+        self._reports = self._report_failures = self._reasserts = 0
 
     @property
     def address(self) -> str | None:
@@ -144,7 +158,16 @@ class RegistrationKeeper:
             probe_failures=self._probe_failures,
             reports=self._reports,
             report_failures=self._report_failures,
+            reasserts=self._reasserts,
+            state=self._state(),
         )
+
+    def _state(self) -> KeeperState:
+        if self._stopped:
+            return "deregistered"
+        if not self._started:
+            return "idle"
+        return "unregistered" if self._address is None else "registered"
 
     async def start(self) -> None:
         """Claims the record and starts the loop; ``RuntimeError`` if the keeper was started or
@@ -237,7 +260,7 @@ class RegistrationKeeper:
         self._probe_at = self._clock.now() + self._probe_interval
         if alive:
             self._probes += 1
-            await self._assert(address)
+            await self._assert(address, reassert=True)
         else:
             self._probe_failures += 1
             logger.warning(
@@ -248,7 +271,7 @@ class RegistrationKeeper:
             )
             self._address = None
 
-    async def _assert(self, address: str) -> None:
+    async def _assert(self, address: str, *, reassert: bool = False) -> None:
         # read again now: readiness may have been withdrawn while register()/probe() suspended
         if not self._ready():
             return
@@ -261,6 +284,7 @@ class RegistrationKeeper:
             self._log_failed_write(error)
         else:
             self._reports += 1
+            self._reasserts += reassert
         # left set only when the loop is cancelled during the write: deregister() waits for it
         self._write = None
 

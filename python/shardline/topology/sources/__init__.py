@@ -20,6 +20,7 @@ from shardline.topology.sources.changes import (
     TopologySnapshot,
     apply_change,
 )
+from shardline.topology.sources.empty_maps import EMPTY_MAP_WARNING_AFTER
 from shardline.topology.sources.notification import DeliveryStats, NotificationSource
 from shardline.topology.sources.notification_documents import RaftPosition
 from shardline.topology.sources.notification_transport import (
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from shardline.topology.sources.polling import PollingSource
 
 __all__ = [
+    "EMPTY_MAP_WARNING_AFTER",
     "BucketPayload",
     "BucketSnapshot",
     "DeliveryStats",

@@ -357,7 +357,7 @@ class NotificationSource(TopologySource):
                 reading = loop.time()
                 session = await self._connect()
                 if session is None:
-                    self._recorder.read_seconds += loop.time() - reading
+                    self._recorder.read(loop.time() - reading)
                     failed += 1
                     self._finish_waiters(attempt, False)
                     continue
@@ -365,7 +365,7 @@ class NotificationSource(TopologySource):
                 self._current = current
                 try:
                     snapshot = self._read_snapshot(session)
-                    self._recorder.read_seconds += loop.time() - reading
+                    self._recorder.read(loop.time() - reading)
                     if snapshot is None:
                         failed += 1
                         self._finish_waiters(attempt, False)

@@ -217,9 +217,7 @@ class PollingSource(TopologySource):
                     await self._disconnect()
                     changes, complete = [], False
                 finally:
-                    self._recorder.read_seconds += (
-                        asyncio.get_running_loop().time() - self._last_start
-                    )
+                    self._recorder.read(asyncio.get_running_loop().time() - self._last_start)
                 if self._closed:
                     return
                 for change in changes:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Self
 
 from shardline._core import Topology
+from shardline.checks import check_seconds
 from shardline.errors import InvalidEvent, UnknownTier
 from shardline.topology.sources.changes import TopologyChange, apply_change
+from shardline.topology.sources.empty_maps import EMPTY_MAP_WARNING_AFTER, EmptyMapWatch
 from shardline.topology.sources.state import FailureReason, SourceState, StateRecorder
 
 __all__ = ["TopologySource"]
@@ -141,18 +144,38 @@ class TopologySource(ABC):
                 waiting.append((target, future))
         self._waiters = waiting
 
-    async def run(self, topology: Topology) -> None:
+    async def run(
+        self, topology: Topology, *, warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER
+    ) -> None:
         """Applies every change this source hands out to ``topology``, until the source is
         closed (or the task running this is cancelled).
 
         A change the topology refuses (``InvalidEvent``, ``UnknownTier``), or any other
         exception raised while applying one, is counted as ``rejected`` and logged; the source
         then hands out a full snapshot at its next read, so the topology converges again. Only
-        closing the source or cancelling the task ends the loop.
+        closing the source or cancelling the task ends the loop. The time each change took to
+        apply is in ``state.apply_durations``.
+
+        While it runs, a tier's map left empty (after having held ranges) for
+        ``warn_empty_after`` seconds or more is logged as a WARNING on
+        ``shardline.topology.sources``, repeated at most once a minute while it stays empty,
+        and as INFO once it holds ranges again (see
+        :class:`~shardline.topology.sources.empty_maps.EmptyMapWatch`); ``None`` turns that
+        off. ``ValueError`` for a ``warn_empty_after`` that is not a positive, finite number.
         """
+        watch = (
+            None
+            if warn_empty_after is None
+            else EmptyMapWatch(
+                self._recorder.name, check_seconds("warn_empty_after", warn_empty_after)
+            )
+        )
         changes = self.__aiter__()
+        if watch is not None:
+            watch.start(topology)
         try:
             async for change in changes:
+                started = time.perf_counter()
                 try:
                     applied = apply_change(topology, change)
                 except Exception as error:
@@ -169,7 +192,11 @@ class TopologySource(ABC):
                     self.resync()
                 else:
                     self._recorder.events_applied += applied
+                finally:
+                    self._recorder.apply_durations.observe(time.perf_counter() - started)
         finally:
+            if watch is not None:
+                watch.stop()
             close = getattr(changes, "aclose", None)
             if close is not None:
                 await close()

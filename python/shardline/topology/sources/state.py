@@ -11,6 +11,8 @@ from enum import StrEnum
 from time import monotonic
 from types import MappingProxyType
 
+from shardline._histogram import DURATION_BUCKETS, Histogram, HistogramSnapshot
+
 __all__ = ["CountedFailure", "FailureReason", "SourceState", "StateRecorder"]
 
 logger = logging.getLogger("shardline.topology.sources")
@@ -70,7 +72,10 @@ class SourceState:
     connected to (``None`` when it is not), ``connects`` counts the connections made.
     ``read_seconds`` is the time the ``attempts`` took to read, summed (monotonic clock): a
     poll's connect and catalog queries, a notification session's connect and snapshot; not the
-    time the topology took to apply what they handed out.
+    time the topology took to apply what they handed out. ``read_durations`` counts the same
+    times by bucket (one per attempt, bounds :data:`~shardline._histogram.DURATION_BUCKETS`);
+    ``apply_durations`` the time :meth:`~shardline.topology.sources.TopologySource.run` took to
+    apply each change (a snapshot, an event, a bucket map), refused ones included.
     """
 
     connected: bool
@@ -85,6 +90,8 @@ class SourceState:
     events_applied: int
     connects: int
     read_seconds: float
+    read_durations: HistogramSnapshot
+    apply_durations: HistogramSnapshot
 
 
 REPEAT_WARNING_INTERVAL = 60.0
@@ -114,6 +121,8 @@ class StateRecorder:
         self.events_applied = 0
         self.connects = 0
         self.read_seconds = 0.0
+        self.read_durations = Histogram(DURATION_BUCKETS)
+        self.apply_durations = Histogram(DURATION_BUCKETS)
         # reason -> (monotonic time it started failing, failures since, last warning's time)
         self._failing: dict[str, tuple[float, int, float]] = {}
 
@@ -131,7 +140,14 @@ class StateRecorder:
             events_applied=self.events_applied,
             connects=self.connects,
             read_seconds=self.read_seconds,
+            read_durations=self.read_durations.snapshot(),
+            apply_durations=self.apply_durations.snapshot(),
         )
+
+    def read(self, seconds: float) -> None:
+        """An attempt took ``seconds`` to read."""
+        self.read_seconds += seconds
+        self.read_durations.observe(seconds)
 
     def connected(self, server: str) -> None:
         self.server = server
