@@ -220,9 +220,9 @@ def test_a_polling_source_is_scraped_with_its_state(catalog: Catalog) -> None:
         assert samples["shardline_source_events_applied_total", name] == state.events_applied
         assert samples["shardline_source_events_emitted_total", name] == state.events_emitted
         assert samples["shardline_source_connects_total", name] == 1
-        read = samples["shardline_source_read_duration_seconds_sum", name]
-        assert 0 < read == state.read_seconds <= loop.time() - began
-        assert samples["shardline_source_read_duration_seconds_count", name] == state.attempts
+        read = samples["shardline_source_read_seconds_sum", name]
+        assert 0 < read == state.read_durations.sum <= loop.time() - began
+        assert samples["shardline_source_read_seconds_count", name] == state.attempts
         assert samples["shardline_source_last_refresh_timestamp_seconds", name] == (
             state.last_refresh
         )

@@ -25,7 +25,6 @@ with requires_extra("metrics", __name__):
         GaugeMetricFamily,
         HistogramMetricFamily,
         Metric,
-        SummaryMetricFamily,
     )
     from prometheus_client.registry import REGISTRY, CollectorRegistry
 
@@ -211,12 +210,6 @@ def _source_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
     connects = CounterMetricFamily(
         "shardline_source_connects", "Connections the source made.", labels=labels
     )
-    reads = SummaryMetricFamily(
-        "shardline_source_read_duration_seconds",
-        "Time the refresh attempts took to read (connect and catalog queries, or connect and "
-        "snapshot), not to apply; _count is the attempts.",
-        labels=labels,
-    )
     last_refresh = GaugeMetricFamily(
         "shardline_source_last_refresh_timestamp_seconds",
         "Unix time of the last complete refresh (absent before the first).",
@@ -234,7 +227,6 @@ def _source_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
         emitted.add_metric([name], state.events_emitted)
         applied.add_metric([name], state.events_applied)
         connects.add_metric([name], state.connects)
-        reads.add_metric([name], count_value=state.attempts, sum_value=state.read_seconds)
         if state.last_refresh is not None:
             last_refresh.add_metric([name], state.last_refresh)
     yield from (
@@ -246,7 +238,6 @@ def _source_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
         emitted,
         applied,
         connects,
-        reads,
         last_refresh,
     )
 

@@ -70,10 +70,10 @@ class SourceState:
     :meth:`~shardline.topology.sources.TopologySource.run` made to its topology (a change that
     the topology already held is not counted). ``server`` names the server the source is
     connected to (``None`` when it is not), ``connects`` counts the connections made.
-    ``read_seconds`` is the time the ``attempts`` took to read, summed (monotonic clock): a
-    poll's connect and catalog queries, a notification session's connect and snapshot; not the
-    time the topology took to apply what they handed out. ``read_durations`` counts the same
-    times by bucket (one per attempt, bounds :data:`~shardline._histogram.DURATION_BUCKETS`);
+    ``read_durations`` is the time each of the ``attempts`` took to read (monotonic clock), by
+    bucket (bounds :data:`~shardline._histogram.DURATION_BUCKETS`) and summed: a poll's connect
+    and catalog queries, a notification session's connect and snapshot; not the time the
+    topology took to apply what they handed out.
     ``apply_durations`` the time :meth:`~shardline.topology.sources.TopologySource.run` took to
     apply each change (a snapshot, an event, a bucket map), refused ones included.
     """
@@ -89,7 +89,6 @@ class SourceState:
     events_emitted: int
     events_applied: int
     connects: int
-    read_seconds: float
     read_durations: HistogramSnapshot
     apply_durations: HistogramSnapshot
 
@@ -120,7 +119,6 @@ class StateRecorder:
         self.events_emitted = 0
         self.events_applied = 0
         self.connects = 0
-        self.read_seconds = 0.0
         self.read_durations = Histogram(DURATION_BUCKETS)
         self.apply_durations = Histogram(DURATION_BUCKETS)
         # reason -> (monotonic time it started failing, failures since, last warning's time)
@@ -139,14 +137,12 @@ class StateRecorder:
             events_emitted=self.events_emitted,
             events_applied=self.events_applied,
             connects=self.connects,
-            read_seconds=self.read_seconds,
             read_durations=self.read_durations.snapshot(),
             apply_durations=self.apply_durations.snapshot(),
         )
 
     def read(self, seconds: float) -> None:
         """An attempt took ``seconds`` to read."""
-        self.read_seconds += seconds
         self.read_durations.observe(seconds)
 
     def connected(self, server: str) -> None:
