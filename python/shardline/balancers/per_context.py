@@ -37,6 +37,11 @@ class PerContext(Generic[State]):
         self._last = (weakref.ref(context, self._forget), state)
         return state
 
+    def peek(self, context: Any) -> State | None:
+        """The state for ``context`` if it has one, without making one (for explanations,
+        which must change nothing)."""
+        return self._states.get(context)
+
     def _forget(self, dead: weakref.ref[Any]) -> None:
         """Drops the remembered state with its context."""
         last = self._last
