@@ -10,7 +10,11 @@ from collections.abc import AsyncIterable, Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
-from shardline.balancers.explanation import DispatchExplanation, explain_dispatch
+from shardline.balancers.explanation import (
+    DispatchExplanation,
+    DispatchProtocol,
+    explain_dispatch,
+)
 from shardline.balancers.protocol import (
     NOTHING_TRIED,
     LoadBalancerLike,
@@ -226,7 +230,7 @@ class WorkerProxy:
         for a task it cannot place at all (a keyed balancer: an unknown tier, an unhashable
         key).
         """
-        protocol = (
+        protocol: DispatchProtocol = (
             "pool-rotation" if self._pool_rotation else "select" if self._select else "delegate"
         )
         return explain_dispatch(

@@ -142,7 +142,7 @@ class BucketLoadBalancer(SelectLoadBalancer):
         master = route.routed
         if master is None:
             why = f"no route for bucket {route.bucket} of tier {tier!r}: {route.detail}"
-            notes = ()
+            notes: tuple[str, ...] = ()
             if self._on_miss is not None:
                 notes = (f"a dispatch would call on_miss ({self._on_miss!r}) to ask for a refresh",)
             return CandidateOrder((), why_none=why, notes=notes)
@@ -150,8 +150,8 @@ class BucketLoadBalancer(SelectLoadBalancer):
         candidates = [
             Candidate(
                 uid,
-                f"master ({route.master_state}) of the owner of bucket {route.bucket}: {route.detail}"
-                f" [tier epoch {route.epoch}]",
+                f"master ({route.master_state}) of the owner of bucket {route.bucket}:"
+                f" {route.detail} [tier epoch {route.epoch}]",
                 pooled_record(context, uid),
             )
         ]

@@ -21,6 +21,7 @@ drive the balancer itself.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import uuid
@@ -35,12 +36,13 @@ __all__ = [
     "Candidate",
     "CandidateOrder",
     "DispatchExplanation",
+    "DispatchProtocol",
     "Excluded",
     "explain_dispatch",
     "ordinal",
 ]
 
-Protocol = Literal["pool-rotation", "select", "delegate"]
+DispatchProtocol = Literal["pool-rotation", "select", "delegate"]
 Method = Literal["balancer", "copy", "unexplained"]
 
 _PROTOCOLS: Final[dict[str, str]] = {
@@ -141,7 +143,7 @@ class DispatchExplanation:
 
     balancer: str
     balancer_class: str
-    protocol: Protocol
+    protocol: DispatchProtocol
     method: Method
     pooled: int
     candidates: tuple[Candidate, ...]
@@ -202,7 +204,7 @@ def explain_dispatch(
     task: Any,
     context: Any,
     *,
-    protocol: Protocol,
+    protocol: DispatchProtocol,
     select: Callable[..., uuid.UUID | None] | None,
 ) -> DispatchExplanation:
     """The :class:`DispatchExplanation` of ``task`` for ``balancer`` on ``context`` (the pool),
@@ -242,7 +244,7 @@ class ReadOnlyPool:
         Weak-referenceable, because balancers keep their per-pool state weakly.
     """
 
-    __slots__ = ("_pool", "__weakref__")
+    __slots__ = ("__weakref__", "_pool")
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool
@@ -360,10 +362,8 @@ def _explain_on_copy(
             except StopAsyncIteration:
                 pass
             finally:
-                try:
+                with contextlib.suppress(_Suspended, StopAsyncIteration):
                     _step(generator.aclose())
-                except (_Suspended, StopAsyncIteration):
-                    pass
     except _Suspended:
         notes.append("its delegate awaited something: candidates shown up to there")
     except NoWorkersAvailable as error:

@@ -63,7 +63,6 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
         a, b = self._rng.sample(range(len(left)), 2)
         return left[a] if load(left[a]) <= load(left[b]) else left[b]
 
-
     def explain_candidates(self, task: Any, *, context: LoadBalancerContextView) -> CandidateOrder:
         """The draws a call would make now, each pair and the load that decided it (see
         :mod:`shardline.balancers.explanation`).
@@ -101,8 +100,13 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
                 uid, why = left[0], f"{rank}: the only one left ({shown(left[0])})"
             else:
                 a, b = rng.sample(range(len(left)), 2)
-                uid, rival = (left[a], left[b]) if loads[left[a]] <= loads[left[b]] else (left[b], left[a])
-                why = f"{rank}: drawn with {rival}, less or as loaded: {shown(uid)} against {shown(rival)}"
+                if loads[left[a]] > loads[left[b]]:
+                    a, b = b, a
+                uid, rival = left[a], left[b]
+                why = (
+                    f"{rank}: drawn with {rival}, less or as loaded:"
+                    f" {shown(uid)} against {shown(rival)}"
+                )
             candidates.append(Candidate(uid, why, pooled_record(context, uid)))
             left.remove(uid)
         return CandidateOrder(tuple(candidates))

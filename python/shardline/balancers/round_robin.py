@@ -118,8 +118,9 @@ class RoundRobinLoadBalancer(SelectLoadBalancer):
             if mine is not None:
                 copied = replay._rotations.of(context)
                 copied.order, copied.cursor = mine.order, mine.cursor
-            order, offered = [], {}
-            while (uid := replay.select(task, context=context, tried=offered or NOTHING_TRIED)):
+            order = []
+            offered: dict[uuid.UUID, Exception | None] = {}
+            while uid := replay.select(task, context=context, tried=offered or NOTHING_TRIED):
                 order.append(uid)
                 offered[uid] = None
             where = "this balancer's rotation"
