@@ -231,14 +231,16 @@ def members(fields: dict[str, Any], key: str) -> Any:
 owners = st.lists(st.sampled_from([None, "a", "b", "c"]), min_size=BUCKETS, max_size=BUCKETS)
 
 
-def ranges_of(per_bucket: list[str | None]) -> list[tuple[int, int, str]]:
-    """The maximal runs of the same owner, 1-based, unmapped buckets left out."""
+def ranges_of(per_bucket: list[str | None], cuts: set[int]) -> list[tuple[int, int, str]]:
+    """The runs of the same owner, 1-based, unmapped buckets left out; a run is also cut
+    before each bucket in ``cuts`` (a catalog may hold neighbouring ranges of one owner)."""
     ranges: list[tuple[int, int, str]] = []
     for bucket, owner in enumerate(per_bucket, 1):
         if owner is None:
             continue
-        if ranges and ranges[-1][1] == bucket - 1 and ranges[-1][2] == owner:
-            ranges[-1] = (ranges[-1][0], bucket, owner)
+        last = ranges[-1] if ranges else None
+        if last is not None and last[1] == bucket - 1 and last[2] == owner and bucket not in cuts:
+            ranges[-1] = (last[0], bucket, owner)
         else:
             ranges.append((bucket, bucket, owner))
     return ranges
@@ -247,6 +249,7 @@ def ranges_of(per_bucket: list[str | None]) -> list[tuple[int, int, str]]:
 @st.composite
 def snapshots(draw: st.DrawFn) -> dict[str, Any]:
     maps = draw(st.dictionaries(st.sampled_from(["t1", "t2"]), owners, max_size=2))
+    cuts = draw(st.sets(st.integers(2, BUCKETS)))
     small = st.sampled_from([None, "x", "y"])
     return {
         "tiers": draw(members({"bucket_count": st.sampled_from([10, 20])}, "name")),
@@ -267,7 +270,7 @@ def snapshots(draw: st.DrawFn) -> dict[str, Any]:
         "bucket_ranges": [
             {"tier": tier, "start": s, "end": e, "replicaset_uuid": o}
             for tier, per_bucket in sorted(maps.items())
-            for s, e, o in ranges_of(per_bucket)
+            for s, e, o in ranges_of(per_bucket, cuts)
         ],
         "per_bucket": maps,
     }
