@@ -10,6 +10,7 @@ import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -408,3 +409,17 @@ def test_the_text_reads_for_an_operator() -> None:
         " (the only one left)",
         f"  excluded {uid(2)} (10.0.0.2:5000): weight 0 is not a positive number",
     ]
+
+
+def test_the_operations_page_example_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    # each print is followed by comment lines saying, line for line, what it prints
+    doc = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+    section = doc.read_text(encoding="utf-8").split("## Where would this task go?\n", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    expected = [
+        line.strip()[2:]
+        for line in code.splitlines()
+        if line.strip().startswith("# ") and "discovery goes on" not in line
+    ]
+    exec(compile(code, str(doc), "exec"), {"__name__": "operations"})
+    assert capsys.readouterr().out.splitlines() == expected
