@@ -6,6 +6,7 @@ order, the workers the next dispatch tries."""
 from __future__ import annotations
 
 import asyncio
+import doctest
 import random
 import threading
 import uuid
@@ -34,6 +35,8 @@ from shardline import (
     WorkerMetadata,
     WorkerProxy,
 )
+from shardline.balancers.explanation import explain_dispatch
+from shardline.balancers.per_context import PerContext
 from shardline.balancers.protocol import Tried
 
 
@@ -423,3 +426,41 @@ def test_the_operations_page_example_runs_as_written(capsys: pytest.CaptureFixtu
     ]
     exec(compile(code, str(doc), "exec"), {"__name__": "operations"})
     assert capsys.readouterr().out.splitlines() == expected
+
+
+def test_the_module_examples_run() -> None:
+    from shardline.balancers import explanation
+
+    assert doctest.testmod(explanation).failed == 0
+    assert doctest.testmod(explanation).attempted >= 4
+
+
+class CountingPlugin(SelectLoadBalancer):
+    """A plugin keeping a count per pool (a PerContext): each call starts at the worker whose
+    index is the number of calls so far."""
+
+    needs_load = False
+
+    def __init__(self) -> None:
+        self.counts = PerContext(lambda: [0])
+
+    def select(self, task: Any, *, context: Any, tried: Tried) -> uuid.UUID | None:
+        count = self.counts.of(context)
+        uids = list(context.workers)
+        if not tried:
+            count[0] += 1
+        left = [u for u in uids[(count[0] - 1) % len(uids) :] + uids if u not in tried]
+        return left[0] if left else None
+
+
+def test_a_plugins_per_pool_state_is_copied_onto_the_view() -> None:
+    pool = LoadBalancerContext()
+    for n in (1, 2, 3):
+        pool.add_worker(record(n), None)
+    plugin = CountingPlugin()
+    for _ in range(2):
+        plugin.select(None, context=pool, tried={})  # its count for the pool is now 2
+    explanation = explain_dispatch(plugin, None, pool, protocol="select", select=plugin.select)
+    assert [c.uid for c in explanation.candidates] == [uid(3), uid(1), uid(2)]
+    assert plugin.counts.of(pool) == [2]  # the copy counted, not the plugin
+    assert plugin.select(None, context=pool, tried={}) == explanation.first
