@@ -1,7 +1,8 @@
 """``WorkerProxy.explain(task)`` (issue 15, part 2): the candidates the balancer would offer
-now and why, without dispatching and without moving any balancer state. The central check, for
-every built-in balancer and through both protocols: the candidates an explanation lists are, in
-order, the workers the next dispatch tries."""
+now and why, without dispatching and without moving any balancer state: each built-in's
+reasons, plugins driven on a copy, the pool's ``rotation_order``. The check that an explanation
+lists, in order, the workers the next dispatch tries, for every built-in through both
+protocols, is in test_proxy_explain_model.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardline import (
     AffinityLoadBalancer,
@@ -464,3 +467,27 @@ def test_a_plugins_per_pool_state_is_copied_onto_the_view() -> None:
     assert [c.uid for c in explanation.candidates] == [uid(3), uid(1), uid(2)]
     assert plugin.counts.of(pool) == [2]  # the copy counted, not the plugin
     assert plugin.select(None, context=pool, tried={}) == explanation.first
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["add", "remove", "next"]), st.integers(1, 12)), max_size=60
+    )
+)
+def test_rotation_order_is_what_the_rotation_hands_out_next(steps: list[tuple[str, int]]) -> None:
+    pool = LoadBalancerContext()
+    for op, n in steps:
+        if op == "add":
+            pool.add_worker(record(n), None)
+        elif op == "remove":
+            pool.remove_worker(record(n))  # enough removals compact the pool's slots
+        else:
+            pool.next_in_rotation()
+        order = pool.rotation_order()
+        assert pool.rotation_order() == order  # reading it moved nothing
+        assert sorted(order) == sorted(pool.workers)
+        handed: dict[uuid.UUID, None] = {}
+        while (picked := pool.next_in_rotation(handed)) is not None:
+            handed[picked] = None
+        assert list(handed) == order
