@@ -51,7 +51,9 @@ class _Scores:
         self, candidates: Iterable[tuple[uuid.UUID, Any]], tried: Container[uuid.UUID]
     ) -> uuid.UUID | None:
         """One smooth-WRR step over the untried candidates with a usable weight."""
-        weighted: list[tuple[uuid.UUID, float]] = []
+        best: uuid.UUID | None = None
+        best_score = 0.0
+        total = 0.0
         present: set[uuid.UUID] = set()
         for uid, metadata in candidates:
             present.add(uid)
@@ -61,12 +63,20 @@ class _Scores:
                 self.current.pop(uid, None)
                 continue
             self.warned.pop(uid, None)
-            weighted.append((uid, weight))
+            if tried and uid in tried:
+                continue
+            score = self.current.get(uid, 0) + weight
+            self.current[uid] = score
+            total += weight
+            if best is None or score > best_score:  # a tie goes to the earlier-admitted worker
+                best, best_score = uid, score
         for gone in [uid for uid in self.current if uid not in present]:
             del self.current[gone]  # a worker that rejoins starts again at 0
         for gone in [uid for uid in self.warned if uid not in present]:
             del self.warned[gone]
-        return _step(self.current, weighted, tried)[0]
+        if best is not None:
+            self.current[best] -= total
+        return best
 
     def _warn(self, uid: uuid.UUID, metadata: Any) -> None:
         extra = getattr(metadata, "extra", None)
@@ -87,7 +97,13 @@ def _step(
 ) -> tuple[uuid.UUID | None, float, int]:
     """One smooth-WRR step over the untried ``(uid, weight)``: adds each one's weight to its
     score in ``current``, takes the sum from the winner's; returns the winner, its score
-    before the subtraction and how many took part."""
+    before the subtraction and how many took part.
+
+    Implementation notes:
+        The step of :meth:`_Scores.pick`, which does it inline while it reads the pool, so that
+        ``select`` pays for no extra call or list; explanations replay it on a copy of the
+        scores. A test checks that the two agree (test_proxy_explain_model.py).
+    """
     best: uuid.UUID | None = None
     best_score = 0.0
     total = 0.0
