@@ -258,6 +258,17 @@ impl Entries {
         }
     }
 
+    /// The pooled entries in the order `next_in_rotation` would pick them, one after another
+    /// with nothing skipped, from where the rotation stands; the rotation does not move.
+    fn rotation_order(&self) -> impl Iterator<Item = &Entry> {
+        let slots = self.slots.len();
+        let cursor = self.rotation.load(Ordering::Relaxed);
+        let start = if cursor < slots { cursor } else { 0 };
+        (start..slots)
+            .chain(0..start)
+            .filter_map(|slot| self.slots[slot].as_ref())
+    }
+
     /// Admits a new entry at the end, or replaces an existing one in its place; returns the
     /// entry it displaced, for the caller to drop once the lock is released.
     fn put(&mut self, entry: Entry) -> Option<Entry> {
@@ -567,6 +578,19 @@ impl WorkerPool {
             .next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
             .map(|entry| entry.uid.clone_ref(py));
         Ok(uid)
+    }
+
+    /// The pooled uids in the order `next_in_rotation` would hand them out from where the
+    /// rotation stands now, without moving it (a snapshot: a concurrent caller may move it).
+    fn rotation_order<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let uids: Vec<Py<PyAny>> = {
+            let entries = self.entries.read();
+            entries
+                .rotation_order()
+                .map(|entry| entry.uid.clone_ref(py))
+                .collect()
+        };
+        PyList::new(py, uids)
     }
 
     /// `(uid, metadata, connection, started)` of the next pooled worker of the rotation not in

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from shardline.balancers import (
         AffinityLoadBalancer,
         BucketLoadBalancer,
+        DispatchExplanation,
         LeastLoadedLoadBalancer,
         LoadBalancerLike,
         RoundRobinLoadBalancer,
@@ -65,6 +66,7 @@ __all__ = [
     "BucketLoadBalancer",
     "BucketRange",
     "DiscoveryEvent",
+    "DispatchExplanation",
     "Instance",
     "InstanceEvent",
     "InstanceUnavailable",
@@ -109,6 +111,7 @@ __getattr__ = lazy_exports(
         "shardline.balancers": [
             "AffinityLoadBalancer",
             "BucketLoadBalancer",
+            "DispatchExplanation",
             "LeastLoadedLoadBalancer",
             "LoadBalancerLike",
             "RoundRobinLoadBalancer",

@@ -10,6 +10,11 @@ from collections.abc import AsyncIterable, Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
+from shardline.balancers.explanation import (
+    DispatchExplanation,
+    DispatchProtocol,
+    explain_dispatch,
+)
 from shardline.balancers.protocol import (
     NOTHING_TRIED,
     LoadBalancerLike,
@@ -206,6 +211,31 @@ class WorkerProxy:
     def _evict_broken(self, metadata: WorkerMetadata, error: RpcError) -> None:
         if self._evict(metadata):
             logger.info("worker %s at %s evicted: %s", metadata.uid, metadata.address, error)
+
+    def explain(self, task: Any) -> DispatchExplanation:
+        """The candidates the balancer would offer ``task`` now, in order, and why, without
+        dispatching and without changing the balancer's state or the pool's (a round-robin
+        rotation stays where it stands).
+
+        The answer (:class:`~shardline.balancers.explanation.DispatchExplanation`) names the
+        balancer and how the proxy drives it (the pool's rotation, ``select`` or
+        ``delegate``), each candidate with its record and the reason the balancer offers it,
+        the pooled workers it would never offer and why, and, when there is no candidate,
+        why not (no worker pooled, no route for the key…). Its ``first`` is the worker the
+        next dispatch would try first, unless another call or a discovery event comes in
+        between. Each built-in balancer explains itself exactly; a plugin without an
+        ``explain_candidates`` method is driven on a copy of itself over a read-only view of
+        the pool, and a plugin that cannot be copied is reported as not explainable, never
+        driven. See :mod:`shardline.balancers.explanation`. Raises what the balancer raises
+        for a task it cannot place at all (a keyed balancer: an unknown tier, an unhashable
+        key).
+        """
+        protocol: DispatchProtocol = (
+            "pool-rotation" if self._pool_rotation else "select" if self._select else "delegate"
+        )
+        return explain_dispatch(
+            self._balancer, task, self._context, protocol=protocol, select=self._select
+        )
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
         """Runs ``task`` on a worker the balancer names; see the class docstring.

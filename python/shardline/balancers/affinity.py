@@ -7,6 +7,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from shardline.balancers.explanation import (
+    NO_WORKERS,
+    Candidate,
+    CandidateOrder,
+    ordinal,
+    pooled_record,
+)
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
@@ -84,3 +91,20 @@ class AffinityLoadBalancer(SelectLoadBalancer):
             if score > best_score or (best is not None and score == best_score and uid > best):
                 best, best_score = uid, score
         return best
+
+    def explain_candidates(self, task: Any, *, context: LoadBalancerContextView) -> CandidateOrder:
+        """The pooled workers by descending score for the task's key, with each score (see
+        :mod:`shardline.balancers.explanation`)."""
+        key = self._key(task)
+        prefix = hashlib.blake2b(_key_bytes(key), digest_size=8)
+        order = self.order(task, list(context.workers))
+        candidates = []
+        for n, uid in enumerate(order, 1):
+            score = f"score {_score(prefix, uid):#018x} for key {key!r}"
+            why = (
+                f"affinity: the highest {score} (the key stays here while it is pooled)"
+                if n == 1
+                else f"affinity: {ordinal(n)} highest {score}"
+            )
+            candidates.append(Candidate(uid, why, pooled_record(context, uid)))
+        return CandidateOrder(tuple(candidates), why_none=None if candidates else NO_WORKERS)

@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Any, Final, NoReturn
 
 from shardline._core import Instance, Topology
+from shardline.balancers.explanation import Candidate, CandidateOrder, ordinal, pooled_record
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.errors import NoWorkersAvailable
 from shardline.pool.context import LoadBalancerContextView
@@ -129,6 +130,48 @@ class BucketLoadBalancer(SelectLoadBalancer):
                 if replica not in tried:
                     return replica
         self._exhausted(key, master, tried)
+
+    def explain_candidates(self, task: Any, *, context: LoadBalancerContextView) -> CandidateOrder:
+        """The key's route as :meth:`shardline.Topology.explain` gives it: the master of the
+        replicaset owning the key's bucket, then, for a read-only task, the replicaset's other
+        instances; for a key without a route, why, and ``on_miss`` is not called (see
+        :mod:`shardline.balancers.explanation`). Raises what :meth:`select` raises for a tier
+        the topology does not know or a key it cannot hash."""
+        tier = self._tier
+        route = self._topology.explain(tier, self._key(task))
+        master = route.routed
+        if master is None:
+            why = f"no route for bucket {route.bucket} of tier {tier!r}: {route.detail}"
+            notes: tuple[str, ...] = ()
+            if self._on_miss is not None:
+                notes = (f"a dispatch would call on_miss ({self._on_miss!r}) to ask for a refresh",)
+            return CandidateOrder((), why_none=why, notes=notes)
+        uid = uuid.UUID(master.uuid)
+        candidates = [
+            Candidate(
+                uid,
+                f"master ({route.master_state}) of the owner of bucket {route.bucket}:"
+                f" {route.detail} [tier epoch {route.epoch}]",
+                pooled_record(context, uid),
+            )
+        ]
+        if not self._read_only(task):
+            return CandidateOrder(tuple(candidates), notes=("a write: offered the master only",))
+        replicaset = route.replicaset_uuid or master.replicaset_uuid
+        offered = {uid}
+        for replica in self._replicas(replicaset) if replicaset is not None else ():
+            if replica in offered:
+                continue
+            offered.add(replica)
+            candidates.append(
+                Candidate(
+                    replica,
+                    f"{ordinal(len(candidates))} replica of replicaset {replicaset}:"
+                    " a read-only task, offered after its master",
+                    pooled_record(context, replica),
+                )
+            )
+        return CandidateOrder(tuple(candidates))
 
     def _replicaset_of(self, key: Any, master: Instance) -> str | None:
         """The replicaset owning the key's bucket now (the master's, if the map was cleared)."""

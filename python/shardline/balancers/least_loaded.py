@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import random
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from shardline.balancers.explanation import (
+    NO_WORKERS,
+    Candidate,
+    CandidateOrder,
+    ordinal,
+    pooled_record,
+)
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
@@ -54,6 +62,54 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
             return left[0] if left else None
         a, b = self._rng.sample(range(len(left)), 2)
         return left[a] if load(left[a]) <= load(left[b]) else left[b]
+
+    def explain_candidates(self, task: Any, *, context: LoadBalancerContextView) -> CandidateOrder:
+        """The draws a call would make now, each pair and the load that decided it (see
+        :mod:`shardline.balancers.explanation`).
+
+        The draws come from a copy of the random generator, so the first candidate is the one
+        the next call picks unless another call draws first; the generator itself does not
+        move. A generator that cannot be copied (``random.SystemRandom``) makes the draws
+        unpredictable: the workers are then listed by load, and a note says so.
+        """
+        load: Callable[[uuid.UUID], tuple[int, float]] = getattr(context, "load", _idle)
+        left = list(context.workers)
+        if not left:
+            return CandidateOrder((), why_none=NO_WORKERS)
+        loads = {uid: load(uid) for uid in left}
+
+        def shown(uid: uuid.UUID) -> str:
+            in_flight, latency = loads[uid]
+            return f"{in_flight} in flight, {latency * 1000:.3g} ms average"
+
+        try:
+            rng = copy.deepcopy(self._rng)
+        except (NotImplementedError, TypeError) as error:
+            ranked = sorted(left, key=lambda uid: loads[uid])
+            return CandidateOrder(
+                tuple(
+                    Candidate(uid, f"by load: {shown(uid)}", pooled_record(context, uid))
+                    for uid in ranked
+                ),
+                notes=(f"the draws cannot be predicted ({error!r}): listed by load",),
+            )
+        candidates: list[Candidate] = []
+        while left:
+            rank = "next" if not candidates else ordinal(len(candidates) + 1)
+            if len(left) == 1:
+                uid, why = left[0], f"{rank}: the only one left ({shown(left[0])})"
+            else:
+                a, b = rng.sample(range(len(left)), 2)
+                if loads[left[a]] > loads[left[b]]:
+                    a, b = b, a
+                uid, rival = left[a], left[b]
+                why = (
+                    f"{rank}: drawn with {rival}, less or as loaded:"
+                    f" {shown(uid)} against {shown(rival)}"
+                )
+            candidates.append(Candidate(uid, why, pooled_record(context, uid)))
+            left.remove(uid)
+        return CandidateOrder(tuple(candidates))
 
 
 def _idle(uid: uuid.UUID) -> tuple[int, float]:

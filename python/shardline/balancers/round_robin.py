@@ -7,8 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardline.balancers.explanation import (
+    NO_WORKERS,
+    Candidate,
+    CandidateOrder,
+    ordinal,
+    pooled_record,
+)
 from shardline.balancers.per_context import PerContext
-from shardline.balancers.protocol import SelectLoadBalancer, Tried
+from shardline.balancers.protocol import NOTHING_TRIED, SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["RoundRobinLoadBalancer"]
@@ -92,3 +99,37 @@ class RoundRobinLoadBalancer(SelectLoadBalancer):
                 continue  # concurrent calls took workers this call has not offered yet
             if uid in pooled:
                 return uid
+
+    def explain_candidates(self, task: Any, *, context: LoadBalancerContextView) -> CandidateOrder:
+        """The pooled workers in the order the rotation would offer them now, the rotation left
+        where it stands (see :mod:`shardline.balancers.explanation`).
+
+        Implementation notes:
+            On the pool, its ``rotation_order()``; on another context, this balancer's own
+            rotation is replayed by a fresh balancer holding a copy of it.
+        """
+        rotation_order = getattr(context, "rotation_order", None)
+        if rotation_order is not None:
+            order: list[uuid.UUID] = rotation_order()
+            where = "the pool's rotation"
+        else:
+            replay = RoundRobinLoadBalancer()
+            mine = self._rotations.peek(context)
+            if mine is not None:
+                copied = replay._rotations.of(context)
+                copied.order, copied.cursor = mine.order, mine.cursor
+            order = []
+            offered: dict[uuid.UUID, Exception | None] = {}
+            while uid := replay.select(task, context=context, tried=offered or NOTHING_TRIED):
+                order.append(uid)
+                offered[uid] = None
+            where = "this balancer's rotation"
+        candidates = tuple(
+            Candidate(
+                uid,
+                f"next in {where}" if n == 1 else f"{ordinal(n)} in {where}",
+                pooled_record(context, uid),
+            )
+            for n, uid in enumerate(order, 1)
+        )
+        return CandidateOrder(candidates, why_none=None if candidates else NO_WORKERS)

@@ -10,6 +10,13 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardline.balancers.explanation import (
+    NO_WORKERS,
+    Candidate,
+    CandidateOrder,
+    Excluded,
+    ordinal,
+)
 from shardline.balancers.per_context import PerContext
 from shardline.balancers.protocol import SelectLoadBalancer, Tried
 from shardline.pool.context import LoadBalancerContextView
@@ -83,6 +90,38 @@ class _Scores:
             )
 
 
+def _step(
+    current: dict[uuid.UUID, float],
+    weighted: Iterable[tuple[uuid.UUID, float]],
+    tried: Container[uuid.UUID],
+) -> tuple[uuid.UUID | None, float, int]:
+    """One smooth-WRR step over the untried ``(uid, weight)``: adds each one's weight to its
+    score in ``current``, takes the sum from the winner's; returns the winner, its score
+    before the subtraction and how many took part.
+
+    Implementation notes:
+        The step of :meth:`_Scores.pick`, which does it inline while it reads the pool, so that
+        ``select`` pays for no extra call or list; explanations replay it on a copy of the
+        scores. A test checks that the two agree (test_proxy_explain_model.py).
+    """
+    best: uuid.UUID | None = None
+    best_score = 0.0
+    total = 0.0
+    entrants = 0
+    for uid, weight in weighted:
+        if tried and uid in tried:
+            continue
+        score = current.get(uid, 0) + weight
+        current[uid] = score
+        total += weight
+        entrants += 1
+        if best is None or score > best_score:  # a tie goes to the earlier-admitted worker
+            best, best_score = uid, score
+    if best is not None:
+        current[best] -= total
+    return best, best_score, entrants
+
+
 class WeightedRoundRobinLoadBalancer(SelectLoadBalancer):
     """Offers the context's workers in smooth weighted round-robin order, across calls.
 
@@ -119,6 +158,47 @@ class WeightedRoundRobinLoadBalancer(SelectLoadBalancer):
     ) -> uuid.UUID | None:
         """The next smooth-WRR pick among the untried; see :mod:`shardline.balancers.protocol`."""
         return self._scores.of(context).pick(_candidates(context), tried)
+
+    def explain_candidates(self, task: Any, *, context: LoadBalancerContextView) -> CandidateOrder:
+        """The smooth-WRR order from the scores as they stand, each worker's weight and score,
+        and the workers whose weight excludes them; the scores are not changed (see
+        :mod:`shardline.balancers.explanation`)."""
+        scores = self._scores.peek(context)
+        current = dict(scores.current) if scores is not None else {}
+        records: dict[uuid.UUID, Any] = {}
+        weighted: list[tuple[uuid.UUID, float]] = []
+        excluded: list[Excluded] = []
+        for uid, metadata in _candidates(context):
+            weight = _weight(metadata)
+            if weight is None:
+                raw = metadata.extra.get("weight")  # only a weight given can be unusable
+                excluded.append(Excluded(uid, f"weight {raw!r} is not a positive number", metadata))
+                continue
+            records[uid] = metadata
+            weighted.append((uid, weight))
+        weights = dict(weighted)
+        candidates: list[Candidate] = []
+        offered: set[uuid.UUID] = set()
+        while True:
+            best, score, entrants = _step(current, weighted, offered)
+            if best is None:
+                break
+            offered.add(best)
+            n = len(candidates) + 1
+            rank = "next" if n == 1 else ordinal(n)
+            among = f"highest of {entrants} untried" if entrants > 1 else "the only one left"
+            candidates.append(
+                Candidate(
+                    best,
+                    f"{rank} in smooth weighted round robin: weight {weights[best]:g},"
+                    f" score {score:g} ({among})",
+                    records[best],
+                )
+            )
+        why_none = None
+        if not candidates:
+            why_none = "no pooled worker has a usable weight" if excluded else NO_WORKERS
+        return CandidateOrder(tuple(candidates), tuple(excluded), why_none)
 
 
 def _candidates(context: Any) -> Iterable[tuple[uuid.UUID, Any]]:

@@ -13,11 +13,16 @@ from typing import Any
 from shardline._extras import require_extra
 from shardline.cli.arguments import (
     CommandParser,
+    seconds_argument,
+    usage_error,
 )
 from shardline.cli.terminal import rich_console
 from shardline.demo.tables import plain_table
 
 __all__ = ["add_inspect_command"]
+
+WATCH_INTERVAL = 2.0
+"""Seconds between the polls of ``inspect --watch`` unless ``--interval`` says otherwise."""
 
 
 def add_inspect_command(commands: argparse._SubParsersAction[CommandParser]) -> None:
@@ -48,6 +53,25 @@ def add_inspect_command(commands: argparse._SubParsersAction[CommandParser]) -> 
         metavar="SECONDS",
         help="how long the poll may take, connecting included (default: 10)",
     )
+    inspect.add_argument(
+        "--watch",
+        action="store_true",
+        help=(
+            "poll again every --interval seconds until Ctrl-C (then exit 0), showing what"
+            " changed since the previous poll: members added, removed or changed, each tier's"
+            " epoch, bucket ranges that moved. On a terminal a live view highlights the"
+            " changes; with --plain each poll is printed in turn; with --json each poll is one"
+            " JSON document on a line of its own (JSON Lines) with poll, at, epochs and"
+            " changes (null on the first poll)"
+        ),
+    )
+    inspect.add_argument(
+        "--interval",
+        type=seconds_argument(zero=False),
+        default=None,
+        metavar="SECONDS",
+        help=f"with --watch: seconds between polls (default: {WATCH_INTERVAL:g})",
+    )
     output = inspect.add_mutually_exclusive_group()
     output.add_argument(
         "--plain",
@@ -66,9 +90,17 @@ def add_inspect_command(commands: argparse._SubParsersAction[CommandParser]) -> 
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.interval is not None and not args.watch:
+        return usage_error("inspect", "--interval needs --watch")
     require_extra("pg", "this command")
     if not (args.plain or args.json) and sys.stdout.isatty():
         require_extra("cli", "table output on a terminal (--plain and --json do without)")
+    if args.watch:
+        from shardline.cli.inspect_watch import watch
+
+        if args.interval is None:
+            args.interval = WATCH_INTERVAL
+        return watch(args, _inspect_document, _inspect_tables)
     from shardline.topology import Topology
     from shardline.topology.sources import SourceState
     from shardline.topology.sources.polling import PollingSource
