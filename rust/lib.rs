@@ -18,6 +18,7 @@ mod murmur3;
 mod out_array;
 mod pool;
 mod replicaset;
+mod round_robin;
 mod route_explanation;
 mod sharding;
 mod topology;
@@ -42,6 +43,8 @@ mod _core {
     use crate::pool::WorkerPool;
     #[pymodule_export]
     use crate::replicaset::Replicaset;
+    #[pymodule_export]
+    use crate::round_robin::PoolRotationSelect;
     #[pymodule_export]
     use crate::route_explanation::RouteExplanation;
     #[pymodule_export]

@@ -556,7 +556,7 @@ impl WorkerPool {
     /// successive calls go round the pool, a worker admitted later takes its turn when the
     /// cursor reaches it, and an evicted one is skipped.
     #[pyo3(signature = (tried = None))]
-    fn next_in_rotation<'py>(
+    pub(crate) fn next_in_rotation<'py>(
         &self,
         py: Python<'py>,
         tried: Option<&Bound<'py, PyAny>>,
