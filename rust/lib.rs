@@ -7,6 +7,7 @@ mod bucket_range;
 mod crc32c;
 mod errors;
 mod events;
+mod gil_lock;
 mod instance;
 mod int_arrays;
 mod int_key_lanes;

@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use parking_lot::RwLock;
 use pyo3::exceptions::PyKeyError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -13,6 +12,7 @@ use pyo3::{PyTraverseError, PyVisit};
 use rustc_hash::FxHashMap;
 use rustc_hash::FxHashSet;
 
+use crate::gil_lock::GilLock;
 use crate::workers_view::WorkersView;
 
 struct Entry {
@@ -357,7 +357,7 @@ impl Entries {
 ///     after. Weak-referenceable, because balancers keep their per-pool state weakly.
 #[pyclass(frozen, subclass, weakref, module = "shardline", name = "WorkerPool")]
 pub struct WorkerPool {
-    entries: RwLock<Entries>,
+    entries: GilLock<Entries>,
     addresses: AddressFilter,
 }
 
@@ -374,15 +374,16 @@ impl WorkerPool {
         uid: &Bound<'_, PyAny>,
         f: impl Fn(&Entry) -> R,
     ) -> PyResult<Option<R>> {
+        let py = uid.py();
         let address = uid.as_ptr() as usize;
         if self.addresses.may_contain(address) {
-            let found = self.entries.read().find(Who::Address(address)).map(&f);
+            let found = self.entries.read(py).find(Who::Address(address)).map(&f);
             if found.is_some() {
                 return Ok(found);
             }
         }
         let who = Who::Key(key_of(uid)?);
-        Ok(self.entries.read().find(who).map(f))
+        Ok(self.entries.read(py).find(who).map(f))
     }
 
     /// The keys of the uids in `tried`, read before the lock that picks is taken: a pooled
@@ -401,7 +402,7 @@ impl WorkerPool {
             let address = uid.as_ptr() as usize;
             let pooled = if self.addresses.may_contain(address) {
                 self.entries
-                    .read()
+                    .read(tried.py())
                     .get_by_address(address)
                     .map(|entry| entry.key)
             } else {
@@ -432,7 +433,7 @@ impl WorkerPool {
     #[new]
     fn new() -> Self {
         Self {
-            entries: RwLock::new(Entries::default()),
+            entries: GilLock::new(Entries::default()),
             addresses: AddressFilter::new(),
         }
     }
@@ -445,7 +446,7 @@ impl WorkerPool {
     ) -> PyResult<()> {
         let entry = entry_of(metadata, connection)?;
         let address = entry.uid_address();
-        let mut entries = self.entries.write();
+        let mut entries = self.entries.write(metadata.py());
         let displaced = entries.put(entry);
         self.addresses.note(&mut entries, address);
         drop(entries);
@@ -463,7 +464,7 @@ impl WorkerPool {
     ) -> PyResult<bool> {
         let entry = entry_of(metadata, connection)?;
         let address = entry.uid_address();
-        let mut entries = self.entries.write();
+        let mut entries = self.entries.write(metadata.py());
         let refreshed = entries.refresh(entry);
         if refreshed.is_ok() {
             self.addresses.note(&mut entries, address);
@@ -477,10 +478,11 @@ impl WorkerPool {
 
     /// Evicts the worker `metadata.uid`; a no-op when it is not pooled.
     fn remove_worker(&self, metadata: &Bound<'_, PyAny>) -> PyResult<()> {
-        let uid = metadata.getattr(intern!(metadata.py(), "uid"))?;
+        let py = metadata.py();
+        let uid = metadata.getattr(intern!(py, "uid"))?;
         let address = uid.as_ptr() as usize;
         let removed = if self.addresses.may_contain(address) {
-            self.entries.write().remove(Who::Address(address))
+            self.entries.write(py).remove(Who::Address(address))
         } else {
             None
         };
@@ -488,7 +490,7 @@ impl WorkerPool {
             Some(entry) => Some(entry),
             None => {
                 let key = key_of(&uid)?;
-                self.entries.write().remove(Who::Key(key))
+                self.entries.write(py).remove(Who::Key(key))
             }
         };
         // the guard is gone: the removed objects' finalizers may use the pool
@@ -562,7 +564,7 @@ impl WorkerPool {
         tried: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let skip = self.keys_of(tried)?;
-        let entries = self.entries.read();
+        let entries = self.entries.read(py);
         let uid = entries
             .next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
             .map(|entry| entry.uid.clone_ref(py));
@@ -581,7 +583,7 @@ impl WorkerPool {
         count: bool,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let skip = self.keys_of(tried)?;
-        let entries = self.entries.read();
+        let entries = self.entries.read(py);
         let Some(entry) =
             entries.next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
         else {
@@ -618,7 +620,7 @@ impl WorkerPool {
     pub(crate) fn uids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let uids: Vec<Py<PyAny>> = self
             .entries
-            .read()
+            .read(py)
             .live()
             .map(|entry| entry.uid.clone_ref(py))
             .collect();
@@ -630,8 +632,8 @@ impl WorkerPool {
             .is_ok_and(|found| found.is_some())
     }
 
-    pub(crate) fn __len__(&self) -> usize {
-        self.entries.read().index.len()
+    pub(crate) fn __len__(&self, py: Python<'_>) -> usize {
+        self.entries.read(py).index.len()
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -648,7 +650,8 @@ impl WorkerPool {
     }
 
     fn __clear__(&self) {
-        let entries = std::mem::take(&mut *self.entries.write());
+        // the collector calls this attached (under the GIL), with no token to show for it
+        let entries = Python::attach(|py| std::mem::take(&mut *self.entries.write(py)));
         // the guard is gone: the entries' finalizers may use the pool
         drop(entries);
     }
