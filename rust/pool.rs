@@ -1,5 +1,6 @@
 //! The uid-keyed worker pool: uid → (metadata, connection), in admission order.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -261,10 +262,14 @@ impl Entries {
     /// Admits a new entry at the end, or replaces an existing one in its place; returns the
     /// entry it displaced, for the caller to drop once the lock is released.
     fn put(&mut self, entry: Entry) -> Option<Entry> {
-        match self.index.get(&entry.key) {
-            Some(&slot) => self.replace(slot, entry),
-            None => {
-                self.index.insert(entry.key, self.slots.len());
+        // one probe of the key index, whether the key is new or not
+        match self.index.entry(entry.key) {
+            MapEntry::Occupied(pooled) => {
+                let slot = *pooled.get();
+                self.replace(slot, entry)
+            }
+            MapEntry::Vacant(vacant) => {
+                vacant.insert(self.slots.len());
                 self.by_address
                     .insert(entry.uid_address(), self.slots.len());
                 self.slots.push(Some(entry));
@@ -296,13 +301,20 @@ impl Entries {
     /// Evicts the worker `who` names; returns its entry, for the caller to drop once the lock
     /// is released.
     fn remove(&mut self, who: Who) -> Option<Entry> {
-        let slot = match who {
-            Who::Address(address) => *self.by_address.get(&address)?,
-            Who::Key(key) => *self.index.get(&key)?,
+        // Each index is probed once: the one that names the worker gives up its slot, the
+        // other is told the key or address the entry holds. Both always point at live slots.
+        let removed = match who {
+            Who::Address(address) => {
+                let removed = self.slots[self.by_address.remove(&address)?].take()?;
+                self.index.remove(&removed.key);
+                removed
+            }
+            Who::Key(key) => {
+                let removed = self.slots[self.index.remove(&key)?].take()?;
+                self.by_address.remove(&removed.uid_address());
+                removed
+            }
         };
-        let removed = self.slots[slot].take()?;
-        self.index.remove(&removed.key);
-        self.by_address.remove(&removed.uid_address());
         // A worker admitted and soon evicted again is usually the last one: leave no hole.
         while let Some(None) = self.slots.last() {
             self.slots.pop();
