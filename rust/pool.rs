@@ -366,7 +366,9 @@ impl Entries {
 ///     keeps its position and a removal is O(1) amortised. No Python code runs while the lock
 ///     is held: the uid is read before it is taken, displaced entries are dropped after it is
 ///     released, and readers copy references under it (increfs) and build tuples and lists
-///     after. Weak-referenceable, because balancers keep their per-pool state weakly.
+///     after. The lock is a `GilLock`: on an interpreter with a GIL, which that rule makes
+///     enough, a borrow count without atomic operations; `parking_lot::RwLock` on a
+///     free-threaded one. Weak-referenceable, because balancers keep their per-pool state weakly.
 #[pyclass(frozen, subclass, weakref, module = "shardline", name = "WorkerPool")]
 pub struct WorkerPool {
     entries: GilLock<Entries>,
