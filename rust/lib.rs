@@ -7,6 +7,7 @@ mod bucket_range;
 mod crc32c;
 mod errors;
 mod events;
+mod gil_lock;
 mod instance;
 mod int_arrays;
 mod int_key_lanes;
@@ -18,6 +19,7 @@ mod murmur3;
 mod out_array;
 mod pool;
 mod replicaset;
+mod round_robin;
 mod route_explanation;
 mod sharding;
 mod topology;
@@ -42,6 +44,8 @@ mod _core {
     use crate::pool::WorkerPool;
     #[pymodule_export]
     use crate::replicaset::Replicaset;
+    #[pymodule_export]
+    use crate::round_robin::PoolRotationSelect;
     #[pymodule_export]
     use crate::route_explanation::RouteExplanation;
     #[pymodule_export]

@@ -1,10 +1,10 @@
 //! The uid-keyed worker pool: uid → (metadata, connection), in admission order.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use parking_lot::RwLock;
 use pyo3::exceptions::PyKeyError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -13,6 +13,7 @@ use pyo3::{PyTraverseError, PyVisit};
 use rustc_hash::FxHashMap;
 use rustc_hash::FxHashSet;
 
+use crate::gil_lock::GilLock;
 use crate::workers_view::WorkersView;
 
 struct Entry {
@@ -272,10 +273,14 @@ impl Entries {
     /// Admits a new entry at the end, or replaces an existing one in its place; returns the
     /// entry it displaced, for the caller to drop once the lock is released.
     fn put(&mut self, entry: Entry) -> Option<Entry> {
-        match self.index.get(&entry.key) {
-            Some(&slot) => self.replace(slot, entry),
-            None => {
-                self.index.insert(entry.key, self.slots.len());
+        // one probe of the key index, whether the key is new or not
+        match self.index.entry(entry.key) {
+            MapEntry::Occupied(pooled) => {
+                let slot = *pooled.get();
+                self.replace(slot, entry)
+            }
+            MapEntry::Vacant(vacant) => {
+                vacant.insert(self.slots.len());
                 self.by_address
                     .insert(entry.uid_address(), self.slots.len());
                 self.slots.push(Some(entry));
@@ -307,13 +312,20 @@ impl Entries {
     /// Evicts the worker `who` names; returns its entry, for the caller to drop once the lock
     /// is released.
     fn remove(&mut self, who: Who) -> Option<Entry> {
-        let slot = match who {
-            Who::Address(address) => *self.by_address.get(&address)?,
-            Who::Key(key) => *self.index.get(&key)?,
+        // Each index is probed once: the one that names the worker gives up its slot, the
+        // other is told the key or address the entry holds. Both always point at live slots.
+        let removed = match who {
+            Who::Address(address) => {
+                let removed = self.slots[self.by_address.remove(&address)?].take()?;
+                self.index.remove(&removed.key);
+                removed
+            }
+            Who::Key(key) => {
+                let removed = self.slots[self.index.remove(&key)?].take()?;
+                self.by_address.remove(&removed.uid_address());
+                removed
+            }
         };
-        let removed = self.slots[slot].take()?;
-        self.index.remove(&removed.key);
-        self.by_address.remove(&removed.uid_address());
         // A worker admitted and soon evicted again is usually the last one: leave no hole.
         while let Some(None) = self.slots.last() {
             self.slots.pop();
@@ -365,10 +377,12 @@ impl Entries {
 ///     keeps its position and a removal is O(1) amortised. No Python code runs while the lock
 ///     is held: the uid is read before it is taken, displaced entries are dropped after it is
 ///     released, and readers copy references under it (increfs) and build tuples and lists
-///     after. Weak-referenceable, because balancers keep their per-pool state weakly.
+///     after. The lock is a `GilLock`: on an interpreter with a GIL, which that rule makes
+///     enough, a borrow count without atomic operations; `parking_lot::RwLock` on a
+///     free-threaded one. Weak-referenceable, because balancers keep their per-pool state weakly.
 #[pyclass(frozen, subclass, weakref, module = "shardline", name = "WorkerPool")]
 pub struct WorkerPool {
-    entries: RwLock<Entries>,
+    entries: GilLock<Entries>,
     addresses: AddressFilter,
 }
 
@@ -385,15 +399,16 @@ impl WorkerPool {
         uid: &Bound<'_, PyAny>,
         f: impl Fn(&Entry) -> R,
     ) -> PyResult<Option<R>> {
+        let py = uid.py();
         let address = uid.as_ptr() as usize;
         if self.addresses.may_contain(address) {
-            let found = self.entries.read().find(Who::Address(address)).map(&f);
+            let found = self.entries.read(py).find(Who::Address(address)).map(&f);
             if found.is_some() {
                 return Ok(found);
             }
         }
         let who = Who::Key(key_of(uid)?);
-        Ok(self.entries.read().find(who).map(f))
+        Ok(self.entries.read(py).find(who).map(f))
     }
 
     /// The keys of the uids in `tried`, read before the lock that picks is taken: a pooled
@@ -412,7 +427,7 @@ impl WorkerPool {
             let address = uid.as_ptr() as usize;
             let pooled = if self.addresses.may_contain(address) {
                 self.entries
-                    .read()
+                    .read(tried.py())
                     .get_by_address(address)
                     .map(|entry| entry.key)
             } else {
@@ -443,7 +458,7 @@ impl WorkerPool {
     #[new]
     fn new() -> Self {
         Self {
-            entries: RwLock::new(Entries::default()),
+            entries: GilLock::new(Entries::default()),
             addresses: AddressFilter::new(),
         }
     }
@@ -456,7 +471,7 @@ impl WorkerPool {
     ) -> PyResult<()> {
         let entry = entry_of(metadata, connection)?;
         let address = entry.uid_address();
-        let mut entries = self.entries.write();
+        let mut entries = self.entries.write(metadata.py());
         let displaced = entries.put(entry);
         self.addresses.note(&mut entries, address);
         drop(entries);
@@ -474,7 +489,7 @@ impl WorkerPool {
     ) -> PyResult<bool> {
         let entry = entry_of(metadata, connection)?;
         let address = entry.uid_address();
-        let mut entries = self.entries.write();
+        let mut entries = self.entries.write(metadata.py());
         let refreshed = entries.refresh(entry);
         if refreshed.is_ok() {
             self.addresses.note(&mut entries, address);
@@ -488,10 +503,11 @@ impl WorkerPool {
 
     /// Evicts the worker `metadata.uid`; a no-op when it is not pooled.
     fn remove_worker(&self, metadata: &Bound<'_, PyAny>) -> PyResult<()> {
-        let uid = metadata.getattr(intern!(metadata.py(), "uid"))?;
+        let py = metadata.py();
+        let uid = metadata.getattr(intern!(py, "uid"))?;
         let address = uid.as_ptr() as usize;
         let removed = if self.addresses.may_contain(address) {
-            self.entries.write().remove(Who::Address(address))
+            self.entries.write(py).remove(Who::Address(address))
         } else {
             None
         };
@@ -499,7 +515,7 @@ impl WorkerPool {
             Some(entry) => Some(entry),
             None => {
                 let key = key_of(&uid)?;
-                self.entries.write().remove(Who::Key(key))
+                self.entries.write(py).remove(Who::Key(key))
             }
         };
         // the guard is gone: the removed objects' finalizers may use the pool
@@ -567,13 +583,13 @@ impl WorkerPool {
     /// successive calls go round the pool, a worker admitted later takes its turn when the
     /// cursor reaches it, and an evicted one is skipped.
     #[pyo3(signature = (tried = None))]
-    fn next_in_rotation<'py>(
+    pub(crate) fn next_in_rotation<'py>(
         &self,
         py: Python<'py>,
         tried: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let skip = self.keys_of(tried)?;
-        let entries = self.entries.read();
+        let entries = self.entries.read(py);
         let uid = entries
             .next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
             .map(|entry| entry.uid.clone_ref(py));
@@ -605,7 +621,7 @@ impl WorkerPool {
         count: bool,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let skip = self.keys_of(tried)?;
-        let entries = self.entries.read();
+        let entries = self.entries.read(py);
         let Some(entry) =
             entries.next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
         else {
@@ -642,7 +658,7 @@ impl WorkerPool {
     pub(crate) fn uids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let uids: Vec<Py<PyAny>> = self
             .entries
-            .read()
+            .read(py)
             .live()
             .map(|entry| entry.uid.clone_ref(py))
             .collect();
@@ -654,8 +670,8 @@ impl WorkerPool {
             .is_ok_and(|found| found.is_some())
     }
 
-    pub(crate) fn __len__(&self) -> usize {
-        self.entries.read().index.len()
+    pub(crate) fn __len__(&self, py: Python<'_>) -> usize {
+        self.entries.read(py).index.len()
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -672,7 +688,8 @@ impl WorkerPool {
     }
 
     fn __clear__(&self) {
-        let entries = std::mem::take(&mut *self.entries.write());
+        // the collector calls this attached (under the GIL), with no token to show for it
+        let entries = Python::attach(|py| std::mem::take(&mut *self.entries.write(py)));
         // the guard is gone: the entries' finalizers may use the pool
         drop(entries);
     }

@@ -127,11 +127,12 @@ impl KeyHasher {
     /// cannot be hashed raises as `picodata` does.
     ///
     /// Implementation notes:
-    ///     A list is read by index (its length read again at each step, as its iterator does,
-    ///     since hashing a key of another type may run Python code that changes it). An exact
-    ///     str is hashed from its UTF-8 in place (CPython keeps an ASCII str's UTF-8 in the
-    ///     object itself, and caches it for others); an exact int with the branchless encoding
-    ///     of `int_key_lanes`; anything else goes through `picodata`.
+    ///     A list is read by index; its length is read again after any key that is not an
+    ///     exact str, as its iterator would, since hashing a key of another type may run Python
+    ///     code that changes the list. An exact str is hashed from its UTF-8 in place (CPython
+    ///     keeps an ASCII str's UTF-8 in the object itself, and caches it for others), read
+    ///     through the list's own reference (see [`list_str_hash`]); an exact int with the
+    ///     branchless encoding of `int_key_lanes`; anything else goes through `picodata`.
     pub fn picodata_each(
         &mut self,
         keys: &Bound<'_, PyAny>,
@@ -139,9 +140,15 @@ impl KeyHasher {
     ) -> PyResult<()> {
         // Exactly a list: a subclass may iterate differently from its items.
         if let Ok(list) = keys.cast_exact::<PyList>() {
+            let mut len = list.len();
             let mut index = 0;
-            while index < list.len() {
-                f(self.picodata_one(&list.get_item(index)?)?);
+            while index < len {
+                if let Some(hash) = list_str_hash(list, index) {
+                    f(hash);
+                } else {
+                    f(self.picodata_one(&list.get_item(index)?)?);
+                    len = list.len();
+                }
                 index += 1;
             }
             return Ok(());
@@ -304,6 +311,48 @@ fn str_bytes<'a>(key: &Bound<'_, PyAny>, s: &'a Bound<'_, PyString>) -> PyResult
     match s.to_str() {
         Ok(text) => Ok(text.as_bytes()),
         Err(_) => Err(unhashable(key, None, SURROGATES.into())),
+    }
+}
+
+/// The Picodata hash of item `index` of `list` (which has more items than `index`) when it is
+/// exactly a str whose UTF-8 CPython can hand out; None for any other item, which the caller
+/// then reads as usual (a str with lone surrogates included, so it raises as `picodata` does).
+///
+/// Implementation notes:
+///     The item is read through the list's reference, not a new one of its own: under the
+///     stable ABI every reference count change is a call into the interpreter, and a new
+///     reference cost two per key (about a tenth of `route_many` of str keys). That is sound
+///     because no Python code runs between reading the item and hashing its bytes (asking for
+///     a str's UTF-8 allocates at most a cache, and a failure is not used beyond returning
+///     None), so nothing can remove the item from the list meanwhile; in a free-threaded
+///     build another thread could, so there the item is always read with a reference.
+#[inline(always)]
+fn list_str_hash(list: &Bound<'_, PyList>, index: usize) -> Option<u32> {
+    #[cfg(not(Py_GIL_DISABLED))]
+    {
+        // SAFETY: the thread is attached and `list` is a list with more than `index` items, so
+        // the call returns a borrowed reference to a live object, used only before any Python
+        // code could run (see above).
+        unsafe {
+            let item = ffi::PyList_GetItem(list.as_ptr(), index as ffi::Py_ssize_t);
+            if ffi::PyUnicode_CheckExact(item) == 0 {
+                return None;
+            }
+            let mut size: ffi::Py_ssize_t = 0;
+            let data = ffi::PyUnicode_AsUTF8AndSize(item, &mut size);
+            if data.is_null() {
+                // lone surrogates: read again with a reference, which raises UnhashableKey
+                drop(PyErr::take(list.py()));
+                return None;
+            }
+            let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size as usize);
+            Some(murmur3_x86_32(bytes, PICODATA_SEED))
+        }
+    }
+    #[cfg(Py_GIL_DISABLED)]
+    {
+        let _ = (list, index);
+        None
     }
 }
 

@@ -685,7 +685,8 @@ impl Topology {
             });
             return Ok(buckets);
         }
-        let mut buckets = Vec::new();
+        let mut buckets =
+            Vec::with_capacity(keys.cast_exact::<PyList>().map_or(0, |list| list.len()));
         KeyHasher::default().picodata_each(keys, |hash| buckets.push(divisor.bucket(hash)))?;
         Ok(buckets)
     }

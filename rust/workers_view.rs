@@ -59,8 +59,8 @@ impl WorkersView {
         Ok(self.pool.get().uids(py)?.try_iter()?.into_any())
     }
 
-    fn __len__(&self) -> usize {
-        self.pool.get().__len__()
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.pool.get().__len__(py)
     }
 
     /// `(metadata, connection)` of the worker `uid`, or `default` when it is not pooled.
@@ -91,8 +91,8 @@ impl WorkersView {
         abc_view(slf.py(), &ITEMS_VIEW, "ItemsView")?.call1((slf,))
     }
 
-    fn __repr__(&self) -> String {
-        format!("WorkersView({} workers)", self.__len__())
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("WorkersView({} workers)", self.__len__(py))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

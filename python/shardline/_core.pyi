@@ -1,6 +1,6 @@
 # Hand-written stubs for the Rust extension; checked by `python -m mypy.stubtest shardline._core`.
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, TypeVar, final, overload
+from typing import Any, ClassVar, Literal, TypeVar, final, overload
 
 from typing_extensions import disjoint_base
 
@@ -11,6 +11,7 @@ __all__ = [
     "BucketRange",
     "Instance",
     "MapStats",
+    "PoolRotationSelect",
     "Replicaset",
     "RouteExplanation",
     "Topology",
@@ -187,6 +188,11 @@ def bucket_id(
     key: Any, bucket_count: int, *, scheme: str = "picodata", decimal_format: str = "binary"
 ) -> int: ...
 def parse_bucket_row(row: Any) -> tuple[str, int, int, str, str]: ...
+
+class PoolRotationSelect:
+    pool_rotation: ClassVar[bool]
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> PoolRotationSelect: ...
+    def select(self, task: Any, *, context: Any, tried: Any) -> Any: ...
 
 @disjoint_base
 class WorkerPool:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardline._core import PoolRotationSelect
 from shardline.balancers.explanation import (
     NO_WORKERS,
     Candidate,
@@ -30,7 +31,7 @@ class _Rotation:
     cursor: int = 0
 
 
-class RoundRobinLoadBalancer(SelectLoadBalancer):
+class RoundRobinLoadBalancer(PoolRotationSelect, SelectLoadBalancer):
     """Offers the context's workers in admission order, resuming where the last call stopped.
 
     Each candidate is the next pooled worker of the rotation that this call has not offered
@@ -42,40 +43,41 @@ class RoundRobinLoadBalancer(SelectLoadBalancer):
     are uids); a worker that has left the pool is skipped. Works with any context that has a
     ``workers`` mapping.
 
-    On this project's pool (a context with ``next_in_rotation``) the rotation is the pool's
-    own: one cursor per pool, shared by every balancer and every call on it, so a new worker
-    takes its turn when the cursor reaches it, and a copy of the balancer (pickled, say)
-    continues the same rotation. It declares ``pool_rotation``, so :class:`~shardline.WorkerProxy`
-    takes a call's first candidate straight from the pool (``WorkerPool.dispatch_next``) without
-    calling :meth:`select`; see :mod:`shardline.balancers.protocol`. On any other context the
-    balancer keeps a rotation per context, and a joined worker is offered once it wraps.
+    On this project's pool (a :class:`~shardline.WorkerPool`, such as
+    :class:`~shardline.LoadBalancerContext`) the rotation is the pool's own: one cursor per
+    pool, shared by every balancer and every call on it, so a new worker takes its turn when
+    the cursor reaches it, and a copy of the balancer (pickled, say) continues the same
+    rotation. It declares ``pool_rotation``, so :class:`~shardline.WorkerProxy` takes a call's
+    first candidate straight from the pool (``WorkerPool.dispatch_next``) without calling
+    :meth:`select`; see :mod:`shardline.balancers.protocol`. On any other context the balancer
+    keeps a rotation per context, and a joined worker is offered once it wraps.
 
     Implementation notes:
-        The pool's rotation is a cursor in Rust over the admission order (see
-        ``WorkerPool.next_in_rotation``), O(1) per candidate plus the slots it skips. The
-        balancer's own rotation snapshots the context's uids once per wrap and indexes the
-        snapshot (after failures, a step that meets an offered uid counts how many of the
-        offered are still pooled, O(offered)); those rotations are kept in a ``PerContext``:
-        held weakly, dropped when the balancer is pickled.
+        :meth:`select` is the Rust base's (``PoolRotationSelect``): on a ``WorkerPool`` it is
+        one call into Rust, ``next_in_rotation(tried)`` over a cursor in the pool's admission
+        order, O(1) per candidate plus the slots it skips, with no Python frame; on any other
+        context it calls :meth:`_select_elsewhere`. That one uses a context's own
+        ``next_in_rotation`` if it has one, else snapshots the context's uids once per wrap
+        and indexes the snapshot (after failures, a step that meets an offered uid counts how
+        many of the offered are still pooled, O(offered)); those rotations are kept in a
+        ``PerContext``: held weakly, dropped when the balancer is pickled.
     """
 
     needs_load = False
-    pool_rotation = True
 
     def __init__(self) -> None:
         self._rotations = PerContext(_Rotation)
 
-    def select(
-        self, task: Any, *, context: LoadBalancerContextView, tried: Tried
+    def _select_elsewhere(
+        self, task: Any, context: LoadBalancerContextView, tried: Tried
     ) -> uuid.UUID | None:
-        """The next untried pooled worker of the rotation; see
-        :mod:`shardline.balancers.protocol`."""
+        """:meth:`select` on a context that is not a ``WorkerPool``."""
         try:
             # a method call, not getattr with a default: no bound method is made (~40 ns)
             return context.next_in_rotation(tried)  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
             if hasattr(context, "next_in_rotation"):
-                raise  # raised inside the pool's rotation: not a context without one
+                raise  # raised inside the context's rotation: not a context without one
         pooled = context.workers
         rotation = self._rotations.of(context)
         wrapped = False

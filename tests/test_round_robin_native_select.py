@@ -1,0 +1,179 @@
+"""The built-in round-robin's ``select`` in Rust (issue 12, goal "decision via select"): one call
+into the core on this project's pool, the rotation's semantics unchanged, and the balancer
+still a Python class as far as subclasses, pickling and other contexts are concerned."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import uuid
+from collections.abc import Iterator
+from types import FrameType, MappingProxyType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardline import (
+    LoadBalancerContext,
+    RoundRobinLoadBalancer,
+    SelectLoadBalancer,
+    WorkerMetadata,
+    WorkerPool,
+)
+from shardline.balancers.protocol import NOTHING_TRIED, pool_rotation, select_of
+
+
+def worker(n: int, pid: int = 1) -> WorkerMetadata:
+    return WorkerMetadata(uid=uuid.UUID(int=n), address=f"10.0.0.{n}:5000", pid=pid, version="1")
+
+
+def uid(n: int) -> uuid.UUID:
+    return uuid.UUID(int=n)
+
+
+@pytest.mark.parametrize("pool_class", [WorkerPool, LoadBalancerContext])
+def test_a_decision_on_a_pool_runs_no_python_code(pool_class: type[WorkerPool]) -> None:
+    pool = pool_class()
+    for n in (1, 2, 3):
+        pool.add_worker(worker(n), f"conn-{n}")
+    balancer = RoundRobinLoadBalancer()
+    tried = MappingProxyType({uid(3): None})  # an equal uid, not the pooled object
+    entered: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":  # a Python frame starts; calls into C report "c_call"
+            entered.append(frame.f_code.co_qualname)
+
+    sys.setprofile(profile)
+    try:
+        first = balancer.select(None, context=pool, tried=NOTHING_TRIED)
+        second = balancer.select(None, context=pool, tried=tried)
+    finally:
+        sys.setprofile(None)
+    assert (first, second) == (uid(1), uid(2))
+    assert entered == []
+
+
+def test_select_follows_the_protocol_and_declares_the_pools_rotation() -> None:
+    balancer = RoundRobinLoadBalancer()
+    assert isinstance(balancer, SelectLoadBalancer)
+    assert select_of(balancer) is not None
+    assert pool_rotation(balancer)
+    assert balancer.needs_load is False
+
+
+class RotationModel:
+    """A pool's rotation: a cursor over the admission order, where an eviction leaves a hole
+    (holes at the end dropped) and a refresh keeps the place. A decision takes the first pooled
+    worker not tried, from the cursor round to it, and moves the cursor past it; None, leaving
+    the cursor, when every pooled worker was tried."""
+
+    def __init__(self) -> None:
+        self.places: list[uuid.UUID | None] = []
+        self.cursor = 0
+
+    def admit(self, uid: uuid.UUID) -> None:
+        if uid not in self.places:
+            self.places.append(uid)
+
+    def evict(self, uid: uuid.UUID) -> None:
+        if uid in self.places:
+            self.places[self.places.index(uid)] = None
+        while self.places and self.places[-1] is None:
+            self.places.pop()
+
+    def select(self, tried: set[uuid.UUID]) -> uuid.UUID | None:
+        start = self.cursor if self.cursor < len(self.places) else 0
+        for place in [*range(start, len(self.places)), *range(start)]:
+            candidate = self.places[place]
+            if candidate is not None and candidate not in tried:
+                self.cursor = place + 1
+                return candidate
+        return None
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["admit", "evict", "refresh"]), st.integers(1, 8)),
+        st.tuples(st.just("select"), st.integers(0, 255)),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations=operations, copies=st.integers(1, 3))
+def test_select_follows_the_rotation_model(operations: list[tuple[str, int]], copies: int) -> None:
+    # several balancers (a pickled copy among them) share the pool's one rotation
+    pool, model = LoadBalancerContext(), RotationModel()
+    balancers = [RoundRobinLoadBalancer()]
+    balancers += [pickle.loads(pickle.dumps(balancers[0])) for _ in range(copies - 1)]
+    for step, (kind, n) in enumerate(operations):
+        if kind == "admit":
+            pool.add_worker(worker(n), f"conn-{n}")
+            model.admit(uid(n))
+        elif kind == "evict":
+            pool.remove_worker(worker(n))
+            model.evict(uid(n))
+        elif kind == "refresh":
+            pool.update_worker(worker(n, pid=2), f"conn-{n}-b")
+        else:
+            tried = {uid(m + 1): None for m in range(8) if n >> m & 1}  # a bit per worker
+            balancer = balancers[step % len(balancers)]
+            chosen = balancer.select(None, context=pool, tried=MappingProxyType(tried))
+            assert chosen == model.select(set(tried))
+            assert chosen is None or (chosen not in tried and chosen in pool)
+
+
+class ContextWithRotation:
+    """A context that is not a ``WorkerPool`` but has a rotation of its own."""
+
+    def __init__(self, *ns: int) -> None:
+        self.workers = {uid(n): (worker(n), f"conn-{n}") for n in ns}
+        self.asked: list[list[uuid.UUID]] = []
+
+    def next_in_rotation(self, tried: Any) -> uuid.UUID | None:
+        self.asked.append(list(tried))
+        return next((u for u in self.workers if u not in tried), None)
+
+
+class PlainContext:
+    """A context with a ``workers`` mapping and nothing else."""
+
+    def __init__(self, *ns: int) -> None:
+        self.workers = {uid(n): (worker(n), f"conn-{n}") for n in ns}
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        return iter(self.workers)
+
+
+def test_other_contexts_keep_their_own_rotation_or_the_balancers() -> None:
+    balancer = RoundRobinLoadBalancer()
+    with_rotation = ContextWithRotation(1, 2)
+    assert balancer.select(None, context=with_rotation, tried={uid(1): None}) == uid(2)
+    assert with_rotation.asked == [[uid(1)]]
+    plain = PlainContext(1, 2)
+    chosen = [balancer.select(None, context=plain, tried=NOTHING_TRIED) for _ in range(3)]
+    assert chosen == [uid(1), uid(2), uid(1)]
+    assert balancer.select(None, context=plain, tried={uid(1): None, uid(2): None}) is None
+
+
+class Named(RoundRobinLoadBalancer):
+    """A subclass with constructor arguments of its own, as a plugin might write."""
+
+    def __init__(self, name: str, *, spare: int = 0) -> None:
+        super().__init__()
+        self.name = name
+        self.spare = spare
+
+
+def test_a_subclass_takes_its_own_arguments_and_pickles_with_its_state() -> None:
+    balancer = Named("east", spare=2)
+    pool = LoadBalancerContext()
+    pool.add_worker(worker(1), "conn-1")
+    assert balancer.select(None, context=pool, tried=NOTHING_TRIED) == uid(1)
+    copy = pickle.loads(pickle.dumps(balancer))
+    assert (type(copy), copy.name, copy.spare) == (Named, "east", 2)
+    assert copy.select(None, context=pool, tried=NOTHING_TRIED) == uid(1)
