@@ -19,7 +19,9 @@ mod out_array;
 mod pool;
 mod replicaset;
 mod route_explanation;
+mod route_stats;
 mod sharding;
+mod tally;
 mod topology;
 mod uuid;
 mod workers_view;
@@ -44,6 +46,8 @@ mod _core {
     use crate::replicaset::Replicaset;
     #[pymodule_export]
     use crate::route_explanation::RouteExplanation;
+    #[pymodule_export]
+    use crate::route_stats::RouteStats;
     #[pymodule_export]
     use crate::sharding::bucket_id;
     #[pymodule_export]
