@@ -5,6 +5,7 @@ mod bucket_map;
 mod bucket_payload;
 mod bucket_range;
 mod crc32c;
+mod dispatch_times;
 mod errors;
 mod events;
 mod instance;
