@@ -8,8 +8,8 @@ use crate::tally::{FloatTally, Tally};
 /// Upper bounds of the buckets, in seconds; a last bucket takes everything above. From a
 /// dispatch to a worker on the same host (tens of microseconds) to a slow call (10 s).
 pub const BOUNDS: [f64; 18] = [
-    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Dispatch latencies by bucket (not cumulative), their sum, and whether to keep them.

@@ -19,8 +19,10 @@ impl Tally {
         #[cfg(Py_GIL_DISABLED)]
         self.0.fetch_add(n, Ordering::Relaxed);
         #[cfg(not(Py_GIL_DISABLED))]
-        self.0
-            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn get(&self) -> u64 {

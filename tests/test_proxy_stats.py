@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -131,9 +131,9 @@ def zero_stats(balancer: str) -> ProxyStats:
 
 
 @pytest.fixture(params=[RoundRobinLoadBalancer, LeastLoadedLoadBalancer])
-def balancer(request: pytest.FixtureRequest) -> Iterator[Any]:
+def balancer(request: pytest.FixtureRequest) -> Any:
     """The round-robin balancer (the pool's native path) and one that needs the load."""
-    yield request.param
+    return request.param
 
 
 @in_loop
@@ -165,7 +165,7 @@ async def test_a_scripted_run_counts_every_outcome(balancer: Any) -> None:
     await fleet.settle()
     fleet.connections[5].script = ["error"]
     fleet.connections[6].script = ["error"]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cannot run"):
         await proxy.dispatch("bad")
     fleet.stream.send("worker-dropped", record(5))
     fleet.stream.send("worker-dropped", record(6))
@@ -192,7 +192,7 @@ async def test_a_scripted_run_counts_every_outcome(balancer: Any) -> None:
         evictions={"broken": 3, "dropped": 2},
         latency=latency,
     )
-    assert latency.bounds[0] == 0.000025 and latency.bounds[-1] == 10.0
+    assert (latency.bounds[0], latency.bounds[-1]) == (0.000025, 10.0)
     assert len(latency.counts) == len(latency.bounds) + 1
     assert latency.count == stats.dispatched  # every dispatch since measure_latency
     assert 0 < latency.sum < 10
@@ -252,7 +252,7 @@ def test_counts_match_a_replay_of_what_happened(
     async def run() -> tuple[list[Any], Fleet]:
         fleet = Fleet(balancer)
         await fleet.proxy.start()
-        for n, script in enumerate(scripts, 1):
+        for n in range(1, len(scripts) + 1):
             fleet.stream.send("worker-added", record(n))
         await fleet.settle()
         for n, script in enumerate(scripts, 1):
@@ -301,6 +301,73 @@ def test_counts_match_a_replay_of_what_happened(
         len(pooled),
     )
     if measure:
-        assert stats.latency is not None and stats.latency.count == stats.dispatched
+        assert stats.latency is not None
+        assert stats.latency.count == stats.dispatched
     else:
         assert stats.latency is None
+
+
+@in_loop
+async def test_a_registry_scraped_after_a_scripted_run_shows_every_number() -> None:
+    prometheus = pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shardline.metrics import register
+
+    fleet = Fleet(lease=2)
+    registry = prometheus.CollectorRegistry()
+    register(registry, proxies={"api": fleet.proxy})  # turns the latency histogram on
+    await fleet.proxy.start()
+    for n in (1, 2, 3):
+        fleet.stream.send("worker-added", record(n))
+    fleet.stream.send("worker-added", record(1, "127.0.0.1:9001"))
+    await fleet.settle()
+    for task in range(4):
+        await fleet.proxy.dispatch(task)
+    fleet.connections[1].script = ["transient"]
+    fleet.connections[2].script = ["transient"]
+    with pytest.raises(NoWorkersAvailable):
+        await fleet.proxy.dispatch("busy")
+    fleet.stream.send("worker-dropped", record(2))
+    await fleet.settle()
+    fleet.connections[1].script = ["error", "broken"]
+    with pytest.raises(ValueError, match="cannot run"):
+        await fleet.proxy.dispatch("bad")
+    with pytest.raises(NoWorkersAvailable):
+        await fleet.proxy.dispatch("gone")
+    await fleet.proxy.stop()
+
+    text = prometheus.generate_latest(registry).decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    proxy = (("balancer", "RoundRobinLoadBalancer"), ("proxy", "api"))
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted((*proxy, *labels.items()))))]
+
+    dispatched = 4 + 2 + 1 + 1
+    assert value("shardline_proxy_dispatches_total") == dispatched
+    assert value("shardline_proxy_dispatch_failures_total", reason="transient") == 2
+    assert value("shardline_proxy_dispatch_failures_total", reason="broken") == 1
+    assert value("shardline_proxy_dispatch_failures_total", reason="error") == 1
+    assert value("shardline_proxy_exhausted_total") == 2
+    assert value("shardline_proxy_admissions_total") == 2
+    assert value("shardline_proxy_refreshes_total") == 1
+    assert value("shardline_proxy_not_admitted_total") == 1
+    assert value("shardline_proxy_evictions_total", reason="broken") == 1
+    assert value("shardline_proxy_evictions_total", reason="dropped") == 1
+    assert samples[("shardline_proxy_workers", (("proxy", "api"),))] == 0
+    histogram = "shardline_proxy_dispatch_duration_seconds"
+    assert value(f"{histogram}_count") == dispatched
+    assert value(f"{histogram}_bucket", le="+Inf") == dispatched
+    assert value(f"{histogram}_bucket", le="10.0") == dispatched
+    assert 0 < value(f"{histogram}_sum") < 10
+    bounds = [
+        float(dict(labels)["le"])
+        for name, labels in samples
+        if name == f"{histogram}_bucket" and dict(labels)["le"] != "+Inf"
+    ]
+    assert sorted(bounds) == list(fleet.proxy.stats().latency.bounds)  # type: ignore[union-attr]

@@ -157,3 +157,39 @@ def test_a_call_that_raises_counts_nothing_and_explain_is_not_counted() -> None:
     assert topology.route_stats("arbiter").routes == 0
     with pytest.raises(UnknownTier, match="nowhere"):
         topology.route_stats("nowhere")
+
+
+def test_a_registry_scraped_after_lookups_shows_the_routes_and_misses(
+    topology: Topology,
+) -> None:
+    prometheus = pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shardline.metrics import register
+
+    registry = prometheus.CollectorRegistry()
+    register(registry, topology=topology)
+    topology.apply(ReplicasetEvent("replace", R1, tier="default", current_master_uuid=I1))
+    topology.apply(InstanceEvent("replace", I1, replicaset_uuid=R1, address="h:1"))
+    topology.apply(BucketEvent("default", 1, 1500, R1))
+    topology.route_many("default", np.arange(1000))
+    topology.owner("default", 2000)
+    topology.route("other", "key")
+    text = prometheus.generate_latest(registry).decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    misses = sum(
+        topology.bucket_id("default", key) > 1500 for key in range(1000)
+    )  # buckets the one range does not cover
+    assert samples[("shardline_routes_total", (("tier", "default"),))] == 1001
+    assert samples[("shardline_routes_total", (("tier", "other"),))] == 1
+    expected = {("default", "no-range"): misses + 1, ("other", "no-range"): 1}
+    for tier in ("default", "other"):
+        for reason in REASONS:
+            labels = (("reason", reason), ("tier", tier))
+            assert samples[("shardline_route_misses_total", labels)] == expected.get(
+                (tier, reason), 0
+            )
