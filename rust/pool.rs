@@ -343,7 +343,8 @@ impl Entries {
 /// `load(uid)` its load. It keeps the rotation the round-robin balancer reads, a cursor over
 /// the admission order shared by every caller (`next_in_rotation`), and hands the proxy a
 /// round-robin candidate with what a dispatch needs in one call (`dispatch_next`); a
-/// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`). Any
+/// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`), and, once
+/// `time_dispatches` was called, counted into a latency histogram (`dispatch_counts`). Any
 /// finalizer may use the pool, even one that runs inside a pool method (a displaced
 /// connection's, or one a garbage collection runs).
 ///
@@ -613,7 +614,8 @@ impl WorkerPool {
     /// `(uid, metadata, connection, started)` of the next pooled worker of the rotation not in
     /// `tried`, as `next_in_rotation` picks it, in one call; None when there is none. With
     /// `count`, the dispatch is counted in flight and `started` is a reading of the pool's
-    /// clock for `finish_dispatch`; without, `started` is 0 and nothing is counted.
+    /// clock for `finish_dispatch`; without, `started` is 0 and nothing is counted in flight.
+    /// Either way a worker handed out counts as one dispatch in `dispatch_counts`.
     #[pyo3(signature = (tried = None, count = false))]
     fn dispatch_next<'py>(
         &self,
