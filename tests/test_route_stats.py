@@ -28,7 +28,7 @@ from shardline import (
     UnknownTier,
 )
 
-R1, I1 = str(uuid.UUID(int=0xA001)), str(uuid.UUID(int=0xB001))
+R1, I1, R2 = (str(uuid.UUID(int=n)) for n in (0xA001, 0xB001, 0xA002))
 REASONS = ("map-cleared", "no-range", "replicaset-unknown", "master-unknown")
 KEYS = st.integers(0, 300)
 
@@ -138,7 +138,13 @@ def test_each_reason(topology: Topology) -> None:
     topology.owners("default", [5, 6])
     assert misses() == {"no-range": 1, "master-unknown": 3, "map-cleared": 3}
     assert topology.route_stats("default").routes == 1 + 3 + 1 + 1 + 2
-    topology.apply(BucketEvent("other", 1, 3000, R1))
+    # refilled, then a range deleted: the hole is not the clear's any more
+    topology.apply(ReplicasetEvent("replace", R1, tier="default", current_master_uuid=I1))
+    topology.apply(BucketEvent("default", 1, 10, R1))
+    topology.apply(BucketEvent("default", 1, 10, R1, op="delete"))
+    topology.owner("default", 5)
+    assert misses() == {"no-range": 2, "master-unknown": 3, "map-cleared": 3}
+    topology.apply(BucketEvent("other", 1, 3000, R2))  # an owner never announced
     topology.find_bucket_master("other", 7)
     assert misses("other") == {"replicaset-unknown": 1}
 
