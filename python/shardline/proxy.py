@@ -25,7 +25,7 @@ from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
 from shardline.pool.context import LoadBalancerContext
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
-__all__ = ["Connection", "DispatchLatency", "ProxyStats", "WorkerProxy"]
+__all__ = ["EVICTION_REASONS", "Connection", "DispatchLatency", "ProxyStats", "WorkerProxy"]
 
 logger = logging.getLogger("shardline.proxy")
 
@@ -126,7 +126,8 @@ class WorkerProxy:
     :mod:`shardline.balancers.registry`; an unknown name raises
     :class:`~shardline.InvalidArgument` listing the known ones). The proxy drives it through
     ``select`` when it has one, else through ``delegate``, and counts and times dispatches
-    (``context.load``) only if it does not declare ``needs_load = False``; a balancer declaring
+    (``context.load``) only if it does not declare ``needs_load = False`` or once
+    ``measure_latency()`` was called; a balancer declaring
     ``pool_rotation`` (the built-in round-robin) has its first candidate taken from the pool's
     rotation in one native call (see :mod:`shardline.balancers.protocol`).
 
