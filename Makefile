@@ -8,7 +8,7 @@ FUZZ_SECONDS ?= 180
 FUZZ_SHORT_SECONDS ?= 10
 
 .PHONY: help demo test lint pytest soak-tests cargo-test fuzz fuzz-short bench servers clean
-.PHONY: wheel wheel-smoke sdist bench-abi3
+.PHONY: wheel wheel-smoke sdist bench-abi3 bench-instrumentation
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -76,11 +76,26 @@ wheel-smoke: wheel ## Install the wheel alone into fresh CPython 3.11, 3.12 and 
 	$(BIN)/python tests/wheel/run.py $(WHEEL)
 
 # The same wheel without the abi3 feature: the full C API of the building interpreter only.
-bench-abi3: wheel ## Time owner, route and a pool dispatch in the abi3 wheel against its full-API build, interleaved
+bench-abi3: wheel ## Time owner, route, route_many and a pool dispatch in the abi3 wheel against its full-API build, interleaved
 	$(MATURIN) develop --extras bench --quiet
 	rm -rf target/wheel-full
 	$(WHEEL_BUILD) --no-default-features --out target/wheel-full
-	$(BIN)/python benches/abi3_cost.py $(WHEEL) target/wheel-full/shardline-*.whl --runs $(or $(RUNS),3)
+	$(BIN)/python benches/build_cost.py $(WHEEL) target/wheel-full/shardline-*.whl \
+		--names abi3 full --extensions .abi3.so '!.abi3.so' --runs $(or $(RUNS),3)
+
+# This tree against BASE (default: the commit before the hot-path counters of issue 15), each
+# built the same way (release, this machine's toolchain); BASE from a git worktree in target/.
+BASE ?= bf1336f
+bench-instrumentation: $(BIN)/maturin ## Time the hot paths of this tree against BASE's (default bf1336f), interleaved
+	$(MATURIN) develop --extras bench --quiet
+	rm -rf target/wheel-tree target/wheel-base target/base-src
+	$(MATURIN) build --release --quiet --out target/wheel-tree
+	git worktree add --detach target/base-src $(BASE)
+	CARGO_TARGET_DIR=$(CURDIR)/target/base-build $(MATURIN) build --release --quiet \
+		-m target/base-src/Cargo.toml --out target/wheel-base; \
+		status=$$?; git worktree remove --force target/base-src; exit $$status
+	$(BIN)/python benches/build_cost.py target/wheel-tree/shardline-*.whl target/wheel-base/shardline-*.whl \
+		--names tree base-$(BASE) --tolerated 1.02 --runs $(or $(RUNS),3)
 
 # The wheel built from the sdist shows that it holds every source; a debug build in the same
 # target directory says so as well as a release build, and reuses what `make test` compiled.

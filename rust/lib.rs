@@ -5,6 +5,7 @@ mod bucket_map;
 mod bucket_payload;
 mod bucket_range;
 mod crc32c;
+mod dispatch_times;
 mod errors;
 mod events;
 mod gil_lock;
@@ -21,7 +22,9 @@ mod pool;
 mod replicaset;
 mod round_robin;
 mod route_explanation;
+mod route_stats;
 mod sharding;
+mod tally;
 mod topology;
 mod uuid;
 mod workers_view;
@@ -48,6 +51,8 @@ mod _core {
     use crate::round_robin::PoolRotationSelect;
     #[pymodule_export]
     use crate::route_explanation::RouteExplanation;
+    #[pymodule_export]
+    use crate::route_stats::RouteStats;
     #[pymodule_export]
     use crate::sharding::bucket_id;
     #[pymodule_export]

@@ -13,7 +13,9 @@ use pyo3::{PyTraverseError, PyVisit};
 use rustc_hash::FxHashMap;
 use rustc_hash::FxHashSet;
 
+use crate::dispatch_times::{DispatchTimes, BOUNDS};
 use crate::gil_lock::GilLock;
+use crate::tally::Tally;
 use crate::workers_view::WorkersView;
 
 struct Entry {
@@ -364,7 +366,8 @@ impl Entries {
 /// `load(uid)` its load. It keeps the rotation the round-robin balancer reads, a cursor over
 /// the admission order shared by every caller (`next_in_rotation`), and hands the proxy a
 /// round-robin candidate with what a dispatch needs in one call (`dispatch_next`); a
-/// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`). Any
+/// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`), and, once
+/// `time_dispatches` was called, counted into a latency histogram (`dispatch_counts`). Any
 /// finalizer may use the pool, even one that runs inside a pool method (a displaced
 /// connection's, or one a garbage collection runs).
 ///
@@ -384,6 +387,10 @@ impl Entries {
 pub struct WorkerPool {
     entries: GilLock<Entries>,
     addresses: AddressFilter,
+    /// Dispatches `dispatch_next` handed out (the proxy's native path).
+    dispatched: Tally,
+    /// Latencies of the dispatches `finish_dispatch` ends, once `time_dispatches` was called.
+    times: DispatchTimes,
 }
 
 fn key_of(uid: &Bound<'_, PyAny>) -> PyResult<u128> {
@@ -460,6 +467,8 @@ impl WorkerPool {
         Self {
             entries: GilLock::new(Entries::default()),
             addresses: AddressFilter::new(),
+            dispatched: Tally::default(),
+            times: DispatchTimes::default(),
         }
     }
 
@@ -567,13 +576,46 @@ impl WorkerPool {
         (metadata, connection, clock_ns()).into_pyobject(py)
     }
 
-    /// The dispatch to `uid` begun by `start_dispatch` (which returned `started`) has ended,
-    /// however it ended: its latency is the time since, on the pool's clock. A no-op when the
-    /// worker has left.
+    /// The dispatch to `uid` begun by `start_dispatch` or a counted `dispatch_next` (which
+    /// returned `started`) has ended, however it ended: its latency is the time since, on the
+    /// pool's clock, and goes into the worker's load (a no-op when the worker has left) and,
+    /// once `time_dispatches` was called, into the pool's histogram (even if it has left).
     fn finish_dispatch(&self, uid: &Bound<'_, PyAny>, started: u64) -> PyResult<()> {
         let seconds = seconds_since(started);
+        if self.times.is_on() {
+            self.times.observe(seconds);
+        }
         self.with_entry(uid, |entry| entry.load.end(seconds))?;
         Ok(())
+    }
+
+    /// From now on, `finish_dispatch` also counts each latency in the pool's histogram
+    /// (`dispatch_counts`). Idempotent; there is no turning it off.
+    fn time_dispatches(&self) {
+        self.times.turn_on();
+    }
+
+    /// `(dispatched, latency)`: how many dispatches `dispatch_next` handed out, and the
+    /// latencies `finish_dispatch` saw since `time_dispatches` as `(counts, sum)`, where
+    /// `counts[i]` is the number of dispatches that took at most `DISPATCH_BUCKETS[i]` seconds
+    /// and more than the bound before it, the last count those above every bound, and `sum`
+    /// their total in seconds; latency is None before `time_dispatches`.
+    ///
+    /// Implementation notes:
+    ///     Counted in the pool, on the calls a dispatch makes anyway: one plain add each (see
+    ///     `Tally`), and the clock only in `start_dispatch`, a counted `dispatch_next` and
+    ///     `finish_dispatch`.
+    #[allow(clippy::type_complexity)]
+    fn dispatch_counts(&self) -> (u64, Option<(Vec<u64>, f64)>) {
+        (self.dispatched.get(), self.times.read())
+    }
+
+    /// The upper bounds, in seconds, of the buckets of `dispatch_counts` (a last bucket takes
+    /// everything above).
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn DISPATCH_BUCKETS() -> Vec<f64> {
+        BOUNDS.to_vec()
     }
 
     /// The next pooled worker of the pool's rotation that is not in `tried` (any iterable of
@@ -600,7 +642,7 @@ impl WorkerPool {
     /// rotation stands now, without moving it (a snapshot: a concurrent caller may move it).
     fn rotation_order<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let uids: Vec<Py<PyAny>> = {
-            let entries = self.entries.read();
+            let entries = self.entries.read(py);
             entries
                 .rotation_order()
                 .map(|entry| entry.uid.clone_ref(py))
@@ -612,7 +654,8 @@ impl WorkerPool {
     /// `(uid, metadata, connection, started)` of the next pooled worker of the rotation not in
     /// `tried`, as `next_in_rotation` picks it, in one call; None when there is none. With
     /// `count`, the dispatch is counted in flight and `started` is a reading of the pool's
-    /// clock for `finish_dispatch`; without, `started` is 0 and nothing is counted.
+    /// clock for `finish_dispatch`; without, `started` is 0 and nothing is counted in flight.
+    /// Either way a worker handed out counts as one dispatch in `dispatch_counts`.
     #[pyo3(signature = (tried = None, count = false))]
     fn dispatch_next<'py>(
         &self,
@@ -630,6 +673,7 @@ impl WorkerPool {
         if count {
             entry.load.begin();
         }
+        self.dispatched.add(1);
         let uid = entry.uid.clone_ref(py);
         let [metadata, connection] = entry.pair(py);
         drop(entries);

@@ -34,6 +34,7 @@ use crate::map_stats::MapStats;
 use crate::out_array::OutArray;
 use crate::replicaset::Replicaset;
 use crate::route_explanation::{Found, RouteExplanation};
+use crate::route_stats::{Miss, RouteStats, RouteTally};
 use crate::sharding::{bucket_of, with_scratch, DecimalFormat, KeyHasher};
 use crate::uuid;
 
@@ -48,15 +49,34 @@ struct Tier {
     /// Interned: tier names are few and are keys everywhere.
     name: Py<PyString>,
     map: BucketMap<Owner>,
-    /// `masters[slot]` serves the range in `map.slot(bucket)` (`masters[0]`, no range, is None):
-    /// resolved once (replicaset → master → instance) by the first lookup after the map, a
-    /// replicaset or an instance changed.
-    masters: OnceLock<Box<[Option<Py<Instance>>]>>,
+    /// `masters.table[slot]` serves the range in `map.slot(bucket)` (`table[0]`, no range, is
+    /// None): resolved once (replicaset → master → instance) by the first lookup after the map,
+    /// a replicaset or an instance changed.
+    masters: OnceLock<Masters>,
+    /// The lookups of this tier and their misses (`Topology.route_stats`).
+    routes: RouteTally,
     /// The JSON text of the last poll applied as text, valid while the map is at `epoch`.
     last_payload: Option<Payload>,
     /// False for a tier `apply_tiers` configured with bucket_count 0 (Picodata's "arbiter"
     /// tier): its map stays empty and routing in it raises `TierWithoutBuckets`.
     has_buckets: bool,
+}
+
+/// A tier's table of masters by slot, and what `route_many` needs to know whether any bucket
+/// can miss.
+struct Masters {
+    table: Box<[Option<Py<Instance>>]>,
+    /// Every range has a master instance.
+    all_mastered: bool,
+    /// Buckets from 1 up that the ranges cover: all of them when it equals the bucket count.
+    covered: u64,
+}
+
+impl Masters {
+    /// Whether a lookup of some bucket in `1..=bucket_count` can answer None.
+    fn can_miss(&self, bucket_count: u32) -> bool {
+        !self.all_mastered || self.covered != u64::from(bucket_count)
+    }
 }
 
 struct Payload {
@@ -70,7 +90,7 @@ struct Payload {
 #[derive(Default)]
 struct Displaced {
     ranges: Vec<Range<Owner>>,
-    masters: Vec<Box<[Option<Py<Instance>>]>>,
+    masters: Vec<Masters>,
     objects: Vec<Py<PyAny>>,
 }
 
@@ -160,6 +180,7 @@ impl State {
             name: interned,
             map: BucketMap::default(),
             masters: OnceLock::new(),
+            routes: RouteTally::default(),
             last_payload: None,
             has_buckets: true,
         });
@@ -207,13 +228,62 @@ impl State {
 
     /// The master instance serving each range of `tier`, by slot (see [`Tier::masters`]).
     fn masters<'a>(&'a self, py: Python<'_>, tier: &'a Tier) -> &'a [Option<Py<Instance>>] {
+        &self.resolved(py, tier).table
+    }
+
+    /// [`masters`](Self::masters), with what `route_many` reads to skip looking for misses.
+    fn resolved<'a>(&'a self, py: Python<'_>, tier: &'a Tier) -> &'a Masters {
         tier.masters.get_or_init(|| {
-            let resolved = tier.map.ranges().iter().map(|range| {
+            let ranges = tier.map.ranges();
+            let resolved = ranges.iter().map(|range| {
                 self.master_instance(&range.owner)
                     .map(|master| master.clone_ref(py))
             });
-            std::iter::once(None).chain(resolved).collect()
+            let table: Box<[Option<Py<Instance>>]> =
+                std::iter::once(None).chain(resolved).collect();
+            Masters {
+                all_mastered: table[1..].iter().all(Option::is_some),
+                covered: ranges
+                    .iter()
+                    .filter(|range| range.end >= 1)
+                    .map(|range| u64::from(range.end - range.start.max(1)) + 1)
+                    .sum(),
+                table,
+            }
         })
+    }
+
+    /// Why a lookup of `tier` that found `slot` answered None (the cold path of a miss).
+    #[cold]
+    fn miss_of(&self, tier: &Tier, slot: u32) -> Miss {
+        match (slot as usize).checked_sub(1) {
+            None => no_range(tier),
+            Some(index) => {
+                let owner = &tier.map.ranges()[index].owner;
+                if self.replicasets.contains_key(&owner.uuid) {
+                    Miss::MasterUnknown
+                } else {
+                    Miss::ReplicasetUnknown
+                }
+            }
+        }
+    }
+
+    /// Counts the misses among the `slots` a `route_many` call found in `tier`, by reason: one
+    /// pass over the keys, then one add per slot that missed.
+    #[cold]
+    fn count_misses(&self, tier: &Tier, table: &[Option<Py<Instance>>], slots: &[u32]) {
+        let mut per_slot = vec![0u64; table.len()];
+        for &slot in slots {
+            if table[slot as usize].is_none() {
+                per_slot[slot as usize] += 1;
+            }
+        }
+        for (slot, &count) in per_slot.iter().enumerate() {
+            if count > 0 {
+                tier.routes.missed(self.miss_of(tier, slot as u32), count);
+            }
+        }
     }
 }
 
@@ -671,13 +741,8 @@ impl Topology {
     }
 
     /// The bucket of each key, hashed before any lock is taken (hashing may call into Python).
-    fn buckets_of_keys(
-        &self,
-        py: Python<'_>,
-        tier: &str,
-        keys: &Bound<'_, PyAny>,
-    ) -> PyResult<Vec<u32>> {
-        let divisor = BucketDivisor::new(self.bucket_count(py, tier)?);
+    fn buckets_of_keys(&self, bucket_count: u32, keys: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        let divisor = BucketDivisor::new(bucket_count);
         if let Some(array) = IntArray::of(keys, "keys")? {
             let mut buckets = Vec::with_capacity(array.len());
             array.for_each_chunk_of_bits(|bits, signed| {
@@ -791,6 +856,17 @@ impl Topology {
             self.check_range_fits(py, tier, last.end)?;
         }
         Ok(self.replace_tier(py, tier, ranges, Some(&text)))
+    }
+}
+
+/// Why no range of `tier` holds a bucket: the map was cleared and has not been refilled over
+/// the bucket since, or anything else (as `Topology.explain` tells them apart).
+#[cold]
+fn no_range(tier: &Tier) -> Miss {
+    if tier.map.last_clear().is_some_and(|clear| clear.filling) {
+        Miss::MapCleared
+    } else {
+        Miss::NoRange
     }
 }
 
@@ -1056,6 +1132,18 @@ impl Topology {
         MapStats::new(tier.py(), lookup_text(tier)?, epoch, ranges, &history, now)
     }
 
+    /// `tier`'s lookups counted since the topology was made: keys and buckets looked up, and
+    /// those answered None by reason (see `RouteStats`). Raises `UnknownTier` for a tier not
+    /// configured.
+    ///
+    /// Implementation notes:
+    ///     The lookups add to counters beside the tier's map; this copies them under the read
+    ///     lock and builds the result after it.
+    fn route_stats(&self, tier: &Bound<'_, PyString>) -> PyResult<RouteStats> {
+        let (routes, misses) = self.read_tier(tier, |_, known| known.routes.read())?;
+        RouteStats::new(tier.py(), lookup_text(tier)?, routes, misses)
+    }
+
     /// Forgets every instance, replicaset and bucket range, as one change: readers see the
     /// whole view or none of it. The tier configuration stays. A source calls this before
     /// rebuilding from a fresh snapshot (after a reconnect). Returns whether anything was known.
@@ -1178,10 +1266,12 @@ impl Topology {
     ) -> PyResult<Option<Py<PyString>>> {
         let py = tier.py();
         self.read_routable(tier, |_, known| {
-            known
-                .map
-                .lookup(bucket_id.0)
-                .map(|owner| owner.name.clone_ref(py))
+            known.routes.routed(1);
+            let found = known.map.lookup(bucket_id.0);
+            if found.is_none() {
+                known.routes.missed(no_range(known), 1);
+            }
+            found.map(|owner| owner.name.clone_ref(py))
         })
     }
 
@@ -1194,9 +1284,13 @@ impl Topology {
     ) -> PyResult<Option<Py<Instance>>> {
         let py = tier.py();
         self.read_routable(tier, |state, known| {
-            state.masters(py, known)[known.map.slot(bucket_id.0) as usize]
-                .as_ref()
-                .map(|instance| instance.clone_ref(py))
+            known.routes.routed(1);
+            let slot = known.map.slot(bucket_id.0);
+            let master = state.masters(py, known)[slot as usize].as_ref();
+            if master.is_none() {
+                known.routes.missed(state.miss_of(known, slot), 1);
+            }
+            master.map(|instance| instance.clone_ref(py))
         })
     }
 
@@ -1231,8 +1325,15 @@ impl Topology {
         let py = tier.py();
         let ids = int_arrays::bucket_ids(bucket_ids)?;
         let owners: Vec<Option<Py<PyString>>> = self.read_routable(tier, |_, known| {
+            known.routes.routed(ids.len() as u64);
             ids.into_iter()
-                .map(|id| known.map.lookup(id).map(|owner| owner.name.clone_ref(py)))
+                .map(|id| {
+                    let found = known.map.lookup(id);
+                    if found.is_none() {
+                        known.routes.missed(no_range(known), 1);
+                    }
+                    found.map(|owner| owner.name.clone_ref(py))
+                })
                 .collect()
         })?;
         PyList::new(py, owners)
@@ -1266,14 +1367,24 @@ impl Topology {
     ) -> PyResult<Bound<'py, PyList>> {
         let py = tier.py();
         let out = out.map(|out| OutArray::of(out, "out")).transpose()?;
-        let mut routes = self.buckets_of_keys(py, lookup_text(tier)?, keys)?;
+        let bucket_count = self.bucket_count(py, lookup_text(tier)?)?;
+        let mut routes = self.buckets_of_keys(bucket_count, keys)?;
+        // Counted on the map the keys are routed on, once per call.
+        let tally = |state: &State, known: &Tier, masters: &Masters, slots: &[u32]| {
+            known.routes.routed(slots.len() as u64);
+            if masters.can_miss(bucket_count) {
+                state.count_misses(known, &masters.table, slots);
+            }
+        };
         let Some(out) = out else {
             // The list is built after the lock is released, from copied references: of the
             // table of masters when there are more keys than ranges (a smaller copy, and the
             // list then takes its items straight from it), else of each key's master.
             let (table, per_key) = self.read_tier(tier, |state, known| {
-                let masters = state.masters(py, known);
+                let resolved = state.resolved(py, known);
+                let masters = &resolved.table;
                 known.map.slots_in_place(&mut routes);
+                tally(state, known, resolved, &routes);
                 let copy = |master: &Option<Py<Instance>>| {
                     master.as_ref().map(|instance| instance.clone_ref(py))
                 };
@@ -1301,9 +1412,10 @@ impl Topology {
             ));
         }
         let distinct = self.read_tier(tier, |state, known| {
-            let masters = state.masters(py, known);
+            let resolved = state.resolved(py, known);
             known.map.slots_in_place(&mut routes);
-            distinct_routes(py, masters, &mut routes)
+            tally(state, known, resolved, &routes);
+            distinct_routes(py, &resolved.table, &mut routes)
         })?;
         // At most one index per instance plus None, far below any item's limit; checked anyway
         // rather than writing a wrapped index.

@@ -10,6 +10,7 @@ module pays nothing for it, and one that does pays only when it is scraped. The 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -54,7 +55,8 @@ class ShardlineCollector:
     ``keepers`` each ``RegistrationKeeper`` (a reachability record's keeper) by its ``keeper``
     label, ``discoveries`` each discovery stream a proxy follows (a
     :class:`~shardline.discovery.Subscription`: what ``subscribe()`` returns, or a
-    ``TopologyDiscovery``) by its ``discovery`` label.
+    ``TopologyDiscovery``) by its ``discovery`` label. Registering a proxy turns its dispatch
+    latency histogram on (:meth:`~shardline.proxy.WorkerProxy.measure_latency`).
     Every label set is bounded: tiers, failure reasons and clear causes are fixed lists, the
     ``source`` and ``proxy`` names are the caller's, and ``instance`` (a client's pools) follows
     the cluster's membership. The names and meanings are listed in ``docs/metrics.md``.
@@ -81,6 +83,8 @@ class ShardlineCollector:
         self._sources = dict(sources or {})
         self._client = client
         self._proxies = dict(proxies or {})
+        for proxy in self._proxies.values():
+            proxy.measure_latency()
         self._keepers = dict(keepers or {})
         self._discoveries = dict(discoveries or {})
 
@@ -93,6 +97,7 @@ class ShardlineCollector:
         """The metric families, read now from the observed objects."""
         if self._topology is not None:
             yield from _topology_metrics(self._topology)
+            yield from _route_metrics(self._topology)
         if self._sources:
             yield from _source_metrics(self._sources)
             yield from _source_duration_metrics(self._sources)
@@ -102,6 +107,7 @@ class ShardlineCollector:
             yield from _client_poll_duration_metrics(self._client)
         if self._proxies:
             yield from _proxy_metrics(self._proxies)
+            yield from _dispatch_metrics(self._proxies)
         if self._keepers:
             yield from _keeper_metrics(self._keepers)
             yield from _keeper_state_metrics(self._keepers)
@@ -174,6 +180,26 @@ def _topology_metrics(topology: Topology) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "shardline_topology_replicasets", "Replicasets known.", value=len(topology.replicasets)
     )
+
+
+def _route_metrics(topology: Topology) -> Iterator[Metric]:
+    routes = CounterMetricFamily(
+        "shardline_routes",
+        "Keys and buckets looked up in the tier (owner, owners, find_bucket_master, route, "
+        "route_many).",
+        labels=["tier"],
+    )
+    misses = CounterMetricFamily(
+        "shardline_route_misses",
+        "Lookups of the tier answered None, by reason (as Topology.explain gives it).",
+        labels=["tier", "reason"],
+    )
+    for tier in topology.tiers:
+        stats = topology.route_stats(tier)
+        routes.add_metric([tier], stats.routes)
+        for reason, count in stats.misses.items():
+            misses.add_metric([tier, reason], count)
+    yield from (routes, misses)
 
 
 def _source_metrics(sources: Mapping[str, TopologySource]) -> Iterator[Metric]:
@@ -361,6 +387,81 @@ def _proxy_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
     for name, proxy in proxies.items():
         workers.add_metric([name], len(proxy.workers))
     yield workers
+
+
+def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
+    labels = ["proxy", "balancer"]
+    dispatches = CounterMetricFamily(
+        "shardline_proxy_dispatches",
+        "Dispatches to a worker the proxy started (each worker a call tried).",
+        labels=labels,
+    )
+    failures = CounterMetricFamily(
+        "shardline_proxy_dispatch_failures",
+        "Dispatches to a worker that failed, by reason: transient (another worker is tried), "
+        "broken (the worker is evicted, another is tried), error (it propagated).",
+        labels=[*labels, "reason"],
+    )
+    exhausted = CounterMetricFamily(
+        "shardline_proxy_exhausted",
+        "Calls that raised NoWorkersAvailable: the balancer offered no worker more.",
+        labels=labels,
+    )
+    admissions = CounterMetricFamily(
+        "shardline_proxy_admissions", "Workers admitted to the pool.", labels=labels
+    )
+    refreshes = CounterMetricFamily(
+        "shardline_proxy_refreshes",
+        "Pooled workers whose connection discovery replaced.",
+        labels=labels,
+    )
+    not_admitted = CounterMetricFamily(
+        "shardline_proxy_not_admitted",
+        "Workers discovery announced that the pool refused: it was at its lease.",
+        labels=labels,
+    )
+    evictions = CounterMetricFamily(
+        "shardline_proxy_evictions",
+        "Workers that left the pool, by reason: broken (a non-transient RpcError), dropped "
+        "(by discovery).",
+        labels=[*labels, "reason"],
+    )
+    latency = HistogramMetricFamily(
+        "shardline_proxy_dispatch_duration_seconds",
+        "Time each dispatch to a worker took, whatever its outcome.",
+        labels=labels,
+    )
+    for name, proxy in proxies.items():
+        stats = proxy.stats()
+        values = [name, stats.balancer]
+        dispatches.add_metric(values, stats.dispatched)
+        failures.add_metric([*values, "transient"], stats.transient)
+        failures.add_metric([*values, "broken"], stats.broken)
+        failures.add_metric([*values, "error"], stats.errors)
+        exhausted.add_metric(values, stats.exhausted)
+        admissions.add_metric(values, stats.admissions)
+        refreshes.add_metric(values, stats.refreshes)
+        not_admitted.add_metric(values, stats.not_admitted)
+        for reason, count in stats.evictions.items():
+            evictions.add_metric([*values, reason], count)
+        if stats.latency is not None:
+            cumulative = list(itertools.accumulate(stats.latency.counts))
+            buckets = [
+                (repr(bound), count)
+                for bound, count in zip(stats.latency.bounds, cumulative, strict=False)
+            ]
+            buckets.append(("+Inf", cumulative[-1]))
+            latency.add_metric(values, buckets, sum_value=stats.latency.sum)
+    yield from (
+        dispatches,
+        failures,
+        exhausted,
+        admissions,
+        refreshes,
+        not_admitted,
+        evictions,
+        latency,
+    )
 
 
 def _keeper_metrics(keepers: Mapping[str, RegistrationKeeper]) -> Iterator[Metric]:

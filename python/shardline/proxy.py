@@ -7,6 +7,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterable, Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
@@ -29,7 +30,7 @@ from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
 from shardline.pool.context import LoadBalancerContext
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
-__all__ = ["Connection", "WorkerProxy"]
+__all__ = ["EVICTION_REASONS", "Connection", "DispatchLatency", "ProxyStats", "WorkerProxy"]
 
 logger = logging.getLogger("shardline.proxy")
 
@@ -38,6 +39,67 @@ class Connection(Protocol):
     """How the proxy reaches one worker."""
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
+
+
+EVICTION_REASONS = ("broken", "dropped")
+"""Why a worker left the pool: ``broken`` (its dispatch raised an ``RpcError`` that is not
+transient), ``dropped`` (discovery said ``worker-dropped``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchLatency:
+    """The latencies of a proxy's dispatches to workers since
+    :meth:`WorkerProxy.measure_latency`, as a histogram.
+
+    ``bounds`` are the buckets' upper bounds in seconds (fixed: 25 µs to 10 s); ``counts[i]``
+    is the number of dispatches that took more than ``bounds[i - 1]`` and at most
+    ``bounds[i]`` seconds, and the last count (one more than there are bounds) those that took
+    longer than every bound. ``sum`` is their total in seconds. Each dispatch to a worker is
+    one sample, whatever its outcome, so a call that tried two workers is two.
+    """
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+
+    @property
+    def count(self) -> int:
+        """How many dispatches were timed."""
+        return sum(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyStats:
+    """What a :class:`WorkerProxy` counted since it was made (:meth:`WorkerProxy.stats`).
+
+    ``balancer`` is the balancer's class name. Dispatches are counted per worker tried:
+    ``dispatched`` is how many the proxy started (each attempt of a call on one worker),
+    ``transient`` how many of them raised a ``TransientRpcError`` (the worker stays, the
+    balancer offers another), ``broken`` another ``RpcError`` (the worker was evicted, the
+    balancer offers another), ``errors`` any other exception, cancellation included (it
+    propagated to the caller); the others returned a result or are still running.
+    ``exhausted`` counts the calls that raised ``NoWorkersAvailable`` because the balancer
+    offered no worker more (not those a balancer raises itself, such as a keyed one finding no
+    route). ``workers`` is the pool's size now; ``admissions``, ``refreshes`` (a pooled
+    worker's connection replaced after ``worker-added`` or ``worker-updated``) and
+    ``not_admitted`` (a ``worker-added`` refused at the lease) count discovery's effects, and
+    ``evictions`` the workers that left the pool by reason (every one of
+    ``EVICTION_REASONS``, 0 until it happens). ``latency`` is the dispatch latency histogram,
+    None until :meth:`WorkerProxy.measure_latency` was called.
+    """
+
+    balancer: str
+    dispatched: int
+    transient: int
+    broken: int
+    errors: int
+    exhausted: int
+    workers: int
+    admissions: int
+    refreshes: int
+    not_admitted: int
+    evictions: Mapping[str, int]
+    latency: DispatchLatency | None
 
 
 BalancerSpec = str | LoadBalancerLike | type[LoadBalancerLike] | Callable[[], LoadBalancerLike]
@@ -69,7 +131,8 @@ class WorkerProxy:
     :mod:`shardline.balancers.registry`; an unknown name raises
     :class:`~shardline.InvalidArgument` listing the known ones). The proxy drives it through
     ``select`` when it has one, else through ``delegate``, and counts and times dispatches
-    (``context.load``) only if it does not declare ``needs_load = False``; a balancer declaring
+    (``context.load``) only if it does not declare ``needs_load = False`` or once
+    ``measure_latency()`` was called; a balancer declaring
     ``pool_rotation`` (the built-in round-robin) has its first candidate taken from the pool's
     rotation in one native call (see :mod:`shardline.balancers.protocol`).
 
@@ -93,6 +156,9 @@ class WorkerProxy:
     Logs on ``shardline.proxy``: INFO when a worker is admitted, refreshed, evicted (with the
     error that evicted it), dropped by discovery or not admitted because the pool is at its
     lease; never a line per dispatch.
+
+    ``stats()`` counts all of this (:class:`ProxyStats`); ``measure_latency()`` adds a
+    histogram of the dispatch latencies to it, which costs each dispatch two clock readings.
     """
 
     def __init__(
@@ -124,6 +190,16 @@ class WorkerProxy:
         self._quorum = quorum
         self._quorum_timeout = quorum_timeout
         self._context = LoadBalancerContext()
+        # counted here for the paths written in Python; the pool counts its native path
+        self._dispatched = 0
+        self._transient = 0
+        self._broken = 0
+        self._errors = 0
+        self._exhausted = 0
+        self._admissions = 0
+        self._refreshes = 0
+        self._not_admitted = 0
+        self._evictions = dict.fromkeys(EVICTION_REASONS, 0)
         self._quorum_reached = asyncio.Event()
         self._sentinel: asyncio.Task[None] | None = None
 
@@ -131,6 +207,50 @@ class WorkerProxy:
     def workers(self) -> list[WorkerMetadata]:
         """The records of the pooled workers, in admission order."""
         return [metadata for metadata, _ in self._context.workers.values()]
+
+    def stats(self) -> ProxyStats:
+        """The proxy's counts now (see :class:`ProxyStats`).
+
+        Implementation notes:
+            Read on the call: the pool's native counts (dispatches of the round-robin fast
+            path, the latency histogram) from Rust, the rest from the proxy's own integers,
+            which the paths written in Python add to where they already branch.
+        """
+        native, latency = self._context.dispatch_counts()
+        return ProxyStats(
+            balancer=type(self._balancer).__name__,
+            dispatched=native + self._dispatched,
+            transient=self._transient,
+            broken=self._broken,
+            errors=self._errors,
+            exhausted=self._exhausted,
+            workers=len(self._context),
+            admissions=self._admissions,
+            refreshes=self._refreshes,
+            not_admitted=self._not_admitted,
+            evictions=MappingProxyType(dict(self._evictions)),
+            latency=None
+            if latency is None
+            else DispatchLatency(
+                bounds=tuple(LoadBalancerContext.DISPATCH_BUCKETS),
+                counts=tuple(latency[0]),
+                sum=latency[1],
+            ),
+        )
+
+    def measure_latency(self) -> None:
+        """From now on, times every dispatch to a worker into :attr:`ProxyStats.latency`
+        (:func:`shardline.metrics.register` calls it for the proxies it is given). There is no
+        turning it off; calling it again changes nothing.
+
+        Implementation notes:
+            The pool reads its clock when a dispatch starts and ends, in Rust (the same
+            readings a load-aware balancer's load is made of), and counts the latency into
+            fixed buckets; until this is called, a balancer that does not need the load has
+            no clock read at all.
+        """
+        self._context.time_dispatches()
+        self._load = True
 
     async def start(self) -> None:
         """Follows discovery in the background and waits for ``quorum`` pooled workers."""
@@ -180,6 +300,7 @@ class WorkerProxy:
         metadata = event.metadata
         if event.type == "worker-dropped":
             if self._evict(metadata):
+                self._evictions["dropped"] += 1
                 logger.info("worker %s at %s dropped by discovery", metadata.uid, metadata.address)
             return
         pooled = self._context.workers.get(metadata.uid)
@@ -188,12 +309,15 @@ class WorkerProxy:
             self._context.update_worker(metadata, connection)
             if connection is not pooled[1]:
                 _close(pooled[1])
+            self._refreshes += 1
             logger.info("worker %s refreshed: now at %s", metadata.uid, metadata.address)
         elif event.type == "worker-added":
             if self._lease is None or len(self._context) < self._lease:
                 self._context.add_worker(metadata, self._connect(metadata))
+                self._admissions += 1
                 logger.info("worker %s at %s admitted", metadata.uid, metadata.address)
             else:
+                self._not_admitted += 1
                 logger.info("worker %s not admitted: the pool is at its lease", metadata.uid)
         elif event.type != "worker-updated":
             logger.warning("discovery event of unknown type %r skipped", event.type)
@@ -209,7 +333,9 @@ class WorkerProxy:
         return True
 
     def _evict_broken(self, metadata: WorkerMetadata, error: RpcError) -> None:
+        self._broken += 1
         if self._evict(metadata):
+            self._evictions["broken"] += 1
             logger.info("worker %s at %s evicted: %s", metadata.uid, metadata.address, error)
 
     def explain(self, task: Any) -> DispatchExplanation:
@@ -247,7 +373,11 @@ class WorkerProxy:
             (``dispatch_next``), and goes on through ``select`` after a failure; other
             balancers go through ``select`` or ``delegate``. The load (a count in flight and
             the latency, timed on the pool's clock in Rust) is kept only for a balancer that
-            needs it; otherwise the uid is resolved with a plain pool lookup.
+            needs it or once ``measure_latency`` was called; otherwise the uid is resolved with
+            a plain pool lookup. The native path's dispatches are counted by the pool
+            (``dispatch_next``); the other paths count theirs here, and every failure is
+            counted where its ``except`` already is, so a dispatch that succeeds on the native
+            path adds nothing in Python.
         """
         context = self._context
         load = self._load
@@ -261,15 +391,19 @@ class WorkerProxy:
             if self._pool_rotation:
                 picked = context.dispatch_next(None, load)
                 if picked is None:
-                    raise _exhausted(task, tried)
+                    raise self._exhausted_call(task, tried)
                 uid, metadata, connection, started = picked
                 try:
                     return await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
+                    self._transient += 1
                     failure = error
                 except RpcError as error:
                     self._evict_broken(metadata, error)
                     failure = error
+                except BaseException:
+                    self._errors += 1
+                    raise
                 finally:
                     if load:
                         context.finish_dispatch(uid, started)
@@ -278,7 +412,7 @@ class WorkerProxy:
             while True:
                 uid = select(task, context=context, tried=tried)
                 if uid is None:
-                    raise _exhausted(task, tried) from failure
+                    raise self._exhausted_call(task, tried) from failure
                 if outcomes is not None and uid in outcomes:
                     raise RuntimeError(
                         f"balancer {self._balancer!r} offered worker {uid} twice in one call"
@@ -291,13 +425,18 @@ class WorkerProxy:
                 except KeyError:  # it left the pool: skipped, not failed
                     outcome = None
                 else:
+                    self._dispatched += 1
                     try:
                         return await connection.dispatch(task, timeout=timeout)
                     except TransientRpcError as error:
+                        self._transient += 1
                         failure = outcome = error
                     except RpcError as error:
                         self._evict_broken(metadata, error)
                         failure = outcome = error
+                    except BaseException:
+                        self._errors += 1
+                        raise
                     finally:
                         if load:
                             context.finish_dispatch(uid, started)
@@ -320,9 +459,11 @@ class WorkerProxy:
                     uid = await anext(candidates)
                     continue
                 dispatched = uid
+                self._dispatched += 1
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
+                    self._transient += 1
                     failure = offered[uid] = error
                     uid = await candidates.athrow(error)
                     continue
@@ -331,6 +472,9 @@ class WorkerProxy:
                     failure = offered[uid] = error
                     uid = await candidates.athrow(error)
                     continue
+                except BaseException:
+                    self._errors += 1
+                    raise
                 finally:
                     if load:
                         context.finish_dispatch(dispatched, started)
@@ -342,9 +486,16 @@ class WorkerProxy:
                     f"balancer {self._balancer!r} offered another worker after a success"
                 )
         except StopAsyncIteration:
-            raise _exhausted(task, offered) from failure
+            raise self._exhausted_call(task, offered) from failure
         finally:
             await candidates.aclose()
+
+    def _exhausted_call(
+        self, task: Any, tried: Mapping[uuid.UUID, Exception | None]
+    ) -> NoWorkersAvailable:
+        """Counts a call whose balancer offered nobody more, and makes its error."""
+        self._exhausted += 1
+        return _exhausted(task, tried)
 
 
 _SHOWN_CANDIDATES = 8
