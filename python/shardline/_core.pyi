@@ -1,6 +1,6 @@
 # Hand-written stubs for the Rust extension; checked by `python -m mypy.stubtest shardline._core`.
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, TypeVar, final, overload
+from typing import Any, Literal, Self, TypeVar, final, overload
 
 from typing_extensions import disjoint_base
 
@@ -11,12 +11,16 @@ __all__ = [
     "BucketRange",
     "Instance",
     "MapStats",
+    "MsgpackReader",
     "Replicaset",
     "RouteExplanation",
     "Topology",
     "WorkerPool",
     "WorkersView",
     "bucket_id",
+    "msgpack_request",
+    "msgpack_result",
+    "msgpack_unpack",
     "parse_bucket_row",
 ]
 
@@ -187,6 +191,21 @@ def bucket_id(
     key: Any, bucket_count: int, *, scheme: str = "picodata", decimal_format: str = "binary"
 ) -> int: ...
 def parse_bucket_row(row: Any) -> tuple[str, int, int, str, str]: ...
+
+@disjoint_base
+class MsgpackReader:
+    def __new__(
+        cls,
+        max_frame_bytes: int,
+        fast: str | None,
+        malformed: type[Exception],
+        too_large: type[Exception],
+    ) -> Self: ...
+    def feed(self, data: bytes) -> list[Any]: ...
+
+def msgpack_unpack(data: bytes) -> Any: ...
+def msgpack_request(msgid: int, handler: str, payload: bytes, timeout: float | None) -> bytes: ...
+def msgpack_result(msgid: int, result: bytes | None) -> bytes: ...
 
 @disjoint_base
 class WorkerPool:
