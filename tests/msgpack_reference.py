@@ -30,7 +30,7 @@ def _no_timestamps(value: Any) -> None:
             raise Refused("a timestamp")
 
 
-def unpack(data: bytes) -> Any:
+def model_unpack(data: bytes) -> Any:
     """The one value ``data`` holds, as the protocol reads it: str or bytes map keys, UTF-8
     strings, no extension type (the timestamp included), msgpack-python's nesting bound;
     :class:`Refused` otherwise."""
@@ -44,23 +44,24 @@ def unpack(data: bytes) -> Any:
     return value
 
 
-def stream(data: bytes) -> tuple[list[Any], bool]:
-    """The values ``data`` holds back to back, and whether it ends cleanly between two (False:
-    a value is cut short at the end); :class:`Refused` when one is unreadable."""
+def model_stream(data: bytes) -> tuple[list[Any], list[int]]:
+    """The values ``data`` holds back to back, and where each ends (a value cut short at the
+    end is not among them); :class:`Refused` when one is unreadable."""
     unpacker = msgpack.Unpacker(
         raw=False, strict_map_key=True, ext_hook=_refuse_ext, use_list=True, max_buffer_size=0
     )
     unpacker.feed(data)
     values = []
-    end = 0  # where the last whole value ends (msgpack reads into an unfinished one too)
+    # tell() right after a value: msgpack reads into an unfinished one too
+    ends = []
     try:
         for value in unpacker:
-            end = unpacker.tell()
+            ends.append(unpacker.tell())
             _no_timestamps(value)
             values.append(value)
     except (ValueError, msgpack.UnpackException) as error:
         raise Refused(str(error)) from None
-    return values, end == len(data)
+    return values, ends
 
 
 def timeout(value: Any) -> tuple[bool, float | None]:
