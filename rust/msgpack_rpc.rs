@@ -434,7 +434,8 @@ impl MsgpackReader {
     }
 
     /// Reads the messages of `data` (after the pending tail, if any) into `out`; returns what
-    /// is left pending.
+    /// is left pending. The unfinished message's bytes are kept in the tail's own buffer, so
+    /// a message arriving in many small reads is copied about once, not once per read.
     fn read<'py>(
         &self,
         py: Python<'py>,
@@ -442,26 +443,43 @@ impl MsgpackReader {
         data: &[u8],
         out: &Bound<'py, PyList>,
     ) -> Result<Pending, Refusal> {
-        let joined;
-        let (bytes, mut start) = if pending.tail.is_empty() {
-            (data, 0)
+        let mut tail = std::mem::take(&mut pending.tail);
+        let unread = if tail.is_empty() {
+            self.messages(py, &mut pending, data, out)?
+                .map(|start| data[start..].to_vec())
         } else {
-            pending.tail.extend_from_slice(data);
-            joined = std::mem::take(&mut pending.tail);
-            (&joined[..], 0)
+            tail.extend_from_slice(data);
+            self.messages(py, &mut pending, &tail, out)?.map(|start| {
+                tail.drain(..start);
+                tail
+            })
         };
+        pending.tail = unread.unwrap_or_default();
+        Ok(pending)
+    }
+
+    /// Reads the messages `bytes` completes (the first one's scan resumed from `pending`) into
+    /// `out`; returns where the unfinished one starts, if `bytes` ends inside one, with its
+    /// scan in `pending`, relative to that start.
+    fn messages<'py>(
+        &self,
+        py: Python<'py>,
+        pending: &mut Pending,
+        bytes: &[u8],
+        out: &Bound<'py, PyList>,
+    ) -> Result<Option<usize>, Refusal> {
+        let mut start = 0;
         loop {
             if start >= bytes.len() {
                 pending.scan = Scan::default();
-                return Ok(pending);
+                return Ok(None);
             }
             if pending.scan.pos < start {
                 pending.scan.pos = start;
             }
             let Some(end) = scan_message(bytes, start, self.limit, &mut pending.scan)? else {
                 pending.scan.pos -= start;
-                pending.tail = bytes[start..].to_vec();
-                return Ok(pending);
+                return Ok(Some(start));
             };
             let message = &bytes[start..end];
             let fast = if pending.read == 0 {

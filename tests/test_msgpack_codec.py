@@ -189,10 +189,10 @@ def test_the_decoder_refuses_what_msgpack_python_refuses_in_a_stream(
         return
     try:
         decoded = feed_split(decoder, stream, cuts)
-    except wire.FrameTooLarge:
-        assert ends[-1:] != [len(stream)], (
-            "one the decoder found too large is unfinished for msgpack"
-        )
+    except MalformedMessage:
+        # a message too large, or an extension type, announced by the headers of a message
+        # msgpack-python has not finished either (it judges an extension once whole)
+        assert ends[-1:] != [len(stream)], "the decoder refused what msgpack reads whole"
         return
     assert reference.same(decoded, expected)
 
