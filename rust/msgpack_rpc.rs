@@ -688,3 +688,122 @@ pub fn msgpack_result<'py>(
     }
     Ok(PyBytes::new(py, &out))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{scan_message, Refusal, Scan, MAX_DEPTH};
+
+    /// The end of the message at the start of `data`, scanned in reads of `step` bytes (the scan
+    /// resumed after each, as the reader does), or the refusal.
+    fn scan_in_steps(data: &[u8], limit: usize, step: usize) -> Result<Option<usize>, Refusal> {
+        let mut scan = Scan::default();
+        let mut seen = 0;
+        loop {
+            seen = (seen + step).min(data.len());
+            if let Some(end) = scan_message(&data[..seen], 0, limit, &mut scan)? {
+                return Ok(Some(end));
+            }
+            if seen == data.len() {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn end(data: &[u8], limit: usize, step: usize) -> Option<usize> {
+        match scan_in_steps(data, limit, step) {
+            Ok(end) => end,
+            Err(Refusal::TooLarge) => panic!("refused as too large"),
+            Err(Refusal::Malformed(what)) => panic!("refused: {what}"),
+            Err(Refusal::Python(_)) => panic!("a Python error"),
+        }
+    }
+
+    // [1, [2, {"k": [nil, "ab"]}], bin 300 bytes], then a nil that is the next message
+    fn nested() -> Vec<u8> {
+        let mut data = vec![
+            0x93, 0x01, 0x92, 0x02, 0x81, 0xa1, b'k', 0x92, 0xc0, 0xa2, b'a', b'b',
+        ];
+        data.extend_from_slice(&[0xc5, 0x01, 0x2c]);
+        data.extend_from_slice(&[7; 300]);
+        data.push(0xc0);
+        data
+    }
+
+    #[test]
+    fn a_message_ends_at_the_same_byte_however_the_reads_split_it() {
+        let data = nested();
+        let whole = data.len() - 1;
+        for step in [1, 2, 3, 5, 13, 64, 1000] {
+            assert_eq!(
+                end(&data, whole, step),
+                Some(whole),
+                "reads of {step} bytes"
+            );
+        }
+        assert_eq!(
+            end(&data[..whole - 1], whole, 1),
+            None,
+            "one byte short: unfinished"
+        );
+    }
+
+    #[test]
+    fn a_message_one_byte_over_the_limit_is_refused_in_reads_of_any_size() {
+        let data = nested();
+        let whole = data.len() - 1;
+        for step in [1, 7, 1000] {
+            assert!(matches!(
+                scan_in_steps(&data, whole - 1, step),
+                Err(Refusal::TooLarge)
+            ));
+        }
+    }
+
+    #[test]
+    fn headers_announcing_more_than_fits_are_refused_before_their_bytes_come() {
+        // an array of 2^32 - 1 items, a bin of 4 GiB, 256 items inside a pair
+        for header in [
+            &[0xdd, 0xff, 0xff, 0xff, 0xff][..],
+            &[0xc6, 0xff, 0xff, 0xff, 0xff],
+            &[0x92, 0xdc, 0x01, 0x00],
+        ] {
+            let mut scan = Scan::default();
+            assert!(matches!(
+                scan_message(header, 0, 257, &mut scan),
+                Err(Refusal::TooLarge)
+            ));
+        }
+        // 256 items inside a pair fit in 261 bytes
+        let mut scan = Scan::default();
+        assert!(matches!(
+            scan_message(&[0x92, 0xdc, 0x01, 0x00], 0, 261, &mut scan),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn containers_nest_at_most_max_depth_deep_empty_ones_included() {
+        for innermost in [0x90, 0x80] {
+            let mut deepest = vec![0x91; MAX_DEPTH - 1];
+            deepest.push(innermost);
+            assert_eq!(end(&deepest, deepest.len(), 1), Some(deepest.len()));
+            deepest.insert(0, 0x91);
+            let mut scan = Scan::default();
+            assert!(matches!(
+                scan_message(&deepest, 0, deepest.len(), &mut scan),
+                Err(Refusal::Malformed(what)) if what.contains("deeper")
+            ));
+        }
+    }
+
+    #[test]
+    fn extension_types_and_0xc1_are_refused_at_their_header() {
+        for byte in [0xc1, 0xc7, 0xc8, 0xc9, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8] {
+            let mut scan = Scan::default();
+            assert!(matches!(
+                scan_message(&[0x91, byte], 0, 100, &mut scan),
+                Err(Refusal::Malformed(_))
+            ));
+        }
+    }
+}

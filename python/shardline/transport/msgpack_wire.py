@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import socket
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from shardline._core import MsgpackReader, msgpack_request, msgpack_result, msgpack_unpack
 from shardline._extras import requires_extra
@@ -138,7 +138,9 @@ class FrameDecoder(MsgpackReader):
     decodes whatever the socket's read size, and one byte more does not.
     """
 
-    def __new__(cls, max_frame_bytes: int, fast: str | None = None) -> FrameDecoder:
+    def __new__(
+        cls, max_frame_bytes: int, fast: Literal["requests", "answers"] | None = None
+    ) -> FrameDecoder:
         return super().__new__(cls, max_frame_bytes, fast, MalformedMessage, FrameTooLarge)
 
 
