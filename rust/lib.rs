@@ -16,6 +16,7 @@ mod key_encoding;
 mod lua_tostring;
 mod map_clear;
 mod map_stats;
+mod msgpack_rpc;
 mod murmur3;
 mod out_array;
 mod pool;
@@ -43,6 +44,8 @@ mod _core {
     use crate::instance::Instance;
     #[pymodule_export]
     use crate::map_stats::MapStats;
+    #[pymodule_export]
+    use crate::msgpack_rpc::{msgpack_request, msgpack_result, msgpack_unpack, MsgpackReader};
     #[pymodule_export]
     use crate::pool::WorkerPool;
     #[pymodule_export]

@@ -1,6 +1,6 @@
 # Hand-written stubs for the Rust extension; checked by `python -m mypy.stubtest shardline._core`.
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Literal, TypeVar, final, overload
+from typing import Any, ClassVar, Literal, Self, TypeVar, final, overload
 
 from typing_extensions import disjoint_base
 
@@ -11,6 +11,7 @@ __all__ = [
     "BucketRange",
     "Instance",
     "MapStats",
+    "MsgpackReader",
     "PoolRotationSelect",
     "Replicaset",
     "RouteExplanation",
@@ -19,6 +20,9 @@ __all__ = [
     "WorkerPool",
     "WorkersView",
     "bucket_id",
+    "msgpack_request",
+    "msgpack_result",
+    "msgpack_unpack",
     "parse_bucket_row",
 ]
 
@@ -204,6 +208,21 @@ class PoolRotationSelect:
     pool_rotation: ClassVar[bool]
     def __new__(cls, *_args: Any, **_kwargs: Any) -> PoolRotationSelect: ...
     def select(self, task: Any, *, context: Any, tried: Any) -> Any: ...
+
+@disjoint_base
+class MsgpackReader:
+    def __new__(
+        cls,
+        max_frame_bytes: int,
+        fast: str | None,
+        malformed: type[Exception],
+        too_large: type[Exception],
+    ) -> Self: ...
+    def feed(self, data: bytes) -> list[Any]: ...
+
+def msgpack_unpack(data: bytes) -> Any: ...
+def msgpack_request(msgid: int, handler: str, payload: bytes, timeout: float | None) -> bytes: ...
+def msgpack_result(msgid: int, result: bytes | None) -> bytes: ...
 
 @disjoint_base
 class WorkerPool:

@@ -28,6 +28,7 @@ with atheris.instrument_imports(include=["shardline"]):
     import shardline.discovery.record
     import shardline.registration.etcd_store
     import shardline.topology.sources.notification_documents
+    import shardline.transport.msgpack_wire
     import shardline.transport.wire  # noqa: F401
 
 from strategies import full_state

@@ -280,7 +280,7 @@ class _Link(asyncio.Protocol):
     def __init__(self, shared: _Shared) -> None:
         self._shared = shared
         self._loop = shared.loop
-        self._decoder = wire.FrameDecoder(shared.max_frame_bytes)
+        self._decoder = wire.FrameDecoder(shared.max_frame_bytes, "answers")
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._next_msgid = 0
@@ -319,9 +319,16 @@ class _Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_heard = self._loop.time()
         self._ping_sent = None
+        calls = self._calls
         try:
             for message in self._decoder.feed(data):
-                self._receive(message)
+                if type(message) is tuple:
+                    # a successful answer (msgid, result), taken apart by the decoder
+                    answer = calls.pop(message[0], None)
+                    if answer is not None and not answer.done():
+                        answer.set_result((None, message[1]))
+                else:
+                    self._receive(message)
         except wire.FrameTooLarge as error:
             self._violated(RpcError(f"worker at {self._shared.address} sent {error}"))
         except MalformedMessage as error:

@@ -263,7 +263,7 @@ class _Link(asyncio.Protocol):
 
     def __init__(self, state: _State) -> None:
         self._state = state
-        self._decoder = wire.FrameDecoder(state.max_frame_bytes)
+        self._decoder = wire.FrameDecoder(state.max_frame_bytes, "requests")
         self._transport: asyncio.Transport | None = None
         self._peer = "a client"
         self._peer_limit: int | None = None
@@ -320,7 +320,10 @@ class _Link(asyncio.Protocol):
                 if self._transport is None or self._transport.is_closing():
                     return
                 try:
-                    self._receive(message)
+                    if type(message) is tuple:
+                        self._dispatch(*message)
+                    else:
+                        self._receive(message)
                 except MalformedMessage as error:
                     self._drop(f"{error}")
                     return
@@ -385,6 +388,12 @@ class _Link(asyncio.Protocol):
         except MalformedMessage as error:
             self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
             return
+        self._dispatch(msgid, name, payload, seconds)
+
+    def _dispatch(self, msgid: int, name: str, payload: bytes, seconds: float | None) -> None:
+        """A well-formed dispatch request (the decoder hands these over already taken apart)."""
+        if msgid in self.calls:
+            raise MalformedMessage(f"msgid {msgid} is already in flight")
         state = self._state
         if state.stopping:
             self._answer_error(

@@ -27,11 +27,11 @@ UTF-8, and extension types (the timestamp included) are refused. Every frame rea
 from __future__ import annotations
 
 import math
-import re
 import socket
 import threading
-from typing import Any
+from typing import Any, Literal
 
+from shardline._core import MsgpackReader, msgpack_request, msgpack_result, msgpack_unpack
 from shardline._extras import requires_extra
 
 with requires_extra("msgpack", __name__):
@@ -106,10 +106,6 @@ ERROR_KINDS = TRANSIENT_KINDS | {HANDLER, UNKNOWN_HANDLER, BAD_REQUEST, BAD_RESU
 # An error message longer than this is cut, so an error answer always fits any sane limit.
 _MAX_ERROR_MESSAGE_CHARS = 8 * 1024
 
-# The first byte of every extension type's header. Such a byte may also sit inside a string
-# or a number; only then is the decoded value searched for a timestamp (see _refuse_timestamps).
-_EXT_MARKER = re.compile(rb"[\xc7-\xc9\xd4-\xd8]")
-
 
 class FrameTooLarge(MalformedMessage):
     """A peer sent a frame over the limit (``limit`` bytes)."""
@@ -119,82 +115,33 @@ class FrameTooLarge(MalformedMessage):
         self.limit = limit
 
 
-def _refuse_ext(code: int, data: bytes) -> Any:
-    raise ValueError(f"extension type {code} is refused")
-
-
-def _unpacker(limit: int) -> Any:
-    return msgpack.Unpacker(
-        raw=False,
-        strict_map_key=True,
-        ext_hook=_refuse_ext,
-        max_buffer_size=limit,
-        use_list=True,
-    )
-
-
-class FrameDecoder:
+class FrameDecoder(MsgpackReader):
     """Turns the bytes read from a socket into messages, whatever the split.
 
     ``feed(data)`` returns the messages completed by ``data``; :class:`FrameTooLarge` when a
     message would exceed ``max_frame_bytes``, :class:`MalformedMessage` when the bytes are not
-    msgpack this protocol reads. After either, the decoder is unusable (the stream has lost its
-    framing) and the connection must be closed.
+    msgpack this protocol reads (an extension type, a map key neither str nor bytes, a string
+    not UTF-8, more than 1024 containers nested). After either, the decoder is unusable (the
+    stream has lost its framing) and the connection must be closed.
 
-    Implementation notes: msgpack's unpacker parses incrementally and drops the bytes it has
-    parsed, even within an unfinished message, so its ``max_buffer_size`` alone would not
-    bound a message made of many small parts. The decoder counts the bytes fed since the end
-    of the last complete message (``tell()`` right after it) and feeds only what keeps that
-    count within the limit, so a frame of exactly the limit decodes whatever the socket's read
-    size, and one byte more does not.
+    Each message is its decoded value (lists, dicts, str, bytes, int, float, bool, None),
+    except, with ``fast="requests"``, a well-formed dispatch request after the first message,
+    which is ``(msgid, handler, payload, timeout)`` (``payload`` the bin, ``timeout`` None or
+    seconds as :func:`read_timeout` reads them), and with ``fast="answers"`` a successful
+    answer after the first message, ``(msgid, result)``; any other message, well-formed or
+    not, is its decoded value.
+
+    Implementation notes: the Rust core's ``MsgpackReader`` does a read's work in one call:
+    it finds each message's end (resuming an unfinished one where it stopped), refuses one
+    over the limit as soon as its headers show it cannot fit (each item still due counts a
+    byte) or its bytes pass the limit, and builds the values. A frame of exactly the limit
+    decodes whatever the socket's read size, and one byte more does not.
     """
 
-    def __init__(self, max_frame_bytes: int) -> None:
-        self._limit = max_frame_bytes
-        self._unpacker = _unpacker(max_frame_bytes)
-        self._fed = 0
-        self._message_start = 0
-
-    def feed(self, data: bytes) -> list[Any]:
-        if len(data) <= self._limit - (self._fed - self._message_start):
-            # the common case, all of it within the limit: no slicing
-            self._unpacker.feed(data)
-            self._fed += len(data)
-            return self._drain()
-        messages: list[Any] = []
-        view = memoryview(data)
-        while view:
-            room = self._limit - (self._fed - self._message_start)
-            if room <= 0:
-                raise FrameTooLarge(self._limit)
-            piece, view = view[:room], view[room:]
-            self._unpacker.feed(piece)
-            self._fed += len(piece)
-            messages += self._drain()
-        return messages
-
-    def _drain(self) -> list[Any]:
-        unpacker = self._unpacker
-        messages = []
-        try:
-            for message in unpacker:
-                self._message_start = unpacker.tell()
-                messages.append(message)
-        except (ValueError, msgpack.UnpackException) as error:
-            raise MalformedMessage(f"unreadable msgpack: {error}") from None
-        return messages
-
-
-def _refuse_timestamps(value: Any) -> None:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, msgpack.Timestamp):
-            raise MalformedMessage("extension type -1 (timestamp) is refused")
+    def __new__(
+        cls, max_frame_bytes: int, fast: Literal["requests", "answers"] | None = None
+    ) -> FrameDecoder:
+        return super().__new__(cls, max_frame_bytes, fast, MalformedMessage, FrameTooLarge)
 
 
 class _Packers(threading.local):
@@ -230,16 +177,11 @@ def pack_value(value: Any, what: str, handler: str) -> bytes:
 
 def unpack_value(data: bytes, what: str) -> Any:
     """A payload or result; :class:`MalformedMessage` naming ``what`` when it is not one
-    msgpack value this protocol reads."""
+    msgpack value this protocol reads (what :class:`FrameDecoder` reads in a message)."""
     try:
-        value = msgpack.unpackb(
-            data, raw=False, strict_map_key=True, ext_hook=_refuse_ext, use_list=True
-        )
-    except (ValueError, msgpack.UnpackException) as error:
+        return msgpack_unpack(data)
+    except ValueError as error:
         raise MalformedMessage(f"{what} is unreadable: {error}") from None
-    if _EXT_MARKER.search(data):
-        _refuse_timestamps(value)
-    return value
 
 
 def hello(max_frame_bytes: int) -> bytes:
@@ -269,8 +211,9 @@ def read_hello(message: Any, peer: str) -> int:
     return limit
 
 
-def request(msgid: int, handler: str, payload: bytes, timeout: float | None) -> bytes:
-    return pack([REQUEST, msgid, DISPATCH, [handler, payload, timeout]])
+request = msgpack_request
+"""``request(msgid, handler, payload, timeout)``: the dispatch request ``[0, msgid,
+"shardline.dispatch", [handler, payload bin, timeout]]`` packed (in the Rust core)."""
 
 
 def ping(msgid: int) -> bytes:
@@ -281,8 +224,9 @@ def cancel(msgid: int) -> bytes:
     return pack([NOTIFICATION, CANCEL, [msgid]])
 
 
-def result(msgid: int, value: bytes | None) -> bytes:
-    return pack([RESPONSE, msgid, None, value])
+result = msgpack_result
+"""``result(msgid, value)``: the answer ``[1, msgid, nil, value bin or nil]`` packed (in the
+Rust core)."""
 
 
 def error(msgid: int, kind: str, type_name: str, message: str) -> bytes:

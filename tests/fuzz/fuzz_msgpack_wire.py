@@ -1,0 +1,152 @@
+"""Fuzz target: the MessagePack-RPC codec (``shardline.transport.msgpack_wire``: the Rust core's
+reader behind ``FrameDecoder`` and ``unpack_value``, its writers ``request`` and ``result``).
+
+Contract (the docstrings, and ``tests/msgpack_reference.py``, the msgpack-python model the
+property tests share): ``unpack_value`` raises only ``MalformedMessage`` and reads what the model
+reads, refusing what it refuses; ``FrameDecoder.feed`` raises only ``MalformedMessage`` (or its
+``FrameTooLarge``), hands over the same messages however the bytes are split (a refusal
+included), never a message over its limit, and, for a stream the model reads whole, the
+model's values, with the hot path's requests or answers taken apart as the model says; and the
+frames ``request`` and ``result`` write are msgpack-python's bytes, which the decoder takes apart
+back into their fields.
+
+Input layout: byte 0 mod 3 picks the case: 0, the rest of the input is a value for
+``unpack_value``; 1, byte 1 picks the decoder's mode (mod 3: none, requests, answers) and its
+limit (``byte 1 * 4 + 1``, 0 for no limit), byte 2 how many reads the stream is cut into, and
+the rest is the stream (a seed is ``b"\\x01\\x00\\x00" + msgpack bytes``); 2, a request and an
+answer built from the input (structure-aware).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import atheris
+from fuzzkit import check, main, show, text
+from msgpack_reference import Refused, model_stream, model_unpack, packed, same, taken_apart
+
+from shardline.transport import msgpack_wire as wire
+from shardline.transport.wire import MalformedMessage
+
+MODES = (None, "requests", "answers")
+
+
+def read_value(data: bytes) -> None:
+    try:
+        value = wire.unpack_value(data, "the payload")
+    except MalformedMessage:
+        try:
+            expected = model_unpack(data)
+        except Refused:
+            return
+        raise AssertionError(f"refused {show(data)}, which msgpack-python reads") from None
+    try:
+        expected = model_unpack(data)
+    except Refused as refused:
+        raise AssertionError(
+            f"read {show(data)}, which msgpack-python refuses ({refused})"
+        ) from None
+    check(same(value, expected), f"{show(data)} read as {show(value)}, not {show(expected)}")
+
+
+def read(decoder: wire.FrameDecoder, data: bytes, cuts: list[int]) -> tuple[list[Any], Any]:
+    """What the decoder hands over when ``data`` comes in the reads ``cuts`` make, and the
+    refusal it ended with (None if none)."""
+    decoded: list[Any] = []
+    try:
+        for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
+            decoded.extend(decoder.feed(data[start:end]))
+    except MalformedMessage as refusal:
+        return decoded, refusal
+    return decoded, None
+
+
+# Nils enough to finish any message left open that fits in 16-bit lengths.
+PADDING = b"\xc0" * 70_000
+
+
+def read_stream(options: bytes, data: bytes) -> None:
+    fast = MODES[options[0] % 3]
+    limit = options[0] // 3 * 4 + 1 if options[0] >= 3 else len(data) + 1
+    pieces = options[1] % 8 + 1
+    cuts = sorted({len(data) * n // pieces for n in range(1, pieces)})
+    whole, whole_refusal = read(wire.FrameDecoder(limit, fast), data, [])
+    split, split_refusal = read(wire.FrameDecoder(limit, fast), data, cuts)
+    check(
+        type(whole_refusal) is type(split_refusal),
+        f"{show(data)}: refused {show(whole_refusal)} whole, {show(split_refusal)} split {cuts}",
+    )
+    # a refusal drops the messages its read completed, so only then may the two differ
+    if whole_refusal is None:
+        check(same(whole, split), f"{show(data)} split {cuts}: {show(split)}")
+    try:
+        values, ends = model_stream(data)
+    except Refused:
+        if whole_refusal is None:
+            # only if the model refused inside the message the decoder waits to finish: which
+            # it must refuse too once that message is finished
+            padded = data + PADDING
+            _, refusal = read(wire.FrameDecoder(len(padded), fast), padded, [])
+            check(refusal is not None, f"{show(data)}: read, though msgpack refuses it")
+        return
+    sizes = [end - start for start, end in zip([0, *ends], ends, strict=False)]
+    if any(size > limit for size in sizes):
+        check(
+            isinstance(whole_refusal, wire.FrameTooLarge),
+            f"{show(data)}: messages of {sizes} bytes, over the limit of {limit}, not refused",
+        )
+        return
+    if ends[-1:] != [len(data)] and whole_refusal is not None:
+        return  # refused from the headers of the unfinished message at the end
+    check(whole_refusal is None, f"{show(data)} refused ({show(whole_refusal)}) but readable")
+    expected = [*values[:1], *(taken_apart(v, fast) for v in values[1:])]
+    check(same(whole, expected), f"{show(data)} read as {show(whole)}")
+
+
+def frames(fdp: atheris.FuzzedDataProvider) -> None:
+    msgid = fdp.ConsumeIntInRange(0, 2**64 - 1)
+    handler = text(fdp)
+    payload = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300))
+    timeout = (
+        None
+        if fdp.ConsumeBool()
+        else fdp.PickValueInList([0.0, -1.0, 1.5, math.inf, -math.inf, math.nan, 1e300])
+    )
+    try:
+        request = wire.request(msgid, handler, payload, timeout)
+    except ValueError:
+        check(any("\ud800" <= c <= "\udfff" for c in handler), f"request refused {show(handler)}")
+        return
+    message = [0, msgid, "shardline.dispatch", [handler, payload, timeout]]
+    check(request == packed(message), f"request {show(message)} packed as {show(request)}")
+    answer = wire.result(msgid, payload or None)
+    check(
+        answer == packed([1, msgid, None, payload or None]),
+        f"result({msgid}, {show(payload)}) packed as {show(answer)}",
+    )
+    for fast, frame, model in (
+        ("requests", request, message),
+        ("answers", answer, [1, msgid, None, payload or None]),
+    ):
+        decoder = wire.FrameDecoder(len(frame), fast)
+        got = decoder.feed(frame + frame)
+        expected = [model, taken_apart(model, fast)]
+        check(same(got, expected), f"{show(frame)} read back as {show(got)}")
+
+
+def test_one_input(data: bytes) -> None:
+    if not data:
+        return
+    case = data[0] % 3
+    if case == 0:
+        read_value(data[1:])
+    elif case == 1:
+        if len(data) >= 3:
+            read_stream(data[1:3], data[3:])
+    else:
+        frames(atheris.FuzzedDataProvider(data[1:]))
+
+
+if __name__ == "__main__":
+    main(test_one_input)
