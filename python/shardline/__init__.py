@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     )
     from shardline.discovery.topology import TopologyDiscovery
     from shardline.pool import LoadBalancerContext, LoadBalancerContextView
-    from shardline.proxy import WorkerProxy
+    from shardline.proxy import ProxyStats, WorkerProxy
     from shardline.topology import BucketEvent, InstanceEvent, ReplicasetEvent
     from shardline.transport.local_pool import LocalPool
     from shardline.workers import DiscoveryEvent, WorkerMetadata
@@ -83,6 +83,7 @@ __all__ = [
     "MissingExtra",
     "NoWorkersAvailable",
     "PoolTimeout",
+    "ProxyStats",
     "Replicaset",
     "ReplicasetEvent",
     "RoundRobinLoadBalancer",
@@ -122,7 +123,7 @@ __getattr__ = lazy_exports(
         ],
         "shardline.discovery.topology": ["TopologyDiscovery"],
         "shardline.pool": ["LoadBalancerContext", "LoadBalancerContextView"],
-        "shardline.proxy": ["WorkerProxy"],
+        "shardline.proxy": ["ProxyStats", "WorkerProxy"],
         "shardline.topology": ["BucketEvent", "InstanceEvent", "ReplicasetEvent"],
         "shardline.workers": ["DiscoveryEvent", "WorkerMetadata"],
         "shardline.transport.local_pool": ["LocalPool"],
