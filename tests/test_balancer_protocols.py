@@ -12,10 +12,8 @@ from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
 
 import pytest
-from balancer_driving import PROTOCOLS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pool_context import worker
 from test_worker_proxy import Harness, Stream, added
 
 from shardline import (
@@ -34,6 +32,8 @@ from shardline import (
 from shardline.balancers import protocol
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.balancers.protocol import needs_load, select_of
+from support.balancer_driving import PROTOCOLS
+from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # the proxy through both protocols
 

@@ -14,14 +14,14 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from balancer_driving import all_failing, fail, first, run, served_by, start, succeed
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pool_context import worker
 
 from shardline import LoadBalancerContext, LoadBalancerLike, WorkerMetadata
 from shardline.balancers.affinity import AffinityLoadBalancer
 from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
+from support.balancer_driving import all_failing, fail, first, run, served_by, start, succeed
+from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 

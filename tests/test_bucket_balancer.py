@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
-from balancer_driving import all_failing, fail, first, served_by, start, succeed
-from conftest import add_replicaset, inst_uuid, rs_uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_topology_discovery import add_replica, drain, replica_uuid
@@ -35,6 +33,8 @@ from shardline import (
 )
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.discovery.topology import TopologyDiscovery
+from support.balancer_driving import all_failing, fail, first, served_by, start, succeed
+from support.replicasets import add_replicaset, inst_uuid, rs_uuid
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import add_replicaset, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
-from pg_server import PgServer
-from picodata_catalog import Catalog
 from test_topology_polling import run_polled, seed_tier, started
 
 from shardline import InvalidEvent, Topology
 from shardline.topology.sources import BucketPayload, BucketSnapshot, PollingSource, apply_change
 from shardline.topology.sources import polling as polling_module
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog
+from support.replicasets import add_replicaset, rs_uuid
 
 COUNT = 3000
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcd_server import EtcdServer
 from rich.console import Console
 
 from shardline import bucket_id
@@ -23,6 +22,7 @@ from shardline.cli import main
 from shardline.demo import Replay, parse_scenario, render_rich, seed_cases
 from shardline.demo import pool as pool_module
 from shardline.demo.scenario import MAX_FILE_BYTES
+from support.etcd_server import EtcdServer
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scenario.json"
 ANSI = re.compile(r"\x1b\[")
@@ -1134,12 +1134,11 @@ def test_registration_part_refuses_the_other_parts_options(
 import socket  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
-from conftest import rs_uuid  # noqa: E402
-from pg_server import PgServer  # noqa: E402
-from picodata_catalog import Catalog, Expected, name_uuid  # noqa: E402
-
 from shardline import InstanceEvent, ReplicasetEvent, Topology  # noqa: E402
 from shardline.demo import live as live_module  # noqa: E402
+from support.pg_server import PgServer  # noqa: E402
+from support.picodata_catalog import Catalog, Expected, name_uuid  # noqa: E402
+from support.replicasets import rs_uuid  # noqa: E402
 
 
 @pytest.fixture
@@ -1369,7 +1368,7 @@ def test_pg_usage_errors_exit_2(
 
 # --- routed queries (--pg DSN --queries N) ------------------------------------------------------
 
-from picodata_cluster import (  # noqa: E402
+from support.picodata_cluster import (  # noqa: E402
     BUCKET_COUNT,
     REPLICASETS,
     PicodataCluster,

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from discovery_contract import DiscoveryContract, kinds, quiet, take
-from etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
-from etcd_server import EtcdServer, make_certificates
-from test_pool_context import worker
 
 from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery, DiscoveryEvent, Subscription
 from shardline.discovery.etcd import EtcdDiscovery, _EtcdPublisher
 from shardline.discovery.record import MAX_RECORD_BYTES, encode_record
+from support.discovery_contract import DiscoveryContract, kinds, quiet, take
+from support.etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
+from support.etcd_server import EtcdServer, make_certificates
+from support.workers import worker
 
 _namespaces = iter(range(1_000_000))
 

@@ -7,11 +7,11 @@ import gc
 from collections.abc import AsyncGenerator
 
 import pytest
-from discovery_contract import DiscoveryContract, take
-from test_pool_context import worker
 
 from shardline.discovery import Discovery, DiscoveryEvent, InProcessDiscovery, Subscription
 from shardline.discovery.subscription import RecordFeed
+from support.discovery_contract import DiscoveryContract, take
+from support.workers import worker
 
 
 class TestInProcessDiscovery(DiscoveryContract):

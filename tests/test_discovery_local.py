@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from discovery_contract import WAIT, DiscoveryContract, quiet, take
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pool_context import worker
 
 from shardline.discovery import Discovery, DiscoveryEvent, Subscription
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 from shardline.workers import WorkerMetadata
+from support.discovery_contract import WAIT, DiscoveryContract, quiet, take
+from support.workers import worker
 
 # Short enough for a quick suite, long enough that a loaded machine stalling a process for a
 # moment does not get it presumed dead. Tests not about liveness keep the defaults (1 s, 5 s).

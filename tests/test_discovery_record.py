@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_pool_context import worker
 
 from shardline.discovery.record import (
     MAX_DEPTH,
@@ -22,6 +21,7 @@ from shardline.discovery.record import (
 from shardline.discovery.subscription import RecordFeed
 from shardline.errors import InvalidRecord
 from shardline.workers import DiscoveryEvent, WorkerMetadata
+from support.workers import worker
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
 json_values = st.recursive(

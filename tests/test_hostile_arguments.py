@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import add_replicaset, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from shardline import (
     UnhashableKey,
     bucket_id,
 )
+from support.replicasets import add_replicaset, rs_uuid
 
 U32_MAX = 2**32 - 1
 SCHEMES = ["picodata", "vshard-strcrc32", "vshard-mpcrc32"]

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from conftest import rs_uuid
-from pg_server import PgServer
-from picodata_catalog import Catalog, name_uuid
 
 from shardline.cli import main
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, name_uuid
+from support.replicasets import rs_uuid
 
 # The catalog's names, by uuid: replicasets r1..r3, instances r1_1, r1_2, r2_1, r3_1
 NAMES = {rs_uuid(n): f"r{n}" for n in (1, 2, 3)} | {

@@ -2,7 +2,8 @@
 instances, a topology points at them, and a WorkerProxy routes each key through
 TopologyDiscovery + BucketLoadBalancer to the instance that owns it, while a replicaset is added
 and buckets move, and while a master dies. First with topology events applied directly, then
-with the catalog in a real PostgreSQL (tests/picodata_catalog.py) polled by PollingSource."""
+with the catalog in a real PostgreSQL (tests/support/picodata_catalog.py) polled by
+PollingSource."""
 
 from __future__ import annotations
 
@@ -14,12 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import inst_uuid, rs_uuid
-from pg_server import PgServer
-from picodata_catalog import Catalog, Expected, name_uuid
 from test_topology_discovery import Source, replica_uuid
 from test_worker_cli import WorkerProcess, worker_process
-from transport_servers import new_namespace
 
 from shardline import (
     BucketEvent,
@@ -37,6 +34,10 @@ from shardline.discovery.topology import TopologyDiscovery
 from shardline.topology.sources import PollingSource
 from shardline.transport import GrpcConnection, Task
 from shardline.transport.wire import grpc_target
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, Expected, name_uuid
+from support.replicasets import inst_uuid, rs_uuid
+from support.transport_servers import new_namespace
 
 TIER = "default"
 BUCKETS = 3000

@@ -9,12 +9,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from balancer_driving import start
-from test_pool_context import worker
 from test_worker_proxy import Harness, Stream, added
 
 from shardline import LoadBalancerContext, LoadBalancerLike, WorkerProxy
 from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
+from support.balancer_driving import start
+from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 

@@ -14,11 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
-from pg_server import PgServer
-from picodata_catalog import Catalog, name_uuid
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from test_picodata_client import cluster
@@ -39,6 +36,9 @@ from shardline.metrics import ShardlineCollector, register
 from shardline.picodata import ClientStats, PoolStats, connect
 from shardline.registration import KeeperStats, MemoryRecordStore, RegistrationKeeper
 from shardline.topology.sources import FailureReason, PollingSource
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, name_uuid
+from support.replicasets import rs_uuid
 
 CAUSES = (
     "replicaset-deleted",

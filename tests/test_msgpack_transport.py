@@ -24,7 +24,6 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transport_servers import new_namespace, run
 
 from shardline import RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
 from shardline.discovery import InProcessDiscovery
@@ -36,6 +35,7 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
+from support.transport_servers import new_namespace, run
 
 WORKER_SCRIPT = Path(__file__).with_name("msgpack_worker.py")
 READY = 15.0

@@ -17,8 +17,6 @@ import hypothesis
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from notify_documents import Event, event_document
-from strategies import bucket_events, instance_events, replicaset_events
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent
 from shardline.topology.sources.notification_documents import (
@@ -27,6 +25,8 @@ from shardline.topology.sources.notification_documents import (
     parse_event_document,
     parse_snapshot,
 )
+from support.notify_documents import Event, event_document
+from support.strategies import bucket_events, instance_events, replicaset_events
 
 ABSENT = object()
 GOOD_UUID = "9e273105-5af8-4f77-8f47-3d9a68f772ca"

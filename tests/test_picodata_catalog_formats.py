@@ -14,8 +14,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_server import PgServer
-from picodata_catalog import Catalog, name_uuid
 
 from shardline import (
     InstanceEvent,
@@ -36,6 +34,8 @@ from shardline.topology.sources.membership import (
     TIERS_QUERY,
     Membership,
 )
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, name_uuid
 
 # Column orders: the system tables' reference in Picodata's docs ("Описание соответствует
 # версии Picodata 25.5.0"), also src/tier.rs Tier::format and src/replicaset.rs

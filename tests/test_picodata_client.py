@@ -1,7 +1,7 @@
 """The Picodata client (``shardline.picodata``) against one real PostgreSQL.
 
-The catalog is the stand-in of ``tests/picodata_catalog.py`` in a schema of the ``pg`` server.
-Each stand-in instance is a TCP forwarder on its own loopback port to that server (its
+The catalog is the stand-in of ``tests/support/picodata_catalog.py`` in a schema of the ``pg``
+server. Each stand-in instance is a TCP forwarder on its own loopback port to that server (its
 ``_pico_peer_address`` pgproto address), so a test sees which instance a query went through:
 the server sees the forwarder's upstream port as ``inet_client_port()``. Stopping a forwarder
 makes its instance unreachable; dropping its connections breaks them.
@@ -17,18 +17,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
-import picodata_tables
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
-from pg_server import PASSWORD, PgServer, with_params
-from picodata_catalog import Catalog
-from picodata_catalog import name_uuid as _uuid
 
 from shardline import InstanceUnavailable, NoWorkersAvailable, PoolTimeout, bucket_id
 from shardline.errors import InvalidArgument
 from shardline.picodata import Client, PoolStats, ShardingKey, connect
+from support import picodata_tables
+from support.pg_server import PASSWORD, PgServer, with_params
+from support.picodata_catalog import Catalog
+from support.picodata_catalog import name_uuid as _uuid
 
 BUCKETS = 300
 WAIT = 10.0  # the most any condition below is waited for

@@ -1,6 +1,6 @@
-"""The stand-in Picodata cluster of tests/picodata_cluster.py on three real PostgreSQL servers:
-the helper itself (servers, addresses, ``where``, kill and restart, the failing DSNs), then the
-Picodata client end to end on it (issue 11, section 3), each routed query checked on the server
+"""The stand-in Picodata cluster of tests/support/picodata_cluster.py on three real PostgreSQL
+servers: the helper itself (servers, addresses, ``where``, kill and restart, the failing DSNs), then
+the Picodata client end to end on it (issue 11, section 3), each routed query checked on the server
 that answered it or holds its row, and a Hypothesis test of catalog histories against a
 reference."""
 
@@ -15,18 +15,18 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from picodata_catalog import name_uuid
-from picodata_cluster import (
+
+import shardline.picodata
+from shardline.errors import InstanceUnavailable, NoWorkersAvailable, TierWithoutBuckets
+from shardline.picodata.sharding_keys import ShardingKey, key_of, load_tables
+from support.picodata_catalog import name_uuid
+from support.picodata_cluster import (
     BUCKET_COUNT,
     DATABASE,
     REPLICASETS,
     PicodataCluster,
     picodata_cluster_fixture,  # noqa: F401  (the picodata_cluster fixture)
 )
-
-import shardline.picodata
-from shardline.errors import InstanceUnavailable, NoWorkersAvailable, TierWithoutBuckets
-from shardline.picodata.sharding_keys import ShardingKey, key_of, load_tables
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import asyncpg
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from pg_server import PASSWORD, SUPERUSER, PgServer
 
 from shardline import InstanceUnavailable, PoolTimeout
 from shardline.picodata import InstancePool
+from support.pg_server import PASSWORD, SUPERUSER, PgServer
 
 UUID = "00000000-0000-0000-0000-00000000b001"
 

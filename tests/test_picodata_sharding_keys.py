@@ -1,6 +1,6 @@
 """Sharding keys from ``_pico_table``: literal rows as Picodata shows them, the errors, a property
 test of ``key_of`` against a reference, the bucket ids of multi-column keys, and ``load_tables``
-over a real PostgreSQL with the stand-in ``_pico_table`` (tests/picodata_tables.py)."""
+over a real PostgreSQL with the stand-in ``_pico_table`` (tests/support/picodata_tables.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import picodata_tables
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pg_server import PgServer
 
 from shardline import Topology
 from shardline.errors import InvalidArgument, InvalidEvent, ShardlineError
@@ -31,6 +29,8 @@ from shardline.picodata.sharding_keys import (
     parse_table,
     parse_tables,
 )
+from support import picodata_tables
+from support.pg_server import PgServer
 
 # --------------------------------------------------------------------------------------------
 # Literal rows

@@ -18,15 +18,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from discovery_contract import kinds, take
-from etcd_server import EtcdServer
-from notify_cluster import NotifyCluster, install, running, until, view
-from notify_documents import event_document, snapshot_documents
-from pg_server import PgServer
-from picodata_catalog import Catalog, topology_state
-from registration_contract import take as take_changes
 from test_discovery_local import write_by_hand
-from test_pool_context import worker
 from test_registration_etcd import with_store
 from test_topology_notifications import I, R, _raw, _Session, _Transport, add, buckets
 from test_topology_polling import run_polled, seed_tier, started
@@ -40,6 +32,14 @@ from shardline.topology.sources import PollingSource, TopologyChange, TopologySn
 from shardline.topology.sources.notification import NotificationSource
 from shardline.topology.sources.source import TopologySource
 from shardline.workers import WorkerMetadata
+from support.discovery_contract import kinds, take
+from support.etcd_server import EtcdServer
+from support.notify_cluster import NotifyCluster, install, running, until, view
+from support.notify_documents import event_document, snapshot_documents
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, topology_state
+from support.registration_contract import take as take_changes
+from support.workers import worker
 
 DEEP = b"[" * 20_000 + b"]" * 20_000
 """Nested far past any decoder's recursion, yet well inside every size limit."""

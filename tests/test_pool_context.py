@@ -11,7 +11,6 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from balancer_driving import all_failing, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,15 +24,10 @@ from shardline import (
     WorkerMetadata,
     WorkerPool,
 )
+from support.balancer_driving import all_failing, run
+from support.workers import worker
 
 MUTABLE_FIELDS = ("address", "pid", "version", "tags", "extra")
-
-
-def worker(n: int, **changes: Any) -> WorkerMetadata:
-    record = WorkerMetadata(
-        uid=uuid.UUID(int=n), address=f"127.0.0.1:{5000 + n}", pid=100 + n, version="1.0"
-    )
-    return dataclasses.replace(record, **changes)
 
 
 def mutated(record: WorkerMetadata, fields: frozenset[str]) -> WorkerMetadata:

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_balancer_protocols import RotationModel
-from test_pool_context import worker
 
 from shardline import (
     DiscoveryEvent,
@@ -26,6 +25,7 @@ from shardline import (
 )
 from shardline._core import WorkersView
 from shardline.balancers.protocol import Tried, pool_rotation
+from support.workers import worker
 
 
 def pool(*ns: int) -> WorkerPool:

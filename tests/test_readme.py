@@ -3,10 +3,10 @@ example can drift from the library.
 
 A block runs as it is, unless the HTML comment on the line just above its fence says more:
 
-- ``<!-- readme-test: needs etcd -->``: a real etcd is started (``tests/etcd_server.py``) and
-  the block's ``127.0.0.1:2379`` is replaced by its address;
+- ``<!-- readme-test: needs etcd -->``: a real etcd is started (``tests/support/etcd_server.py``)
+  and the block's ``127.0.0.1:2379`` is replaced by its address;
 - ``<!-- readme-test: needs picodata -->``: the three-server stand-in cluster of
-  ``tests/picodata_cluster.py`` is started and reset, and the block's ``postgresql://app:
+  ``tests/support/picodata_cluster.py`` is started and reset, and the block's ``postgresql://app:
   secret@pico-1:4327`` is replaced by its DSN;
 - ``<!-- readme-test: file PATH -->``: the block is a module the next blocks import; it is
   written to ``PATH`` in the folder every block runs in (and run, like any other block).
@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from etcd_server import EtcdServer
-from picodata_cluster import (
+
+from support.etcd_server import EtcdServer
+from support.picodata_cluster import (
     BUCKET_COUNT,
     PicodataCluster,
     picodata_cluster_fixture,  # noqa: F401  (the picodata_cluster fixture)

@@ -11,16 +11,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 import pytest
-from registration_contract import (
-    NEW,
-    NEW_ADDRESS,
-    OLD,
-    OLD_ADDRESS,
-    PROBE_INTERVAL,
-    WAIT,
-    ManualClock,
-    Stage,
-)
 
 from shardline import WorkerProxy
 from shardline.discovery import DiscoveryEvent, Subscription
@@ -32,6 +22,16 @@ from shardline.registration import (
     service_uid,
 )
 from shardline.workers import WorkerMetadata
+from support.registration_contract import (
+    NEW,
+    NEW_ADDRESS,
+    OLD,
+    OLD_ADDRESS,
+    PROBE_INTERVAL,
+    WAIT,
+    ManualClock,
+    Stage,
+)
 
 T = TypeVar("T")
 

@@ -23,17 +23,17 @@ from typing import Any
 
 import pytest
 from aetcd import rpc
-from etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
-from etcd_server import EtcdServer, make_certificates
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from registration_contract import KeeperContract, RecordStoreContract, take
 
 from shardline import NoWorkersAvailable, WorkerProxy
 from shardline.discovery import DiscoveryEvent
 from shardline.errors import InvalidRecord
 from shardline.registration import Record, RecordStore, RegistrationDiscovery
 from shardline.registration.etcd_store import MAX_VALUE_BYTES, EtcdRecordStore, _decode, _encode
+from support.etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
+from support.etcd_server import EtcdServer, make_certificates
+from support.registration_contract import KeeperContract, RecordStoreContract, take
 
 WAIT = 20.0
 _namespaces = itertools.count()

@@ -13,7 +13,15 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from registration_contract import (
+
+from shardline.registration import (
+    MemoryRecordStore,
+    MonotonicClock,
+    Record,
+    RecordStore,
+    RegistrationKeeper,
+)
+from support.registration_contract import (
     BACKOFF,
     NEW,
     NEW_ADDRESS,
@@ -24,14 +32,6 @@ from registration_contract import (
     WAIT,
     ManualClock,
     Stage,
-)
-
-from shardline.registration import (
-    MemoryRecordStore,
-    MonotonicClock,
-    Record,
-    RecordStore,
-    RegistrationKeeper,
 )
 
 T = TypeVar("T")

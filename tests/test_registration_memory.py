@@ -10,7 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from registration_contract import (
+
+from shardline.registration import MemoryRecordStore, Record, RecordStore
+from support.registration_contract import (
     NEW,
     OLD,
     OLD_ADDRESS,
@@ -18,8 +20,6 @@ from registration_contract import (
     RecordStoreContract,
     take,
 )
-
-from shardline.registration import MemoryRecordStore, Record, RecordStore
 
 
 class TestMemoryRecordStore(RecordStoreContract):

@@ -8,9 +8,9 @@ import logging
 from typing import Any
 
 import pytest
-from registration_contract import NEW, OLD, OLD_ADDRESS
 
 from shardline.registration import MemoryRecordStore, Record, advertised_address
+from support.registration_contract import NEW, OLD, OLD_ADDRESS
 
 LIVE = "10.9.9.9:7000"  # what the liveness signal would advertise
 

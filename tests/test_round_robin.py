@@ -9,12 +9,12 @@ import weakref
 from collections.abc import Iterator, Mapping
 
 import pytest
-from balancer_driving import all_failing, fail, first, run, served_by, start, succeed
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pool_context import worker
 
 from shardline import LoadBalancerContext, LoadBalancerLike, RoundRobinLoadBalancer, WorkerMetadata
+from support.balancer_driving import all_failing, fail, first, run, served_by, start, succeed
+from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 

@@ -13,12 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from conftest import inst_uuid, rs_uuid
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from strategies import TIERS, snapshots, valid_events
 from test_topology_reentry import REENTRIES, child_code, run_child
-from topology_model import Model, canonical
 
 from shardline import (
     BucketEvent,
@@ -31,6 +28,9 @@ from shardline import (
     UnhashableKey,
     UnknownTier,
 )
+from support.replicasets import inst_uuid, rs_uuid
+from support.strategies import TIERS, snapshots, valid_events
+from support.topology_model import Model, canonical
 
 # time.time() and the Rust clock read the same clock, but may round the last bit differently.
 CLOCK_SLACK = 1e-6

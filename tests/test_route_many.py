@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import add_replicaset, rs_uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardline import BucketEvent, InvalidArgument, Topology, UnhashableKey
+from support.replicasets import add_replicaset, rs_uuid
 
 PICODATA = json.loads(
     (Path(__file__).parent / "data" / "bucket_id_picodata_vectors.json").read_text()

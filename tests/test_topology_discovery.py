@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
-from conftest import add_replicaset, inst_uuid, rs_uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +31,7 @@ from shardline.topology.sources import (
     TopologySnapshot,
     TopologySource,
 )
+from support.replicasets import add_replicaset, inst_uuid, rs_uuid
 
 T = TypeVar("T")
 WAIT = 10.0

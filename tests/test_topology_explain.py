@@ -14,13 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from conftest import inst_uuid, rs_uuid
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from strategies import RS, TIERS, snapshots, valid_events
 from test_topology_reentry import REENTRIES, child_code, run_child
-from topology_model import Model
 
 from shardline import (
     BucketEvent,
@@ -33,6 +30,9 @@ from shardline import (
     UnknownTier,
 )
 from shardline.topology.sources import BucketPayload
+from support.replicasets import inst_uuid, rs_uuid
+from support.strategies import RS, TIERS, snapshots, valid_events
+from support.topology_model import Model
 
 # time.time() and the Rust clock read the same clock, but may round the last bit differently.
 CLOCK_SLACK = 1e-6
@@ -50,7 +50,7 @@ class Stamp:
 
 
 def rows(tier: str, ranges: list[Key]) -> list[dict[str, Any]]:
-    """`_pico_bucket(tier)` rows, as in tests/picodata_catalog.py."""
+    """`_pico_bucket(tier)` rows, as in tests/support/picodata_catalog.py."""
     return [
         {
             "bucket_id_start": start,

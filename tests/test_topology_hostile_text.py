@@ -8,8 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import inst_uuid, rs_uuid
-from strategies import TIERS, full_state
 
 from shardline import (
     BucketEvent,
@@ -19,6 +17,8 @@ from shardline import (
     Topology,
     UnknownTier,
 )
+from support.replicasets import inst_uuid, rs_uuid
+from support.strategies import TIERS, full_state
 
 SURROGATE = "\ud800"
 # Not text: a lone surrogate alone, and after a valid prefix (a configured tier's name).

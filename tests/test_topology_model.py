@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from strategies import OP, RS, TIERS, bucket_events, full_state, snapshots, valid_events
-from topology_model import Model, model_state
 
 from shardline import BucketEvent, Instance, Topology, UnknownTier
+from support.strategies import OP, RS, TIERS, bucket_events, full_state, snapshots, valid_events
+from support.topology_model import Model, model_state
 
 # Not in TIERS: mapped freely before apply_tiers, refused after.
 OTHER_TIER = "c"

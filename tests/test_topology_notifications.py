@@ -1,6 +1,6 @@
 """NotificationSource against a real PostgreSQL standing in for a cluster that pushes Picodata's
 topology notifications in the ADR's format (``LISTEN``/``NOTIFY``; the design is in
-tests/notify_cluster.py, the documents in tests/notify_documents.py).
+tests/support/notify_cluster.py, the documents in tests/support/notify_documents.py).
 
 The seed's three cases as notification streams with ``find_bucket_master`` checked after each
 step; redelivered, out-of-order and malformed documents; the snapshot/stream boundary; a killed
@@ -16,22 +16,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from conftest import inst_uuid, rs_uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from notify_cluster import (
-    NotifyCluster,
-    caught_up,
-    expected_masters,
-    install,
-    masters,
-    running,
-    until,
-    view,
-)
-from notify_documents import Event, event_document, snapshot_documents
-from pg_server import PgServer
-from strategies import TIERS, valid_events
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, TierWithoutBuckets, Topology
 from shardline.topology.sources.changes import TopologySnapshot, apply_change
@@ -45,6 +31,20 @@ from shardline.topology.sources.notification_documents import (
 from shardline.topology.sources.notification_transport import TransportError
 from shardline.topology.sources.pg_notify import PgNotifySession, PgNotifyTransport
 from shardline.topology.sources.state import FailureReason
+from support.notify_cluster import (
+    NotifyCluster,
+    caught_up,
+    expected_masters,
+    install,
+    masters,
+    running,
+    until,
+    view,
+)
+from support.notify_documents import Event, event_document, snapshot_documents
+from support.pg_server import PgServer
+from support.replicasets import inst_uuid, rs_uuid
+from support.strategies import TIERS, valid_events
 
 DSN = "postgresql://u:secret@x:5432/db"
 R = {n: rs_uuid(n) for n in range(1, 10)}

@@ -1,4 +1,5 @@
-"""PollingSource against a real PostgreSQL holding a Picodata-like catalog (tests/picodata_catalog).
+"""PollingSource against a real PostgreSQL holding a Picodata-like catalog
+(tests/support/picodata_catalog).
 
 The seed's three cases as catalog changes between polls, with ``find_bucket_master`` answering
 as the seed says after each step; partial and failed polls; the soak.
@@ -14,9 +15,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from conftest import rs_uuid
-from pg_server import PgServer, with_params
-from picodata_catalog import Catalog, Expected, name_uuid, topology_state
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 from shardline.topology.sources import (
@@ -26,6 +24,9 @@ from shardline.topology.sources import (
     TopologySnapshot,
     apply_change,
 )
+from support.pg_server import PgServer, with_params
+from support.picodata_catalog import Catalog, Expected, name_uuid, topology_state
+from support.replicasets import rs_uuid
 
 T = TypeVar("T")
 

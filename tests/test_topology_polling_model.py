@@ -6,7 +6,7 @@ switch, instances go offline, ``_pico_bucket`` fails or serves garbage for a tie
 buckets get bootstrapped), then polls once. Expelled members stay in the catalog's tables, as
 in Picodata; the arbiter tier ``z`` (bucket_count 0) has members and no buckets.
 
-The model (tests/topology_model.py) is fed what the catalog says, the way the
+The model (tests/support/topology_model.py) is fed what the catalog says, the way the
 issue states it: membership changes as events (replicasets, then instances), then a snapshot
 of every tier whose buckets could be read. A tier whose buckets could not be read keeps its
 map, unless a membership event cleared it — the source never clears one on its own — and its
@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg_server import PgServer
-from picodata_catalog import Catalog, Expected, name_uuid, topology_state
-from topology_model import Model
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, TierWithoutBuckets, Topology
 from shardline.topology.sources import PollingSource
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, Expected, name_uuid, topology_state
+from support.topology_model import Model
 
 # "c" starts with its buckets not bootstrapped (_pico_bucket raises until then); "z" is an
 # arbiter tier: members, no buckets, never asked for its buckets

@@ -7,11 +7,11 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import inst_uuid, rs_uuid
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology, UnknownTier
 from shardline.topology.sources import BucketSnapshot, TopologySnapshot, apply_change
 from shardline.topology.sources.membership import CatalogError, Membership
+from support.replicasets import inst_uuid, rs_uuid
 
 TIERS = [("default", 3000), ("other", 100)]
 

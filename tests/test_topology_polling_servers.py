@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import rs_uuid
-from etcd_server import make_certificates
-from pg_server import PgServer, with_params
-from picodata_catalog import Catalog, topology_state
 from test_topology_polling import owners, run_polled, seed_tier, started
 
 from shardline import TierWithoutBuckets, Topology
 from shardline.topology.sources import PollingSource
+from support.etcd_server import make_certificates
+from support.pg_server import PgServer, with_params
+from support.picodata_catalog import Catalog, topology_state
+from support.replicasets import rs_uuid
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
 
 
 def test_an_arbiter_tier_a_tier_not_bootstrapped_and_an_expel(pg: PgServer) -> None:
-    """The catalog as Picodata keeps it (tests/picodata_catalog.py): an arbiter tier (bucket
+    """The catalog as Picodata keeps it (tests/support/picodata_catalog.py): an arbiter tier (bucket
     count 0) is followed for its members and never asked for buckets; a tier whose buckets
     are not bootstrapped yet fails alone, counted for it, while the others apply; a
     to-be-expelled replicaset stays routable until expelled, and an expelled one (its rows

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import add_replicaset, inst_uuid, rs_uuid
-
 from shardline import BucketEvent, Instance, InstanceEvent, ReplicasetEvent, Topology
+from support.replicasets import add_replicaset, inst_uuid, rs_uuid
 
 
 def names(topology: Topology, tier: str = "default") -> list[tuple[int, int, str]]:

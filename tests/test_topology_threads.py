@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from conftest import add_replicaset, rs_uuid
-
 from shardline import Topology
+from support.replicasets import add_replicaset, rs_uuid
 
 LAYOUTS = [
     [(1, 1000, 1), (1001, 2000, 2), (2001, 3000, 3)],

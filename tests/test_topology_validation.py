@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import inst_uuid, rs_uuid
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import TIERS, full_state, valid_events
 
 from shardline import (
     BucketEvent,
@@ -18,6 +16,8 @@ from shardline import (
     Topology,
     UnknownTier,
 )
+from support.replicasets import inst_uuid, rs_uuid
+from support.strategies import TIERS, full_state, valid_events
 
 BAD_EVENTS: list[tuple[Any, str]] = [
     (BucketEvent("a", 10, 9, rs_uuid(1)), "start 10 is greater than end 9"),

@@ -17,8 +17,6 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from discovery_contract import kinds, take
-from transport_servers import new_namespace, raw_server, run, worker
 
 from shardline import RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
 from shardline.discovery import InProcessDiscovery
@@ -33,6 +31,8 @@ from shardline.transport.wire import (
     encode_error,
     encode_request,
 )
+from support.discovery_contract import kinds, take
+from support.transport_servers import new_namespace, raw_server, run, worker
 
 
 def at(address: str) -> WorkerMetadata:

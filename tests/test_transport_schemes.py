@@ -7,7 +7,6 @@ import re
 import uuid
 
 import pytest
-from transport_servers import new_namespace, run
 
 from shardline import WorkerProxy
 from shardline.discovery import InProcessDiscovery
@@ -21,6 +20,7 @@ from shardline.transport import (
 )
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.workers import WorkerMetadata
+from support.transport_servers import new_namespace, run
 
 
 def at(address: str) -> WorkerMetadata:

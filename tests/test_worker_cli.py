@@ -12,8 +12,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from discovery_contract import kinds, take
-from transport_servers import new_namespace, run
 
 from shardline import WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery
@@ -22,6 +20,8 @@ from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.errors import WorkerError
 from shardline.transport import Task, connect
+from support.discovery_contract import kinds, take
+from support.transport_servers import new_namespace, run
 
 READY = 15.0
 

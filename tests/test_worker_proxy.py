@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pool_context import worker
 
 from shardline import (
     DiscoveryEvent,
@@ -23,6 +22,7 @@ from shardline import (
     WorkerMetadata,
     WorkerProxy,
 )
+from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 

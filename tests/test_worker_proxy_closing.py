@@ -6,10 +6,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from test_pool_context import worker
 from test_worker_proxy import Stream, added, settle
 
 from shardline import RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
+from support.workers import worker
 
 
 class Closable:

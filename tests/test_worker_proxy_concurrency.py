@@ -8,10 +8,10 @@ import uuid
 from typing import Any
 
 import pytest
-from test_pool_context import worker
 from test_worker_proxy import Stream, added
 
 from shardline import NoWorkersAvailable, TransientRpcError, WorkerMetadata, WorkerProxy
+from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 

@@ -16,13 +16,13 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
-from discovery_contract import take
 from test_worker_cli import Backend, WorkerProcess, backend, worker_process
-from transport_servers import new_namespace, run
 
 from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery, Subscription
 from shardline.transport import Task, connect
+from support.discovery_contract import take
+from support.transport_servers import new_namespace, run
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
 

@@ -30,9 +30,8 @@ with atheris.instrument_imports(include=["shardline"]):
     import shardline.topology.sources.notification_documents
     import shardline.transport.wire  # noqa: F401
 
-from strategies import full_state
-
 from shardline import Topology
+from support.strategies import full_state
 
 
 class Violation(AssertionError):

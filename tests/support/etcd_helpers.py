@@ -8,11 +8,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from etcd_relay import Relay
-from etcd_server import EtcdServer
-
 from shardline import WorkerMetadata
 from shardline.discovery.etcd_connection import EtcdConnection
+from support.etcd_relay import Relay
+from support.etcd_server import EtcdServer
 
 # (arguments, what the ValueError names) that every etcd handle refuses: its connection's and its
 # namespace's; a test adds the handle's own and merges them into valid arguments

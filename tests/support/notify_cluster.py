@@ -3,7 +3,7 @@
 
 The design (see ``shardline/topology/sources/pg_notify.py``): every change is one transaction
 that takes the next raft position under a row lock, stores the snapshot burst of the state after
-it (the ADR's replace documents, tests/notify_documents.py), and sends the change's document
+it (the ADR's replace documents, tests/support/notify_documents.py), and sends the change's document
 with ``pg_notify``. The source reads the tiers, ``LISTEN``\\ s, then reads the burst with
 ``SELECT shardline_topology_snapshot(channel)`` (one row per document, in the ADR's order).
 
@@ -40,10 +40,10 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
-from notify_documents import Event, event_document, snapshot_documents
 
 from shardline import Topology
 from shardline.topology.sources.notification import NotificationSource
+from support.notify_documents import Event, event_document, snapshot_documents
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS shardline_topology_state (

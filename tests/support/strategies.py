@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import inst_uuid, rs_uuid
 from hypothesis import strategies as st
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
+from support.replicasets import inst_uuid, rs_uuid
 
 TIERS = {"a": 40, "b": 25}
 RS = st.sampled_from([rs_uuid(n) for n in range(5)])

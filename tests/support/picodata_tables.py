@@ -1,6 +1,6 @@
 """A PostgreSQL stand-in for Picodata's ``_pico_table``: the columns a sharding-key reader reads.
 
-:func:`install` creates the table beside the catalog of ``tests/picodata_catalog.py`` (same
+:func:`install` creates the table beside the catalog of ``tests/support/picodata_catalog.py`` (same
 database and schema); :func:`add_sharded`, :func:`add_sharded_by_field` and :func:`add_global`
 add a table the way Picodata's DDL records it. Each call commits on its own (autocommit): call
 them outside a ``Catalog.transaction()`` block.
@@ -9,7 +9,7 @@ Picodata's layout (``src/schema.rs`` ``TableDef::format``): ``id unsigned, name 
 distribution map, format array, schema_version, operable, engine, owner, description, opts``.
 Only ``name``, ``distribution`` and ``format`` are read, so only they are kept (``id`` too, as
 the key Picodata uses). Picodata's ``map`` and ``array`` columns are ``text`` holding JSON here,
-as in ``tests/picodata_catalog.py``, so a test can store a malformed value.
+as in ``tests/support/picodata_catalog.py``, so a test can store a malformed value.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ instance  replicaset  role      its server also holds
 ========  ==========  ========  ==============================================
 ``m1``    ``rs1``     master    -
 ``r1``    ``rs1``     replica   -
-``m2``    ``rs2``     master    the catalog (``tests/picodata_catalog.py``)
+``m2``    ``rs2``     master    the catalog (``tests/support/picodata_catalog.py``)
 ========  ==========  ========  ==============================================
 
 Tier ``default`` has :data:`BUCKET_COUNT` buckets, spread by :meth:`PicodataCluster.reset` as
@@ -44,13 +44,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import picodata_tables
 import psycopg
 import pytest
-from pg_server import PgServer
-from picodata_catalog import Catalog, name_uuid
 
 from shardline._core import bucket_id
+from support import picodata_tables
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, name_uuid
 
 DATABASE = "pico"
 USER = "app"
@@ -215,8 +215,8 @@ class PicodataCluster:
 
     @property
     def catalog(self) -> Catalog:
-        """The catalog (``tests/picodata_catalog.py``), its connection opened again after its
-        server restarted; raises ``RuntimeError`` while that server is down."""
+        """The catalog (``tests/support/picodata_catalog.py``), its connection opened again after
+        its server restarted; raises ``RuntimeError`` while that server is down."""
         if self._catalog is None:
             raise RuntimeError("the cluster is closed")
         if not self.catalog_instance.running:
