@@ -1,19 +1,24 @@
 """Fixtures every test directory may use: a topology with two tiers, one etcd and one PostgreSQL
 server for the tests that only read and write (tests that restart or reconfigure a server start
-their own), and the balancer protocol a module's tests run through. Plain helpers are in
-``support/`` (see README.md)."""
+their own), the balancer protocol a module's tests run through, and the discovery backend a
+worker process announces itself through. Plain helpers are in ``support/`` (see README.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from shardline import Topology
+from shardline.discovery.etcd import EtcdDiscovery
+from shardline.discovery.local import LocalDiscovery
 from support import balancer_driving
 from support.etcd_server import EtcdServer
 from support.pg_server import PgServer
+from support.picodata_cluster import PicodataCluster
+from support.worker_processes import Backend
 
 # Property tests check behaviour, not speed: on a shared, loaded machine a per-example deadline
 # only produces flaky failures.
@@ -64,3 +69,25 @@ def balancer_protocol(request: pytest.FixtureRequest) -> Iterator[str]:
             patch.setattr("shardline.proxy.select_of", lambda balancer: None)
         yield protocol
     balancer_driving.PROTOCOL[0] = "select"
+
+
+@pytest.fixture(scope="module")
+def picodata_cluster() -> Iterator[PicodataCluster]:
+    """A stand-in Picodata cluster (`tests/support/picodata_cluster.py`) for the module, closed
+    at its end; a test that changes it calls :meth:`PicodataCluster.reset` first (or last)."""
+    with PicodataCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["local", "etcd"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each discovery backend a ``shardline worker`` announces itself through: the worker's
+    extra arguments, and how the test opens a handle on a namespace (the etcd one starts the
+    session's etcd)."""
+    if request.param == "local":
+        directory = tmp_path / "shardline"
+        return (), lambda namespace: LocalDiscovery(
+            namespace, directory=directory, poll_interval=0.005
+        )
+    endpoint = request.getfixturevalue("etcd").endpoint
+    return ("--etcd", endpoint), lambda namespace: EtcdDiscovery([endpoint], namespace)

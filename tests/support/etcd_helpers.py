@@ -1,15 +1,19 @@
 """What the tests of EtcdDiscovery and EtcdRecordStore share: a relay to cut them off etcd, the
-failover a failed call causes, the arguments both refuse, and a pool connection that answers at
-once."""
+failover a failed call causes, the arguments both refuse, a pool connection that answers at
+once, and fresh registration namespaces with a record store run on one."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from shardline import WorkerMetadata
 from shardline.discovery.etcd_connection import EtcdConnection
+from shardline.registration.etcd_store import EtcdRecordStore
 from support.etcd_relay import Relay
 from support.etcd_server import EtcdServer
 
@@ -57,3 +61,23 @@ class Instant:
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> str:
         return self.address
+
+
+_namespaces = itertools.count()
+
+
+def namespace() -> str:
+    """A fresh registration namespace: a test's records never meet another's."""
+    return f"registration-{next(_namespaces)}-{uuid.uuid4().hex[:8]}"
+
+
+def with_store(
+    etcd: EtcdServer, scenario: Callable[[EtcdRecordStore], Awaitable[Any]], **options: Any
+) -> Any:
+    """Runs ``scenario`` with a store on a fresh namespace, closing it afterwards."""
+
+    async def main() -> Any:
+        async with EtcdRecordStore([etcd.endpoint], namespace(), **options) as store:
+            return await scenario(store)
+
+    return asyncio.run(main())

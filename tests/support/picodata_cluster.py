@@ -32,20 +32,18 @@ that run with ``ssl=off``) fail to connect. :meth:`kill` stops an instance's ser
 shutdown: its sessions are cut, new connections refused) and :meth:`restart` starts it again on
 the same port with the same data.
 
-Use the module-scoped fixture :func:`picodata_cluster_fixture` (fixture name
-``picodata_cluster``; import it into the test module) or ``with PicodataCluster() as cluster``.
+Use the module-scoped fixture ``picodata_cluster`` (tests/conftest.py) or ``with
+PicodataCluster() as cluster``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-import pytest
 
 from shardline._core import bucket_id
 from support import picodata_tables
@@ -260,11 +258,3 @@ class PicodataCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-@pytest.fixture(scope="module", name="picodata_cluster")
-def picodata_cluster_fixture() -> Iterator[PicodataCluster]:
-    """A :class:`PicodataCluster` for the module, closed at its end; a test that changes it
-    calls :meth:`PicodataCluster.reset` first (or last)."""
-    with PicodataCluster() as cluster:
-        yield cluster

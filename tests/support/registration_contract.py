@@ -26,12 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardline.registration import (
-    Record,
-    RecordStore,
-    RegistrationKeeper,
-    advertised_address,
-)
+from shardline.registration import Record, RecordStore, RegistrationKeeper, advertised_address
 
 T = TypeVar("T")
 WAIT = 20.0

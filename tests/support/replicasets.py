@@ -1,4 +1,5 @@
-"""Readable names for the uuids the topology tests use: replicaset Rn and its master instance."""
+"""Readable names for the uuids the topology tests use: replicaset Rn, its master instance and
+its replicas, and helpers that add them to a topology."""
 
 from __future__ import annotations
 
@@ -29,5 +30,22 @@ def add_replicaset(topology: Topology, n: int, tier: str = "default") -> None:
             replicaset_uuid=rs_uuid(n),
             current_state="Online",
             address=f"127.0.0.1:{3300 + n}",
+        )
+    )
+
+
+def replica_uuid(n: int, k: int) -> str:
+    """Replica k (k >= 1) of replicaset Rn."""
+    return str(uuid.UUID(int=0xC000 + 16 * n + k))
+
+
+def add_replica(topology: Topology, n: int, k: int, state: str = "Online") -> None:
+    topology.apply(
+        InstanceEvent(
+            "replace",
+            replica_uuid(n, k),
+            replicaset_uuid=rs_uuid(n),
+            current_state=state,
+            address=f"127.0.0.1:{4300 + 16 * n + k}",
         )
     )

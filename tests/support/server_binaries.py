@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     if without_ssl(pg_bin):
         print(
             f"servers: warning: the PostgreSQL in {pg_bin} is built without SSL, so the TLS tests"
-            " (tests/test_topology_polling_servers.py) will fail; `sudo apt-get install -y"
+            " (tests/topology/test_topology_polling_servers.py) will fail; `sudo apt-get install -y"
             " postgresql` gets one with it (found first), or set $SHARDLINE_PG_BIN to one",
             file=sys.stderr,
         )
