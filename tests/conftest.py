@@ -1,10 +1,13 @@
-"""Fixtures every test directory may use: a topology with two tiers, one etcd and one PostgreSQL
-server for the tests that only read and write (tests that restart or reconfigure a server start
-their own), the balancer protocol a module's tests run through, and the discovery backend a
-worker process announces itself through. Plain helpers are in ``support/`` (see README.md)."""
+"""The one runner of ``async def`` tests, and the fixtures every test directory may use: a
+topology with two tiers, one etcd and one PostgreSQL server for the tests that only read and
+write (tests that restart or reconfigure a server start their own), the balancer protocol a
+module's tests run through, and the discovery backend a worker process announces itself
+through. Plain helpers are in ``support/`` (see README.md)."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +27,25 @@ from support.worker_processes import Backend
 # only produces flaky failures.
 settings.register_profile("shardline", deadline=None)
 settings.load_profile("shardline")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Runs an ``async def`` test on a fresh event loop (``asyncio.run``), failing it after the
+    seconds of its ``async_timeout`` mark, if it has one. The suite's one async runner."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    parameters = inspect.signature(pyfuncitem.obj).parameters
+    arguments = {name: value for name, value in pyfuncitem.funcargs.items() if name in parameters}
+    mark = pyfuncitem.get_closest_marker("async_timeout")
+    seconds: float | None = mark.args[0] if mark else None
+
+    async def bounded() -> None:
+        async with asyncio.timeout(seconds):
+            await pyfuncitem.obj(**arguments)
+
+    asyncio.run(bounded())
+    return True
 
 
 @pytest.fixture

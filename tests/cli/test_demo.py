@@ -530,7 +530,7 @@ def test_pool_phases_follow_joins_the_refresh_and_the_drop(
     assert summary[-1] == "  tasks sent to a superseded address: 0"
 
 
-def test_a_superseded_address_is_counted_when_it_serves() -> None:
+async def test_a_superseded_address_is_counted_when_it_serves() -> None:
     # The count is measured by the connection, not assumed: a connection to an address its
     # worker has moved away from (or to a worker that left) reports itself as superseded.
     cluster = pool_module._Cluster()
@@ -538,12 +538,12 @@ def test_a_superseded_address_is_counted_when_it_serves() -> None:
     cluster.names[metadata.uid] = "w2"
     cluster.current[metadata.uid] = metadata.address
     connection = cluster.connect(metadata)
-    assert not asyncio.run(connection.dispatch("a")).superseded
+    assert not (await connection.dispatch("a")).superseded
     cluster.current[metadata.uid] = "127.0.0.1:7102"
-    served = asyncio.run(connection.dispatch("b"))
+    served = await connection.dispatch("b")
     assert (served.address, served.superseded) == ("127.0.0.1:7002", True)
     del cluster.current[metadata.uid]
-    assert asyncio.run(connection.dispatch("c")).superseded
+    assert (await connection.dispatch("c")).superseded
 
 
 def test_part_selects_one_part(capsys: pytest.CaptureFixture[str]) -> None:
@@ -823,7 +823,7 @@ def test_no_task_fails_while_a_worker_is_killed(real_run: RealRun) -> None:
     assert "  tasks failed: 0" in real_run.summary
 
 
-def test_the_pool_part_runs_over_etcd(etcd_run: RealRun) -> None:
+async def test_the_pool_part_runs_over_etcd(etcd_run: RealRun) -> None:
     assert "Worker pool: a WorkerProxy over etcd at http://127.0.0.1:" in etcd_run.out
     assert "Step " not in etcd_run.out
     check_real_run(etcd_run)
@@ -849,7 +849,7 @@ def test_the_pool_part_runs_over_etcd(etcd_run: RealRun) -> None:
         finally:
             await discovery.aclose()
 
-    assert asyncio.run(registered()) == []
+    assert await registered() == []
 
 
 # --- the worker options the demo passes ----------------------------------------------------------

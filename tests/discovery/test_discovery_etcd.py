@@ -63,7 +63,7 @@ async def eventually(condition: Callable[[], bool], seconds: float = 30.0) -> No
             await asyncio.sleep(0.02)
 
 
-def test_a_restart_mid_stream_loses_no_change_and_repeats_none(
+async def test_a_restart_mid_stream_loses_no_change_and_repeats_none(
     etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "shardline.discovery.etcd")
@@ -75,50 +75,45 @@ def test_a_restart_mid_stream_loses_no_change_and_repeats_none(
         for n in uids
     }
 
-    async def scenario() -> None:
-        ns = namespace()
-        subscriber = EtcdDiscovery([etcd.endpoint], ns, timeout=10)
-        publisher = EtcdDiscovery([etcd.endpoint], ns, timeout=10)
-        log: list[DiscoveryEvent] = []
-        events = recorded(subscriber.subscribe(), log)
-        try:
-            async with WorkerProxy(discovery=events, connect=Instant, quorum=0) as proxy:
-                restart = None
-                for pid in range(1, versions + 1):
-                    if pid == versions // 4:
-                        restart = asyncio.create_task(asyncio.to_thread(etcd.restart))
-                    for n in uids:
-                        kind = "worker-added" if pid == 1 else "worker-updated"
-                        await publisher.publisher.publish(kind, worker(n, pid=pid))
-                    await asyncio.sleep(0.01)
-                assert restart is not None
-                await restart
-                for n in dropped:
-                    await publisher.publisher.publish("worker-dropped", worker(n))
-                total = sum(map(len, expected.values()))
-                await eventually(lambda: len(log) >= total)
-                await asyncio.sleep(0.3)  # anything repeated would arrive now
-                seen: dict[uuid.UUID, list[tuple[str, int]]] = {}
-                for event in log:
-                    seen.setdefault(event.metadata.uid, []).append((event.type, event.metadata.pid))
-                assert seen == expected
-                truth = EtcdDiscovery([etcd.endpoint], ns)
-                try:
-                    listed = await take(truth.subscribe(), len(uids) - len(dropped))
-                finally:
-                    await truth.aclose()
-                assert {m.uid: m for m in proxy.workers} == {
-                    e.metadata.uid: e.metadata for e in listed
-                }
-        finally:
-            await publisher.aclose()
-            await subscriber.aclose()
-
-    asyncio.run(scenario())
+    ns = namespace()
+    subscriber = EtcdDiscovery([etcd.endpoint], ns, timeout=10)
+    publisher = EtcdDiscovery([etcd.endpoint], ns, timeout=10)
+    log: list[DiscoveryEvent] = []
+    events = recorded(subscriber.subscribe(), log)
+    try:
+        async with WorkerProxy(discovery=events, connect=Instant, quorum=0) as proxy:
+            restart = None
+            for pid in range(1, versions + 1):
+                if pid == versions // 4:
+                    restart = asyncio.create_task(asyncio.to_thread(etcd.restart))
+                for n in uids:
+                    kind = "worker-added" if pid == 1 else "worker-updated"
+                    await publisher.publisher.publish(kind, worker(n, pid=pid))
+                await asyncio.sleep(0.01)
+            assert restart is not None
+            await restart
+            for n in dropped:
+                await publisher.publisher.publish("worker-dropped", worker(n))
+            total = sum(map(len, expected.values()))
+            await eventually(lambda: len(log) >= total)
+            await asyncio.sleep(0.3)  # anything repeated would arrive now
+            seen: dict[uuid.UUID, list[tuple[str, int]]] = {}
+            for event in log:
+                seen.setdefault(event.metadata.uid, []).append((event.type, event.metadata.pid))
+            assert seen == expected
+            truth = EtcdDiscovery([etcd.endpoint], ns)
+            try:
+                listed = await take(truth.subscribe(), len(uids) - len(dropped))
+            finally:
+                await truth.aclose()
+            assert {m.uid: m for m in proxy.workers} == {e.metadata.uid: e.metadata for e in listed}
+    finally:
+        await publisher.aclose()
+        await subscriber.aclose()
     assert "watch of" in caplog.text  # the subscriber's stream did break, and resumed
 
 
-def test_compaction_past_the_subscribers_revision_relists_and_emits_exactly_the_differences(
+async def test_compaction_past_the_subscribers_revision_relists_and_emits_exactly_the_differences(
     etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "shardline.discovery.etcd")
@@ -149,7 +144,7 @@ def test_compaction_past_the_subscribers_revision_relists_and_emits_exactly_the_
                 await publisher.aclose()
                 await subscriber.aclose()
 
-    events = asyncio.run(scenario())
+    events = await scenario()
     assert sorted(kinds(events)) == sorted(
         [
             ("worker-dropped", worker(1).uid, worker(1).address),
@@ -160,7 +155,9 @@ def test_compaction_past_the_subscribers_revision_relists_and_emits_exactly_the_
     assert "compacted" in caplog.text
 
 
-def test_a_publisher_killed_by_sigkill_is_dropped_when_its_lease_expires(etcd: EtcdServer) -> None:
+async def test_a_publisher_killed_by_sigkill_is_dropped_when_its_lease_expires(
+    etcd: EtcdServer,
+) -> None:
     ttl = 2
     child_script = Path(__file__).with_name("etcd_publisher.py")
 
@@ -201,12 +198,12 @@ def test_a_publisher_killed_by_sigkill_is_dropped_when_its_lease_expires(etcd: E
             follower.cancel()
             await discovery.aclose()
 
-    elapsed = asyncio.run(scenario())
+    elapsed = await scenario()
     # etcd checks expiry every 500 ms; the last keep-alive was at most ttl/3 before the kill
     assert ttl / 3 < elapsed < ttl + 1.5
 
 
-def test_credentials_pass_through_wrong_ones_fail_and_a_restart_logs_in_again() -> None:
+async def test_credentials_pass_through_wrong_ones_fail_and_a_restart_logs_in_again() -> None:
     with EtcdServer() as server:
         server.enable_auth(root_password="root-secret")
         server.add_user("worker", "right", readwrite_prefix=b"/shardline/")
@@ -244,10 +241,10 @@ def test_credentials_pass_through_wrong_ones_fail_and_a_restart_logs_in_again() 
             finally:
                 await discovery.aclose()
 
-        asyncio.run(scenario())
+        await scenario()
 
 
-def test_tls_settings_pass_through(tmp_path: Path) -> None:
+async def test_tls_settings_pass_through(tmp_path: Path) -> None:
     certificates = make_certificates(tmp_path)
     with EtcdServer(certificates=certificates) as server:
 
@@ -268,13 +265,13 @@ def test_tls_settings_pass_through(tmp_path: Path) -> None:
                 await without_client_certificate.aclose()
                 await discovery.aclose()
 
-        asyncio.run(scenario())
+        await scenario()
 
 
 BURST_BOUND = 300.0  # seconds; the burst takes about 20 s alone on a loaded 2-core machine
 
 
-def test_a_burst_of_10000_changes_across_1000_workers_converges_while_dispatching(
+async def test_a_burst_of_10000_changes_across_1000_workers_converges_while_dispatching(
     etcd: EtcdServer,
 ) -> None:
     workers, changes, publishers = 1_000, 10, 16
@@ -328,47 +325,45 @@ def test_a_burst_of_10000_changes_across_1000_workers_converges_while_dispatchin
                 for handle in [*handles, subscriber]:
                     await handle.aclose()
 
-    assert asyncio.run(scenario()) > 100
+    assert await scenario() > 100
 
 
-def test_a_publisher_whose_lease_lapsed_registers_again_but_never_over_a_newer_owner(
+async def test_a_publisher_whose_lease_lapsed_registers_again_but_never_over_a_newer_owner(
     etcd: EtcdServer,
 ) -> None:
-    async def scenario() -> None:
-        ns = namespace()
-        async with relay_to(etcd) as relay:
-            cut_off = EtcdDiscovery([relay.endpoint], ns, ttl=1, timeout=2)
-            other = EtcdDiscovery([etcd.endpoint], ns)
-            try:
-                subscription = other.subscribe()
-                await cut_off.publisher.publish("worker-added", worker(1))
-                await cut_off.publisher.publish("worker-added", worker(2))
-                await take(subscription, 2)
-                relay.cut()
-                assert sorted(kinds(await take(subscription, 2))) == sorted(
-                    ("worker-dropped", worker(n).uid, worker(n).address) for n in (1, 2)
-                )
-                taken_over = worker(2, address="10.0.0.2:2")
-                await other.publisher.publish("worker-added", taken_over)
-                assert kinds(await take(subscription, 1)) == [
-                    ("worker-added", taken_over.uid, taken_over.address)
-                ]
-                relay.restore()
-                assert kinds(await take(subscription, 1)) == [
-                    ("worker-added", worker(1).uid, worker(1).address)
-                ]
-                await cut_off.publisher.aclose()  # withdraws worker 1, which it owns again, only
-                assert kinds(await take(subscription, 1)) == [
-                    ("worker-dropped", worker(1).uid, worker(1).address)
-                ]
-            finally:
-                await cut_off.aclose()
-                await other.aclose()
 
-    asyncio.run(scenario())
+    ns = namespace()
+    async with relay_to(etcd) as relay:
+        cut_off = EtcdDiscovery([relay.endpoint], ns, ttl=1, timeout=2)
+        other = EtcdDiscovery([etcd.endpoint], ns)
+        try:
+            subscription = other.subscribe()
+            await cut_off.publisher.publish("worker-added", worker(1))
+            await cut_off.publisher.publish("worker-added", worker(2))
+            await take(subscription, 2)
+            relay.cut()
+            assert sorted(kinds(await take(subscription, 2))) == sorted(
+                ("worker-dropped", worker(n).uid, worker(n).address) for n in (1, 2)
+            )
+            taken_over = worker(2, address="10.0.0.2:2")
+            await other.publisher.publish("worker-added", taken_over)
+            assert kinds(await take(subscription, 1)) == [
+                ("worker-added", taken_over.uid, taken_over.address)
+            ]
+            relay.restore()
+            assert kinds(await take(subscription, 1)) == [
+                ("worker-added", worker(1).uid, worker(1).address)
+            ]
+            await cut_off.publisher.aclose()  # withdraws worker 1, which it owns again, only
+            assert kinds(await take(subscription, 1)) == [
+                ("worker-dropped", worker(1).uid, worker(1).address)
+            ]
+        finally:
+            await cut_off.aclose()
+            await other.aclose()
 
 
-def test_unreadable_records_are_skipped_counted_and_never_stop_the_stream(
+async def test_unreadable_records_are_skipped_counted_and_never_stop_the_stream(
     etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     ns = namespace()
@@ -402,27 +397,24 @@ def test_unreadable_records_are_skipped_counted_and_never_stop_the_stream(
         finally:
             await discovery.aclose()
 
-    assert asyncio.run(scenario()) == {"malformed": 3, "unknown-schema": 1, "oversized": 1}
+    assert await scenario() == {"malformed": 3, "unknown-schema": 1, "oversized": 1}
     assert "not-a-uid" in caplog.text
 
 
-def test_a_dead_endpoint_is_passed_over_for_the_next(etcd: EtcdServer) -> None:
+async def test_a_dead_endpoint_is_passed_over_for_the_next(etcd: EtcdServer) -> None:
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{unused.getsockname()[1]}"  # nothing listens there
 
-    async def scenario() -> None:
-        discovery = EtcdDiscovery([dead, etcd.endpoint], namespace())
-        try:
-            subscription = discovery.subscribe()
-            await discovery.publisher.publish("worker-added", worker(1))
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-added", worker(1).uid, worker(1).address)
-            ]
-        finally:
-            await discovery.aclose()
-
-    asyncio.run(scenario())
+    discovery = EtcdDiscovery([dead, etcd.endpoint], namespace())
+    try:
+        subscription = discovery.subscribe()
+        await discovery.publisher.publish("worker-added", worker(1))
+        assert kinds(await take(subscription, 1)) == [
+            ("worker-added", worker(1).uid, worker(1).address)
+        ]
+    finally:
+        await discovery.aclose()
 
 
 @pytest.mark.parametrize(
@@ -435,78 +427,72 @@ def test_bad_arguments_are_refused_by_name(arguments: dict[str, Any], named: str
         EtcdDiscovery(**given)
 
 
-def test_a_bad_event_type_is_refused_by_name(etcd: EtcdServer) -> None:
-    async def scenario() -> None:
-        discovery = EtcdDiscovery([etcd.endpoint], namespace())
-        try:
-            with pytest.raises(ValueError, match="'worker-moved'"):
-                await discovery.publisher.publish("worker-moved", worker(1))  # type: ignore[arg-type]
-        finally:
-            await discovery.aclose()
+async def test_a_bad_event_type_is_refused_by_name(etcd: EtcdServer) -> None:
 
-    asyncio.run(scenario())
+    discovery = EtcdDiscovery([etcd.endpoint], namespace())
+    try:
+        with pytest.raises(ValueError, match="'worker-moved'"):
+            await discovery.publisher.publish("worker-moved", worker(1))  # type: ignore[arg-type]
+    finally:
+        await discovery.aclose()
 
 
-def test_a_subscription_outlives_its_channel_closed_by_another_calls_failover(
+async def test_a_subscription_outlives_its_channel_closed_by_another_calls_failover(
     etcd: EtcdServer,
 ) -> None:
-    async def scenario() -> None:
-        discovery = EtcdDiscovery([etcd.endpoint], namespace())
-        try:
-            subscription = discovery.subscribe()
-            waiting = asyncio.ensure_future(anext(subscription))
-            await asyncio.sleep(0.2)
-            await fail_over(discovery._connection)
-            await discovery.publisher.publish("worker-added", worker(1))
-            event = await asyncio.wait_for(waiting, 20)
-            assert (event.type, event.metadata) == ("worker-added", worker(1))
-        finally:
-            await discovery.aclose()
 
-    asyncio.run(scenario())
+    discovery = EtcdDiscovery([etcd.endpoint], namespace())
+    try:
+        subscription = discovery.subscribe()
+        waiting = asyncio.ensure_future(anext(subscription))
+        await asyncio.sleep(0.2)
+        await fail_over(discovery._connection)
+        await discovery.publisher.publish("worker-added", worker(1))
+        event = await asyncio.wait_for(waiting, 20)
+        assert (event.type, event.metadata) == ("worker-added", worker(1))
+    finally:
+        await discovery.aclose()
 
 
-def test_a_watch_whose_channel_closes_before_its_request_is_sent_resumes(
+async def test_a_watch_whose_channel_closes_before_its_request_is_sent_resumes(
     etcd: EtcdServer,
 ) -> None:
     # grpc's stream write first waits for the call's headers to go out; a call cancelled before
     # that (its channel closed by another call's failover) never wakes that write
-    async def scenario() -> None:
-        discovery = EtcdDiscovery([etcd.endpoint], namespace(), timeout=2)
-        connection = discovery._connection
-        try:
-            await discovery.publisher.publish("worker-added", worker(1))
-            stubs = await connection.stubs()
-            open_watch = stubs.watch.Watch
 
-            def watch_closed_after_its_write_starts(**kwargs: Any) -> Any:
-                call = open_watch(**kwargs)
-                real_write = call.write
+    discovery = EtcdDiscovery([etcd.endpoint], namespace(), timeout=2)
+    connection = discovery._connection
+    try:
+        await discovery.publisher.publish("worker-added", worker(1))
+        stubs = await connection.stubs()
+        open_watch = stubs.watch.Watch
 
-                async def write(request: Any) -> None:
-                    writing = asyncio.ensure_future(real_write(request))
-                    # one turn of the loop: the write waits for the headers, which are not out
-                    # before the next poll of grpc's completions
-                    await asyncio.sleep(0)
-                    await connection.recover(stubs, ConnectionError("lost"))
-                    await writing
+        def watch_closed_after_its_write_starts(**kwargs: Any) -> Any:
+            call = open_watch(**kwargs)
+            real_write = call.write
 
-                call.write = write
-                return call
+            async def write(request: Any) -> None:
+                writing = asyncio.ensure_future(real_write(request))
+                # one turn of the loop: the write waits for the headers, which are not out
+                # before the next poll of grpc's completions
+                await asyncio.sleep(0)
+                await connection.recover(stubs, ConnectionError("lost"))
+                await writing
 
-            stubs.watch.Watch = watch_closed_after_its_write_starts
-            subscription = discovery.subscribe()
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-added", worker(1).uid, worker(1).address)
-            ]
-            await discovery.publisher.publish("worker-added", worker(2))
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-added", worker(2).uid, worker(2).address)
-            ]
-        finally:
-            await discovery.aclose()
+            call.write = write
+            return call
 
-    asyncio.run(scenario())
+        stubs.watch.Watch = watch_closed_after_its_write_starts
+        subscription = discovery.subscribe()
+        assert kinds(await take(subscription, 1)) == [
+            ("worker-added", worker(1).uid, worker(1).address)
+        ]
+        await discovery.publisher.publish("worker-added", worker(2))
+        assert kinds(await take(subscription, 1)) == [
+            ("worker-added", worker(2).uid, worker(2).address)
+        ]
+    finally:
+        await discovery.aclose()
 
 
 class _KeepAliveStream:
@@ -552,23 +538,21 @@ class _LeaseOnlyConnection:
         return None
 
 
-def test_closing_a_publisher_as_a_keep_alive_reply_arrives_ends_its_keeper() -> None:
+async def test_closing_a_publisher_as_a_keep_alive_reply_arrives_ends_its_keeper() -> None:
     # the keeper read under asyncio.wait_for, which on Python 3.11 drops a cancellation that
     # comes as the read completes: the keeper went on, and aclose() waited for it forever
-    async def scenario() -> None:
-        connection = _LeaseOnlyConnection()
-        publisher = _EtcdPublisher(connection, b"/shardline/ns/workers/", 10)  # type: ignore[arg-type]
-        await publisher.publish("worker-added", worker(1))
-        await connection.stream.reading.wait()
-        assert connection.stream.reply is not None
-        keeper = publisher._keeper
-        connection.stream.reply.set_result(type("Reply", (), {"TTL": 10})())
-        # bounded; aclose() must neither wait for a keeper that goes on nor drop this bound's
-        # cancellation
-        async with asyncio.timeout(5) as bound:
-            await publisher.aclose()
-        assert not bound.expired()
-        assert keeper is not None
-        assert keeper.done()
 
-    asyncio.run(scenario())
+    connection = _LeaseOnlyConnection()
+    publisher = _EtcdPublisher(connection, b"/shardline/ns/workers/", 10)  # type: ignore[arg-type]
+    await publisher.publish("worker-added", worker(1))
+    await connection.stream.reading.wait()
+    assert connection.stream.reply is not None
+    keeper = publisher._keeper
+    connection.stream.reply.set_result(type("Reply", (), {"TTL": 10})())
+    # bounded; aclose() must neither wait for a keeper that goes on nor drop this bound's
+    # cancellation
+    async with asyncio.timeout(5) as bound:
+        await publisher.aclose()
+    assert not bound.expired()
+    assert keeper is not None
+    assert keeper.done()

@@ -19,7 +19,7 @@ class TestInProcessDiscovery(DiscoveryContract):
         return InProcessDiscovery(namespace)
 
 
-def test_a_subscription_dropped_unclosed_stops_receiving_changes() -> None:
+async def test_a_subscription_dropped_unclosed_stops_receiving_changes() -> None:
     async def scenario() -> int:
         discovery = InProcessDiscovery("dropped-unclosed")
         discovery.subscribe()
@@ -27,22 +27,20 @@ def test_a_subscription_dropped_unclosed_stops_receiving_changes() -> None:
         await discovery.publisher.publish("worker-added", worker(1))
         return len(discovery._registry.queues)
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0
 
 
-def test_a_bad_event_type_is_refused_by_name() -> None:
-    async def scenario() -> None:
-        discovery = InProcessDiscovery("bad-type")
-        subscription = discovery.subscribe()
-        with pytest.raises(ValueError, match="'worker-moved'"):
-            await discovery.publisher.publish("worker-moved", worker(1))  # type: ignore[arg-type]
-        await discovery.publisher.publish("worker-added", worker(2))
-        assert [event.metadata.uid for event in await take(subscription, 1)] == [worker(2).uid]
+async def test_a_bad_event_type_is_refused_by_name() -> None:
 
-    asyncio.run(scenario())
+    discovery = InProcessDiscovery("bad-type")
+    subscription = discovery.subscribe()
+    with pytest.raises(ValueError, match="'worker-moved'"):
+        await discovery.publisher.publish("worker-moved", worker(1))  # type: ignore[arg-type]
+    await discovery.publisher.publish("worker-added", worker(2))
+    assert [event.metadata.uid for event in await take(subscription, 1)] == [worker(2).uid]
 
 
-def test_a_cancelled_wait_loses_no_event_and_keeps_the_subscription() -> None:
+async def test_a_cancelled_wait_loses_no_event_and_keeps_the_subscription() -> None:
     async def scenario() -> list[str]:
         discovery = InProcessDiscovery("cancelled-wait")
         subscription = discovery.subscribe()
@@ -56,29 +54,27 @@ def test_a_cancelled_wait_loses_no_event_and_keeps_the_subscription() -> None:
             await anext(subscription)
         return [event.type for event in events]
 
-    assert asyncio.run(scenario()) == ["worker-added", "worker-dropped"]
+    assert await scenario() == ["worker-added", "worker-dropped"]
 
 
-def test_a_stream_ending_under_a_cancelled_wait_reports_nothing_unretrieved(
+async def test_a_stream_ending_under_a_cancelled_wait_reports_nothing_unretrieved(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def scenario() -> None:
-        ended = asyncio.Event()
 
-        async def stream() -> AsyncGenerator[DiscoveryEvent, None]:
-            await ended.wait()
-            return
-            yield  # an async generator that ends without an event
+    ended = asyncio.Event()
 
-        subscription = Subscription(stream(), RecordFeed())
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(anext(subscription), 0.05)
-        ended.set()  # the stream ends while nobody waits for it
-        for _ in range(3):
-            await asyncio.sleep(0)
-        del subscription
-        gc.collect()
+    async def stream() -> AsyncGenerator[DiscoveryEvent, None]:
+        await ended.wait()
+        return
+        yield  # an async generator that ends without an event
 
-    asyncio.run(scenario())
+    subscription = Subscription(stream(), RecordFeed())
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(subscription), 0.05)
+    ended.set()  # the stream ends while nobody waits for it
+    for _ in range(3):
+        await asyncio.sleep(0)
+    del subscription
+    gc.collect()
     gc.collect()
     assert "never retrieved" not in caplog.text

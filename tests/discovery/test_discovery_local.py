@@ -103,119 +103,108 @@ def uids(events: list[DiscoveryEvent]) -> set[tuple[str, uuid.UUID]]:
     return {(event.type, event.metadata.uid) for event in events}
 
 
-def test_a_killed_publisher_is_dropped_within_the_liveness_bound(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        discovery = short_lived(tmp_path, "killed")
+async def test_a_killed_publisher_is_dropped_within_the_liveness_bound(tmp_path: Path) -> None:
+
+    discovery = short_lived(tmp_path, "killed")
+    subscription = discovery.subscribe()
+    async with publisher_process(tmp_path, "killed", count=3, liveness=SHORT) as process:
+        added = await take(subscription, 3)
+        assert {event.metadata.pid for event in added} == {process.pid}
+        # alive, it keeps its records well past the timeout
+        assert await quiet(subscription, 3 * LIVENESS)
+        process.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        dropped = await take(subscription, 3)
+        elapsed = time.monotonic() - killed
+    assert uids(dropped) == {("worker-dropped", worker(n).uid) for n in (1, 2, 3)}
+    assert elapsed <= BOUND + SLACK, f"dropped {elapsed:.3f} s after SIGKILL"
+    await discovery.aclose()
+
+
+async def test_a_stalled_publisher_is_dropped_then_restored_when_it_resumes(tmp_path: Path) -> None:
+
+    discovery = short_lived(tmp_path, "stalled")
+    subscription = discovery.subscribe()
+    async with publisher_process(tmp_path, "stalled", count=2, liveness=SHORT) as process:
+        await take(subscription, 2)
+        process.send_signal(signal.SIGSTOP)
+        try:
+            dropped = await take(subscription, 2)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        restored = await take(subscription, 2)
+        assert uids(dropped) == {("worker-dropped", worker(n).uid) for n in (1, 2)}
+        assert uids(restored) == {("worker-added", worker(n).uid) for n in (1, 2)}
+        await close_stdin(process)
+        assert uids(await take(subscription, 2)) == uids(dropped)
+    await discovery.aclose()
+
+
+async def test_a_subscriber_started_after_workers_sees_them_replayed(tmp_path: Path) -> None:
+
+    async with (
+        publisher_process(tmp_path, "late", first=1, count=3) as first,
+        publisher_process(tmp_path, "late", first=4, count=2) as second,
+    ):
+        discovery = local(tmp_path, "late")
         subscription = discovery.subscribe()
-        async with publisher_process(tmp_path, "killed", count=3, liveness=SHORT) as process:
-            added = await take(subscription, 3)
-            assert {event.metadata.pid for event in added} == {process.pid}
-            # alive, it keeps its records well past the timeout
-            assert await quiet(subscription, 3 * LIVENESS)
-            process.send_signal(signal.SIGKILL)
-            killed = time.monotonic()
-            dropped = await take(subscription, 3)
-            elapsed = time.monotonic() - killed
-        assert uids(dropped) == {("worker-dropped", worker(n).uid) for n in (1, 2, 3)}
-        assert elapsed <= BOUND + SLACK, f"dropped {elapsed:.3f} s after SIGKILL"
-        await discovery.aclose()
-
-    asyncio.run(scenario())
-
-
-def test_a_stalled_publisher_is_dropped_then_restored_when_it_resumes(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        discovery = short_lived(tmp_path, "stalled")
-        subscription = discovery.subscribe()
-        async with publisher_process(tmp_path, "stalled", count=2, liveness=SHORT) as process:
-            await take(subscription, 2)
-            process.send_signal(signal.SIGSTOP)
-            try:
-                dropped = await take(subscription, 2)
-            finally:
-                process.send_signal(signal.SIGCONT)
-            restored = await take(subscription, 2)
-            assert uids(dropped) == {("worker-dropped", worker(n).uid) for n in (1, 2)}
-            assert uids(restored) == {("worker-added", worker(n).uid) for n in (1, 2)}
-            await close_stdin(process)
-            assert uids(await take(subscription, 2)) == uids(dropped)
-        await discovery.aclose()
-
-    asyncio.run(scenario())
-
-
-def test_a_subscriber_started_after_workers_sees_them_replayed(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with (
-            publisher_process(tmp_path, "late", first=1, count=3) as first,
-            publisher_process(tmp_path, "late", first=4, count=2) as second,
-        ):
-            discovery = local(tmp_path, "late")
-            subscription = discovery.subscribe()
-            replayed = await take(subscription, 5)
-            assert uids(replayed) == {("worker-added", worker(n).uid) for n in range(1, 6)}
-            assert {event.metadata.uid.int: event.metadata.pid for event in replayed} == {
-                **{n: first.pid for n in (1, 2, 3)},
-                **{n: second.pid for n in (4, 5)},
-            }
-            assert await quiet(subscription)
-            await close_stdin(first)
-            assert uids(await take(subscription, 3)) == {
-                ("worker-dropped", worker(n).uid) for n in (1, 2, 3)
-            }
-            assert await quiet(subscription)
-            await discovery.aclose()
-
-    asyncio.run(scenario())
-
-
-def test_a_subscriber_started_after_a_publisher_died_replays_none_of_its_workers(
-    tmp_path: Path,
-) -> None:
-    async def scenario() -> None:
-        async with publisher_process(tmp_path, "dead", count=3, liveness=SHORT) as process:
-            process.send_signal(signal.SIGKILL)
-            await process.wait()
-        # nobody was watching while its heartbeat lapsed
-        await asyncio.sleep(LIVENESS + HEARTBEAT)
-        discovery = local(tmp_path, "dead")
-        survivor = worker(9)
-        await discovery.publisher.publish("worker-added", survivor)
-        subscription = discovery.subscribe()
-        assert uids(await take(subscription, 1)) == {("worker-added", survivor.uid)}
+        replayed = await take(subscription, 5)
+        assert uids(replayed) == {("worker-added", worker(n).uid) for n in range(1, 6)}
+        assert {event.metadata.uid.int: event.metadata.pid for event in replayed} == {
+            **{n: first.pid for n in (1, 2, 3)},
+            **{n: second.pid for n in (4, 5)},
+        }
+        assert await quiet(subscription)
+        await close_stdin(first)
+        assert uids(await take(subscription, 3)) == {
+            ("worker-dropped", worker(n).uid) for n in (1, 2, 3)
+        }
         assert await quiet(subscription)
         await discovery.aclose()
 
-    asyncio.run(scenario())
+
+async def test_a_subscriber_started_after_a_publisher_died_replays_none_of_its_workers(
+    tmp_path: Path,
+) -> None:
+
+    async with publisher_process(tmp_path, "dead", count=3, liveness=SHORT) as process:
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    # nobody was watching while its heartbeat lapsed
+    await asyncio.sleep(LIVENESS + HEARTBEAT)
+    discovery = local(tmp_path, "dead")
+    survivor = worker(9)
+    await discovery.publisher.publish("worker-added", survivor)
+    subscription = discovery.subscribe()
+    assert uids(await take(subscription, 1)) == {("worker-added", survivor.uid)}
+    assert await quiet(subscription)
+    await discovery.aclose()
 
 
-def test_concurrent_publisher_processes_converge_in_publication_order(tmp_path: Path) -> None:
+async def test_concurrent_publisher_processes_converge_in_publication_order(tmp_path: Path) -> None:
     versions = 40
 
-    async def scenario() -> None:
-        discovery = local(tmp_path, "busy")
-        subscription = discovery.subscribe()
-        seen: dict[uuid.UUID, list[int]] = {}
-        async with (
-            publisher_process(tmp_path, "busy", first=10, count=4, versions=versions) as a,
-            publisher_process(tmp_path, "busy", first=20, count=4, versions=versions) as b,
-            publisher_process(tmp_path, "busy", first=30, count=4, versions=versions) as c,
-        ):
-            while len(seen) < 12 or any(pids[-1] != versions for pids in seen.values()):
-                event = (await take(subscription, 1))[0]
-                assert event.type == (
-                    "worker-updated" if event.metadata.uid in seen else "worker-added"
-                )
-                seen.setdefault(event.metadata.uid, []).append(event.metadata.pid)
-            for process in (a, b, c):
-                await close_stdin(process)
-            dropped = await take(subscription, 12)
-        for pids in seen.values():
-            assert pids == sorted(set(pids))
-        assert uids(dropped) == {("worker-dropped", uid) for uid in seen}
-        await discovery.aclose()
-
-    asyncio.run(scenario())
+    discovery = local(tmp_path, "busy")
+    subscription = discovery.subscribe()
+    seen: dict[uuid.UUID, list[int]] = {}
+    async with (
+        publisher_process(tmp_path, "busy", first=10, count=4, versions=versions) as a,
+        publisher_process(tmp_path, "busy", first=20, count=4, versions=versions) as b,
+        publisher_process(tmp_path, "busy", first=30, count=4, versions=versions) as c,
+    ):
+        while len(seen) < 12 or any(pids[-1] != versions for pids in seen.values()):
+            event = (await take(subscription, 1))[0]
+            assert event.type == (
+                "worker-updated" if event.metadata.uid in seen else "worker-added"
+            )
+            seen.setdefault(event.metadata.uid, []).append(event.metadata.pid)
+        for process in (a, b, c):
+            await close_stdin(process)
+        dropped = await take(subscription, 12)
+    for pids in seen.values():
+        assert pids == sorted(set(pids))
+    assert uids(dropped) == {("worker-dropped", uid) for uid in seen}
+    await discovery.aclose()
 
 
 def document(metadata: WorkerMetadata, **changes: Any) -> bytes:
@@ -231,77 +220,73 @@ BAD_RECORDS = [
 BAD_COUNTS = {"malformed": 2, "unknown-schema": 1, "oversized": 1}
 
 
-def test_malformed_records_written_by_hand_are_skipped_and_counted(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        discovery = local(tmp_path, "malformed")
-        subscription = discovery.subscribe()
-        await discovery.publisher.publish("worker-added", worker(1))
-        await take(subscription, 1)
-        write_by_hand(discovery.path, BAD_RECORDS)
-        await discovery.publisher.publish("worker-added", worker(2))
-        assert uids(await take(subscription, 1)) == {("worker-added", worker(2).uid)}
-        assert subscription.skipped == BAD_COUNTS
+async def test_malformed_records_written_by_hand_are_skipped_and_counted(tmp_path: Path) -> None:
 
-        late = discovery.subscribe()
-        assert uids(await take(late, 2)) == {("worker-added", worker(n).uid) for n in (1, 2)}
-        assert late.skipped == BAD_COUNTS
+    discovery = local(tmp_path, "malformed")
+    subscription = discovery.subscribe()
+    await discovery.publisher.publish("worker-added", worker(1))
+    await take(subscription, 1)
+    write_by_hand(discovery.path, BAD_RECORDS)
+    await discovery.publisher.publish("worker-added", worker(2))
+    assert uids(await take(subscription, 1)) == {("worker-added", worker(2).uid)}
+    assert subscription.skipped == BAD_COUNTS
 
-        # a shown record replaced by one the reader cannot read is gone for the reader
-        write_by_hand(discovery.path, [(worker(1).uid, document(worker(1), schema=2))])
-        await discovery.publisher.publish("worker-added", worker(3))
-        for stream in (subscription, late):
-            assert uids(await take(stream, 2)) == {
-                ("worker-dropped", worker(1).uid),
-                ("worker-added", worker(3).uid),
-            }
-            assert stream.skipped["unknown-schema"] == 2
-        await discovery.aclose()
+    late = discovery.subscribe()
+    assert uids(await take(late, 2)) == {("worker-added", worker(n).uid) for n in (1, 2)}
+    assert late.skipped == BAD_COUNTS
 
-    asyncio.run(scenario())
+    # a shown record replaced by one the reader cannot read is gone for the reader
+    write_by_hand(discovery.path, [(worker(1).uid, document(worker(1), schema=2))])
+    await discovery.publisher.publish("worker-added", worker(3))
+    for stream in (subscription, late):
+        assert uids(await take(stream, 2)) == {
+            ("worker-dropped", worker(1).uid),
+            ("worker-added", worker(3).uid),
+        }
+        assert stream.skipped["unknown-schema"] == 2
+    await discovery.aclose()
 
 
-def test_a_subscriber_behind_the_trimmed_log_gets_exactly_the_differences(
+async def test_a_subscriber_behind_the_trimmed_log_gets_exactly_the_differences(
     tmp_path: Path,
 ) -> None:
-    async def scenario() -> None:
-        discovery = local(tmp_path, "behind", log_retention=4)
-        publish = discovery.publisher.publish
-        for n in (1, 2, 3):
-            await publish("worker-added", worker(n))
-        subscription = discovery.subscribe()
-        await take(subscription, 3)
-        # the subscriber reads nothing while these are written
-        for pid in range(200, 210):
-            await publish("worker-updated", worker(1, pid=pid))
-        await publish("worker-dropped", worker(3))
-        await publish("worker-added", worker(4))
-        await publish("worker-added", worker(5))
-        await publish("worker-dropped", worker(5))
-        await publish("worker-updated", worker(2, address="10.0.0.2:1"))
-        await publish("worker-updated", worker(2))
-        with closing(sqlite3.connect(discovery.path)) as db:
-            (trimmed,) = db.execute("SELECT value FROM meta WHERE key = 'trimmed_through'")
-        assert trimmed[0] > 3
-        events = await take(subscription, 3)
-        assert sorted(kinds_and_pids(events)) == [
-            ("worker-added", 4, worker(4).pid),
-            ("worker-dropped", 3, worker(3).pid),
-            ("worker-updated", 1, 209),
-        ]
-        # and it follows the log again
-        await publish("worker-updated", worker(4, pid=1))
-        assert kinds_and_pids(await take(subscription, 1)) == [("worker-updated", 4, 1)]
-        assert await quiet(subscription)
-        await discovery.aclose()
 
-    asyncio.run(scenario())
+    discovery = local(tmp_path, "behind", log_retention=4)
+    publish = discovery.publisher.publish
+    for n in (1, 2, 3):
+        await publish("worker-added", worker(n))
+    subscription = discovery.subscribe()
+    await take(subscription, 3)
+    # the subscriber reads nothing while these are written
+    for pid in range(200, 210):
+        await publish("worker-updated", worker(1, pid=pid))
+    await publish("worker-dropped", worker(3))
+    await publish("worker-added", worker(4))
+    await publish("worker-added", worker(5))
+    await publish("worker-dropped", worker(5))
+    await publish("worker-updated", worker(2, address="10.0.0.2:1"))
+    await publish("worker-updated", worker(2))
+    with closing(sqlite3.connect(discovery.path)) as db:
+        (trimmed,) = db.execute("SELECT value FROM meta WHERE key = 'trimmed_through'")
+    assert trimmed[0] > 3
+    events = await take(subscription, 3)
+    assert sorted(kinds_and_pids(events)) == [
+        ("worker-added", 4, worker(4).pid),
+        ("worker-dropped", 3, worker(3).pid),
+        ("worker-updated", 1, 209),
+    ]
+    # and it follows the log again
+    await publish("worker-updated", worker(4, pid=1))
+    assert kinds_and_pids(await take(subscription, 1)) == [("worker-updated", 4, 1)]
+    assert await quiet(subscription)
+    await discovery.aclose()
 
 
 def kinds_and_pids(events: list[DiscoveryEvent]) -> list[tuple[str, int, int]]:
     return [(event.type, event.metadata.uid.int, event.metadata.pid) for event in events]
 
 
-def test_subscribers_are_woken_at_once_rather_than_at_the_next_poll(tmp_path: Path) -> None:
+async def test_subscribers_are_woken_at_once_rather_than_at_the_next_poll(tmp_path: Path) -> None:
     async def scenario() -> list[float]:
         subscriber = local(tmp_path, "bell", **SELDOM)
         other = local(tmp_path, "bell")
@@ -320,11 +305,11 @@ def test_subscribers_are_woken_at_once_rather_than_at_the_next_poll(tmp_path: Pa
             await handle.aclose()
         return delays
 
-    delays = sorted(asyncio.run(scenario()))
+    delays = sorted(await scenario())
     assert delays[2] < 1.0, delays
 
 
-def test_a_change_written_without_a_wake_up_is_noticed_by_polling(tmp_path: Path) -> None:
+async def test_a_change_written_without_a_wake_up_is_noticed_by_polling(tmp_path: Path) -> None:
     async def scenario() -> float:
         discovery = local(tmp_path, "polled", **{**SELDOM, "poll_interval": 0.02})
         subscription = discovery.subscribe()
@@ -339,44 +324,40 @@ def test_a_change_written_without_a_wake_up_is_noticed_by_polling(tmp_path: Path
         await discovery.aclose()
         return noticed
 
-    assert asyncio.run(scenario()) < 1.0
+    assert await scenario() < 1.0
 
 
-def test_a_doorbell_left_by_a_dead_process_is_removed(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        discovery = local(tmp_path, "stale")
-        doorbells = discovery.path.with_suffix(".doorbells")
-        doorbells.mkdir()
-        os.mkfifo(doorbells / "4242-dead")
-        (doorbells / "4243-file").write_bytes(b"")
-        await discovery.publisher.publish("worker-added", worker(1))
-        assert sorted(path.name for path in doorbells.iterdir()) == ["4243-file"]
-        assert (doorbells / "4243-file").read_bytes() == b""
-        await discovery.aclose()
+async def test_a_doorbell_left_by_a_dead_process_is_removed(tmp_path: Path) -> None:
 
-    asyncio.run(scenario())
+    discovery = local(tmp_path, "stale")
+    doorbells = discovery.path.with_suffix(".doorbells")
+    doorbells.mkdir()
+    os.mkfifo(doorbells / "4242-dead")
+    (doorbells / "4243-file").write_bytes(b"")
+    await discovery.publisher.publish("worker-added", worker(1))
+    assert sorted(path.name for path in doorbells.iterdir()) == ["4243-file"]
+    assert (doorbells / "4243-file").read_bytes() == b""
+    await discovery.aclose()
 
 
-def test_a_closed_handle_ends_its_subscriptions_and_refuses_work(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        # only the close itself can end the wait in time
-        discovery = local(tmp_path, "closed", **SELDOM)
-        other = local(tmp_path, "closed")
-        subscription = discovery.subscribe()
-        await other.publisher.publish("worker-added", worker(1))
-        await take(subscription, 1)
-        waiting = asyncio.ensure_future(anext(subscription))
-        await asyncio.sleep(0.05)
-        await discovery.aclose()
-        with pytest.raises(StopAsyncIteration):
-            await asyncio.wait_for(waiting, 2.0)
-        await other.aclose()
-        with pytest.raises(RuntimeError, match=r"LocalDiscovery\('closed'\) is closed"):
-            discovery.subscribe()
-        with pytest.raises(RuntimeError, match="is closed"):
-            await discovery.publisher.publish("worker-added", worker(2))
+async def test_a_closed_handle_ends_its_subscriptions_and_refuses_work(tmp_path: Path) -> None:
 
-    asyncio.run(scenario())
+    # only the close itself can end the wait in time
+    discovery = local(tmp_path, "closed", **SELDOM)
+    other = local(tmp_path, "closed")
+    subscription = discovery.subscribe()
+    await other.publisher.publish("worker-added", worker(1))
+    await take(subscription, 1)
+    waiting = asyncio.ensure_future(anext(subscription))
+    await asyncio.sleep(0.05)
+    await discovery.aclose()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(waiting, 2.0)
+    await other.aclose()
+    with pytest.raises(RuntimeError, match=r"LocalDiscovery\('closed'\) is closed"):
+        discovery.subscribe()
+    with pytest.raises(RuntimeError, match="is closed"):
+        await discovery.publisher.publish("worker-added", worker(2))
 
 
 @pytest.mark.parametrize(
@@ -404,31 +385,29 @@ def test_a_bad_namespace_is_refused(tmp_path: Path, namespace: Any) -> None:
         LocalDiscovery(namespace, directory=tmp_path)
 
 
-def test_namespaces_that_read_alike_get_distinct_stores(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        slash, underscore = local(tmp_path, "team/a"), local(tmp_path, "team_a")
-        long = local(tmp_path, "x" * 300)
-        assert len({slash.path, underscore.path, long.path}) == 3
-        assert all(handle.path.parent == tmp_path for handle in (slash, underscore, long))
-        subscription = underscore.subscribe()
-        await slash.publisher.publish("worker-added", worker(1))
-        await underscore.publisher.publish("worker-added", worker(2))
-        assert uids(await take(subscription, 1)) == {("worker-added", worker(2).uid)}
-        assert await quiet(subscription)
-        for handle in (slash, underscore, long):
-            await handle.aclose()
+async def test_namespaces_that_read_alike_get_distinct_stores(tmp_path: Path) -> None:
 
-    asyncio.run(scenario())
+    slash, underscore = local(tmp_path, "team/a"), local(tmp_path, "team_a")
+    long = local(tmp_path, "x" * 300)
+    assert len({slash.path, underscore.path, long.path}) == 3
+    assert all(handle.path.parent == tmp_path for handle in (slash, underscore, long))
+    subscription = underscore.subscribe()
+    await slash.publisher.publish("worker-added", worker(1))
+    await underscore.publisher.publish("worker-added", worker(2))
+    assert uids(await take(subscription, 1)) == {("worker-added", worker(2).uid)}
+    assert await quiet(subscription)
+    for handle in (slash, underscore, long):
+        await handle.aclose()
 
 
-def test_the_default_directory_is_private_under_the_runtime_directory(
+async def test_the_default_directory_is_private_under_the_runtime_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     discovery = LocalDiscovery("default-dir")
     assert discovery.path.parent == tmp_path / "shardline"
     assert (tmp_path / "shardline").stat().st_mode & 0o777 == 0o700
-    asyncio.run(discovery.aclose())
+    await discovery.aclose()
 
     (tmp_path / "shardline").chmod(0o777)
     with pytest.raises(PermissionError, match="writable by other users"):

@@ -27,15 +27,13 @@ from support.picodata_cluster import (
     PicodataCluster,
 )
 
+pytestmark = pytest.mark.async_timeout(30)  # each async test, start to finish
+
 
 @pytest.fixture
 def cluster(picodata_cluster: PicodataCluster) -> PicodataCluster:
     picodata_cluster.reset()
     return picodata_cluster
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coroutine, 30))
 
 
 async def server_port(dsn: str) -> int:
@@ -56,7 +54,7 @@ def catalog_addresses(cluster: PicodataCluster) -> dict[str, str]:
     return dict(rows)
 
 
-def test_three_servers_each_at_its_catalog_address(cluster: PicodataCluster) -> None:
+async def test_three_servers_each_at_its_catalog_address(cluster: PicodataCluster) -> None:
     ports = {name: i.server.port for name, i in cluster.instances.items()}
     assert len(set(ports.values())) == 3
     addresses = catalog_addresses(cluster)
@@ -64,7 +62,7 @@ def test_three_servers_each_at_its_catalog_address(cluster: PicodataCluster) -> 
     for name, address in addresses.items():
         host, port = address.split(":")
         dsn = f"postgresql://app:secret@{host}:{port}/{DATABASE}"
-        assert cluster.instance_at(run(server_port(dsn))) == name
+        assert cluster.instance_at(await server_port(dsn)) == name
 
 
 def test_the_catalog_describes_the_layout(cluster: PicodataCluster) -> None:
@@ -79,7 +77,7 @@ def test_the_catalog_describes_the_layout(cluster: PicodataCluster) -> None:
     assert owners == ["m1", "m2"]
 
 
-def test_every_instance_has_pico_table_saying_users_is_sharded_by_id(
+async def test_every_instance_has_pico_table_saying_users_is_sharded_by_id(
     cluster: PicodataCluster,
 ) -> None:
     async def tables(dsn: str) -> Any:
@@ -90,7 +88,7 @@ def test_every_instance_has_pico_table_saying_users_is_sharded_by_id(
             await connection.close()
 
     for name in cluster.instances:
-        users = run(tables(cluster.dsn_of(name)))["users"]
+        users = (await tables(cluster.dsn_of(name)))["users"]
         assert key_of(users, {"id": 5, "name": "x"}) == ShardingKey("users", "default", (5,))
 
 
@@ -107,30 +105,28 @@ def test_where_finds_the_server_holding_a_row(cluster: PicodataCluster) -> None:
     assert cluster.where(1) == []
 
 
-def test_the_application_user_writes_users(cluster: PicodataCluster) -> None:
-    async def insert() -> None:
-        connection = await asyncpg.connect(cluster.dsn_of("m1"), timeout=10)
-        try:
-            await connection.execute("INSERT INTO users VALUES ($1, $2)", 7, "seven")
-        finally:
-            await connection.close()
+async def test_the_application_user_writes_users(cluster: PicodataCluster) -> None:
 
-    run(insert())
+    connection = await asyncpg.connect(cluster.dsn_of("m1"), timeout=10)
+    try:
+        await connection.execute("INSERT INTO users VALUES ($1, $2)", 7, "seven")
+    finally:
+        await connection.close()
     assert cluster.where(7) == ["m1"]
 
 
-def test_kill_and_restart(cluster: PicodataCluster) -> None:
+async def test_kill_and_restart(cluster: PicodataCluster) -> None:
     with cluster.instances["m1"].connect() as connection:
         connection.execute("INSERT INTO users VALUES (3, 'kept')")
     port = cluster.instances["m1"].server.port
     cluster.kill("m1")
     assert not cluster.instances["m1"].running
     with pytest.raises(OSError, match=r"(?i)refused|connect"):
-        run(server_port(cluster.dsn_of("m1")))
+        await server_port(cluster.dsn_of("m1"))
     assert cluster.where(3) == []  # a server that is down is left out
     cluster.restart("m1")
     assert cluster.instances["m1"].server.port == port
-    assert run(server_port(cluster.dsn_of("m1"))) == port
+    assert await server_port(cluster.dsn_of("m1")) == port
     assert cluster.where(3) == ["m1"]
     assert catalog_addresses(cluster)["m1"] == f"127.0.0.1:{port}"
 
@@ -143,14 +139,14 @@ def test_the_catalog_survives_a_restart_of_its_server(cluster: PicodataCluster) 
     assert cluster.catalog.expected().tiers == {"default": BUCKET_COUNT}
 
 
-def test_a_wrong_password_is_refused(cluster: PicodataCluster) -> None:
+async def test_a_wrong_password_is_refused(cluster: PicodataCluster) -> None:
     with pytest.raises(asyncpg.InvalidPasswordError, match="password authentication failed"):
-        run(server_port(cluster.wrong_password_dsn))
+        await server_port(cluster.wrong_password_dsn)
 
 
-def test_tls_is_refused_by_the_servers(cluster: PicodataCluster) -> None:
+async def test_tls_is_refused_by_the_servers(cluster: PicodataCluster) -> None:
     with pytest.raises(ConnectionError, match=r"(?i)ssl"):
-        run(server_port(cluster.tls_required_dsn))
+        await server_port(cluster.tls_required_dsn)
     with pytest.raises(psycopg.OperationalError, match=r"(?i)ssl"):
         psycopg.connect(cluster.tls_required_dsn, connect_timeout=5).close()
 
@@ -176,7 +172,7 @@ def connect(cluster: PicodataCluster, dsn: str | None = None, **kwargs: Any) -> 
     return shardline.picodata.connect(dsn or cluster.dsn, **kwargs)
 
 
-def test_keyed_inserts_land_on_the_owning_masters_server(cluster: PicodataCluster) -> None:
+async def test_keyed_inserts_land_on_the_owning_masters_server(cluster: PicodataCluster) -> None:
     async def scenario() -> None:
         async with connect(cluster) as db:
             for key in KEYS:
@@ -186,26 +182,24 @@ def test_keyed_inserts_land_on_the_owning_masters_server(cluster: PicodataCluste
             assert db.stats().routed["keyed"] == len(KEYS) + 1
             assert db.stats().fallbacks == {}
 
-    run(scenario())
+    await scenario()
     for key in [*KEYS, 41]:
         assert cluster.where(key) == [owner_master(cluster, key)], key
     assert {owner_master(cluster, key) for key in KEYS} == {"m1", "m2"}  # both were exercised
 
 
-def test_read_only_queries_reach_replicas(cluster: PicodataCluster) -> None:
-    async def scenario() -> None:
-        async with connect(cluster) as db:
-            for key in KEYS:
-                master = owner_master(cluster, key)
-                # rs1 has the replica r1; rs2 has none, so its master serves its reads
-                reader = "r1" if master == "m1" else "m2"
-                assert await answered_by(cluster, db, key=key, read_only=True) == reader
-                assert await answered_by(cluster, db, key=key) == master
+async def test_read_only_queries_reach_replicas(cluster: PicodataCluster) -> None:
 
-    run(scenario())
+    async with connect(cluster) as db:
+        for key in KEYS:
+            master = owner_master(cluster, key)
+            # rs1 has the replica r1; rs2 has none, so its master serves its reads
+            reader = "r1" if master == "m1" else "m2"
+            assert await answered_by(cluster, db, key=key, read_only=True) == reader
+            assert await answered_by(cluster, db, key=key) == master
 
 
-def test_buckets_moved_between_polls_move_later_queries(cluster: PicodataCluster) -> None:
+async def test_buckets_moved_between_polls_move_later_queries(cluster: PicodataCluster) -> None:
     rs1, rs2 = (name_uuid(rs) for rs in ("rs1", "rs2"))
 
     async def scenario() -> None:
@@ -222,127 +216,117 @@ def test_buckets_moved_between_polls_move_later_queries(cluster: PicodataCluster
                 assert await answered_by(cluster, db, key=key) == want
             assert db.explain(KEYS[0]).epoch > 1
 
-    run(scenario())
+    await scenario()
     assert any(cluster.bucket_of(key) <= 750 for key in KEYS)
 
 
-def test_unkeyed_queries_reach_every_online_instance_in_turn(cluster: PicodataCluster) -> None:
-    async def scenario() -> None:
-        async with connect(cluster) as db:
-            seen = [await answered_by(cluster, db) for _ in range(9)]
-            assert {name: seen.count(name) for name in set(seen)} == {"m1": 3, "r1": 3, "m2": 3}
-            assert db.stats().routed["unkeyed"] == 9
+async def test_unkeyed_queries_reach_every_online_instance_in_turn(
+    cluster: PicodataCluster,
+) -> None:
 
-    run(scenario())
+    async with connect(cluster) as db:
+        seen = [await answered_by(cluster, db) for _ in range(9)]
+        assert {name: seen.count(name) for name in set(seen)} == {"m1": 3, "r1": 3, "m2": 3}
+        assert db.stats().routed["unkeyed"] == 9
 
 
-def test_a_killed_master_fails_reads_over_and_writes_raise(cluster: PicodataCluster) -> None:
+async def test_a_killed_master_fails_reads_over_and_writes_raise(cluster: PicodataCluster) -> None:
     key = next(k for k in KEYS if owner_master(cluster, k) == "m1")
 
-    async def scenario() -> None:
-        async with connect(cluster) as db:
-            # warm the pools, so the kill also cuts pooled connections
-            assert await answered_by(cluster, db, key=key) == "m1"
+    async with connect(cluster) as db:
+        # warm the pools, so the kill also cuts pooled connections
+        assert await answered_by(cluster, db, key=key) == "m1"
+        assert await answered_by(cluster, db, key=key, read_only=True) == "r1"
+        polls = db.stats().polls
+        cluster.kill("m1")
+        for _ in range(3):
             assert await answered_by(cluster, db, key=key, read_only=True) == "r1"
-            polls = db.stats().polls
-            cluster.kill("m1")
-            for _ in range(3):
-                assert await answered_by(cluster, db, key=key, read_only=True) == "r1"
-            # the pooled connections were cut: nothing is sent, the client refreshes and
-            # retries once on the key's owner (still m1 in the catalog), then gives up
-            address = cluster.instances["m1"].address
-            with pytest.raises(InstanceUnavailable, match=rf"instance m1 .* at {address}"):
-                await db.execute("INSERT INTO users VALUES ($1, 'lost')", key, key=key)
-            assert db.stats().retries == 1
-            assert db.stats().unavailable == 1
-            assert db.stats().polls > polls
-            assert db.stats().unavailable >= 1
-            # Picodata elects r1; the next poll routes writes there
-            cluster.catalog.switch_master("rs1", "r1")
-            cluster.catalog.set_state("m1", "Offline")
-            await db.refresh()
-            await db.execute("INSERT INTO users VALUES ($1, 'kept')", key, key=key)
-
-    run(scenario())
+        # the pooled connections were cut: nothing is sent, the client refreshes and
+        # retries once on the key's owner (still m1 in the catalog), then gives up
+        address = cluster.instances["m1"].address
+        with pytest.raises(InstanceUnavailable, match=rf"instance m1 .* at {address}"):
+            await db.execute("INSERT INTO users VALUES ($1, 'lost')", key, key=key)
+        assert db.stats().retries == 1
+        assert db.stats().unavailable == 1
+        assert db.stats().polls > polls
+        assert db.stats().unavailable >= 1
+        # Picodata elects r1; the next poll routes writes there
+        cluster.catalog.switch_master("rs1", "r1")
+        cluster.catalog.set_state("m1", "Offline")
+        await db.refresh()
+        await db.execute("INSERT INTO users VALUES ($1, 'kept')", key, key=key)
     assert cluster.where(key) == ["r1"]
 
 
-def test_a_killed_replica_fails_reads_over_to_the_master(cluster: PicodataCluster) -> None:
+async def test_a_killed_replica_fails_reads_over_to_the_master(cluster: PicodataCluster) -> None:
     key = next(k for k in KEYS if owner_master(cluster, k) == "m1")
 
-    async def scenario() -> None:
-        async with connect(cluster) as db:
-            assert await answered_by(cluster, db, key=key, read_only=True) == "r1"
-            cluster.kill("r1")  # the catalog still says r1 is online
-            try:
-                first = await answered_by(cluster, db, key=key, read_only=True)
-            except asyncpg.ConnectionDoesNotExistError:
-                # the pooled connection was cut but not yet seen closed: the query was sent on
-                # it, so the driver's error is raised as is (and the connection discarded)
-                first = "m1"
-            assert first == "m1"
-            for _ in range(3):
-                assert await answered_by(cluster, db, key=key, read_only=True) == "m1"
-            assert db.stats().unavailable == 0
-
-    run(scenario())
+    async with connect(cluster) as db:
+        assert await answered_by(cluster, db, key=key, read_only=True) == "r1"
+        cluster.kill("r1")  # the catalog still says r1 is online
+        try:
+            first = await answered_by(cluster, db, key=key, read_only=True)
+        except asyncpg.ConnectionDoesNotExistError:
+            # the pooled connection was cut but not yet seen closed: the query was sent on
+            # it, so the driver's error is raised as is (and the connection discarded)
+            first = "m1"
+        assert first == "m1"
+        for _ in range(3):
+            assert await answered_by(cluster, db, key=key, read_only=True) == "m1"
+        assert db.stats().unavailable == 0
 
 
-def test_a_master_not_online_falls_back_or_raises_when_strict(cluster: PicodataCluster) -> None:
+async def test_a_master_not_online_falls_back_or_raises_when_strict(
+    cluster: PicodataCluster,
+) -> None:
     key = next(k for k in KEYS if owner_master(cluster, k) == "m1")
     bucket = cluster.bucket_of(key)
     cluster.catalog.set_state("m1", "Offline")
 
-    async def scenario() -> None:
-        async with connect(cluster, route_wait=0.2) as db:
-            # the server routes it: any online instance, never the offline master
-            assert await answered_by(cluster, db, key=key) in {"r1", "m2"}
-            assert db.stats().fallbacks == {"master not online": 1}
-            with pytest.raises(NoWorkersAvailable, match=rf"bucket {bucket}.*master not online"):
-                await answered_by(cluster, db, key=key, strict=True)
-            # a read still has rs1's online replica
-            assert await answered_by(cluster, db, key=key, read_only=True, strict=True) == "r1"
-
-    run(scenario())
+    async with connect(cluster, route_wait=0.2) as db:
+        # the server routes it: any online instance, never the offline master
+        assert await answered_by(cluster, db, key=key) in {"r1", "m2"}
+        assert db.stats().fallbacks == {"master not online": 1}
+        with pytest.raises(NoWorkersAvailable, match=rf"bucket {bucket}.*master not online"):
+            await answered_by(cluster, db, key=key, strict=True)
+        # a read still has rs1's online replica
+        assert await answered_by(cluster, db, key=key, read_only=True, strict=True) == "r1"
 
 
-def test_a_wrong_password_is_a_clear_error(cluster: PicodataCluster) -> None:
+async def test_a_wrong_password_is_a_clear_error(cluster: PicodataCluster) -> None:
     async def scenario() -> None:
         async with connect(cluster, cluster.wrong_password_dsn):
             pass
 
     with pytest.raises(InstanceUnavailable, match=r"(?i)password authentication failed"):
-        run(scenario())
+        await scenario()
 
 
-def test_a_refused_tls_handshake_is_a_clear_error(cluster: PicodataCluster) -> None:
+async def test_a_refused_tls_handshake_is_a_clear_error(cluster: PicodataCluster) -> None:
     async def scenario() -> None:
         async with connect(cluster, cluster.tls_required_dsn):
             pass
 
     with pytest.raises(InstanceUnavailable, match=r"(?i)ssl|tls"):
-        run(scenario())
+        await scenario()
 
 
-def test_an_expelled_replicaset_leaves_the_routing(cluster: PicodataCluster) -> None:
+async def test_an_expelled_replicaset_leaves_the_routing(cluster: PicodataCluster) -> None:
 
-    async def scenario() -> None:
-        async with connect(cluster) as db:
-            assert await answered_by(cluster, db, key=KEYS[0]) in {"m1", "m2"}
-            # Picodata moves rs1's buckets away, then expels it (its rows stay, state expelled)
-            cluster.catalog.set_buckets("default", [(1, 3000, name_uuid("rs2"))])
-            cluster.catalog.expel_replicaset("rs1")
-            assert await db.refresh()
-            assert {await answered_by(cluster, db) for _ in range(12)} == {"m2"}
-            for key in KEYS:
-                assert await answered_by(cluster, db, key=key) == "m2"
-                assert await answered_by(cluster, db, key=key, read_only=True) == "m2"
-            assert set(db.stats().pools) == {name_uuid("m2")}
-
-    run(scenario())
+    async with connect(cluster) as db:
+        assert await answered_by(cluster, db, key=KEYS[0]) in {"m1", "m2"}
+        # Picodata moves rs1's buckets away, then expels it (its rows stay, state expelled)
+        cluster.catalog.set_buckets("default", [(1, 3000, name_uuid("rs2"))])
+        cluster.catalog.expel_replicaset("rs1")
+        assert await db.refresh()
+        assert {await answered_by(cluster, db) for _ in range(12)} == {"m2"}
+        for key in KEYS:
+            assert await answered_by(cluster, db, key=key) == "m2"
+            assert await answered_by(cluster, db, key=key, read_only=True) == "m2"
+        assert set(db.stats().pools) == {name_uuid("m2")}
 
 
-def test_an_arbiter_tier_is_followed_and_never_routed(cluster: PicodataCluster) -> None:
+async def test_an_arbiter_tier_is_followed_and_never_routed(cluster: PicodataCluster) -> None:
     # test/int/test_expelling.py::test_expel_zero_bucket_tier: a tier with bucket_count 0
     with cluster.catalog.transaction():
         cluster.catalog.add_tier("arbiter", 0)
@@ -351,15 +335,12 @@ def test_an_arbiter_tier_is_followed_and_never_routed(cluster: PicodataCluster) 
         cluster.catalog.switch_master("arb", "a1")
         cluster.catalog.set_address("a1", cluster.instances["m2"].address)
 
-    async def scenario() -> None:
-        async with connect(cluster) as db:
-            assert db.topology.tiers["arbiter"] == 0
-            for key in KEYS:
-                assert await answered_by(cluster, db, key=key) == owner_master(cluster, key)
-            with pytest.raises(TierWithoutBuckets, match="arbiter"):
-                await db.fetchval("SELECT 1", key=ShardingKey("t", "arbiter", (1,)))
-
-    run(scenario())
+    async with connect(cluster) as db:
+        assert db.topology.tiers["arbiter"] == 0
+        for key in KEYS:
+            assert await answered_by(cluster, db, key=key) == owner_master(cluster, key)
+        with pytest.raises(TierWithoutBuckets, match="arbiter"):
+            await db.fetchval("SELECT 1", key=ShardingKey("t", "arbiter", (1,)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,4 +460,4 @@ def test_routed_queries_follow_catalog_histories(
                 await db.refresh()
                 await check_routes(cluster, db, reference)
 
-    run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -4,7 +4,6 @@ over a real PostgreSQL with the stand-in ``_pico_table`` (tests/support/picodata
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import uuid
@@ -308,7 +307,7 @@ def test_a_multi_column_key_hashes_as_picodata_does(index: int) -> None:
 # load_tables over asyncpg, against the stand-in _pico_table
 
 
-def test_load_tables_reads_the_stand_in_table(pg: PgServer) -> None:
+async def test_load_tables_reads_the_stand_in_table(pg: PgServer) -> None:
     schema = f"tables_{uuid.uuid4().hex[:12]}"
     pg.create_schema(schema)
     with pg.connect() as connection:
@@ -342,7 +341,7 @@ def test_load_tables_reads_the_stand_in_table(pg: PgServer) -> None:
         finally:
             await connection.close()
 
-    tables = asyncio.run(load())
+    tables = await load()
     assert set(tables) == {"users", "orders", "settings", "events"}
     assert tables["users"].fields == ("id", "bucket_id", "name")
     assert key_of(tables["users"], {"id": 7, "name": "x"}) == ShardingKey("users", "default", (7,))

@@ -4,7 +4,6 @@ against a reference model under concurrent calls and pool changes."""
 
 from __future__ import annotations
 
-import asyncio
 import doctest
 import random
 import uuid
@@ -38,10 +37,6 @@ from support.workers import worker
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # the proxy through both protocols
 
 Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
 
 
 def test_the_protocol_modules_examples_run() -> None:
@@ -102,7 +97,7 @@ def test_select_is_recognised_by_its_signature() -> None:
     assert select_of(Kwargs()) is not None
 
 
-def test_a_delegate_only_plugin_still_works_failures_and_all() -> None:
+async def test_a_delegate_only_plugin_still_works_failures_and_all() -> None:
     async def scenario() -> list[str]:
         harness = Harness()
         balancer = Rotating()
@@ -119,10 +114,10 @@ def test_a_delegate_only_plugin_still_works_failures_and_all() -> None:
         assert isinstance(balancer, LoadBalancerLike)
         return served
 
-    assert run(scenario()) == [worker(2).address] * 2
+    assert await scenario() == [worker(2).address] * 2
 
 
-def test_the_proxy_prefers_select(balancer_protocol: str) -> None:
+async def test_the_proxy_prefers_select(balancer_protocol: str) -> None:
     balancer = Both()
 
     async def scenario() -> str:
@@ -134,9 +129,9 @@ def test_the_proxy_prefers_select(balancer_protocol: str) -> None:
 
     if balancer_protocol == "delegate":  # the proxy made to ignore select
         with pytest.raises(AssertionError, match="drove delegate"):
-            run(scenario())
+            await scenario()
     else:
-        assert run(scenario()) == worker(1).address
+        assert await scenario() == worker(1).address
         assert balancer.selects == 1
 
 
@@ -157,7 +152,7 @@ class Recording(SelectLoadBalancer):
         return self.uids[len(tried)] if len(tried) < len(self.uids) else None
 
 
-def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the_last_failure() -> None:
+async def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the_last_failure():
     busy, broken = TransientRpcError("busy"), RpcError("broken")
     gone = worker(9).uid  # never pooled: skipped, not failed
     balancer = Recording(worker(1).uid, gone, worker(2).uid)
@@ -177,7 +172,7 @@ def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the_last_
                 await proxy.dispatch("task")
             return [raised.value.__cause__, proxy.workers]
 
-    cause, workers = run(scenario())
+    cause, workers = await scenario()
     assert cause is broken
     assert workers == [worker(1)]  # the non-transient failure evicted worker 2
     assert balancer.seen == [
@@ -188,7 +183,7 @@ def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the_last_
     ]
 
 
-def test_a_delegate_running_out_also_chains_the_last_failure() -> None:
+async def test_a_delegate_running_out_also_chains_the_last_failure() -> None:
     async def scenario() -> BaseException | None:
         harness = Harness()
         proxy = WorkerProxy(
@@ -200,11 +195,11 @@ def test_a_delegate_running_out_also_chains_the_last_failure() -> None:
                 await proxy.dispatch("task")
             return raised.value.__cause__
 
-    cause = run(scenario())
+    cause = await scenario()
     assert isinstance(cause, TransientRpcError)
 
 
-def test_offering_a_worker_twice_in_one_call_is_a_protocol_violation() -> None:
+async def test_offering_a_worker_twice_in_one_call_is_a_protocol_violation() -> None:
     class Stubborn(SelectLoadBalancer):
         needs_load = False
 
@@ -221,7 +216,7 @@ def test_offering_a_worker_twice_in_one_call_is_a_protocol_violation() -> None:
             await proxy.dispatch("task")
 
     with pytest.raises(RuntimeError, match="twice in one call"):
-        run(scenario())
+        await scenario()
 
 
 # --- Load bookkeeping only for the balancers that read it ---------------------------------------
@@ -250,7 +245,7 @@ class DeclaredIdle(Rotating):
         (DeclaredIdle, False),
     ],
 )
-def test_the_load_is_kept_only_for_a_balancer_that_needs_it(make: Any, kept: bool) -> None:
+async def test_the_load_is_kept_only_for_a_balancer_that_needs_it(make: Any, kept: bool) -> None:
     balancer = make()
     assert needs_load(balancer) is kept
     seen: list[tuple[int, float]] = []
@@ -273,7 +268,7 @@ def test_the_load_is_kept_only_for_a_balancer_that_needs_it(make: Any, kept: boo
             await proxy.dispatch("task")
             return context.load(worker(1).uid)
 
-    inflight_after, latency = run(scenario())
+    inflight_after, latency = await scenario()
     assert seen == [(1, 0.0) if kept else (0, 0.0)]
     assert inflight_after == 0
     assert (latency > 0.0) is kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import logging
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from shardline import LoadBalancerContext, LoadBalancerLike, WorkerMetadata
 from shardline.balancers.affinity import AffinityLoadBalancer
 from shardline.balancers.weighted import WeightedRoundRobinLoadBalancer
-from support.balancer_driving import all_failing, fail, first, run, served_by, start, succeed
+from support.balancer_driving import all_failing, fail, first, served_by, start, succeed
 from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
@@ -44,11 +45,8 @@ def uid(n: int) -> uuid.UUID:
     return worker(n).uid
 
 
-def serve_many(balancer: Any, context: Any, calls: int) -> list[uuid.UUID | None]:
-    async def scenario() -> list[uuid.UUID | None]:
-        return [await served_by(balancer, context) for _ in range(calls)]
-
-    return list(run(scenario()))
+async def serve_many(balancer: Any, context: Any, calls: int) -> list[uuid.UUID | None]:
+    return [await served_by(balancer, context) for _ in range(calls)]
 
 
 class DuckContext:
@@ -68,30 +66,30 @@ A, B, C = 1, 2, 3
 NGINX = {A: 5, B: 1, C: 1}
 
 
-def test_weighted_follows_the_smooth_sequence() -> None:
+async def test_weighted_follows_the_smooth_sequence() -> None:
     """nginx's example: weights 5, 1, 1 give a a b a c a a, and then again."""
-    served = serve_many(WeightedRoundRobinLoadBalancer(), pool(A, B, C, weights=NGINX), 14)
+    served = await serve_many(WeightedRoundRobinLoadBalancer(), pool(A, B, C, weights=NGINX), 14)
     assert served == [uid(n) for n in (A, A, B, A, C, A, A) * 2]
 
 
-def test_weighted_counts_are_exact() -> None:
-    served = serve_many(WeightedRoundRobinLoadBalancer(), pool(A, B, C, weights=NGINX), 700)
+async def test_weighted_counts_are_exact() -> None:
+    served = await serve_many(WeightedRoundRobinLoadBalancer(), pool(A, B, C, weights=NGINX), 700)
     assert Counter(served) == {uid(A): 500, uid(B): 100, uid(C): 100}
 
 
-def test_weighted_accepts_float_weights() -> None:
+async def test_weighted_accepts_float_weights() -> None:
     context = pool(A, B, weights={A: 1.5, B: 0.5})
-    served = serve_many(WeightedRoundRobinLoadBalancer(), context, 400)
+    served = await serve_many(WeightedRoundRobinLoadBalancer(), context, 400)
     assert Counter(served) == {uid(A): 300, uid(B): 100}
 
 
-def test_weighted_default_weight_is_round_robin() -> None:
-    served = serve_many(WeightedRoundRobinLoadBalancer(), pool(1, 2, 3), 300)
+async def test_weighted_default_weight_is_round_robin() -> None:
+    served = await serve_many(WeightedRoundRobinLoadBalancer(), pool(1, 2, 3), 300)
     assert served[:6] == [uid(1), uid(2), uid(3), uid(1), uid(2), uid(3)]
     assert Counter(served) == {uid(1): 100, uid(2): 100, uid(3): 100}
 
 
-def test_weighted_failure_offers_the_next_in_order() -> None:
+async def test_weighted_failure_offers_the_next_in_order() -> None:
     # Fresh scores: pick 1 over {a, b, c} -> a (a: 5-7 = -2); pick 2 over {b, c}: both 2, the
     # tie goes to the earlier admitted -> b (b: 2-2 = 0); pick 3 over {c}: c.
     async def scenario() -> list[uuid.UUID | None]:
@@ -102,26 +100,26 @@ def test_weighted_failure_offers_the_next_in_order() -> None:
         assert await succeed(gen, last)
         return offered
 
-    assert run(scenario()) == [uid(A), uid(B)]
+    assert await scenario() == [uid(A), uid(B)]
 
 
-def test_weighted_failures_then_the_call_ends() -> None:
+async def test_weighted_failures_then_the_call_ends() -> None:
     balancer, context = WeightedRoundRobinLoadBalancer(), pool(A, B, C, weights=NGINX)
-    assert run(all_failing(balancer, context)) == [uid(A), uid(B), uid(C)]
+    assert await all_failing(balancer, context) == [uid(A), uid(B), uid(C)]
 
 
-def test_weighted_empty_pool_yields_nothing() -> None:
-    assert run(all_failing(WeightedRoundRobinLoadBalancer(), pool())) == []
+async def test_weighted_empty_pool_yields_nothing() -> None:
+    assert await all_failing(WeightedRoundRobinLoadBalancer(), pool()) == []
 
 
-def test_weighted_success_ends_the_call() -> None:
+async def test_weighted_success_ends_the_call() -> None:
     async def scenario() -> bool:
         gen = start(WeightedRoundRobinLoadBalancer(), None, pool(1, 2))
         candidate = await first(gen)
         assert candidate is not None
         return await succeed(gen, candidate)
 
-    assert run(scenario())
+    assert await scenario()
 
 
 @settings(max_examples=150, deadline=None)
@@ -135,9 +133,9 @@ def test_weighted_each_call_offers_each_worker_once(
 ) -> None:
     balancer = WeightedRoundRobinLoadBalancer()
     context = pool(*range(len(weights)), weights=dict(enumerate(weights)))
-    serve_many(balancer, context, warmup)
+    asyncio.run(serve_many(balancer, context, warmup))
     for _ in range(calls):
-        offered = run(all_failing(balancer, context))
+        offered = asyncio.run(all_failing(balancer, context))
         assert sorted(offered) == sorted(uid(n) for n in range(len(weights)))
 
 
@@ -149,18 +147,18 @@ def test_weighted_every_total_weight_calls_serve_each_its_weight(
     """Smooth WRR is exact over each period of ``sum(weights)`` successful calls."""
     balancer = WeightedRoundRobinLoadBalancer()
     context = pool(*range(len(weights)), weights=dict(enumerate(weights)))
-    served = serve_many(balancer, context, sum(weights) * rounds)
+    served = asyncio.run(serve_many(balancer, context, sum(weights) * rounds))
     assert Counter(served) == {uid(n): w * rounds for n, w in enumerate(weights)}
 
 
 @pytest.mark.parametrize("bad", [0, -1, -0.5, "3", None, True, float("nan"), float("inf")])
-def test_weighted_skips_an_unusable_weight_with_one_warning(
+async def test_weighted_skips_an_unusable_weight_with_one_warning(
     bad: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     balancer, context = WeightedRoundRobinLoadBalancer(), pool(1, 2, weights={1: bad})
     with caplog.at_level(logging.WARNING, logger="shardline.balancers"):
-        served = serve_many(balancer, context, 5)
-        offered = run(all_failing(balancer, context))
+        served = await serve_many(balancer, context, 5)
+        offered = await all_failing(balancer, context)
     assert served == [uid(2)] * 5
     assert offered == [uid(2)]
     warnings = [r for r in caplog.records if r.name == "shardline.balancers"]
@@ -168,19 +166,19 @@ def test_weighted_skips_an_unusable_weight_with_one_warning(
     assert str(uid(1)) in warnings[0].getMessage()
 
 
-def test_weighted_only_unusable_weights_yield_nothing() -> None:
+async def test_weighted_only_unusable_weights_yield_nothing() -> None:
     context = pool(1, 2, weights={1: 0, 2: "heavy"})
-    assert run(all_failing(WeightedRoundRobinLoadBalancer(), context)) == []
+    assert await all_failing(WeightedRoundRobinLoadBalancer(), context) == []
 
 
-def test_weighted_a_refreshed_weight_applies_to_the_next_pick() -> None:
+async def test_weighted_a_refreshed_weight_applies_to_the_next_pick() -> None:
     balancer, context = WeightedRoundRobinLoadBalancer(), pool(1, 2, weights={1: 0})
-    assert serve_many(balancer, context, 2) == [uid(2), uid(2)]
+    assert await serve_many(balancer, context, 2) == [uid(2), uid(2)]
     context.update_worker(weighted(1, 1), "conn-1b")
-    assert Counter(serve_many(balancer, context, 10)) == {uid(1): 5, uid(2): 5}
+    assert Counter(await serve_many(balancer, context, 10)) == {uid(1): 5, uid(2): 5}
 
 
-def test_weighted_a_worker_evicted_mid_call_is_skipped() -> None:
+async def test_weighted_a_worker_evicted_mid_call_is_skipped() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         context = pool(1, 2, 3)
         gen = start(WeightedRoundRobinLoadBalancer(), None, context)
@@ -190,50 +188,50 @@ def test_weighted_a_worker_evicted_mid_call_is_skipped() -> None:
         offered.append(await fail(gen))
         return offered
 
-    assert run(scenario()) == [uid(1), uid(3), None]
+    assert await scenario() == [uid(1), uid(3), None]
 
 
-def test_weighted_a_joining_worker_starts_at_zero() -> None:
+async def test_weighted_a_joining_worker_starts_at_zero() -> None:
     balancer, context = WeightedRoundRobinLoadBalancer(), pool(A, B, C, weights=NGINX)
-    serve_many(balancer, context, 7)  # a full period: every score is back at 0
+    await serve_many(balancer, context, 7)  # a full period: every score is back at 0
     context.add_worker(weighted(4, 7), "conn-4")
     # Now weights 5, 1, 1, 7 from scores 0: d (7-14=-7), a (10-14=-4), d (0), ...
-    served = serve_many(balancer, context, 14)
+    served = await serve_many(balancer, context, 14)
     assert served[:3] == [uid(4), uid(A), uid(4)]
     assert Counter(served) == {uid(A): 5, uid(B): 1, uid(C): 1, uid(4): 7}
 
 
-def test_weighted_a_worker_that_left_and_rejoined_starts_at_zero() -> None:
+async def test_weighted_a_worker_that_left_and_rejoined_starts_at_zero() -> None:
     balancer, context = WeightedRoundRobinLoadBalancer(), pool(1, 2)
-    assert serve_many(balancer, context, 1) == [uid(1)]  # scores: 1 -> -1, 2 -> 1
+    assert await serve_many(balancer, context, 1) == [uid(1)]  # scores: 1 -> -1, 2 -> 1
     context.remove_worker(worker(1))
-    assert serve_many(balancer, context, 1) == [uid(2)]
+    assert await serve_many(balancer, context, 1) == [uid(2)]
     context.add_worker(worker(1), "conn-1")
     # Scores now 2 -> 1, and 1 (readmitted, after 2) from 0: 2 wins (2 -> 0), then 1 (2 vs 1).
     # Had 1 kept its old -1, the second pick would tie at 1 and go to 2.
-    assert serve_many(balancer, context, 2) == [uid(2), uid(1)]
+    assert await serve_many(balancer, context, 2) == [uid(2), uid(1)]
 
 
-def test_weighted_concurrent_drivers_share_the_scores() -> None:
+async def test_weighted_concurrent_drivers_share_the_scores() -> None:
     async def scenario() -> tuple[uuid.UUID | None, uuid.UUID | None]:
         balancer, context = WeightedRoundRobinLoadBalancer(), pool(1, 2, 3)
         one = start(balancer, None, context)
         two = start(balancer, None, context)
         return await first(one), await first(two)
 
-    a, b = run(scenario())
+    a, b = await scenario()
     assert (a, b) == (uid(1), uid(2))
 
 
-def test_weighted_works_with_a_duck_typed_context() -> None:
+async def test_weighted_works_with_a_duck_typed_context() -> None:
     context = DuckContext(pool(A, B, C, weights=NGINX))
-    served = serve_many(WeightedRoundRobinLoadBalancer(), context, 7)
+    served = await serve_many(WeightedRoundRobinLoadBalancer(), context, 7)
     assert served == [uid(n) for n in (A, A, B, A, C, A, A)]
 
 
-def test_weighted_does_not_pin_a_retired_context() -> None:
+async def test_weighted_does_not_pin_a_retired_context() -> None:
     balancer, context = WeightedRoundRobinLoadBalancer(), pool(1, 2)
-    run(served_by(balancer, context))
+    await served_by(balancer, context)
     probe = weakref.ref(context)
     del context
     gc.collect()
@@ -241,19 +239,19 @@ def test_weighted_does_not_pin_a_retired_context() -> None:
     assert len(balancer._scores) == 0
 
 
-def test_weighted_scores_are_per_context() -> None:
+async def test_weighted_scores_are_per_context() -> None:
     balancer, one, two = WeightedRoundRobinLoadBalancer(), pool(1, 2), pool(1, 2)
-    assert run(served_by(balancer, one)) == uid(1)
-    assert run(served_by(balancer, two)) == uid(1)
-    assert run(served_by(balancer, one)) == uid(2)
+    assert await served_by(balancer, one) == uid(1)
+    assert await served_by(balancer, two) == uid(1)
+    assert await served_by(balancer, one) == uid(2)
 
 
-def test_weighted_pickling_drops_the_scores() -> None:
+async def test_weighted_pickling_drops_the_scores() -> None:
     balancer, context = WeightedRoundRobinLoadBalancer(), pool(A, B, C, weights=NGINX)
-    assert serve_many(balancer, context, 2) == [uid(A), uid(A)]
+    assert await serve_many(balancer, context, 2) == [uid(A), uid(A)]
     copy = pickle.loads(pickle.dumps(balancer))
-    assert serve_many(copy, context, 3) == [uid(A), uid(A), uid(B)]
-    assert run(served_by(balancer, context)) == uid(B)
+    assert await serve_many(copy, context, 3) == [uid(A), uid(A), uid(B)]
+    assert await served_by(balancer, context) == uid(B)
 
 
 # --- AffinityLoadBalancer -------------------------------------------------------------------
@@ -271,63 +269,59 @@ def reference_order(key: str, uids: list[uuid.UUID]) -> list[uuid.UUID]:
     return sorted(uids, key=score, reverse=True)
 
 
-def owners(balancer: AffinityLoadBalancer, context: Any) -> dict[str, uuid.UUID | None]:
-    async def scenario() -> dict[str, uuid.UUID | None]:
-        return {key: await served_by(balancer, context, key) for key in KEYS}
-
-    result: dict[str, uuid.UUID | None] = run(scenario())
-    return result
+async def owners(balancer: AffinityLoadBalancer, context: Any) -> dict[str, uuid.UUID | None]:
+    return {key: await served_by(balancer, context, key) for key in KEYS}
 
 
-def test_affinity_same_key_same_worker() -> None:
+async def test_affinity_same_key_same_worker() -> None:
     context = pool(*range(10))
     for key in ("alpha", "beta", "gamma"):
-        servers = {run(served_by(AffinityLoadBalancer(), context, key)) for _ in range(5)}
+        servers = {await served_by(AffinityLoadBalancer(), context, key) for _ in range(5)}
         assert len(servers) == 1
 
 
-def test_affinity_order_is_the_documented_rendezvous_order() -> None:
+async def test_affinity_order_is_the_documented_rendezvous_order() -> None:
     """Pins the hash (so the mapping is the same in every process): not Python's hash()."""
     context = pool(*range(8))
     uids = [uid(n) for n in range(8)]
     for key in ("alpha", "beta", "key-7", "ключ"):
-        assert run(all_failing(AffinityLoadBalancer(), context, key)) == reference_order(key, uids)
+        assert await all_failing(AffinityLoadBalancer(), context, key) == reference_order(key, uids)
 
 
-def test_affinity_uses_the_key_function() -> None:
+async def test_affinity_uses_the_key_function() -> None:
     balancer = AffinityLoadBalancer(key=lambda task: task["user"])
     context = pool(*range(10))
-    one = run(all_failing(balancer, context, {"user": "u-1", "payload": 1}))
-    two = run(all_failing(balancer, context, {"user": "u-1", "payload": 2}))
+    one = await all_failing(balancer, context, {"user": "u-1", "payload": 1})
+    two = await all_failing(balancer, context, {"user": "u-1", "payload": 2})
     assert one == two == reference_order("u-1", [uid(n) for n in range(10)])
 
 
-def test_affinity_bytes_and_other_keys() -> None:
+async def test_affinity_bytes_and_other_keys() -> None:
     context = pool(*range(6))
     uids = [uid(n) for n in range(6)]
     as_bytes = AffinityLoadBalancer(key=lambda task: task.encode())
-    assert run(all_failing(as_bytes, context, "k")) == reference_order("k", uids)
+    assert await all_failing(as_bytes, context, "k") == reference_order("k", uids)
     as_int = AffinityLoadBalancer(key=lambda task: task)
-    assert run(all_failing(as_int, context, 42)) == reference_order("42", uids)
+    assert await all_failing(as_int, context, 42) == reference_order("42", uids)
 
 
-def test_affinity_adding_a_worker_moves_about_one_in_n_keys_all_to_it() -> None:
+async def test_affinity_adding_a_worker_moves_about_one_in_n_keys_all_to_it() -> None:
     balancer, context = AffinityLoadBalancer(), pool(*range(10))
-    before = owners(balancer, context)
+    before = await owners(balancer, context)
     context.add_worker(worker(10), "conn-10")
-    after = owners(balancer, context)
+    after = await owners(balancer, context)
     moved = [key for key in KEYS if before[key] != after[key]]
     # Expected 1/11 ≈ 9.1% (sd about 0.64% over 2,000 keys); the tolerance is 5% .. 14%.
     assert 0.05 * len(KEYS) <= len(moved) <= 0.14 * len(KEYS)
     assert all(after[key] == uid(10) for key in moved)
 
 
-def test_affinity_removing_a_worker_moves_only_its_keys_to_their_runner_up() -> None:
+async def test_affinity_removing_a_worker_moves_only_its_keys_to_their_runner_up() -> None:
     balancer, context = AffinityLoadBalancer(), pool(*range(10))
     uids = [uid(n) for n in range(10)]
-    before = owners(balancer, context)
+    before = await owners(balancer, context)
     context.remove_worker(worker(3))
-    after = owners(balancer, context)
+    after = await owners(balancer, context)
     for key in KEYS:
         if before[key] == uid(3):
             assert after[key] == reference_order(key, uids)[1]
@@ -335,8 +329,8 @@ def test_affinity_removing_a_worker_moves_only_its_keys_to_their_runner_up() -> 
             assert after[key] == before[key]
 
 
-def test_affinity_spreads_keys_evenly() -> None:
-    counts = Counter(owners(AffinityLoadBalancer(), pool(*range(10))).values())
+async def test_affinity_spreads_keys_evenly() -> None:
+    counts = Counter((await owners(AffinityLoadBalancer(), pool(*range(10)))).values())
     mean = len(KEYS) / 10
     assert set(counts) == {uid(n) for n in range(10)}
     assert all(0.5 * mean <= count <= 1.5 * mean for count in counts.values())
@@ -356,17 +350,17 @@ def test_affinity_membership_changes_move_only_what_they_must(
     newcomer = data.draw(st.integers(41, 60))
     leaver = data.draw(st.sampled_from(ns))
     context = pool(*ns)
-    owner = run(served_by(balancer, context, key))
+    owner = asyncio.run(served_by(balancer, context, key))
     context.add_worker(worker(newcomer), "conn-new")
-    assert run(served_by(balancer, context, key)) in (owner, uid(newcomer))
+    assert asyncio.run(served_by(balancer, context, key)) in (owner, uid(newcomer))
     context.remove_worker(worker(newcomer))
-    assert run(served_by(balancer, context, key)) == owner
+    assert asyncio.run(served_by(balancer, context, key)) == owner
     context.remove_worker(worker(leaver))
     if uid(leaver) != owner:
-        assert run(served_by(balancer, context, key)) == owner
+        assert asyncio.run(served_by(balancer, context, key)) == owner
 
 
-def test_affinity_failure_offers_the_next_by_score() -> None:
+async def test_affinity_failure_offers_the_next_by_score() -> None:
     key, context = "alpha", pool(*range(5))
     expected = reference_order(key, [uid(n) for n in range(5)])
 
@@ -378,17 +372,17 @@ def test_affinity_failure_offers_the_next_by_score() -> None:
         assert await succeed(gen, last)
         return offered
 
-    assert run(scenario()) == expected[:2]
+    assert await scenario() == expected[:2]
 
 
 @settings(max_examples=100, deadline=None)
 @given(key=st.text(max_size=20), size=st.integers(0, 12))
 def test_affinity_each_call_offers_each_worker_once(key: str, size: int) -> None:
-    offered = run(all_failing(AffinityLoadBalancer(), pool(*range(size)), key))
+    offered = asyncio.run(all_failing(AffinityLoadBalancer(), pool(*range(size)), key))
     assert sorted(offered) == sorted(uid(n) for n in range(size))
 
 
-def test_affinity_a_worker_evicted_mid_call_is_skipped() -> None:
+async def test_affinity_a_worker_evicted_mid_call_is_skipped() -> None:
     key, context = "alpha", pool(*range(4))
     expected = reference_order(key, [uid(n) for n in range(4)])
 
@@ -402,16 +396,16 @@ def test_affinity_a_worker_evicted_mid_call_is_skipped() -> None:
             candidate = await fail(gen)
         return [u for u in offered if u is not None]
 
-    assert run(scenario()) == [expected[0], expected[1], expected[3]]
+    assert await scenario() == [expected[0], expected[1], expected[3]]
 
 
-def test_affinity_works_with_a_duck_typed_context() -> None:
+async def test_affinity_works_with_a_duck_typed_context() -> None:
     context = DuckContext(pool(*range(5)))
-    offered = run(all_failing(AffinityLoadBalancer(), context, "alpha"))
+    offered = await all_failing(AffinityLoadBalancer(), context, "alpha")
     assert offered == reference_order("alpha", [uid(n) for n in range(5)])
 
 
-def test_affinity_pickles() -> None:
+async def test_affinity_pickles() -> None:
     balancer, context = AffinityLoadBalancer(), pool(*range(5))
     copy = pickle.loads(pickle.dumps(balancer))
-    assert run(all_failing(copy, context, "x")) == run(all_failing(balancer, context, "x"))
+    assert await all_failing(copy, context, "x") == await all_failing(balancer, context, "x")

@@ -80,41 +80,38 @@ def key_in(topology: Topology, n: int, tier: str = TIER) -> int:
     raise AssertionError(f"no key of R{n}")
 
 
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
-
-
 def test_it_follows_the_balancer_protocol(cluster: Topology) -> None:
     assert isinstance(BucketLoadBalancer(cluster, TIER), LoadBalancerLike)
 
 
-def test_the_first_candidate_is_the_master_and_a_success_ends_the_call(cluster: Topology) -> None:
+async def test_the_first_candidate_is_the_master_and_a_success_ends_the_call(
+    cluster: Topology,
+) -> None:
     balancer = BucketLoadBalancer(cluster, TIER)
     for n in (1, 2, 3):
         task = Keyed(key_in(cluster, n))
-        assert run(served_by(balancer, NoPool(), task)) == uid(inst_uuid(n))
+        assert await served_by(balancer, NoPool(), task) == uid(inst_uuid(n))
 
 
-def test_a_write_is_offered_the_master_only_and_the_failure_is_named(cluster: Topology) -> None:
+async def test_a_write_is_offered_the_master_only_and_the_failure_is_named(
+    cluster: Topology,
+) -> None:
     balancer = BucketLoadBalancer(cluster, TIER)
     key = key_in(cluster, 1)
 
-    async def scenario() -> None:
-        gen = start(balancer, Keyed(key), NoPool())
-        assert await first(gen) == uid(inst_uuid(1))
-        with pytest.raises(NoWorkersAvailable) as raised:
-            await gen.athrow(RpcError("connection refused"))
-        message = str(raised.value)
-        assert f"bucket {cluster.bucket_id(TIER, key)} of tier 'default'" in message
-        assert rs_uuid(1) in message
-        assert inst_uuid(1) in message
-        assert "connection refused" in message
-        assert isinstance(raised.value.__cause__, RpcError)
-
-    run(scenario())
+    gen = start(balancer, Keyed(key), NoPool())
+    assert await first(gen) == uid(inst_uuid(1))
+    with pytest.raises(NoWorkersAvailable) as raised:
+        await gen.athrow(RpcError("connection refused"))
+    message = str(raised.value)
+    assert f"bucket {cluster.bucket_id(TIER, key)} of tier 'default'" in message
+    assert rs_uuid(1) in message
+    assert inst_uuid(1) in message
+    assert "connection refused" in message
+    assert isinstance(raised.value.__cause__, RpcError)
 
 
-def test_a_read_only_task_falls_back_to_the_online_replicas_in_uid_order(
+async def test_a_read_only_task_falls_back_to_the_online_replicas_in_uid_order(
     cluster: Topology,
 ) -> None:
     balancer = BucketLoadBalancer(cluster, TIER)
@@ -131,43 +128,37 @@ def test_a_read_only_task_falls_back_to_the_online_replicas_in_uid_order(
         assert await fail(gen) == expected[1]
         assert await succeed(gen, expected[1])
 
-    run(scenario())
+    await scenario()
     offered: list[uuid.UUID] = []
 
-    async def record_offers() -> None:
-        gen = start(balancer, task, NoPool())
-        candidate = await first(gen)
-        while candidate is not None:
-            offered.append(candidate)
-            try:
-                candidate = await gen.athrow(TransientRpcError("busy"))
-            except (StopAsyncIteration, NoWorkersAvailable):
-                candidate = None
-
-    run(record_offers())
+    gen = start(balancer, task, NoPool())
+    candidate = await first(gen)
+    while candidate is not None:
+        offered.append(candidate)
+        try:
+            candidate = await gen.athrow(TransientRpcError("busy"))
+        except (StopAsyncIteration, NoWorkersAvailable):
+            candidate = None
     assert offered == expected
 
 
-def test_a_master_not_in_the_pool_is_skipped_to_the_replicas(cluster: Topology) -> None:
+async def test_a_master_not_in_the_pool_is_skipped_to_the_replicas(cluster: Topology) -> None:
     """The proxy asks for the next candidate (``anext``) when a uid is not pooled."""
     balancer = BucketLoadBalancer(cluster, TIER)
 
-    async def scenario() -> None:
-        gen = start(balancer, Keyed(key_in(cluster, 1), read_only=True), NoPool())
-        assert await first(gen) == uid(inst_uuid(1))
-        assert await anext(gen) == uid(replica_uuid(1, 1))
-        assert await anext(gen) == uid(replica_uuid(1, 2))
-        with pytest.raises(NoWorkersAvailable, match="none was pooled"):
-            await anext(gen)
-        write = start(balancer, Keyed(key_in(cluster, 1)), NoPool())
-        assert await first(write) == uid(inst_uuid(1))
-        with pytest.raises(NoWorkersAvailable, match=r"offered its master .* none was pooled"):
-            await anext(write)
-
-    run(scenario())
+    gen = start(balancer, Keyed(key_in(cluster, 1), read_only=True), NoPool())
+    assert await first(gen) == uid(inst_uuid(1))
+    assert await anext(gen) == uid(replica_uuid(1, 1))
+    assert await anext(gen) == uid(replica_uuid(1, 2))
+    with pytest.raises(NoWorkersAvailable, match="none was pooled"):
+        await anext(gen)
+    write = start(balancer, Keyed(key_in(cluster, 1)), NoPool())
+    assert await first(write) == uid(inst_uuid(1))
+    with pytest.raises(NoWorkersAvailable, match=r"offered its master .* none was pooled"):
+        await anext(write)
 
 
-def test_replicas_can_come_from_a_provider(cluster: Topology) -> None:
+async def test_replicas_can_come_from_a_provider(cluster: Topology) -> None:
     asked: list[str] = []
 
     def replicas(replicaset: str) -> list[uuid.UUID]:
@@ -184,11 +175,11 @@ def test_replicas_can_come_from_a_provider(cluster: Topology) -> None:
             await fail(gen)
         return [candidate for candidate in seen if candidate is not None]
 
-    assert run(order()) == [uid(inst_uuid(1)), uid(replica_uuid(1, 2))]
+    assert await order() == [uid(inst_uuid(1)), uid(replica_uuid(1, 2))]
     assert asked == [rs_uuid(1)] * 2  # asked for each candidate after the master
 
 
-def test_the_replicas_of_a_topology_discovery(cluster: Topology) -> None:
+async def test_the_replicas_of_a_topology_discovery(cluster: Topology) -> None:
     async def scenario() -> list[uuid.UUID]:
         discovery = TopologyDiscovery(cluster, interval=None)
         try:
@@ -201,10 +192,10 @@ def test_the_replicas_of_a_topology_discovery(cluster: Topology) -> None:
         finally:
             await discovery.aclose()
 
-    assert run(scenario()) == [uid(inst_uuid(1)), uid(replica_uuid(1, 1)), uid(replica_uuid(1, 2))]
+    assert await scenario() == [uid(inst_uuid(1)), uid(replica_uuid(1, 1)), uid(replica_uuid(1, 2))]
 
 
-def test_read_only_and_key_are_callables(cluster: Topology) -> None:
+async def test_read_only_and_key_are_callables(cluster: Topology) -> None:
     balancer = BucketLoadBalancer(
         cluster,
         TIER,
@@ -221,23 +212,23 @@ def test_read_only_and_key_are_callables(cluster: Topology) -> None:
         await gen.aclose()
         return seen
 
-    assert run(offers({"user": key, "op": "get"})) == [
+    assert await offers({"user": key, "op": "get"}) == [
         uid(inst_uuid(1)),
         uid(replica_uuid(1, 1)),
     ]
-    assert run(offers({"user": key, "op": "put"})) == [uid(inst_uuid(1))]
+    assert await offers({"user": key, "op": "put"}) == [uid(inst_uuid(1))]
     # by default, a read_only attribute that is exactly True makes a task read-only
     balancer = BucketLoadBalancer(cluster, TIER)
-    assert len(run(offers(Keyed(key, read_only=True)))) == 2
-    assert run(offers(Keyed(key, read_only="yes"))) == [uid(inst_uuid(1))]  # type: ignore[arg-type]
+    assert len(await offers(Keyed(key, read_only=True))) == 2
+    assert await offers(Keyed(key, read_only="yes")) == [uid(inst_uuid(1))]  # type: ignore[arg-type]
 
 
-def test_a_composite_key_routes_like_the_topology(cluster: Topology) -> None:
+async def test_a_composite_key_routes_like_the_topology(cluster: Topology) -> None:
     balancer = BucketLoadBalancer(cluster, TIER)
     for key in [("eu", 42), "user:42", 7, ("a", 1, "b")]:
         master = cluster.route(TIER, key)
         assert master is not None
-        assert run(served_by(balancer, NoPool(), Keyed(key))) == uid(master.uuid)
+        assert await served_by(balancer, NoPool(), Keyed(key)) == uid(master.uuid)
 
 
 @pytest.mark.parametrize(
@@ -247,7 +238,7 @@ def test_a_composite_key_routes_like_the_topology(cluster: Topology) -> None:
         (InstanceEvent("delete", inst_uuid(2)), f"master of its replicaset {rs_uuid(2)}"),
     ],
 )
-def test_a_miss_asks_for_a_refresh_and_names_the_bucket(
+async def test_a_miss_asks_for_a_refresh_and_names_the_bucket(
     cluster: Topology, event: Any, why: str
 ) -> None:
     refreshes: list[None] = []
@@ -255,14 +246,14 @@ def test_a_miss_asks_for_a_refresh_and_names_the_bucket(
     key = key_in(cluster, 2)
     cluster.apply(event)
     with pytest.raises(NoWorkersAvailable) as raised:
-        run(first(start(balancer, Keyed(key), NoPool())))
+        await first(start(balancer, Keyed(key), NoPool()))
     bucket = cluster.bucket_id(TIER, key)
     assert str(raised.value).startswith(f"no route for bucket {bucket} of tier 'default': ")
     assert why in str(raised.value)
     assert refreshes == [None]
 
 
-def test_an_async_on_miss_is_scheduled_and_a_failing_one_is_logged(
+async def test_an_async_on_miss_is_scheduled_and_a_failing_one_is_logged(
     cluster: Topology, caplog: pytest.LogCaptureFixture
 ) -> None:
     cluster.apply(ReplicasetEvent("delete", rs_uuid(3)))  # clears the map
@@ -274,36 +265,33 @@ def test_an_async_on_miss_is_scheduled_and_a_failing_one_is_logged(
     def broken() -> None:
         raise RuntimeError("the source is closed")
 
-    async def scenario() -> None:
-        balancer = BucketLoadBalancer(cluster, TIER, on_miss=trigger)
-        with pytest.raises(NoWorkersAvailable, match="no route"):
-            await first(start(balancer, Keyed(1), NoPool()))
-        await asyncio.wait_for(triggered.wait(), 5)
-        balancer = BucketLoadBalancer(cluster, TIER, on_miss=broken)
-        with caplog.at_level(logging.ERROR), pytest.raises(NoWorkersAvailable, match="no route"):
-            await first(start(balancer, Keyed(1), NoPool()))
-        assert "the source is closed" in caplog.text
-
-    run(scenario())
+    balancer = BucketLoadBalancer(cluster, TIER, on_miss=trigger)
+    with pytest.raises(NoWorkersAvailable, match="no route"):
+        await first(start(balancer, Keyed(1), NoPool()))
+    await asyncio.wait_for(triggered.wait(), 5)
+    balancer = BucketLoadBalancer(cluster, TIER, on_miss=broken)
+    with caplog.at_level(logging.ERROR), pytest.raises(NoWorkersAvailable, match="no route"):
+        await first(start(balancer, Keyed(1), NoPool()))
+    assert "the source is closed" in caplog.text
 
 
-def test_an_unknown_tier_and_an_unhashable_key_propagate(cluster: Topology) -> None:
+async def test_an_unknown_tier_and_an_unhashable_key_propagate(cluster: Topology) -> None:
     with pytest.raises(UnknownTier):
-        run(first(start(BucketLoadBalancer(cluster, "nope"), Keyed(1), NoPool())))
+        await first(start(BucketLoadBalancer(cluster, "nope"), Keyed(1), NoPool()))
     with pytest.raises(UnhashableKey):
-        run(first(start(BucketLoadBalancer(cluster, TIER), Keyed(object()), NoPool())))
+        await first(start(BucketLoadBalancer(cluster, TIER), Keyed(object()), NoPool()))
     with pytest.raises(AttributeError):
-        run(first(start(BucketLoadBalancer(cluster, TIER), "no key", NoPool())))
+        await first(start(BucketLoadBalancer(cluster, TIER), "no key", NoPool()))
 
 
-def test_routing_follows_a_master_switch(cluster: Topology) -> None:
+async def test_routing_follows_a_master_switch(cluster: Topology) -> None:
     balancer = BucketLoadBalancer(cluster, TIER)
     task = Keyed(key_in(cluster, 1))
     cluster.apply(ReplicasetEvent("replace", rs_uuid(1), current_master_uuid=replica_uuid(1, 1)))
-    assert run(served_by(balancer, NoPool(), task)) == uid(replica_uuid(1, 1))
+    assert await served_by(balancer, NoPool(), task) == uid(replica_uuid(1, 1))
 
 
-def test_a_master_that_changes_mid_call_is_offered_next(cluster: Topology) -> None:
+async def test_a_master_that_changes_mid_call_is_offered_next(cluster: Topology) -> None:
     """Each candidate reads the topology afresh (issue 12: select keeps no per-call state), so
     after the old master failed a write goes to the new one rather than giving up."""
     balancer = BucketLoadBalancer(cluster, TIER)
@@ -319,7 +307,7 @@ def test_a_master_that_changes_mid_call_is_offered_next(cluster: Topology) -> No
             await fail(gen)
         return offered
 
-    assert run(scenario()) == [uid(inst_uuid(1)), uid(replica_uuid(1, 1))]
+    assert await scenario() == [uid(inst_uuid(1)), uid(replica_uuid(1, 1))]
 
 
 # Through a WorkerProxy fed by TopologyDiscovery.
@@ -339,38 +327,36 @@ class Node:
         return self.uid
 
 
-def test_the_proxy_reports_the_balancers_reason(cluster: Topology) -> None:
-    async def scenario() -> None:
-        discovery = TopologyDiscovery(cluster, interval=None)
-        balancer = BucketLoadBalancer(cluster, TIER, replicas=discovery.replicas)
-        Node.failing = set()
-        try:
-            async with WorkerProxy(
-                discovery=discovery, loadbalancer=balancer, connect=Node, quorum=5
-            ) as proxy:
-                for n in (1, 2, 3):
-                    assert await proxy.dispatch(Keyed(key_in(cluster, n))) == inst_uuid(n)
-                # the master fails: a read falls back to a replica, a write is refused
-                Node.failing = {inst_uuid(1)}
-                read = Keyed(key_in(cluster, 1), read_only=True)
-                assert await proxy.dispatch(read) == replica_uuid(1, 1)
-                with pytest.raises(NoWorkersAvailable, match=r"offered its master .* unavailable"):
-                    await proxy.dispatch(Keyed(key_in(cluster, 1)))
-                # a new replicaset clears the map: a miss, named, until buckets arrive
-                add_replicaset(cluster, 4)
-                key = 12345
-                with pytest.raises(NoWorkersAvailable) as raised:
-                    await proxy.dispatch(Keyed(key))
-                bucket = bucket_id(key, 3000)
-                assert str(raised.value) == (
-                    f"no route for bucket {bucket} of tier 'default': "
-                    "no replicaset owns it in the current bucket map"
-                )
-        finally:
-            Node.failing = set()
-            await discovery.aclose()
+async def test_the_proxy_reports_the_balancers_reason(cluster: Topology) -> None:
 
-    run(scenario())
+    discovery = TopologyDiscovery(cluster, interval=None)
+    balancer = BucketLoadBalancer(cluster, TIER, replicas=discovery.replicas)
+    Node.failing = set()
+    try:
+        async with WorkerProxy(
+            discovery=discovery, loadbalancer=balancer, connect=Node, quorum=5
+        ) as proxy:
+            for n in (1, 2, 3):
+                assert await proxy.dispatch(Keyed(key_in(cluster, n))) == inst_uuid(n)
+            # the master fails: a read falls back to a replica, a write is refused
+            Node.failing = {inst_uuid(1)}
+            read = Keyed(key_in(cluster, 1), read_only=True)
+            assert await proxy.dispatch(read) == replica_uuid(1, 1)
+            with pytest.raises(NoWorkersAvailable, match=r"offered its master .* unavailable"):
+                await proxy.dispatch(Keyed(key_in(cluster, 1)))
+            # a new replicaset clears the map: a miss, named, until buckets arrive
+            add_replicaset(cluster, 4)
+            key = 12345
+            with pytest.raises(NoWorkersAvailable) as raised:
+                await proxy.dispatch(Keyed(key))
+            bucket = bucket_id(key, 3000)
+            assert str(raised.value) == (
+                f"no route for bucket {bucket} of tier 'default': "
+                "no replicaset owns it in the current bucket map"
+            )
+    finally:
+        Node.failing = set()
+        await discovery.aclose()
 
 
 # Properties.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import uuid
 from collections import Counter
@@ -33,41 +32,37 @@ async def first_choice(balancer: LeastLoadedLoadBalancer, context: Any) -> uuid.
     return uid
 
 
-def first_choices(context: Any, calls: int, seed: int = 1) -> Counter[uuid.UUID]:
+async def first_choices(context: Any, calls: int, seed: int = 1) -> Counter[uuid.UUID]:
     balancer = LeastLoadedLoadBalancer(random.Random(seed))
-
-    async def scenario() -> Counter[uuid.UUID]:
-        return Counter([await first_choice(balancer, context) for _ in range(calls)])
-
-    return asyncio.run(scenario())
+    return Counter([await first_choice(balancer, context) for _ in range(calls)])
 
 
 def test_it_is_a_load_balancer() -> None:
     assert isinstance(LeastLoadedLoadBalancer(), LoadBalancerLike)
 
 
-def test_the_busiest_worker_is_never_the_first_choice() -> None:
+async def test_the_busiest_worker_is_never_the_first_choice() -> None:
     context = pool(1, 2, 3)
     for _ in range(5):
         context.begin_dispatch(worker(1).uid)
-    counts = first_choices(context, 1000)
+    counts = await first_choices(context, 1000)
     assert counts[worker(1).uid] == 0
     assert counts[worker(2).uid] + counts[worker(3).uid] == 1000
 
 
-def test_equal_load_prefers_the_lower_latency_in_each_pair() -> None:
+async def test_equal_load_prefers_the_lower_latency_in_each_pair() -> None:
     context = pool(1, 2, 3)
     for n, seconds in ((1, 0.001), (2, 0.010), (3, 0.100)):
         context.begin_dispatch(worker(n).uid)
         context.end_dispatch(worker(n).uid, seconds)
-    counts = first_choices(context, 3000)
+    counts = await first_choices(context, 3000)
     # The fastest wins 2 of the 3 pairs, the middle one 1, the slowest none (tolerance ±5%).
     assert counts[worker(3).uid] == 0
     assert abs(counts[worker(1).uid] / 3000 - 2 / 3) < 0.05
     assert abs(counts[worker(2).uid] / 3000 - 1 / 3) < 0.05
 
 
-def test_each_worker_is_offered_once_per_call() -> None:
+async def test_each_worker_is_offered_once_per_call() -> None:
     async def scenario() -> list[uuid.UUID]:
         gen = start(LeastLoadedLoadBalancer(random.Random(3)), None, pool(1, 2, 3, 4))
         offered = [await anext(gen)]
@@ -77,16 +72,16 @@ def test_each_worker_is_offered_once_per_call() -> None:
             except StopAsyncIteration:
                 return offered
 
-    offered = asyncio.run(scenario())
+    offered = await scenario()
     assert sorted(offered) == sorted(worker(n).uid for n in (1, 2, 3, 4))
 
 
-def test_a_context_without_load_is_a_random_choice() -> None:
+async def test_a_context_without_load_is_a_random_choice() -> None:
     class Plain:
         def __init__(self) -> None:
             self.workers = {worker(n).uid: (worker(n), None) for n in range(4)}
 
-    counts = first_choices(Plain(), 4000)
+    counts = await first_choices(Plain(), 4000)
     assert all(800 < counts[worker(n).uid] < 1200 for n in range(4))
 
 
@@ -117,7 +112,7 @@ def test_the_load_leaves_with_the_worker() -> None:
         context.begin_dispatch(worker(2).uid)
 
 
-def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
+async def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
     seen: list[tuple[int, float]] = []
 
     async def scenario() -> tuple[int, float]:
@@ -140,7 +135,7 @@ def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
             await proxy.dispatch("task")
             return context.load(worker(1).uid)
 
-    inflight_after, latency = asyncio.run(scenario())
+    inflight_after, latency = await scenario()
     assert seen == [(1, 0.0)]
     assert inflight_after == 0
     assert latency > 0.0

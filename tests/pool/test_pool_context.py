@@ -24,7 +24,7 @@ from shardline import (
     WorkerMetadata,
     WorkerPool,
 )
-from support.balancer_driving import all_failing, run
+from support.balancer_driving import all_failing
 from support.workers import worker
 
 MUTABLE_FIELDS = ("address", "pid", "version", "tags", "extra")
@@ -243,12 +243,12 @@ def test_the_pool_class_is_public_where_it_says_it_lives() -> None:
 @pytest.mark.parametrize(
     "balancer", [RoundRobinLoadBalancer, WeightedRoundRobinLoadBalancer, AffinityLoadBalancer]
 )
-def test_a_bare_pool_is_a_balancers_context_held_weakly(balancer: Any) -> None:
+async def test_a_bare_pool_is_a_balancers_context_held_weakly(balancer: Any) -> None:
     pool = WorkerPool()
     for n in (1, 2, 3):
         pool.add_worker(worker(n), f"conn-{n}")
     serving = balancer()
-    assert sorted(run(all_failing(serving, pool))) == [worker(n).uid for n in (1, 2, 3)]
+    assert sorted(await all_failing(serving, pool)) == [worker(n).uid for n in (1, 2, 3)]
     probe = weakref.ref(pool)
     del pool
     gc.collect()

@@ -180,7 +180,7 @@ async def announced(*ns: int) -> Any:
     await asyncio.Event().wait()
 
 
-def test_the_proxy_takes_the_first_candidate_from_the_pool_then_goes_on_through_select() -> None:
+async def test_the_proxy_takes_the_first_candidate_from_the_pool_then_goes_on_through_select():
     balancer = RoundRobinLoadBalancer()
     asked: list[Tried] = []
     select = balancer.select
@@ -207,7 +207,7 @@ def test_the_proxy_takes_the_first_candidate_from_the_pool_then_goes_on_through_
             served.append(await proxy.dispatch("c"))  # 3 fails, select goes on to 1
             return served
 
-    assert asyncio.run(scenario()) == [uid(1), uid(2), uid(1)]
+    assert await scenario() == [uid(1), uid(2), uid(1)]
     assert len(asked) == 1
     assert list(asked[0]) == [uid(3)]
     assert isinstance(asked[0][uid(3)], TransientRpcError)

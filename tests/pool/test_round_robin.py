@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import pickle
 import uuid
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardline import LoadBalancerContext, LoadBalancerLike, RoundRobinLoadBalancer, WorkerMetadata
-from support.balancer_driving import all_failing, fail, first, run, served_by, start, succeed
+from support.balancer_driving import all_failing, fail, first, served_by, start, succeed
 from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
@@ -34,33 +35,33 @@ def test_it_is_a_load_balancer() -> None:
     assert isinstance(RoundRobinLoadBalancer(), LoadBalancerLike)
 
 
-def test_case16_empty_pool_yields_nothing() -> None:
-    assert run(all_failing(RoundRobinLoadBalancer(), pool())) == []
+async def test_case16_empty_pool_yields_nothing() -> None:
+    assert await all_failing(RoundRobinLoadBalancer(), pool()) == []
 
 
-def test_case17_a_single_worker_is_offered() -> None:
-    assert run(all_failing(RoundRobinLoadBalancer(), pool(1))) == [uid(1)]
+async def test_case17_a_single_worker_is_offered() -> None:
+    assert await all_failing(RoundRobinLoadBalancer(), pool(1)) == [uid(1)]
 
 
-def test_case18_a_new_call_starts_past_the_served_worker() -> None:
+async def test_case18_a_new_call_starts_past_the_served_worker() -> None:
     balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
-    assert run(served_by(balancer, context)) == uid(1)
-    assert run(served_by(balancer, context)) == uid(2)
+    assert await served_by(balancer, context) == uid(1)
+    assert await served_by(balancer, context) == uid(2)
 
 
-def test_case19_a_failure_advances_to_the_next_uid() -> None:
+async def test_case19_a_failure_advances_to_the_next_uid() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         gen = start(RoundRobinLoadBalancer(), None, pool(1, 2, 3))
         return [await first(gen), await fail(gen)]
 
-    assert run(scenario()) == [uid(1), uid(2)]
+    assert await scenario() == [uid(1), uid(2)]
 
 
-def test_case20_every_worker_failing_ends_the_cycle() -> None:
-    assert run(all_failing(RoundRobinLoadBalancer(), pool(1, 2, 3))) == [uid(1), uid(2), uid(3)]
+async def test_case20_every_worker_failing_ends_the_cycle() -> None:
+    assert await all_failing(RoundRobinLoadBalancer(), pool(1, 2, 3)) == [uid(1), uid(2), uid(3)]
 
 
-def test_case21_a_worker_evicted_mid_cycle_is_skipped() -> None:
+async def test_case21_a_worker_evicted_mid_cycle_is_skipped() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         context = pool(1, 2, 3)
         gen = start(RoundRobinLoadBalancer(), None, context)
@@ -70,20 +71,20 @@ def test_case21_a_worker_evicted_mid_cycle_is_skipped() -> None:
         offered.append(await fail(gen))
         return offered
 
-    assert run(scenario()) == [uid(1), uid(3), None]
+    assert await scenario() == [uid(1), uid(3), None]
 
 
-def test_case22_success_ends_the_cycle() -> None:
+async def test_case22_success_ends_the_cycle() -> None:
     async def scenario() -> bool:
         gen = start(RoundRobinLoadBalancer(), None, pool(1, 2))
         candidate = await first(gen)
         assert candidate is not None
         return await succeed(gen, candidate)
 
-    assert run(scenario())
+    assert await scenario()
 
 
-def test_case23_failures_before_a_success_follow_rotation_order() -> None:
+async def test_case23_failures_before_a_success_follow_rotation_order() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         gen = start(RoundRobinLoadBalancer(), None, pool(1, 2, 3, 4))
         offered = [await first(gen), await fail(gen), await fail(gen)]
@@ -92,29 +93,29 @@ def test_case23_failures_before_a_success_follow_rotation_order() -> None:
         assert await succeed(gen, last)
         return offered
 
-    assert run(scenario()) == [uid(1), uid(2), uid(3)]
+    assert await scenario() == [uid(1), uid(2), uid(3)]
 
 
-def test_case24_successive_calls_rotate_the_starting_worker() -> None:
+async def test_case24_successive_calls_rotate_the_starting_worker() -> None:
     balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
-    starts = [run(served_by(balancer, context)) for _ in range(6)]
+    starts = [await served_by(balancer, context) for _ in range(6)]
     assert starts == [uid(1), uid(2), uid(3), uid(1), uid(2), uid(3)]
 
 
-def test_case25_concurrent_drivers_are_offered_distinct_workers() -> None:
+async def test_case25_concurrent_drivers_are_offered_distinct_workers() -> None:
     async def scenario() -> tuple[uuid.UUID | None, uuid.UUID | None]:
         balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
         one = start(balancer, None, context)
         two = start(balancer, None, context)
         return await first(one), await first(two)
 
-    a, b = run(scenario())
+    a, b = await scenario()
     assert a is not None
     assert b is not None
     assert a != b
 
 
-def test_case26_evicting_the_boundary_worker_still_ends_the_call() -> None:
+async def test_case26_evicting_the_boundary_worker_still_ends_the_call() -> None:
     async def scenario() -> list[uuid.UUID]:
         context = pool(1, 2, 3)
         gen = start(RoundRobinLoadBalancer(), None, context)
@@ -127,11 +128,11 @@ def test_case26_evicting_the_boundary_worker_still_ends_the_call() -> None:
             candidate = await fail(gen)
         return [u for u in offered if u is not None]
 
-    offered = run(scenario())
+    offered = await scenario()
     assert offered[:3] == [uid(1), uid(2), uid(3)]
 
 
-def test_case27_a_worker_evicted_after_the_snapshot_is_skipped() -> None:
+async def test_case27_a_worker_evicted_after_the_snapshot_is_skipped() -> None:
     async def scenario() -> list[uuid.UUID]:
         balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
         gen = start(balancer, None, context)
@@ -143,10 +144,10 @@ def test_case27_a_worker_evicted_after_the_snapshot_is_skipped() -> None:
             candidate = await fail(gen)
         return [u for u in offered if u is not None]
 
-    assert run(scenario()) == [uid(1), uid(2)]
+    assert await scenario() == [uid(1), uid(2)]
 
 
-def test_case28_a_sole_worker_refreshed_after_its_yield_exhausts_the_cycle() -> None:
+async def test_case28_a_sole_worker_refreshed_after_its_yield_exhausts_the_cycle() -> None:
     async def scenario() -> list[uuid.UUID | None]:
         context = pool(1)
         gen = start(RoundRobinLoadBalancer(), None, context)
@@ -155,18 +156,18 @@ def test_case28_a_sole_worker_refreshed_after_its_yield_exhausts_the_cycle() -> 
         offered.append(await fail(gen))
         return offered
 
-    assert run(scenario()) == [uid(1), None]
+    assert await scenario() == [uid(1), None]
 
 
-def test_case29_after_a_refresh_a_new_call_offers_the_uid_again() -> None:
+async def test_case29_after_a_refresh_a_new_call_offers_the_uid_again() -> None:
     balancer, context = RoundRobinLoadBalancer(), pool(1)
-    assert run(all_failing(balancer, context)) == [uid(1)]
+    assert await all_failing(balancer, context) == [uid(1)]
     context.update_worker(worker(1, address="moved"), "conn-moved")
-    assert run(all_failing(balancer, context)) == [uid(1)]
+    assert await all_failing(balancer, context) == [uid(1)]
     assert context.workers[uid(1)] == (worker(1, address="moved"), "conn-moved")
 
 
-def test_case30_a_refresh_ahead_in_the_cycle_changes_the_record_not_the_cycle() -> None:
+async def test_case30_a_refresh_ahead_in_the_cycle_changes_the_record_not_the_cycle() -> None:
     async def scenario() -> list[uuid.UUID]:
         context = pool(1, 2, 3)
         gen = start(RoundRobinLoadBalancer(), None, context)
@@ -178,10 +179,10 @@ def test_case30_a_refresh_ahead_in_the_cycle_changes_the_record_not_the_cycle() 
             candidate = await fail(gen)
         return [u for u in offered if u is not None]
 
-    assert run(scenario()) == [uid(1), uid(2), uid(3)]
+    assert await scenario() == [uid(1), uid(2), uid(3)]
 
 
-def test_case31_the_boundary_survives_its_own_refresh() -> None:
+async def test_case31_the_boundary_survives_its_own_refresh() -> None:
     async def scenario() -> list[uuid.UUID]:
         context = pool(1, 2)
         gen = start(RoundRobinLoadBalancer(), None, context)
@@ -194,7 +195,7 @@ def test_case31_the_boundary_survives_its_own_refresh() -> None:
             candidate = await fail(gen)
         return [u for u in offered if u is not None]
 
-    assert run(scenario()) == [uid(1), uid(2)]
+    assert await scenario() == [uid(1), uid(2)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -209,7 +210,7 @@ def test_case32_every_call_ends_within_bounds(
 ) -> None:
     balancer, context = RoundRobinLoadBalancer(), pool(*range(size))
     for _ in range(warmup):
-        run(served_by(balancer, context))
+        asyncio.run(served_by(balancer, context))
 
     async def scenario() -> list[uuid.UUID]:
         gen = start(balancer, None, context)
@@ -224,7 +225,7 @@ def test_case32_every_call_ends_within_bounds(
             candidate = await fail(gen)
         return offered
 
-    offered = run(scenario())
+    offered = asyncio.run(scenario())
     assert sorted(offered) == sorted(uid(n) for n in range(size))
 
 
@@ -251,49 +252,49 @@ class DuckContext:
         self.workers = workers
 
 
-def test_case33_the_pool_is_snapshotted_once_per_wrap() -> None:
+async def test_case33_the_pool_is_snapshotted_once_per_wrap() -> None:
     balancer = RoundRobinLoadBalancer()
     workers = CountingWorkers(range(50))
     context = DuckContext(workers)
-    served = [run(served_by(balancer, context)) for _ in range(150)]
+    served = [await served_by(balancer, context) for _ in range(150)]
     assert served == [uid(n % 50) for n in range(150)]
     assert workers.iterations == 3
 
 
-def test_case34_the_balancer_does_not_pin_a_retired_context() -> None:
+async def test_case34_the_balancer_does_not_pin_a_retired_context() -> None:
     balancer, context = RoundRobinLoadBalancer(), pool(1, 2)
-    run(served_by(balancer, context))
+    await served_by(balancer, context)
     probe = weakref.ref(context)
     del context
     gc.collect()
     assert probe() is None
 
 
-def test_the_rotation_of_a_retired_context_is_released_with_it() -> None:
+async def test_the_rotation_of_a_retired_context_is_released_with_it() -> None:
     # a context without a rotation of its own: the balancer keeps one for it, weakly
     balancer, context = RoundRobinLoadBalancer(), DuckContext(CountingWorkers(range(2)))
-    run(served_by(balancer, context))
+    await served_by(balancer, context)
     rotation = weakref.ref(balancer._rotations.of(context))
     del context
     gc.collect()
     assert rotation() is None
 
 
-def test_pickling_drops_the_rotations() -> None:
+async def test_pickling_drops_the_rotations() -> None:
     balancer, context = RoundRobinLoadBalancer(), DuckContext(CountingWorkers(range(1, 4)))
-    run(served_by(balancer, context))
+    await served_by(balancer, context)
     copy = pickle.loads(pickle.dumps(balancer))
-    assert run(served_by(copy, context)) == uid(1)
-    assert run(served_by(balancer, context)) == uid(2)
+    assert await served_by(copy, context) == uid(1)
+    assert await served_by(balancer, context) == uid(2)
 
 
-def test_the_rotation_of_a_pool_is_the_pools_own() -> None:
+async def test_the_rotation_of_a_pool_is_the_pools_own() -> None:
     # The rotation moved into the pool (issue 12): every balancer on a pool, a pickled copy
     # included, continues the same rotation, and the balancer keeps no state for the pool.
     balancer, context = RoundRobinLoadBalancer(), pool(1, 2, 3)
-    run(served_by(balancer, context))
+    await served_by(balancer, context)
     copy = pickle.loads(pickle.dumps(balancer))
-    assert run(served_by(copy, context)) == uid(2)
-    assert run(served_by(RoundRobinLoadBalancer(), context)) == uid(3)
-    assert run(served_by(balancer, context)) == uid(1)
+    assert await served_by(copy, context) == uid(2)
+    assert await served_by(RoundRobinLoadBalancer(), context) == uid(3)
+    assert await served_by(balancer, context) == uid(1)
     assert len(balancer._rotations) == 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,22 +38,14 @@ from support.replicasets import inst_uuid, replica_uuid, rs_uuid
 from support.transport_servers import new_namespace
 from support.worker_processes import WorkerProcess, worker_process
 
+pytestmark = pytest.mark.async_timeout(120)  # four processes start, maybe on a loaded machine
+
 TIER = "default"
 BUCKETS = 3000
 KEYS = [f"user:{n}" for n in range(150)] + list(range(50))
 WAIT = 20.0
 READY = 60.0
 T = TypeVar("T")
-
-
-def run(scenario: Callable[[], Awaitable[T]]) -> T:
-    """Runs the scenario on a new loop, failing it after two minutes (four processes start on
-    what may be a loaded machine)."""
-
-    async def bounded() -> T:
-        return await asyncio.wait_for(scenario(), 120)
-
-    return asyncio.run(bounded())
 
 
 def pooled(proxy: WorkerProxy, instance: str) -> bool:
@@ -171,89 +162,86 @@ def workers_directory(tmp_path: Path) -> Path:
     return directory
 
 
-def test_every_key_reaches_the_instance_that_owns_it_as_buckets_move(
+async def test_every_key_reaches_the_instance_that_owns_it_as_buckets_move(
     workers_directory: Path,
 ) -> None:
     r1, r2, r3 = rs_uuid(1), rs_uuid(2), rs_uuid(3)
     m1, m2, m3, replica = inst_uuid(1), inst_uuid(2), inst_uuid(3), replica_uuid(1, 1)
 
-    async def scenario() -> None:
-        async with AsyncExitStack() as stack:
-            source = Source()
-            catalog = EventCatalog(source)
-            workers = await start_workers(stack, workers_directory, [m1, replica, m2, m3])
-            addresses = workers.addresses
-            topology = Topology()
-            topology.apply_tiers({TIER: BUCKETS})
-            discovery = TopologyDiscovery(source, topology=topology)
-            stack.push_async_callback(discovery.aclose)
-            misses: list[str] = []
-            balancer = BucketLoadBalancer(
-                topology,
-                TIER,
-                key=lambda task: task.payload["key"],
-                read_only=lambda task: task.payload["read_only"],
-                replicas=discovery.replicas,
-                on_miss=lambda: misses.append("refresh"),
+    async with AsyncExitStack() as stack:
+        source = Source()
+        catalog = EventCatalog(source)
+        workers = await start_workers(stack, workers_directory, [m1, replica, m2, m3])
+        addresses = workers.addresses
+        topology = Topology()
+        topology.apply_tiers({TIER: BUCKETS})
+        discovery = TopologyDiscovery(source, topology=topology)
+        stack.push_async_callback(discovery.aclose)
+        misses: list[str] = []
+        balancer = BucketLoadBalancer(
+            topology,
+            TIER,
+            key=lambda task: task.payload["key"],
+            read_only=lambda task: task.payload["read_only"],
+            replicas=discovery.replicas,
+            on_miss=lambda: misses.append("refresh"),
+        )
+        proxy = WorkerProxy(
+            discovery=discovery, loadbalancer=balancer, connect=GrpcConnection, quorum=3
+        )
+
+        async def served_by(task: Task) -> str:
+            answer = await proxy.dispatch(task, timeout=WAIT)
+            return workers.instance_of_pid[answer["pid"]]
+
+        async def check_every_key() -> dict[str, int]:
+            reached: dict[str, int] = {}
+            for key in KEYS:
+                instance = await served_by(keyed(key))
+                assert instance == catalog.owner_master(key), key
+                reached[instance] = reached.get(instance, 0) + 1
+            return reached
+
+        catalog.add_replicaset(r1, {m1: addresses[m1], replica: addresses[replica]})
+        catalog.add_replicaset(r2, {m2: addresses[m2]})
+        catalog.move_buckets([(1, 1500, r1), (1501, 3000, r2)])
+        async with proxy:
+            await until(lambda: len(topology.ranges(TIER)) == 2, "the first bucket map")
+            assert set(await check_every_key()) == {m1, m2}
+
+            # R3 joins: its replicaset event clears the map, so keys miss (named) until
+            # the buckets that moved arrive; then every key reaches its new owner
+            catalog.add_replicaset(r3, {m3: addresses[m3]})
+            await until(lambda: pooled(proxy, m3), "R3's master pooled")
+            with pytest.raises(NoWorkersAvailable, match=r"no route for bucket \d+ of tier"):
+                await proxy.dispatch(keyed(KEYS[0]))
+            assert misses == ["refresh"]
+            catalog.move_buckets([(1, 1000, r1), (1001, 2000, r2), (2001, 3000, r3)])
+            await until(lambda: len(topology.ranges(TIER)) == 3, "the new bucket map")
+            reached = await check_every_key()
+            assert set(reached) == {m1, m2, m3}
+
+            # R1's master dies: a read of an R1 key goes to its replica, a write is
+            # refused; once the catalog says it is offline it leaves the pool
+            r1_key = next(key for key in KEYS if catalog.owner_master(key) == m1)
+            workers.processes[m1].process.send_signal(signal.SIGKILL)
+            await workers.processes[m1].process.wait()
+            assert await served_by(keyed(r1_key, read_only=True)) == replica
+            with pytest.raises(NoWorkersAvailable, match=f"master {m1}"):
+                await proxy.dispatch(keyed(r1_key))
+            source.send(InstanceEvent("replace", m1, current_state="Offline"))
+            await until(lambda: not pooled(proxy, m1), "m1 dropped")
+            assert await served_by(keyed(r1_key, read_only=True)) == replica
+            # the catalog fails over: the replica becomes R1's master
+            catalog.masters[r1] = replica
+            source.send(ReplicasetEvent("replace", r1, current_master_uuid=replica))
+            await until(
+                lambda: topology.route(TIER, r1_key).uuid == replica,  # type: ignore[union-attr]
+                "the failover",
             )
-            proxy = WorkerProxy(
-                discovery=discovery, loadbalancer=balancer, connect=GrpcConnection, quorum=3
-            )
-
-            async def served_by(task: Task) -> str:
-                answer = await proxy.dispatch(task, timeout=WAIT)
-                return workers.instance_of_pid[answer["pid"]]
-
-            async def check_every_key() -> dict[str, int]:
-                reached: dict[str, int] = {}
-                for key in KEYS:
-                    instance = await served_by(keyed(key))
-                    assert instance == catalog.owner_master(key), key
-                    reached[instance] = reached.get(instance, 0) + 1
-                return reached
-
-            catalog.add_replicaset(r1, {m1: addresses[m1], replica: addresses[replica]})
-            catalog.add_replicaset(r2, {m2: addresses[m2]})
-            catalog.move_buckets([(1, 1500, r1), (1501, 3000, r2)])
-            async with proxy:
-                await until(lambda: len(topology.ranges(TIER)) == 2, "the first bucket map")
-                assert set(await check_every_key()) == {m1, m2}
-
-                # R3 joins: its replicaset event clears the map, so keys miss (named) until
-                # the buckets that moved arrive; then every key reaches its new owner
-                catalog.add_replicaset(r3, {m3: addresses[m3]})
-                await until(lambda: pooled(proxy, m3), "R3's master pooled")
-                with pytest.raises(NoWorkersAvailable, match=r"no route for bucket \d+ of tier"):
-                    await proxy.dispatch(keyed(KEYS[0]))
-                assert misses == ["refresh"]
-                catalog.move_buckets([(1, 1000, r1), (1001, 2000, r2), (2001, 3000, r3)])
-                await until(lambda: len(topology.ranges(TIER)) == 3, "the new bucket map")
-                reached = await check_every_key()
-                assert set(reached) == {m1, m2, m3}
-
-                # R1's master dies: a read of an R1 key goes to its replica, a write is
-                # refused; once the catalog says it is offline it leaves the pool
-                r1_key = next(key for key in KEYS if catalog.owner_master(key) == m1)
-                workers.processes[m1].process.send_signal(signal.SIGKILL)
-                await workers.processes[m1].process.wait()
-                assert await served_by(keyed(r1_key, read_only=True)) == replica
-                with pytest.raises(NoWorkersAvailable, match=f"master {m1}"):
-                    await proxy.dispatch(keyed(r1_key))
-                source.send(InstanceEvent("replace", m1, current_state="Offline"))
-                await until(lambda: not pooled(proxy, m1), "m1 dropped")
-                assert await served_by(keyed(r1_key, read_only=True)) == replica
-                # the catalog fails over: the replica becomes R1's master
-                catalog.masters[r1] = replica
-                source.send(ReplicasetEvent("replace", r1, current_master_uuid=replica))
-                await until(
-                    lambda: topology.route(TIER, r1_key).uuid == replica,  # type: ignore[union-attr]
-                    "the failover",
-                )
-                assert await served_by(keyed(r1_key)) == replica
-                reached = await check_every_key()
-                assert set(reached) == {replica, m2, m3}
-
-    run(scenario)
+            assert await served_by(keyed(r1_key)) == replica
+            reached = await check_every_key()
+            assert set(reached) == {replica, m2, m3}
 
 
 # The same with the catalog in PostgreSQL, polled by PollingSource.
@@ -270,7 +258,7 @@ def catalog_master(expected: Expected, key: Any) -> str:
     raise AssertionError(f"bucket {bucket} is not in the catalog")
 
 
-def test_every_key_reaches_its_owner_with_the_catalog_in_postgresql(
+async def test_every_key_reaches_its_owner_with_the_catalog_in_postgresql(
     pg: PgServer, workers_directory: Path
 ) -> None:
     catalog = Catalog(pg.create_schema())
@@ -364,6 +352,6 @@ def test_every_key_reaches_its_owner_with_the_catalog_in_postgresql(
                 }
 
     try:
-        run(scenario)
+        await scenario()
     finally:
         catalog.close()

@@ -194,7 +194,7 @@ def test_clears_match_a_model_of_which_events_empty_a_map(
     assert (stats.empty_since is not None) == (held and not model)
 
 
-def test_a_polling_source_is_scraped_with_its_state(catalog: Catalog) -> None:
+async def test_a_polling_source_is_scraped_with_its_state(catalog: Catalog) -> None:
     seed_tier(catalog, 2)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -235,7 +235,7 @@ def test_a_polling_source_is_scraped_with_its_state(catalog: Catalog) -> None:
         assert samples["shardline_bucket_map_ranges", default] == 1
         assert samples["shardline_bucket_map_epoch", default] == topology.epoch("default")
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
 def test_map_stats_of_an_unknown_tier_raises_unknown_tier() -> None:
@@ -266,7 +266,7 @@ def test_importing_shardline_does_not_load_prometheus_client() -> None:
     assert done.stdout.strip() == "False"
 
 
-def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) -> None:
+async def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) -> None:
     async def main() -> None:
         async with cluster(pg) as c, connect(c.url, tier="default") as db:
             registry = CollectorRegistry()
@@ -297,10 +297,10 @@ def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) -> None:
                 db.topology.ranges("default")
             )
 
-    asyncio.run(asyncio.wait_for(main(), 60))
+    await asyncio.wait_for(main(), 60)
 
 
-def test_a_proxys_pool_size_is_scraped() -> None:
+async def test_a_proxys_pool_size_is_scraped() -> None:
     async def main() -> list[float]:
         harness = Harness()
         proxy = WorkerProxy(
@@ -316,7 +316,7 @@ def test_a_proxys_pool_size_is_scraped() -> None:
             sizes.append(scrape(registry)["shardline_proxy_workers", (("proxy", "workers"),)])
         return sizes
 
-    assert asyncio.run(main()) == [0, 3]
+    assert await main() == [0, 3]
 
 
 DOC = ROOT / "docs" / "metrics.md"
@@ -397,7 +397,7 @@ def test_the_metrics_docs_example_prints_what_it_says() -> None:
     assert done.stdout.strip() == said
 
 
-def test_a_keepers_counters_are_scraped_by_result() -> None:
+async def test_a_keepers_counters_are_scraped_by_result() -> None:
     async def main() -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], KeeperStats]:
         async def register_here() -> str:
             return "127.0.0.1:1"
@@ -423,7 +423,7 @@ def test_a_keepers_counters_are_scraped_by_result() -> None:
         await keeper.deregister()
         return scrape(registry), keeper.stats
 
-    samples, stats = asyncio.run(asyncio.wait_for(main(), 10))
+    samples, stats = await asyncio.wait_for(main(), 10)
     name = ("keeper", "svc")
 
     def counted(metric: str, result: str) -> float:

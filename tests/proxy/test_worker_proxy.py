@@ -34,17 +34,17 @@ def test_invalid_combinations_are_refused() -> None:
             WorkerProxy(discovery=Stream(), connect=Harness().connect, **kwargs)  # type: ignore[arg-type]
 
 
-def test_case35_without_a_lease_every_worker_is_admitted() -> None:
+async def test_case35_without_a_lease_every_worker_is_admitted() -> None:
     async def scenario() -> list[WorkerMetadata]:
         stream = Stream(*(added(n) for n in range(20)))
         async with WorkerProxy(discovery=stream, connect=Harness().connect) as proxy:
             await settle()
             return proxy.workers
 
-    assert run(scenario()) == [worker(n) for n in range(20)]
+    assert await scenario() == [worker(n) for n in range(20)]
 
 
-def test_case36_a_drop_frees_a_slot_at_capacity() -> None:
+async def test_case36_a_drop_frees_a_slot_at_capacity() -> None:
     async def scenario() -> list[WorkerMetadata]:
         stream = Stream(added(1), added(2), added(3))
         async with WorkerProxy(discovery=stream, connect=Harness().connect, lease=2) as proxy:
@@ -55,10 +55,10 @@ def test_case36_a_drop_frees_a_slot_at_capacity() -> None:
             await settle()
             return proxy.workers
 
-    assert run(scenario()) == [worker(2), worker(3)]
+    assert await scenario() == [worker(2), worker(3)]
 
 
-def test_case37_an_update_never_admits_a_cap_rejected_worker() -> None:
+async def test_case37_an_update_never_admits_a_cap_rejected_worker() -> None:
     async def scenario() -> list[WorkerMetadata]:
         stream = Stream(added(1), added(2))
         async with WorkerProxy(discovery=stream, connect=Harness().connect, lease=1) as proxy:
@@ -67,10 +67,10 @@ def test_case37_an_update_never_admits_a_cap_rejected_worker() -> None:
             await settle()
             return proxy.workers
 
-    assert run(scenario()) == []
+    assert await scenario() == []
 
 
-def test_case38_an_update_refreshes_the_entry() -> None:
+async def test_case38_an_update_refreshes_the_entry() -> None:
     async def scenario() -> tuple[list[WorkerMetadata], str]:
         harness = Harness()
         stream = Stream(added(1))
@@ -79,10 +79,10 @@ def test_case38_an_update_refreshes_the_entry() -> None:
             await settle()
             return proxy.workers, await proxy.dispatch("task")
 
-    assert run(scenario()) == ([worker(1, address="moved")], "moved")
+    assert await scenario() == ([worker(1, address="moved")], "moved")
 
 
-def test_case39_updating_at_capacity_takes_no_slot() -> None:
+async def test_case39_updating_at_capacity_takes_no_slot() -> None:
     async def scenario() -> list[WorkerMetadata]:
         stream = Stream(added(1), added(2))
         async with WorkerProxy(discovery=stream, connect=Harness().connect, lease=2) as proxy:
@@ -91,10 +91,10 @@ def test_case39_updating_at_capacity_takes_no_slot() -> None:
             await settle()
             return proxy.workers
 
-    assert run(scenario()) == [worker(1, pid=9), worker(2)]
+    assert await scenario() == [worker(1, pid=9), worker(2)]
 
 
-def test_case40_an_update_does_not_resurrect_a_dropped_worker() -> None:
+async def test_case40_an_update_does_not_resurrect_a_dropped_worker() -> None:
     async def scenario() -> list[WorkerMetadata]:
         stream = Stream(added(1), added(2))
         async with WorkerProxy(discovery=stream, connect=Harness().connect) as proxy:
@@ -103,10 +103,10 @@ def test_case40_an_update_does_not_resurrect_a_dropped_worker() -> None:
             await settle()
             return proxy.workers
 
-    assert run(scenario()) == [worker(2)]
+    assert await scenario() == [worker(2)]
 
 
-def test_case41_a_reannouncement_at_capacity_refreshes_without_a_slot() -> None:
+async def test_case41_a_reannouncement_at_capacity_refreshes_without_a_slot() -> None:
     async def scenario() -> list[WorkerMetadata]:
         stream = Stream(added(1), added(2))
         async with WorkerProxy(discovery=stream, connect=Harness().connect, lease=2) as proxy:
@@ -115,7 +115,7 @@ def test_case41_a_reannouncement_at_capacity_refreshes_without_a_slot() -> None:
             await settle()
             return proxy.workers
 
-    assert run(scenario()) == [worker(1), worker(2, version="2")]
+    assert await scenario() == [worker(1), worker(2, version="2")]
 
 
 events = st.lists(
@@ -151,10 +151,10 @@ def test_case42_the_sentinel_mirrors_a_uid_keyed_model(
             assert proxy.workers == list(model.values())
         await proxy.stop()
 
-    run(scenario())
+    asyncio.run(scenario())
 
 
-def test_case43_dispatch_follows_the_refresh() -> None:
+async def test_case43_dispatch_follows_the_refresh() -> None:
     async def scenario() -> str:
         stream = Stream(added(1))
         async with WorkerProxy(discovery=stream, connect=Harness().connect) as proxy:
@@ -162,7 +162,7 @@ def test_case43_dispatch_follows_the_refresh() -> None:
             await settle()
             return await proxy.dispatch("task")
 
-    assert run(scenario()) == "new-address"
+    assert await scenario() == "new-address"
 
 
 class RefreshingConnection:
@@ -180,7 +180,7 @@ class RefreshingConnection:
 @pytest.mark.parametrize(
     ("error", "evicted"), [(RpcError("broken"), True), (TransientRpcError("busy"), False)]
 )
-def test_case44_45_a_refresh_mid_dispatch_and_the_two_kinds_of_failure(
+async def test_case44_45_a_refresh_mid_dispatch_and_the_two_kinds_of_failure(
     error: RpcError, evicted: bool
 ) -> None:
     async def scenario() -> tuple[str, list[WorkerMetadata]]:
@@ -192,7 +192,7 @@ def test_case44_45_a_refresh_mid_dispatch_and_the_two_kinds_of_failure(
             served = await proxy.dispatch("task")
             return served, proxy.workers
 
-    served, workers = run(scenario())
+    served, workers = await scenario()
     assert served == worker(2).address  # the survivor served
     if evicted:
         assert workers == [worker(2)]  # the uid is gone, refreshed entry and all
@@ -231,7 +231,7 @@ class SelectingThenRefreshing(SelectLoadBalancer):
 
 
 @pytest.mark.parametrize("plugin", [SelectThenRefresh, SelectingThenRefreshing])
-def test_case46_a_selection_cannot_carry_a_stale_address(plugin: Any) -> None:
+async def test_case46_a_selection_cannot_carry_a_stale_address(plugin: Any) -> None:
     async def scenario() -> str:
         harness = Harness()
         proxy = WorkerProxy(
@@ -242,7 +242,7 @@ def test_case46_a_selection_cannot_carry_a_stale_address(plugin: Any) -> None:
         async with proxy:
             return await proxy.dispatch("task")
 
-    assert run(scenario()) == "after-selection"
+    assert await scenario() == "after-selection"
 
 
 class Scripted:
@@ -291,7 +291,9 @@ class ScriptedSelect(SelectLoadBalancer):
 @pytest.mark.parametrize(
     ("plugin", "reports"), [(Scripted, ["skipped", "served"]), (ScriptedSelect, ["skipped"])]
 )
-def test_case47_a_departed_candidate_is_skipped_not_failed(plugin: Any, reports: list[str]) -> None:
+async def test_case47_a_departed_candidate_is_skipped_not_failed(
+    plugin: Any, reports: list[str]
+) -> None:
     balancer = plugin([(worker(1).uid, True), (worker(2).uid, False)])
 
     async def scenario() -> str:
@@ -302,12 +304,12 @@ def test_case47_a_departed_candidate_is_skipped_not_failed(plugin: Any, reports:
         async with proxy:
             return await proxy.dispatch("task")
 
-    assert run(scenario()) == worker(2).address
+    assert await scenario() == worker(2).address
     assert balancer.reports == reports
 
 
 @pytest.mark.parametrize("plugin", [Scripted, ScriptedSelect])
-def test_case48_skipping_cannot_loop_forever(plugin: Any) -> None:
+async def test_case48_skipping_cannot_loop_forever(plugin: Any) -> None:
     balancer = plugin([(worker(1).uid, True)])  # the sole worker leaves once selected
 
     async def scenario() -> None:
@@ -317,18 +319,18 @@ def test_case48_skipping_cannot_loop_forever(plugin: Any) -> None:
             await proxy.dispatch("task")
 
     with pytest.raises(NoWorkersAvailable):
-        run(scenario())
+        await scenario()
     assert balancer.reports == ["skipped"]
 
 
-def test_case48_with_round_robin_a_departed_sole_worker_ends_the_call() -> None:
+async def test_case48_with_round_robin_a_departed_sole_worker_ends_the_call() -> None:
     async def scenario() -> None:
         async with WorkerProxy(discovery=Stream(added(1)), connect=Harness().connect) as proxy:
             proxy._context.remove_worker(worker(1))
             await proxy.dispatch("task")
 
     with pytest.raises(NoWorkersAvailable):
-        run(scenario())
+        await scenario()
 
 
 class LegacyEvicting:
@@ -344,7 +346,7 @@ class LegacyEvicting:
         yield
 
 
-def test_case49_a_legacy_balancer_evicting_with_a_changed_record() -> None:
+async def test_case49_a_legacy_balancer_evicting_with_a_changed_record() -> None:
     async def scenario() -> list[WorkerMetadata]:
         proxy = WorkerProxy(
             discovery=Stream(added(1)), connect=Harness().connect, loadbalancer=LegacyEvicting
@@ -354,22 +356,20 @@ def test_case49_a_legacy_balancer_evicting_with_a_changed_record() -> None:
                 await proxy.dispatch("task")
             return proxy.workers
 
-    assert run(scenario()) == []
+    assert await scenario() == []
 
 
-def test_case50_an_update_only_stream_never_reaches_quorum() -> None:
-    async def scenario() -> None:
-        stream = Stream(DiscoveryEvent("worker-updated", worker(1)))
-        proxy = WorkerProxy(discovery=stream, connect=Harness().connect, quorum_timeout=0.05)
-        with pytest.raises(TimeoutError, match="0 of the 1"):
-            await proxy.start()
-        assert proxy._sentinel is None
-        assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+async def test_case50_an_update_only_stream_never_reaches_quorum() -> None:
 
-    run(scenario())
+    stream = Stream(DiscoveryEvent("worker-updated", worker(1)))
+    proxy = WorkerProxy(discovery=stream, connect=Harness().connect, quorum_timeout=0.05)
+    with pytest.raises(TimeoutError, match="0 of the 1"):
+        await proxy.start()
+    assert proxy._sentinel is None
+    assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
 
 
-def test_other_exceptions_propagate_and_leave_the_pool_alone() -> None:
+async def test_other_exceptions_propagate_and_leave_the_pool_alone() -> None:
     async def scenario() -> list[WorkerMetadata]:
         harness = Harness()
         async with WorkerProxy(discovery=Stream(added(1)), connect=harness.connect) as proxy:
@@ -378,7 +378,7 @@ def test_other_exceptions_propagate_and_leave_the_pool_alone() -> None:
                 await proxy.dispatch("task")
             return proxy.workers
 
-    assert run(scenario()) == [worker(1)]
+    assert await scenario() == [worker(1)]
 
 
 class YieldsAfterSuccess:
@@ -390,7 +390,7 @@ class YieldsAfterSuccess:
         yield uid
 
 
-def test_yielding_after_a_success_is_a_protocol_violation() -> None:
+async def test_yielding_after_a_success_is_a_protocol_violation() -> None:
     async def scenario() -> None:
         proxy = WorkerProxy(
             discovery=Stream(added(1)), connect=Harness().connect, loadbalancer=YieldsAfterSuccess()
@@ -399,14 +399,10 @@ def test_yielding_after_a_success_is_a_protocol_violation() -> None:
             await proxy.dispatch("task")
 
     with pytest.raises(RuntimeError, match="after a success"):
-        run(scenario())
+        await scenario()
 
 
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
-
-
-def test_every_change_to_the_pool_is_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+async def test_every_change_to_the_pool_is_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         harness = Harness()
         stream = Stream(added(1), added(2), added(3))
@@ -420,7 +416,7 @@ def test_every_change_to_the_pool_is_logged_at_info(caplog: pytest.LogCaptureFix
                 await proxy.dispatch("task")
 
     with caplog.at_level(logging.INFO, logger="shardline.proxy"):
-        run(scenario())
+        await scenario()
     lines = [record.getMessage() for record in caplog.records if record.name == "shardline.proxy"]
     assert all(record.levelno == logging.INFO for record in caplog.records), caplog.records
     assert lines == [
@@ -433,7 +429,7 @@ def test_every_change_to_the_pool_is_logged_at_info(caplog: pytest.LogCaptureFix
     ]
 
 
-def test_a_call_out_of_candidates_names_what_it_tried_and_chains_the_last_failure() -> None:
+async def test_a_call_out_of_candidates_names_what_it_tried_and_chains_the_last_failure() -> None:
     async def scenario() -> NoWorkersAvailable:
         harness = Harness()
         stream = Stream(*(added(n) for n in range(1, 11)))
@@ -445,7 +441,7 @@ def test_a_call_out_of_candidates_names_what_it_tried_and_chains_the_last_failur
                 await proxy.dispatch("task")
             return raised.value
 
-    error = run(scenario())
+    error = await scenario()
     message = str(error)
     assert message.startswith("no worker could take the task 'task': tried ")
     assert f"{worker(3).uid} (RpcError)" in message

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -40,7 +39,7 @@ class Connector:
         return [(connection.address, connection.closed) for connection in self.made]
 
 
-def test_a_refresh_closes_the_replaced_connection_and_a_drop_the_last_one() -> None:
+async def test_a_refresh_closes_the_replaced_connection_and_a_drop_the_last_one() -> None:
     async def scenario() -> list[tuple[str, int]]:
         connect, stream = Connector(), Stream(added(1), added(2))
         async with WorkerProxy(discovery=stream, connect=connect, quorum=2):
@@ -50,14 +49,14 @@ def test_a_refresh_closes_the_replaced_connection_and_a_drop_the_last_one() -> N
             await settle()
         return connect.closed()
 
-    assert asyncio.run(scenario()) == [
+    assert await scenario() == [
         (worker(1).address, 1),
         (worker(2).address, 0),
         ("moved", 1),
     ]
 
 
-def test_a_connect_that_returns_the_same_connection_again_keeps_it_open() -> None:
+async def test_a_connect_that_returns_the_same_connection_again_keeps_it_open() -> None:
     async def scenario() -> int:
         shared = Closable(worker(1))
         stream = Stream(added(1))
@@ -66,13 +65,13 @@ def test_a_connect_that_returns_the_same_connection_again_keeps_it_open() -> Non
             await settle()
         return shared.closed
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0
 
 
 @pytest.mark.parametrize(
     ("error", "closed"), [(RpcError("gone"), 1), (TransientRpcError("busy"), 0)]
 )
-def test_an_eviction_closes_the_connection_a_transient_failure_does_not(
+async def test_an_eviction_closes_the_connection_a_transient_failure_does_not(
     error: RpcError, closed: int
 ) -> None:
     async def scenario() -> list[tuple[str, int]]:
@@ -82,10 +81,10 @@ def test_an_eviction_closes_the_connection_a_transient_failure_does_not(
             assert await proxy.dispatch("task") == worker(2).address
         return connect.closed()
 
-    assert asyncio.run(scenario()) == [(worker(1).address, closed), (worker(2).address, 0)]
+    assert await scenario() == [(worker(1).address, closed), (worker(2).address, 0)]
 
 
-def test_a_failing_close_is_logged_and_discovery_is_still_followed(
+async def test_a_failing_close_is_logged_and_discovery_is_still_followed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     class Breaks(Closable):
@@ -100,5 +99,5 @@ def test_a_failing_close_is_logged_and_discovery_is_still_followed(
             await settle()
             return proxy.workers
 
-    assert asyncio.run(scenario()) == [worker(2)]
+    assert await scenario() == [worker(2)]
     assert "closing the connection" in caplog.text

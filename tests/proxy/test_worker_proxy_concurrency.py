@@ -49,7 +49,7 @@ class Connection:
         return uid
 
 
-def test_dispatches_during_churn_use_current_connections_and_none_is_lost() -> None:
+async def test_dispatches_during_churn_use_current_connections_and_none_is_lost() -> None:
     rng = random.Random(7)
     fleet = Fleet()
     stream = Stream()
@@ -84,7 +84,7 @@ def test_dispatches_during_churn_use_current_connections_and_none_is_lost() -> N
             await churn
             return list(results)
 
-    results = asyncio.run(scenario())
+    results = await scenario()
     assert fleet.violations == []
     assert len(results) == 400
     assert sorted(task for task, _ in fleet.served) == list(range(400))
@@ -92,7 +92,7 @@ def test_dispatches_during_churn_use_current_connections_and_none_is_lost() -> N
     assert any(len(c) > 1 for c in fleet.serving_connections.values()), "refreshes raced dispatches"
 
 
-def test_concurrent_round_robin_calls_offer_every_worker_before_giving_up() -> None:
+async def test_concurrent_round_robin_calls_offer_every_worker_before_giving_up() -> None:
     """Four callers share the rotation and one of four workers always fails transiently: a call
     that started at the failing worker finds the rotation back at its boundary while the
     others took the healthy workers, and must go on to one of them rather than give up."""
@@ -124,4 +124,4 @@ def test_concurrent_round_robin_calls_offer_every_worker_before_giving_up() -> N
             await asyncio.gather(*(caller() for _ in range(4)))
         return served, given_up
 
-    assert asyncio.run(scenario()) == (800, 0)
+    assert await scenario() == (800, 0)

@@ -20,11 +20,15 @@ import pytest
 from shardline import NoWorkersAvailable, WorkerMetadata, WorkerProxy
 from shardline.discovery import Discovery, Subscription
 from shardline.transport import Task, connect
+from support import transport_servers
 from support.discovery_contract import take
-from support.transport_servers import new_namespace, run
+from support.transport_servers import new_namespace
 from support.worker_processes import Backend, WorkerProcess, worker_process
 
-pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
+pytestmark = [
+    pytest.mark.usefixtures("balancer_protocol"),  # each test through both protocols
+    pytest.mark.async_timeout(transport_servers.WAIT),
+]
 
 WAIT = 20.0
 
@@ -64,36 +68,32 @@ class Scene:
         return [(metadata.uid, metadata.address) for metadata in self.proxy.workers]
 
 
-def scene(tmp_path: Path, backend: Backend, case: Callable[[Scene], Awaitable[None]]) -> None:
+async def scene(tmp_path: Path, backend: Backend, case: Callable[[Scene], Awaitable[None]]) -> None:
     arguments, open_discovery = backend
+    namespace = new_namespace()
 
-    async def scenario() -> None:
-        namespace = new_namespace()
+    def start() -> AbstractAsyncContextManager[WorkerProcess]:
+        return worker_process(
+            tmp_path, "--namespace", namespace, "--address", "127.0.0.1:0", *arguments
+        )
 
-        def start() -> AbstractAsyncContextManager[WorkerProcess]:
-            return worker_process(
-                tmp_path, "--namespace", namespace, "--address", "127.0.0.1:0", *arguments
-            )
-
-        discovery = open_discovery(namespace)
-        try:
-            async with start() as a:
-                a_record = await a.ready()
-                watcher = discovery.subscribe()
-                assert [event.metadata.uid for event in await take(watcher, 1)] == [a_record.uid]
-                proxy = WorkerProxy(discovery=discovery.subscribe(), connect=connect, lease=1)
-                async with proxy, start() as b:
-                    b_record = await b.ready()
-                    assert [event.metadata for event in await take(watcher, 1)] == [b_record]
-                    assert await served_by(proxy) == a.process.pid
-                    await case(Scene(proxy, discovery, watcher, a, a_record, b, b_record))
-        finally:
-            await discovery.aclose()
-
-    run(scenario)
+    discovery = open_discovery(namespace)
+    try:
+        async with start() as a:
+            a_record = await a.ready()
+            watcher = discovery.subscribe()
+            assert [event.metadata.uid for event in await take(watcher, 1)] == [a_record.uid]
+            proxy = WorkerProxy(discovery=discovery.subscribe(), connect=connect, lease=1)
+            async with proxy, start() as b:
+                b_record = await b.ready()
+                assert [event.metadata for event in await take(watcher, 1)] == [b_record]
+                assert await served_by(proxy) == a.process.pid
+                await case(Scene(proxy, discovery, watcher, a, a_record, b, b_record))
+    finally:
+        await discovery.aclose()
 
 
-def test_case51_an_update_republishing_the_uid_at_a_new_address_moves_dispatch_there(
+async def test_case51_an_update_republishing_the_uid_at_a_new_address_moves_dispatch_there(
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
@@ -102,10 +102,10 @@ def test_case51_an_update_republishing_the_uid_at_a_new_address_moves_dispatch_t
         await eventually(lambda: s.pooled() == [(moved.uid, moved.address)], "the refresh")
         assert [await served_by(s.proxy) for _ in range(3)] == [s.b.process.pid] * 3
 
-    scene(tmp_path, backend, case)
+    await scene(tmp_path, backend, case)
 
 
-def test_case52_stopping_the_original_process_leaves_dispatch_on_the_second_worker(
+async def test_case52_stopping_the_original_process_leaves_dispatch_on_the_second_worker(
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
@@ -119,10 +119,10 @@ def test_case52_stopping_the_original_process_leaves_dispatch_on_the_second_work
         assert s.pooled() == [(moved.uid, moved.address)]
         assert [await served_by(s.proxy) for _ in range(3)] == [s.b.process.pid] * 3
 
-    scene(tmp_path, backend, case)
+    await scene(tmp_path, backend, case)
 
 
-def test_case53_a_drop_of_the_moved_uid_leaves_no_ghost_worker(
+async def test_case53_a_drop_of_the_moved_uid_leaves_no_ghost_worker(
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
@@ -134,10 +134,10 @@ def test_case53_a_drop_of_the_moved_uid_leaves_no_ghost_worker(
         with pytest.raises(NoWorkersAvailable):
             await s.proxy.dispatch(Task("whoami"))
 
-    scene(tmp_path, backend, case)
+    await scene(tmp_path, backend, case)
 
 
-def test_case54_an_update_for_a_worker_never_admitted_neither_admits_it_nor_grows_the_pool(
+async def test_case54_an_update_for_a_worker_never_admitted_neither_admits_it_nor_grows_the_pool(
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
@@ -155,4 +155,4 @@ def test_case54_an_update_for_a_worker_never_admitted_neither_admits_it_nor_grow
         await eventually(lambda: s.pooled() == [(newcomer.uid, newcomer.address)], "admission")
         assert await served_by(s.proxy) == s.b.process.pid
 
-    scene(tmp_path, backend, case)
+    await scene(tmp_path, backend, case)

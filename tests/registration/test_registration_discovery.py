@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Collection
 from typing import Any, TypeVar
 
 import pytest
@@ -33,14 +33,9 @@ from support.registration_contract import (
     Stage,
 )
 
+pytestmark = pytest.mark.async_timeout(WAIT)  # each async test, start to finish
+
 T = TypeVar("T")
-
-
-def run(scenario: Callable[[], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(scenario(), WAIT)
-
-    return asyncio.run(bounded())
 
 
 async def take(subscription: AsyncIterator[DiscoveryEvent], count: int) -> list[Any]:
@@ -70,14 +65,14 @@ def test_a_services_uid_is_uuid5_of_a_fixed_namespace() -> None:
     assert service_uid("alpha") != service_uid("beta")
 
 
-def test_a_worker_is_the_service_at_its_records_address() -> None:
+async def test_a_worker_is_the_service_at_its_records_address() -> None:
     async def scenario() -> WorkerMetadata:
         store = MemoryRecordStore()
         await store.report("alpha", True, OLD, OLD_ADDRESS)
         subscription = RegistrationDiscovery(store, ["alpha"]).subscribe()
         return (await anext(subscription)).metadata
 
-    metadata = run(scenario)
+    metadata = await scenario()
     assert (metadata.uid, metadata.address, metadata.pid, metadata.version) == (
         service_uid("alpha"),
         OLD_ADDRESS,
@@ -87,87 +82,79 @@ def test_a_worker_is_the_service_at_its_records_address() -> None:
     assert (metadata.tags, dict(metadata.extra)) == (frozenset(), {"service": "alpha"})
 
 
-def test_a_subscriber_first_sees_every_registered_service_as_added() -> None:
-    async def scenario() -> None:
-        store = MemoryRecordStore()
-        await store.report("alpha", True, OLD, OLD_ADDRESS)
-        await store.claim("beta", NEW)  # not registered: not a worker
-        await store.report("gamma", True, NEW, NEW_ADDRESS)
-        discovery = RegistrationDiscovery(store, ["alpha", "beta", "gamma", "delta"])
-        subscription = discovery.subscribe()
-        assert await take(subscription, 2) == [
-            ("worker-added", "alpha", OLD_ADDRESS),
-            ("worker-added", "gamma", NEW_ADDRESS),
-        ]
-        assert await quiet(subscription)
-        await discovery.aclose()
+async def test_a_subscriber_first_sees_every_registered_service_as_added() -> None:
 
-    run(scenario)
+    store = MemoryRecordStore()
+    await store.report("alpha", True, OLD, OLD_ADDRESS)
+    await store.claim("beta", NEW)  # not registered: not a worker
+    await store.report("gamma", True, NEW, NEW_ADDRESS)
+    discovery = RegistrationDiscovery(store, ["alpha", "beta", "gamma", "delta"])
+    subscription = discovery.subscribe()
+    assert await take(subscription, 2) == [
+        ("worker-added", "alpha", OLD_ADDRESS),
+        ("worker-added", "gamma", NEW_ADDRESS),
+    ]
+    assert await quiet(subscription)
+    await discovery.aclose()
 
 
-def test_records_turn_into_added_updated_and_dropped() -> None:
-    async def scenario() -> None:
-        store = MemoryRecordStore()
-        discovery = RegistrationDiscovery(store, ["alpha"])
-        await store.claim("alpha", OLD)
-        subscription = discovery.subscribe()
-        assert await quiet(subscription)  # claimed, not registered: no worker
-        await store.report("alpha", True, OLD, OLD_ADDRESS)
-        await store.report("alpha", True, NEW, OLD_ADDRESS)  # another owner, same address
-        await store.report("alpha", True, NEW, NEW_ADDRESS)
-        await store.report("alpha", False, NEW)
-        await store.report("alpha", True, NEW, NEW_ADDRESS)
-        await store.clear("alpha")
-        assert await take(subscription, 5) == [
-            ("worker-added", "alpha", OLD_ADDRESS),
-            ("worker-updated", "alpha", NEW_ADDRESS),
-            ("worker-dropped", "alpha", NEW_ADDRESS),
-            ("worker-added", "alpha", NEW_ADDRESS),
-            ("worker-dropped", "alpha", NEW_ADDRESS),
-        ]
-        assert await quiet(subscription)
-        await discovery.aclose()
+async def test_records_turn_into_added_updated_and_dropped() -> None:
 
-    run(scenario)
+    store = MemoryRecordStore()
+    discovery = RegistrationDiscovery(store, ["alpha"])
+    await store.claim("alpha", OLD)
+    subscription = discovery.subscribe()
+    assert await quiet(subscription)  # claimed, not registered: no worker
+    await store.report("alpha", True, OLD, OLD_ADDRESS)
+    await store.report("alpha", True, NEW, OLD_ADDRESS)  # another owner, same address
+    await store.report("alpha", True, NEW, NEW_ADDRESS)
+    await store.report("alpha", False, NEW)
+    await store.report("alpha", True, NEW, NEW_ADDRESS)
+    await store.clear("alpha")
+    assert await take(subscription, 5) == [
+        ("worker-added", "alpha", OLD_ADDRESS),
+        ("worker-updated", "alpha", NEW_ADDRESS),
+        ("worker-dropped", "alpha", NEW_ADDRESS),
+        ("worker-added", "alpha", NEW_ADDRESS),
+        ("worker-dropped", "alpha", NEW_ADDRESS),
+    ]
+    assert await quiet(subscription)
+    await discovery.aclose()
 
 
-def test_a_filter_chooses_among_the_services_and_subscriptions_are_independent() -> None:
-    async def scenario() -> None:
-        store = MemoryRecordStore()
-        discovery = RegistrationDiscovery(store, ["alpha", "beta"])
-        everything = discovery.subscribe()
-        only_beta = discovery.subscribe(lambda metadata: metadata.extra["service"] == "beta")
-        await store.report("alpha", True, OLD, OLD_ADDRESS)
-        await store.report("beta", True, OLD, NEW_ADDRESS)
-        assert await take(only_beta, 1) == [("worker-added", "beta", NEW_ADDRESS)]
-        assert await take(everything, 2) == [
-            ("worker-added", "alpha", OLD_ADDRESS),
-            ("worker-added", "beta", NEW_ADDRESS),
-        ]
-        await only_beta.aclose()
-        await store.report("alpha", False, OLD)
-        assert await take(everything, 1) == [("worker-dropped", "alpha", OLD_ADDRESS)]
-        await discovery.aclose()
+async def test_a_filter_chooses_among_the_services_and_subscriptions_are_independent() -> None:
 
-    run(scenario)
+    store = MemoryRecordStore()
+    discovery = RegistrationDiscovery(store, ["alpha", "beta"])
+    everything = discovery.subscribe()
+    only_beta = discovery.subscribe(lambda metadata: metadata.extra["service"] == "beta")
+    await store.report("alpha", True, OLD, OLD_ADDRESS)
+    await store.report("beta", True, OLD, NEW_ADDRESS)
+    assert await take(only_beta, 1) == [("worker-added", "beta", NEW_ADDRESS)]
+    assert await take(everything, 2) == [
+        ("worker-added", "alpha", OLD_ADDRESS),
+        ("worker-added", "beta", NEW_ADDRESS),
+    ]
+    await only_beta.aclose()
+    await store.report("alpha", False, OLD)
+    assert await take(everything, 1) == [("worker-dropped", "alpha", OLD_ADDRESS)]
+    await discovery.aclose()
 
 
-def test_aclose_ends_every_subscription_and_its_watch() -> None:
-    async def scenario() -> None:
-        store = MemoryRecordStore()
-        discovery = RegistrationDiscovery(store, ["alpha"])
-        subscriptions = [discovery.subscribe(), aiter(discovery)]
-        assert all(isinstance(subscription, Subscription) for subscription in subscriptions)
-        waiting = asyncio.ensure_future(anext(subscriptions[0]))
-        await asyncio.sleep(0)
-        await discovery.aclose()
-        for subscription in subscriptions:
-            with pytest.raises(StopAsyncIteration):
-                await anext(subscription)
-        assert waiting.cancelled()
-        assert len(store._watches) == 0
+async def test_aclose_ends_every_subscription_and_its_watch() -> None:
 
-    run(scenario)
+    store = MemoryRecordStore()
+    discovery = RegistrationDiscovery(store, ["alpha"])
+    subscriptions = [discovery.subscribe(), aiter(discovery)]
+    assert all(isinstance(subscription, Subscription) for subscription in subscriptions)
+    waiting = asyncio.ensure_future(anext(subscriptions[0]))
+    await asyncio.sleep(0)
+    await discovery.aclose()
+    for subscription in subscriptions:
+        with pytest.raises(StopAsyncIteration):
+            await anext(subscription)
+    assert waiting.cancelled()
+    assert len(store._watches) == 0
 
 
 class FlakyStore(MemoryRecordStore):
@@ -192,7 +179,7 @@ class FlakyStore(MemoryRecordStore):
         raise ConnectionError("the watch broke")
 
 
-def test_a_failed_watch_is_opened_again_and_brings_subscribers_up_to_date(
+async def test_a_failed_watch_is_opened_again_and_brings_subscribers_up_to_date(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> None:
@@ -217,11 +204,11 @@ def test_a_failed_watch_is_opened_again_and_brings_subscribers_up_to_date(
         await discovery.aclose()
 
     with caplog.at_level(logging.WARNING, "shardline.registration"):
-        run(scenario)
+        await scenario()
     assert "the watch broke" in caplog.text
 
 
-def test_a_watch_that_ends_ends_the_subscription() -> None:
+async def test_a_watch_that_ends_ends_the_subscription() -> None:
     class ClosingStore(MemoryRecordStore):
         def watch(self, services: Collection[str]) -> AsyncIterator[tuple[str, Record | None]]:
             return self._nothing()
@@ -230,12 +217,9 @@ def test_a_watch_that_ends_ends_the_subscription() -> None:
             for _ in ():
                 yield _
 
-    async def scenario() -> None:
-        subscription = RegistrationDiscovery(ClosingStore(), ["alpha"]).subscribe()
-        with pytest.raises(StopAsyncIteration):
-            await anext(subscription)
-
-    run(scenario)
+    subscription = RegistrationDiscovery(ClosingStore(), ["alpha"]).subscribe()
+    with pytest.raises(StopAsyncIteration):
+        await anext(subscription)
 
 
 @pytest.mark.parametrize(
@@ -307,55 +291,47 @@ async def spread(proxy: WorkerProxy, count: int = 4) -> list[str]:
     return sorted([await proxy.dispatch(n) for n in range(count)])
 
 
-def test_scenario9_a_proxy_stops_dispatching_within_one_event_of_false_and_resumes_on_true() -> (
-    None
-):
+async def test_scenario9_a_proxy_stops_dispatching_within_one_event_of_false_and_resumes_on_true():
     servers = {OLD_ADDRESS: Server("alpha"), NEW_ADDRESS: Server("beta")}
 
-    async def scenario() -> None:
-        clock = ManualClock()
-        alpha = Stage(MemoryRecordStore(), clock)
-        beta = Stage(alpha.store.inner, clock)  # another service in the same store
-        for stage, address in ((alpha, OLD_ADDRESS), (beta, NEW_ADDRESS)):
-            await stage.start(*stage.replica(OLD, address))
-        tap = Tap(RegistrationDiscovery(alpha.store, [alpha.service, beta.service]))
-        proxy = WorkerProxy(
-            discovery=tap,
-            connect=lambda metadata: InProcessConnection(servers[metadata.address]),
-            quorum=2,
-        )
-        async with proxy:
-            await tap.applied_up_to(2)
-            assert await spread(proxy) == ["alpha", "alpha", "beta", "beta"]
-            # alpha's successor claims the record and never comes up: the record turns False
-            await alpha.start(*alpha.replica(NEW, "10.0.0.3:7000", ready=False))
-            await tap.applied_up_to(3)
-            assert tap.events[2:] == [("worker-dropped", alpha.service)]  # the one event
-            assert await spread(proxy) == ["beta"] * 4
-            # alpha's own probe restores its record: the proxy dispatches to it again
-            await clock.advance_to(PROBE_INTERVAL)
-            assert await alpha.record() == Record(OLD, True, OLD_ADDRESS)
-            await tap.applied_up_to(4)
-            assert tap.events[3:] == [("worker-added", alpha.service)]
-            assert await spread(proxy) == ["alpha", "alpha", "beta", "beta"]
-        await tap.discovery.aclose()
-
-    run(scenario)
+    clock = ManualClock()
+    alpha = Stage(MemoryRecordStore(), clock)
+    beta = Stage(alpha.store.inner, clock)  # another service in the same store
+    for stage, address in ((alpha, OLD_ADDRESS), (beta, NEW_ADDRESS)):
+        await stage.start(*stage.replica(OLD, address))
+    tap = Tap(RegistrationDiscovery(alpha.store, [alpha.service, beta.service]))
+    proxy = WorkerProxy(
+        discovery=tap,
+        connect=lambda metadata: InProcessConnection(servers[metadata.address]),
+        quorum=2,
+    )
+    async with proxy:
+        await tap.applied_up_to(2)
+        assert await spread(proxy) == ["alpha", "alpha", "beta", "beta"]
+        # alpha's successor claims the record and never comes up: the record turns False
+        await alpha.start(*alpha.replica(NEW, "10.0.0.3:7000", ready=False))
+        await tap.applied_up_to(3)
+        assert tap.events[2:] == [("worker-dropped", alpha.service)]  # the one event
+        assert await spread(proxy) == ["beta"] * 4
+        # alpha's own probe restores its record: the proxy dispatches to it again
+        await clock.advance_to(PROBE_INTERVAL)
+        assert await alpha.record() == Record(OLD, True, OLD_ADDRESS)
+        await tap.applied_up_to(4)
+        assert tap.events[3:] == [("worker-added", alpha.service)]
+        assert await spread(proxy) == ["alpha", "alpha", "beta", "beta"]
+    await tap.discovery.aclose()
 
 
-def test_it_can_be_passed_as_is_as_a_proxys_discovery() -> None:
+async def test_it_can_be_passed_as_is_as_a_proxys_discovery() -> None:
     servers = {OLD_ADDRESS: Server("alpha")}
 
-    async def scenario() -> None:
-        store = MemoryRecordStore()
-        await store.report("alpha", True, OLD, OLD_ADDRESS)
-        discovery = RegistrationDiscovery(store, ["alpha"])
-        async with WorkerProxy(
-            discovery=discovery,
-            connect=lambda metadata: InProcessConnection(servers[metadata.address]),
-        ) as proxy:
-            assert await proxy.dispatch("task") == "alpha"
-            assert [worker.uid for worker in proxy.workers] == [service_uid("alpha")]
-        await discovery.aclose()
-
-    run(scenario)
+    store = MemoryRecordStore()
+    await store.report("alpha", True, OLD, OLD_ADDRESS)
+    discovery = RegistrationDiscovery(store, ["alpha"])
+    async with WorkerProxy(
+        discovery=discovery,
+        connect=lambda metadata: InProcessConnection(servers[metadata.address]),
+    ) as proxy:
+        assert await proxy.dispatch("task") == "alpha"
+        assert [worker.uid for worker in proxy.workers] == [service_uid("alpha")]
+    await discovery.aclose()

@@ -77,31 +77,26 @@ class TestKeeperOnEtcdRecordStore(EtcdStores, KeeperContract):
 OLD, NEW = "old", "new"
 
 
-def test_records_are_per_service_and_per_namespace(etcd: EtcdServer) -> None:
-    async def scenario() -> None:
-        ns = namespace()
-        async with (
-            EtcdRecordStore([etcd.endpoint], ns) as one,
-            EtcdRecordStore([etcd.endpoint], ns) as same,
-            EtcdRecordStore([etcd.endpoint], ns + "x") as other,
-        ):
-            await one.report("app", True, OLD, "10.0.0.1:80")
-            assert await same.get("app") == Record(OLD, True, "10.0.0.1:80")
-            assert await same.get("app2") is None
-            assert await other.get("app") is None
-            assert one.key("app") == f"/shardline/{ns}/registration/app".encode()
+async def test_records_are_per_service_and_per_namespace(etcd: EtcdServer) -> None:
 
-    asyncio.run(scenario())
+    ns = namespace()
+    async with (
+        EtcdRecordStore([etcd.endpoint], ns) as one,
+        EtcdRecordStore([etcd.endpoint], ns) as same,
+        EtcdRecordStore([etcd.endpoint], ns + "x") as other,
+    ):
+        await one.report("app", True, OLD, "10.0.0.1:80")
+        assert await same.get("app") == Record(OLD, True, "10.0.0.1:80")
+        assert await same.get("app2") is None
+        assert await other.get("app") is None
+        assert one.key("app") == f"/shardline/{ns}/registration/app".encode()
 
 
-def test_values_are_small_versioned_json(etcd: EtcdServer) -> None:
+async def test_values_are_small_versioned_json(etcd: EtcdServer) -> None:
     ns = namespace()
 
-    async def scenario() -> None:
-        async with EtcdRecordStore([etcd.endpoint], ns) as store:
-            await store.report("app", True, OLD, "10.0.0.1:80")
-
-    asyncio.run(scenario())
+    async with EtcdRecordStore([etcd.endpoint], ns) as store:
+        await store.report("app", True, OLD, "10.0.0.1:80")
     key = f"/shardline/{ns}/registration/app".encode()
     reply = etcd._call("KVStub", "Range", rpc.RangeRequest(key=key))
     assert json.loads(reply.kvs[0].value) == {
@@ -132,7 +127,7 @@ UNREADABLE = [
 
 
 @pytest.mark.parametrize(("value", "reason"), UNREADABLE)
-def test_an_unreadable_value_makes_get_raise_invalid_record(
+async def test_an_unreadable_value_makes_get_raise_invalid_record(
     etcd: EtcdServer, value: bytes, reason: str
 ) -> None:
     async def scenario(store: EtcdRecordStore) -> None:
@@ -142,7 +137,7 @@ def test_an_unreadable_value_makes_get_raise_invalid_record(
         assert raised.value.reason == reason
         assert isinstance(raised.value, ValueError)
 
-    with_store(etcd, scenario)
+    await with_store(etcd, scenario)
 
 
 @given(st.binary(max_size=100) | st.binary(max_size=20).map(lambda b: b"[" * 2000 + b))
@@ -172,7 +167,7 @@ def test_every_value_a_store_writes_it_reads_back(
         assert _decode(service, _encode(service, record)) == record
 
 
-def test_unknown_fields_are_ignored(etcd: EtcdServer) -> None:
+async def test_unknown_fields_are_ignored(etcd: EtcdServer) -> None:
     async def scenario(store: EtcdRecordStore) -> None:
         etcd.put(
             store.key("app"),
@@ -181,10 +176,10 @@ def test_unknown_fields_are_ignored(etcd: EtcdServer) -> None:
         )
         assert await store.get("app") == Record("o", True, "a:1")
 
-    with_store(etcd, scenario)
+    await with_store(etcd, scenario)
 
 
-def test_an_unreadable_value_is_absent_to_a_watch_drops_a_retraction_and_yields_to_writes(
+async def test_an_unreadable_value_is_absent_to_a_watch_drops_a_retraction_and_yields_to_writes(
     etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "shardline.registration.etcd")
@@ -207,7 +202,7 @@ def test_an_unreadable_value_is_absent_to_a_watch_drops_a_retraction_and_yields_
         assert await quiet(watch)
         assert await store.get("app") is None
 
-    with_store(etcd, scenario)
+    await with_store(etcd, scenario)
     assert "cannot be read" in caplog.text
 
 
@@ -241,7 +236,7 @@ def test_bad_store_arguments_are_refused_by_name(arguments: dict[str, Any], name
         (lambda s: s.report("app", True, "o", "h\ud800:1"), "address must be Unicode text"),
     ],
 )
-def test_bad_call_arguments_are_refused_by_name_before_anything_is_sent(
+async def test_bad_call_arguments_are_refused_by_name_before_anything_is_sent(
     etcd: EtcdServer, call: Callable[[EtcdRecordStore], Awaitable[Any]], named: str
 ) -> None:
     async def scenario(store: EtcdRecordStore) -> None:
@@ -249,7 +244,7 @@ def test_bad_call_arguments_are_refused_by_name_before_anything_is_sent(
             await call(store)
         assert await store.get("app") is None
 
-    with_store(etcd, scenario)
+    await with_store(etcd, scenario)
 
 
 @pytest.mark.parametrize(
@@ -270,21 +265,19 @@ def test_bad_watch_arguments_are_refused_at_the_call(
         store.watch(services)
 
 
-def test_a_closed_store_refuses_calls(etcd: EtcdServer) -> None:
-    async def scenario() -> None:
-        store = EtcdRecordStore([etcd.endpoint], namespace())
-        await store.get("app")
-        await store.aclose()
-        with pytest.raises(RuntimeError, match="closed"):
-            await store.get("app")
+async def test_a_closed_store_refuses_calls(etcd: EtcdServer) -> None:
 
-    asyncio.run(scenario())
+    store = EtcdRecordStore([etcd.endpoint], namespace())
+    await store.get("app")
+    await store.aclose()
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.get("app")
 
 
 # -- the watch --------------------------------------------------------------------------------
 
 
-def test_a_watch_yields_each_services_state_then_each_change_once(etcd: EtcdServer) -> None:
+async def test_a_watch_yields_each_services_state_then_each_change_once(etcd: EtcdServer) -> None:
     async def scenario(store: EtcdRecordStore) -> None:
         await store.report("b", True, OLD, "10.0.0.1:80")
         watch = store.watch(["b", "d", "b"])
@@ -306,24 +299,22 @@ def test_a_watch_yields_each_services_state_then_each_change_once(etcd: EtcdServ
         ]
         assert await quiet(watch)
 
-    with_store(etcd, scenario)
+    await with_store(etcd, scenario)
 
 
-def test_a_watch_ends_when_its_store_closes(etcd: EtcdServer) -> None:
-    async def scenario() -> None:
-        store = EtcdRecordStore([etcd.endpoint], namespace())
-        watch = store.watch(["app"])
-        assert await take(watch, 1) == [("app", None)]
-        waiting = asyncio.ensure_future(anext(watch))
-        await asyncio.sleep(0.1)
-        await store.aclose()
-        with pytest.raises(StopAsyncIteration):
-            await asyncio.wait_for(waiting, WAIT)
+async def test_a_watch_ends_when_its_store_closes(etcd: EtcdServer) -> None:
 
-    asyncio.run(scenario())
+    store = EtcdRecordStore([etcd.endpoint], namespace())
+    watch = store.watch(["app"])
+    assert await take(watch, 1) == [("app", None)]
+    waiting = asyncio.ensure_future(anext(watch))
+    await asyncio.sleep(0.1)
+    await store.aclose()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(waiting, WAIT)
 
 
-def test_a_watch_outlives_its_channel_closed_by_another_calls_failover(
+async def test_a_watch_outlives_its_channel_closed_by_another_calls_failover(
     etcd: EtcdServer,
 ) -> None:
     async def scenario(store: EtcdRecordStore) -> None:
@@ -335,65 +326,62 @@ def test_a_watch_outlives_its_channel_closed_by_another_calls_failover(
         await store.report("app", True, OLD, "a:1")
         assert await asyncio.wait_for(waiting, WAIT) == ("app", Record(OLD, True, "a:1"))
 
-    with_store(etcd, scenario)
+    await with_store(etcd, scenario)
 
 
-def test_scenario9_a_proxy_fed_by_registration_discovery_follows_the_record_on_etcd(
+async def test_scenario9_a_proxy_fed_by_registration_discovery_follows_the_record_on_etcd(
     etcd: EtcdServer,
 ) -> None:
     """The proxy follows records another process's store writes: it stops dispatching to a
     service on the first event after its record turns False, and resumes once it is True."""
 
-    async def scenario() -> None:
-        ns = namespace()
-        async with (
-            EtcdRecordStore([etcd.endpoint], ns) as replicas,
-            EtcdRecordStore([etcd.endpoint], ns) as followed,
-        ):
-            await replicas.report("app", True, OLD, "10.0.0.1:80")
-            discovery = RegistrationDiscovery(followed, ["app", "other"])
-            events: list[DiscoveryEvent] = []
+    ns = namespace()
+    async with (
+        EtcdRecordStore([etcd.endpoint], ns) as replicas,
+        EtcdRecordStore([etcd.endpoint], ns) as followed,
+    ):
+        await replicas.report("app", True, OLD, "10.0.0.1:80")
+        discovery = RegistrationDiscovery(followed, ["app", "other"])
+        events: list[DiscoveryEvent] = []
 
-            async def recorded() -> AsyncIterator[DiscoveryEvent]:
-                async for event in discovery.subscribe():
-                    events.append(event)
-                    yield event
+        async def recorded() -> AsyncIterator[DiscoveryEvent]:
+            async for event in discovery.subscribe():
+                events.append(event)
+                yield event
 
-            async def after_event(proxy: WorkerProxy, count: int, addresses: set[str]) -> None:
-                """Until the ``count``th event has come and the pool reflects it."""
-                async with asyncio.timeout(WAIT):
-                    while len(events) < count or {w.address for w in proxy.workers} != addresses:
-                        await asyncio.sleep(0.005)
-                assert len(events) == count
+        async def after_event(proxy: WorkerProxy, count: int, addresses: set[str]) -> None:
+            """Until the ``count``th event has come and the pool reflects it."""
+            async with asyncio.timeout(WAIT):
+                while len(events) < count or {w.address for w in proxy.workers} != addresses:
+                    await asyncio.sleep(0.005)
+            assert len(events) == count
 
-            try:
-                async with WorkerProxy(discovery=recorded(), connect=Instant) as proxy:
-                    assert await proxy.dispatch("task") == "10.0.0.1:80"
-                    await replicas.claim("app", NEW)  # a successor's claim: False
-                    await after_event(proxy, 2, set())
-                    assert events[1].type == "worker-dropped"
-                    with pytest.raises(NoWorkersAvailable):
-                        await proxy.dispatch("task")
-                    await replicas.report("app", True, OLD, "10.0.0.1:80")  # the probe heals
-                    await after_event(proxy, 3, {"10.0.0.1:80"})
-                    assert events[2].type == "worker-added"
-                    assert await proxy.dispatch("task") == "10.0.0.1:80"
-                    await replicas.report("app", True, NEW, "10.0.0.2:80")
-                    await after_event(proxy, 4, {"10.0.0.2:80"})
-                    assert events[3].type == "worker-updated"
-                    assert await proxy.dispatch("task") == "10.0.0.2:80"
-                    await replicas.clear("app")
-                    await after_event(proxy, 5, set())
-                    assert events[4].type == "worker-dropped"
-                    with pytest.raises(NoWorkersAvailable):
-                        await proxy.dispatch("task")
-            finally:
-                await discovery.aclose()
-
-    asyncio.run(scenario())
+        try:
+            async with WorkerProxy(discovery=recorded(), connect=Instant) as proxy:
+                assert await proxy.dispatch("task") == "10.0.0.1:80"
+                await replicas.claim("app", NEW)  # a successor's claim: False
+                await after_event(proxy, 2, set())
+                assert events[1].type == "worker-dropped"
+                with pytest.raises(NoWorkersAvailable):
+                    await proxy.dispatch("task")
+                await replicas.report("app", True, OLD, "10.0.0.1:80")  # the probe heals
+                await after_event(proxy, 3, {"10.0.0.1:80"})
+                assert events[2].type == "worker-added"
+                assert await proxy.dispatch("task") == "10.0.0.1:80"
+                await replicas.report("app", True, NEW, "10.0.0.2:80")
+                await after_event(proxy, 4, {"10.0.0.2:80"})
+                assert events[3].type == "worker-updated"
+                assert await proxy.dispatch("task") == "10.0.0.2:80"
+                await replicas.clear("app")
+                await after_event(proxy, 5, set())
+                assert events[4].type == "worker-dropped"
+                with pytest.raises(NoWorkersAvailable):
+                    await proxy.dispatch("task")
+        finally:
+            await discovery.aclose()
 
 
-def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_again(
+async def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "shardline.registration.etcd")
@@ -447,12 +435,12 @@ def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_a
                 follower.cancel()
                 assert seen == expected
 
-        asyncio.run(scenario())
+        await scenario()
     assert "resuming after revision" in caplog.text
     assert "resumed after revision" in caplog.text
 
 
-def test_compaction_past_the_watch_lists_again_and_yields_only_the_differences(
+async def test_compaction_past_the_watch_lists_again_and_yields_only_the_differences(
     etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "shardline.registration.etcd")
@@ -480,7 +468,7 @@ def test_compaction_past_the_watch_lists_again_and_yields_only_the_differences(
             assert await quiet(watch, 0.5)
             return changes
 
-    assert sorted(asyncio.run(scenario()), key=lambda change: change[0]) == [
+    assert sorted(await scenario(), key=lambda change: change[0]) == [
         ("a", Record(NEW, False)),
         ("b", None),
         ("d", Record(NEW, True, "d:1")),
@@ -488,7 +476,7 @@ def test_compaction_past_the_watch_lists_again_and_yields_only_the_differences(
     assert "compacted" in caplog.text
 
 
-def test_tls_settings_pass_through(tmp_path: Path) -> None:
+async def test_tls_settings_pass_through(tmp_path: Path) -> None:
     certificates = make_certificates(tmp_path)
     with EtcdServer(certificates=certificates) as server:
 
@@ -504,7 +492,7 @@ def test_tls_settings_pass_through(tmp_path: Path) -> None:
                 with pytest.raises(ConnectionError):
                     await without_client_certificate.get("app")
 
-        asyncio.run(scenario())
+        await scenario()
 
 
 # -- two processes racing, against the reference rules ----------------------------------------

@@ -37,12 +37,11 @@ from support.registration_contract import (
 T = TypeVar("T")
 
 
-def on_stage(scenario: Callable[[Stage], Awaitable[T]], store: RecordStore | None = None) -> T:
-    async def main() -> T:
-        stage = Stage(store or MemoryRecordStore(), ManualClock())
-        return await asyncio.wait_for(scenario(stage), WAIT)
-
-    return asyncio.run(main())
+async def on_stage(
+    scenario: Callable[[Stage], Awaitable[T]], store: RecordStore | None = None
+) -> T:
+    stage = Stage(store or MemoryRecordStore(), ManualClock())
+    return await asyncio.wait_for(scenario(stage), WAIT)
 
 
 class HeldStore(MemoryRecordStore):
@@ -122,7 +121,7 @@ def test_a_zero_backoff_and_the_real_time_clock_by_default() -> None:
     assert (keeper.service, keeper.owner, keeper.address) == ("app", None, None)
 
 
-def test_a_keeper_starts_once_and_never_after_deregistering() -> None:
+async def test_a_keeper_starts_once_and_never_after_deregistering() -> None:
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS)
         await stage.start(keeper, replica)
@@ -133,10 +132,10 @@ def test_a_keeper_starts_once_and_never_after_deregistering() -> None:
             await keeper.start()
         assert await stage.record() == Record(OLD, False)
 
-    on_stage(scenario)
+    await on_stage(scenario)
 
 
-def test_async_with_starts_and_deregisters() -> None:
+async def test_async_with_starts_and_deregisters() -> None:
     async def scenario(stage: Stage) -> None:
         keeper, _ = stage.replica(OLD, OLD_ADDRESS)
         async with keeper:
@@ -146,10 +145,10 @@ def test_async_with_starts_and_deregisters() -> None:
         assert await stage.record() == Record(OLD, False)
         assert keeper.address is None
 
-    on_stage(scenario)
+    await on_stage(scenario)
 
 
-def test_a_tick_while_not_ready_does_nothing() -> None:
+async def test_a_tick_while_not_ready_does_nothing() -> None:
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS, ready=False)
         await stage.start(keeper, replica)
@@ -168,10 +167,10 @@ def test_a_tick_while_not_ready_does_nothing() -> None:
         assert replica.probes == [stage.clock.now()]
         await keeper.deregister()
 
-    on_stage(scenario)
+    await on_stage(scenario)
 
 
-def test_register_answering_no_address_is_a_failed_registration(
+async def test_register_answering_no_address_is_a_failed_registration(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario(stage: Stage) -> None:
@@ -182,11 +181,11 @@ def test_register_answering_no_address_is_a_failed_registration(
         assert await stage.record() == Record(OLD, False)
 
     with caplog.at_level(logging.WARNING, "shardline.registration"):
-        on_stage(scenario)
+        await on_stage(scenario)
     assert "register() returned '', not an address" in caplog.text
 
 
-def test_an_error_in_a_tick_is_logged_and_the_loop_goes_on(
+async def test_an_error_in_a_tick_is_logged_and_the_loop_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario(stage: Stage) -> None:
@@ -208,11 +207,11 @@ def test_an_error_in_a_tick_is_logged_and_the_loop_goes_on(
         await keeper.deregister()
 
     with caplog.at_level(logging.ERROR, "shardline.registration"):
-        on_stage(scenario)
+        await on_stage(scenario)
     assert "readiness unknown" in caplog.text
 
 
-def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_probe(
+async def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_probe(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     class FlakyStore(MemoryRecordStore):
@@ -237,11 +236,11 @@ def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_probe(
         await keeper.deregister()
 
     with caplog.at_level(logging.WARNING, "shardline.registration"):
-        on_stage(scenario, FlakyStore())
+        await on_stage(scenario, FlakyStore())
     assert "store unavailable" in caplog.text
 
 
-def test_stats_count_registrations_probes_and_reports_by_result() -> None:
+async def test_stats_count_registrations_probes_and_reports_by_result() -> None:
     class FlakyStore(MemoryRecordStore):
         failures = 1
 
@@ -281,7 +280,7 @@ def test_stats_count_registrations_probes_and_reports_by_result() -> None:
         await keeper.deregister()
         return seen
 
-    assert on_stage(scenario, FlakyStore()) == [
+    assert await on_stage(scenario, FlakyStore()) == [
         (False, (0, 0), (0, 0), (0, 0)),
         (True, (1, 0), (0, 0), (0, 1)),
         (True, (1, 0), (1, 0), (1, 1)),
@@ -290,7 +289,7 @@ def test_stats_count_registrations_probes_and_reports_by_result() -> None:
     ]
 
 
-def test_deregistering_during_a_write_of_true_waits_for_it_so_false_lands_last() -> None:
+async def test_deregistering_during_a_write_of_true_waits_for_it_so_false_lands_last() -> None:
     store = HeldStore("report-true")
 
     async def scenario(stage: Stage) -> None:
@@ -309,10 +308,10 @@ def test_deregistering_during_a_write_of_true_waits_for_it_so_false_lands_last()
             Record(OLD, False),
         ]
 
-    on_stage(scenario, store)
+    await on_stage(scenario, store)
 
 
-def test_a_deregistration_during_the_claim_starts_no_loop() -> None:
+async def test_a_deregistration_during_the_claim_starts_no_loop() -> None:
     store = HeldStore("claim")
 
     async def scenario(stage: Stage) -> None:
@@ -326,10 +325,10 @@ def test_a_deregistration_during_the_claim_starts_no_loop() -> None:
         assert (replica.registrations, stage.clock.sleeps) == ([], 0)
         assert await stage.record() == Record(OLD, False)
 
-    on_stage(scenario, store)
+    await on_stage(scenario, store)
 
 
-def test_a_registration_answered_after_a_deregistration_writes_nothing() -> None:
+async def test_a_registration_answered_after_a_deregistration_writes_nothing() -> None:
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS)
         entered, answer = asyncio.Event(), asyncio.Event()
@@ -353,10 +352,10 @@ def test_a_registration_answered_after_a_deregistration_writes_nothing() -> None
             Record(OLD, False),
         ]
 
-    on_stage(scenario)
+    await on_stage(scenario)
 
 
-def test_a_registration_answered_after_readiness_was_withdrawn_is_asserted_by_the_probe() -> None:
+async def test_a_registration_answered_after_readiness_was_withdrawn_is_asserted_by_the_probe():
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS)
         entered, answer = asyncio.Event(), asyncio.Event()
@@ -382,7 +381,7 @@ def test_a_registration_answered_after_readiness_was_withdrawn_is_asserted_by_th
         assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
         await keeper.deregister()
 
-    on_stage(scenario)
+    await on_stage(scenario)
 
 
 # -- the bound on the wrong-False window, over drawn timings ------------------------------------
@@ -408,7 +407,7 @@ def test_a_successors_claim_is_healed_within_one_probe_interval_plus_one_tick(
         assert healed - claim_at <= interval + tick
         assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
 
-    on_stage(scenario)
+    asyncio.run(on_stage(scenario))
 
 
 @settings(max_examples=60, deadline=None)
@@ -436,4 +435,4 @@ def test_a_competing_successors_wrong_false_is_healed_within_its_probe_interval_
             assert healed - wrong <= interval + tick
         assert await stage.record() == Record(NEW, True, NEW_ADDRESS)
 
-    on_stage(scenario)
+    asyncio.run(on_stage(scenario))

@@ -41,21 +41,19 @@ class TestKeeperOnMemoryRecordStore(KeeperContract):
         (lambda s: s.report("app", True, "o", "h\ud800:1"), "address must be Unicode text"),
     ],
 )
-def test_text_that_is_not_unicode_is_refused_as_every_store_refuses_it(
+async def test_text_that_is_not_unicode_is_refused_as_every_store_refuses_it(
     call: Callable[[MemoryRecordStore], Awaitable[Any]], named: str
 ) -> None:
-    async def scenario() -> None:
-        store = MemoryRecordStore()
-        with pytest.raises(ValueError, match=re.escape(named)):
-            await call(store)
-        with pytest.raises(ValueError, match="must be Unicode text"):
-            store.watch(["app", "\udfff"])
-        assert store._records == {}
 
-    asyncio.run(scenario())
+    store = MemoryRecordStore()
+    with pytest.raises(ValueError, match=re.escape(named)):
+        await call(store)
+    with pytest.raises(ValueError, match="must be Unicode text"):
+        store.watch(["app", "\udfff"])
+    assert store._records == {}
 
 
-def test_a_watcher_is_woken_by_the_write_itself() -> None:
+async def test_a_watcher_is_woken_by_the_write_itself() -> None:
     async def scenario() -> list[tuple[str, Record | None]]:
         store = MemoryRecordStore()
         watch = store.watch(["app"])
@@ -67,10 +65,10 @@ def test_a_watcher_is_woken_by_the_write_itself() -> None:
         assert waiting.done()
         return [waiting.result()]
 
-    assert asyncio.run(scenario()) == [("app", Record(OLD, True, OLD_ADDRESS))]
+    assert await scenario() == [("app", Record(OLD, True, OLD_ADDRESS))]
 
 
-def test_a_watch_dropped_unclosed_stops_receiving_changes() -> None:
+async def test_a_watch_dropped_unclosed_stops_receiving_changes() -> None:
     async def scenario() -> int:
         store = MemoryRecordStore()
         watch = store.watch(["app"])
@@ -82,10 +80,10 @@ def test_a_watch_dropped_unclosed_stops_receiving_changes() -> None:
         await store.claim("app", NEW)
         return len(store._watches)
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0
 
 
-def test_a_closed_watch_stops_receiving_changes() -> None:
+async def test_a_closed_watch_stops_receiving_changes() -> None:
     async def scenario() -> int:
         store = MemoryRecordStore()
         watch = store.watch(["app"])
@@ -93,4 +91,4 @@ def test_a_closed_watch_stops_receiving_changes() -> None:
         await watch.aclose()  # type: ignore[attr-defined]
         return len(store._watches)
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0

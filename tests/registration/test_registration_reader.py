@@ -32,61 +32,60 @@ class UnreadableStore(MemoryRecordStore):
         raise ConnectionError("the store cannot be reached")
 
 
-def read(store: MemoryRecordStore, alive: Liveness) -> str | None:
-    return asyncio.run(advertised_address(store, "app", alive=alive))
+async def read(store: MemoryRecordStore, alive: Liveness) -> str | None:
+    return await advertised_address(store, "app", alive=alive)
 
 
-def store_with(*writes: tuple[Any, ...]) -> MemoryRecordStore:
+async def store_with(*writes: tuple[Any, ...]) -> MemoryRecordStore:
     store = MemoryRecordStore()
-
-    async def write() -> None:
-        for kind, *arguments in writes:
-            await getattr(store, kind)("app", *arguments)
-
-    asyncio.run(write())
+    for kind, *arguments in writes:
+        await getattr(store, kind)("app", *arguments)
     return store
 
 
-def test_a_registered_record_advertises_its_address_without_asking_liveness() -> None:
+async def test_a_registered_record_advertises_its_address_without_asking_liveness() -> None:
     alive = Liveness(None)
-    assert read(store_with(("report", True, OLD, OLD_ADDRESS)), alive) == OLD_ADDRESS
+    assert await read(await store_with(("report", True, OLD, OLD_ADDRESS)), alive) == OLD_ADDRESS
     assert alive.calls == 0
 
 
-def test_an_unregistered_record_advertises_nothing_whatever_liveness_says() -> None:
+async def test_an_unregistered_record_advertises_nothing_whatever_liveness_says() -> None:
     alive = Liveness(LIVE)
-    assert read(store_with(("report", True, OLD, OLD_ADDRESS), ("claim", NEW)), alive) is None
+    assert (
+        await read(await store_with(("report", True, OLD, OLD_ADDRESS), ("claim", NEW)), alive)
+        is None
+    )
     assert alive.calls == 0
 
 
 @pytest.mark.parametrize("answer", [LIVE, None])
-def test_no_record_falls_back_to_the_liveness_signal(answer: str | None) -> None:
+async def test_no_record_falls_back_to_the_liveness_signal(answer: str | None) -> None:
     alive = Liveness(answer)
-    assert read(MemoryRecordStore(), alive) == answer
+    assert await read(MemoryRecordStore(), alive) == answer
     assert alive.calls == 1
 
 
-def test_a_cleared_record_falls_back_to_the_liveness_signal() -> None:
-    store = store_with(("report", True, OLD, OLD_ADDRESS), ("clear",))
-    assert read(store, Liveness(LIVE)) == LIVE
+async def test_a_cleared_record_falls_back_to_the_liveness_signal() -> None:
+    store = await store_with(("report", True, OLD, OLD_ADDRESS), ("clear",))
+    assert await read(store, Liveness(LIVE)) == LIVE
 
 
-def test_a_record_that_cannot_be_read_falls_back_to_the_liveness_signal(
+async def test_a_record_that_cannot_be_read_falls_back_to_the_liveness_signal(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, "shardline.registration"):
-        assert read(UnreadableStore(), Liveness(LIVE)) == LIVE
+        assert await read(UnreadableStore(), Liveness(LIVE)) == LIVE
     assert "the store cannot be reached" in caplog.text
 
 
-def test_an_async_liveness_signal_is_awaited() -> None:
+async def test_an_async_liveness_signal_is_awaited() -> None:
     async def alive() -> str | None:
         await asyncio.sleep(0)
         return LIVE
 
-    assert asyncio.run(advertised_address(MemoryRecordStore(), "app", alive=alive)) == LIVE
+    assert await advertised_address(MemoryRecordStore(), "app", alive=alive) == LIVE
 
 
-def test_a_bad_service_is_refused_not_taken_for_an_unreadable_record() -> None:
+async def test_a_bad_service_is_refused_not_taken_for_an_unreadable_record() -> None:
     with pytest.raises(ValueError, match="service"):
-        asyncio.run(advertised_address(MemoryRecordStore(), "", alive=Liveness(LIVE)))
+        await advertised_address(MemoryRecordStore(), "", alive=Liveness(LIVE))

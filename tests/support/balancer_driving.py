@@ -9,7 +9,6 @@ The ``balancer_protocol`` fixture (conftest.py) sets ``PROTOCOL``.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncGenerator
 from types import MappingProxyType
@@ -115,7 +114,3 @@ async def served_by(balancer: Any, context: Any, task: Any = None) -> uuid.UUID 
     if candidate is not None:
         assert await succeed(gen, candidate)
     return candidate
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)

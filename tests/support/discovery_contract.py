@@ -45,7 +45,11 @@ class DiscoveryContract:
     async def make(self, namespace: str) -> Discovery:
         raise NotImplementedError
 
-    def run(self, scenario: Callable[[Callable[[], Awaitable[Discovery]]], Awaitable[Any]]) -> Any:
+    async def run(
+        self, scenario: Callable[[Callable[[], Awaitable[Discovery]]], Awaitable[Any]]
+    ) -> Any:
+        """Runs ``scenario(make)``, ``make()`` opening a handle on one fresh namespace; closes
+        every handle afterwards."""
         namespace = f"contract-{next(_namespaces)}-{uuid.uuid4().hex[:8]}"
         handles: list[Discovery] = []
 
@@ -54,16 +58,13 @@ class DiscoveryContract:
             handles.append(handle)
             return handle
 
-        async def main() -> Any:
-            try:
-                return await scenario(make)
-            finally:
-                for handle in handles:
-                    await handle.aclose()
+        try:
+            return await scenario(make)
+        finally:
+            for handle in handles:
+                await handle.aclose()
 
-        return asyncio.run(main())
-
-    def test_a_subscriber_first_sees_every_registered_worker_as_added(self) -> None:
+    async def test_a_subscriber_first_sees_every_registered_worker_as_added(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             publisher = (await make()).publisher
             for n in range(3):
@@ -75,9 +76,9 @@ class DiscoveryContract:
             )
             assert await quiet(subscription)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_changes_stream_as_added_updated_and_dropped_with_the_last_record(self) -> None:
+    async def test_changes_stream_as_added_updated_and_dropped_with_the_last_record(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             subscription = (await make()).subscribe()
             publisher = (await make()).publisher
@@ -93,9 +94,9 @@ class DiscoveryContract:
                 ("worker-dropped", moved.uid, moved.address),
             ]
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_an_identical_record_republished_produces_no_event(self) -> None:
+    async def test_an_identical_record_republished_produces_no_event(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             discovery = await make()
             subscription = discovery.subscribe()
@@ -108,9 +109,9 @@ class DiscoveryContract:
                 ("worker-added", worker(2).uid, worker(2).address),
             ]
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_subscribers_are_independent(self) -> None:
+    async def test_subscribers_are_independent(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             discovery = await make()
             first, second = discovery.subscribe(), discovery.subscribe()
@@ -122,9 +123,11 @@ class DiscoveryContract:
                 ("worker-dropped", worker(1).uid, worker(1).address)
             ]
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_a_filter_turns_records_entering_and_leaving_it_into_added_and_dropped(self) -> None:
+    async def test_a_filter_turns_records_entering_and_leaving_it_into_added_and_dropped(
+        self,
+    ) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             discovery = await make()
             subscription = discovery.subscribe(lambda metadata: "gpu" in metadata.tags)
@@ -141,9 +144,9 @@ class DiscoveryContract:
             ]
             assert await quiet(subscription)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_per_uid_publication_order_is_kept(self) -> None:
+    async def test_per_uid_publication_order_is_kept(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             discovery = await make()
             subscription = discovery.subscribe()
@@ -158,9 +161,9 @@ class DiscoveryContract:
             assert pids == sorted(pids)
             assert pids[-1] == versions[-1].pid
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_closing_a_publisher_withdraws_only_the_records_it_still_owns(self) -> None:
+    async def test_closing_a_publisher_withdraws_only_the_records_it_still_owns(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             leaving, taking_over = await make(), await make()
             subscription = (await make()).subscribe()
@@ -175,9 +178,9 @@ class DiscoveryContract:
             ]
             assert await quiet(subscription)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_a_drop_published_by_anyone_withdraws_the_record(self) -> None:
+    async def test_a_drop_published_by_anyone_withdraws_the_record(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             owner, other = await make(), await make()
             subscription = other.subscribe()
@@ -188,9 +191,9 @@ class DiscoveryContract:
                 ("worker-dropped", worker(1).uid, worker(1).address)
             ]
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_namespaces_never_see_each_other(self) -> None:
+    async def test_namespaces_never_see_each_other(self) -> None:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             ours = await make()
             theirs = await self.make(f"other-{uuid.uuid4().hex[:8]}")
@@ -205,4 +208,4 @@ class DiscoveryContract:
             finally:
                 await theirs.aclose()
 
-        self.run(scenario)
+        await self.run(scenario)

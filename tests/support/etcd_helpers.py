@@ -4,7 +4,6 @@ once, and fresh registration namespaces with a record store run on one."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import uuid
@@ -71,13 +70,9 @@ def namespace() -> str:
     return f"registration-{next(_namespaces)}-{uuid.uuid4().hex[:8]}"
 
 
-def with_store(
+async def with_store(
     etcd: EtcdServer, scenario: Callable[[EtcdRecordStore], Awaitable[Any]], **options: Any
 ) -> Any:
     """Runs ``scenario`` with a store on a fresh namespace, closing it afterwards."""
-
-    async def main() -> Any:
-        async with EtcdRecordStore([etcd.endpoint], namespace(), **options) as store:
-            return await scenario(store)
-
-    return asyncio.run(main())
+    async with EtcdRecordStore([etcd.endpoint], namespace(), **options) as store:
+        return await scenario(store)

@@ -15,7 +15,7 @@ from support.replicasets import rs_uuid
 T = TypeVar("T")
 
 
-def run_polled(
+async def run_polled(
     dsn: str,
     scenario: Callable[[Topology, PollingSource], Awaitable[T]],
     **options: Any,
@@ -23,19 +23,15 @@ def run_polled(
     """Runs ``scenario(topology, source)`` with ``source.run(topology)`` in the background;
     the source polls only when asked (``interval`` of a minute) unless ``options`` say
     otherwise."""
-
-    async def main() -> T:
-        topology = Topology()
-        options.setdefault("interval", 60.0)
-        source = PollingSource(dsn, **options)
-        task = asyncio.create_task(source.run(topology))
-        try:
-            return await scenario(topology, source)
-        finally:
-            await source.aclose()
-            await asyncio.wait_for(task, 10)
-
-    return asyncio.run(main())
+    topology = Topology()
+    options.setdefault("interval", 60.0)
+    source = PollingSource(dsn, **options)
+    task = asyncio.create_task(source.run(topology))
+    try:
+        return await scenario(topology, source)
+    finally:
+        await source.aclose()
+        await asyncio.wait_for(task, 10)
 
 
 async def started(source: PollingSource) -> None:

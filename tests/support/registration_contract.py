@@ -301,44 +301,42 @@ class StoreHarness:
         if close is not None:
             await close()
 
-    def run(self, scenario: Callable[[RecordStore], Awaitable[T]]) -> T:
-        async def main() -> T:
-            store = await self.make_store()
-            try:
-                return await asyncio.wait_for(scenario(store), WAIT)
-            finally:
-                await self.close_store(store)
+    async def run(self, scenario: Callable[[RecordStore], Awaitable[T]]) -> T:
+        """Runs ``scenario(store)`` on a new store (bounded by WAIT), closing it afterwards."""
+        store = await self.make_store()
+        try:
+            return await asyncio.wait_for(scenario(store), WAIT)
+        finally:
+            await self.close_store(store)
 
-        return asyncio.run(main())
-
-    def stage(self, scenario: Callable[[Stage], Awaitable[T]]) -> T:
+    async def stage(self, scenario: Callable[[Stage], Awaitable[T]]) -> T:
         """Runs ``scenario`` on a new service with a manual clock; keepers still running at
         the end are cancelled, as a process ending would."""
 
         async def on_stage(store: RecordStore) -> T:
             return await scenario(Stage(store, ManualClock()))
 
-        return self.run(on_stage)
+        return await self.run(on_stage)
 
 
 class RecordStoreContract(StoreHarness):
     """The record rules of issue 5, and the watch, for a store made by ``make_store``."""
 
-    def test_it_is_a_record_store(self) -> None:
+    async def test_it_is_a_record_store(self) -> None:
         async def scenario(store: RecordStore) -> None:
             assert isinstance(store, RecordStore)
 
-        self.run(scenario)
+        await self.run(scenario)
 
     # the record scenarios of the issue, by name
 
-    def test_never_reported_is_none(self) -> None:
+    async def test_never_reported_is_none(self) -> None:
         async def scenario(store: RecordStore) -> None:
             assert await store.get(new_service()) is None
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_untagged_false_then_true_round_trips(self) -> None:
+    async def test_untagged_false_then_true_round_trips(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             assert await store.report(app, False, None) is True
@@ -346,9 +344,9 @@ class RecordStoreContract(StoreHarness):
             assert await store.report(app, True, None, OLD_ADDRESS) is True
             assert await store.get(app) == Record(None, True, OLD_ADDRESS)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_clear_is_none(self) -> None:
+    async def test_clear_is_none(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             await store.report(app, True, OLD, OLD_ADDRESS)
@@ -357,9 +355,9 @@ class RecordStoreContract(StoreHarness):
             await store.clear(app)  # clearing what is not there is fine
             assert await store.get(app) is None
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_true_old_claim_new_is_false_then_true_new_then_false_old_is_still_true(
+    async def test_true_old_claim_new_is_false_then_true_new_then_false_old_is_still_true(
         self,
     ) -> None:
         async def scenario(store: RecordStore) -> None:
@@ -371,18 +369,18 @@ class RecordStoreContract(StoreHarness):
             assert await store.report(app, False, OLD) is False
             assert await store.get(app) == Record(NEW, True, NEW_ADDRESS)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_true_new_false_new_is_false(self) -> None:
+    async def test_true_new_false_new_is_false(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             await store.report(app, True, NEW, NEW_ADDRESS)
             assert await store.report(app, False, NEW) is True
             assert await store.get(app) == Record(NEW, False)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_true_old_false_old_claim_new_true_new_is_true(self) -> None:
+    async def test_true_old_false_old_claim_new_true_new_is_true(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             await store.report(app, True, OLD, OLD_ADDRESS)
@@ -391,18 +389,18 @@ class RecordStoreContract(StoreHarness):
             await store.report(app, True, NEW, NEW_ADDRESS)
             assert await store.get(app) == Record(NEW, True, NEW_ADDRESS)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_untagged_true_then_untagged_false_is_false(self) -> None:
+    async def test_untagged_true_then_untagged_false_is_false(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             await store.report(app, True, None, OLD_ADDRESS)
             assert await store.report(app, False, None) is True
             assert await store.get(app) == Record(None, False)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_true_old_claim_untagged_false_untagged_is_false(self) -> None:
+    async def test_true_old_claim_untagged_false_untagged_is_false(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             await store.report(app, True, OLD, OLD_ADDRESS)
@@ -411,11 +409,11 @@ class RecordStoreContract(StoreHarness):
             assert await store.report(app, False, None) is True
             assert await store.get(app) == Record(None, False)
 
-        self.run(scenario)
+        await self.run(scenario)
 
     # beyond the named scenarios
 
-    def test_records_are_per_service(self) -> None:
+    async def test_records_are_per_service(self) -> None:
         async def scenario(store: RecordStore) -> None:
             first, second = new_service(), new_service()
             await store.report(first, True, OLD, OLD_ADDRESS)
@@ -425,7 +423,7 @@ class RecordStoreContract(StoreHarness):
             await store.clear(first)
             assert await store.get(second) == Record(NEW, False)
 
-        self.run(scenario)
+        await self.run(scenario)
 
     @pytest.mark.parametrize(
         ("call", "named"),
@@ -438,7 +436,7 @@ class RecordStoreContract(StoreHarness):
             (lambda store: store.clear(""), "service"),
         ],
     )
-    def test_bad_arguments_are_refused_by_name_and_change_nothing(
+    async def test_bad_arguments_are_refused_by_name_and_change_nothing(
         self, call: Callable[[RecordStore], Awaitable[Any]], named: str
     ) -> None:
         async def scenario(store: RecordStore) -> None:
@@ -446,15 +444,15 @@ class RecordStoreContract(StoreHarness):
                 await call(store)
             assert await store.get("app") is None
 
-        self.run(scenario)
+        await self.run(scenario)
 
     @pytest.mark.parametrize("services", ["app", [], [""]])
-    def test_bad_watch_arguments_are_refused_by_name(self, services: Any) -> None:
+    async def test_bad_watch_arguments_are_refused_by_name(self, services: Any) -> None:
         async def scenario(store: RecordStore) -> None:
             with pytest.raises(ValueError, match="service"):
                 await anext(store.watch(services))
 
-        self.run(scenario)
+        await self.run(scenario)
 
     @settings(
         max_examples=60,
@@ -476,11 +474,11 @@ class RecordStoreContract(StoreHarness):
                 assert await apply(store, app, operation) == apply_to_model(model, app, operation)
                 assert await store.get(app) == model.get(app), operation
 
-        self.run(scenario)
+        asyncio.run(self.run(scenario))
 
     # the watch
 
-    def test_a_watch_yields_each_state_in_the_order_given_then_every_change(self) -> None:
+    async def test_a_watch_yields_each_state_in_the_order_given_then_every_change(self) -> None:
         async def scenario(store: RecordStore) -> None:
             first, second, other = new_service(), new_service(), new_service()
             await store.report(second, True, OLD, OLD_ADDRESS)
@@ -500,9 +498,9 @@ class RecordStoreContract(StoreHarness):
             ]
             await close(watch)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_a_watch_never_repeats_what_it_last_yielded(self) -> None:
+    async def test_a_watch_never_repeats_what_it_last_yielded(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             watch = store.watch([app])
@@ -519,9 +517,9 @@ class RecordStoreContract(StoreHarness):
             ]
             await close(watch)
 
-        self.run(scenario)
+        await self.run(scenario)
 
-    def test_watches_are_independent(self) -> None:
+    async def test_watches_are_independent(self) -> None:
         async def scenario(store: RecordStore) -> None:
             app = new_service()
             early = store.watch([app])
@@ -537,7 +535,7 @@ class RecordStoreContract(StoreHarness):
             ]
             await close(early)
 
-        self.run(scenario)
+        await self.run(scenario)
 
 
 async def take(watch: AsyncIterator[T], count: int) -> list[T]:
@@ -551,7 +549,7 @@ async def close(watch: AsyncIterator[Any]) -> None:
 class KeeperContract(StoreHarness):
     """The keeper and reader scenarios 1-7 of issue 5, for a store made by ``make_store``."""
 
-    def test_scenario1_a_successor_that_never_registers_cannot_pin_a_serving_app_at_false(
+    async def test_scenario1_a_successor_that_never_registers_cannot_pin_a_serving_app_at_false(
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -574,9 +572,9 @@ class KeeperContract(StoreHarness):
             assert await stage.advertised() == OLD_ADDRESS
             assert new.registrations == [20, 50]  # it kept trying, and writes nothing
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario2_the_probe_does_not_re_register_an_app_that_deregistered_itself(
+    async def test_scenario2_the_probe_does_not_re_register_an_app_that_deregistered_itself(
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -593,10 +591,10 @@ class KeeperContract(StoreHarness):
             assert await stage.advertised() is None
             assert [written for _, _, written in stage.store.writes][-1] == Record(OLD, False)
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
     @pytest.mark.parametrize("failure", ["answers-false", "raises"])
-    def test_scenario3_a_failing_probe_does_not_assert_the_app_as_registered_and_reconnects(
+    async def test_scenario3_a_failing_probe_does_not_assert_the_app_as_registered_and_reconnects(
         self, failure: str
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -617,9 +615,9 @@ class KeeperContract(StoreHarness):
             assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
             await keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario4_a_probe_answered_after_a_deregistration_does_not_re_register(
+    async def test_scenario4_a_probe_answered_after_a_deregistration_does_not_re_register(
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -637,9 +635,9 @@ class KeeperContract(StoreHarness):
             assert await stage.record() == Record(OLD, False)
             assert await stage.advertised() is None
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario4_readiness_withdrawn_while_the_probe_is_suspended_is_read_after_it(
+    async def test_scenario4_readiness_withdrawn_while_the_probe_is_suspended_is_read_after_it(
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -659,9 +657,9 @@ class KeeperContract(StoreHarness):
             assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
             await keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario5_a_replica_that_died_without_deregistering_loses_the_record_at_its_successors_claim(  # noqa: E501
+    async def test_scenario5_a_replica_that_died_without_deregistering_loses_the_record_at_its_successors_claim(  # noqa: E501
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -680,9 +678,9 @@ class KeeperContract(StoreHarness):
             assert await stage.advertised() == NEW_ADDRESS
             await new_keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario6_a_live_replica_can_deregister_itself(self) -> None:
+    async def test_scenario6_a_live_replica_can_deregister_itself(self) -> None:
         async def scenario(stage: Stage) -> None:
             keeper, replica = stage.replica(OLD, OLD_ADDRESS)
             await stage.start(keeper, replica)
@@ -691,9 +689,9 @@ class KeeperContract(StoreHarness):
             assert await stage.record() == Record(OLD, False)
             assert await stage.advertised() is None
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario6_a_departed_replicas_late_deregistration_is_dropped(self) -> None:
+    async def test_scenario6_a_departed_replicas_late_deregistration_is_dropped(self) -> None:
         async def scenario(stage: Stage) -> None:
             old_keeper, old = stage.replica(OLD, OLD_ADDRESS)
             await stage.start(old_keeper, old)
@@ -706,9 +704,9 @@ class KeeperContract(StoreHarness):
             assert await stage.advertised() == NEW_ADDRESS
             await new_keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario6_an_untagged_successor_can_claim_from_a_tagged_predecessor_and_then_deregister_itself(  # noqa: E501
+    async def test_scenario6_an_untagged_successor_can_claim_from_a_tagged_predecessor_and_then_deregister_itself(  # noqa: E501
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -724,9 +722,9 @@ class KeeperContract(StoreHarness):
             assert await stage.record() == Record(None, False)
             assert await stage.advertised() is None
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario7_no_probe_before_probe_interval_and_probes_at_least_an_interval_apart(
+    async def test_scenario7_no_probe_before_probe_interval_and_probes_at_least_an_interval_apart(
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -740,9 +738,9 @@ class KeeperContract(StoreHarness):
             assert all(b - a >= PROBE_INTERVAL for a, b in itertools.pairwise([0, *replica.probes]))
             await keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario7_a_failed_registration_is_not_retried_before_backoff(self) -> None:
+    async def test_scenario7_a_failed_registration_is_not_retried_before_backoff(self) -> None:
         async def scenario(stage: Stage) -> None:
             keeper, replica = stage.replica(
                 OLD, OLD_ADDRESS, tick=7, register_error=ConnectionError("refused")
@@ -759,9 +757,9 @@ class KeeperContract(StoreHarness):
             assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
             await keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario7_the_wrong_false_window_after_a_successors_claim_is_at_most_an_interval_and_a_tick(  # noqa: E501
+    async def test_scenario7_the_wrong_false_window_after_a_successors_claim_is_at_most_an_interval_and_a_tick(  # noqa: E501
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -776,9 +774,9 @@ class KeeperContract(StoreHarness):
             assert healed - claimed == 63 <= PROBE_INTERVAL + 7
             await old_keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)
 
-    def test_scenario7_the_wrong_false_window_after_a_competing_successor_is_at_most_an_interval_and_a_tick(  # noqa: E501
+    async def test_scenario7_the_wrong_false_window_after_a_competing_successor_is_at_most_an_interval_and_a_tick(  # noqa: E501
         self,
     ) -> None:
         async def scenario(stage: Stage) -> None:
@@ -803,4 +801,4 @@ class KeeperContract(StoreHarness):
             assert healed == 140  # new's probe after the one at 77
             await new_keeper.deregister()
 
-        self.stage(scenario)
+        await self.stage(scenario)

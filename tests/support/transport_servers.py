@@ -3,7 +3,6 @@ servers that answer the dispatch method the way no worker does."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -22,15 +21,6 @@ WAIT = 20.0
 _namespaces = itertools.count()
 
 RawBehaviour = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
-
-
-def run(scenario: Callable[[], Awaitable[T]]) -> T:
-    """Runs the scenario on a new loop, failing it after WAIT seconds."""
-
-    async def bounded() -> T:
-        return await asyncio.wait_for(scenario(), WAIT)
-
-    return asyncio.run(bounded())
 
 
 def new_namespace() -> str:

@@ -384,7 +384,7 @@ def catalog(pg: PgServer) -> Iterator[Catalog]:
         yield catalog
 
 
-def test_polling_reads_a_changed_map_once_and_an_unchanged_one_never(
+async def test_polling_reads_a_changed_map_once_and_an_unchanged_one_never(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[str] = []
@@ -410,7 +410,7 @@ def test_polling_reads_a_changed_map_once_and_an_unchanged_one_never(
         assert reads == ["default", "default"]
         assert len(topology.ranges("default")) == 3
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
 def test_a_payload_in_a_bucket_snapshot_applies_without_reading_again() -> None:

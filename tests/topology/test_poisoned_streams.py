@@ -66,87 +66,78 @@ def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> int:
 # discovery
 
 
-def test_local_discovery_skips_poisoned_records_and_goes_on(
+async def test_local_discovery_skips_poisoned_records_and_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def scenario() -> None:
-        discovery = LocalDiscovery("poisoned", directory=tmp_path)
-        try:
-            live = discovery.subscribe()
-            zoned = discovery.subscribe(in_zone)
-            await discovery.publisher.publish("worker-added", worker(1, extra=EU))
-            for stream in (live, zoned):
-                assert kinds(await take(stream, 1)) == [
-                    ("worker-added", worker(1).uid, worker(1).address)
-                ]
-            write_by_hand(
-                discovery.path,
-                [
-                    (worker(2).uid, DEEP),
-                    (
-                        worker(3).uid,
-                        json.dumps({"schema": True, "uid": str(worker(3).uid)}).encode(),
-                    ),
-                ],
-            )
-            await discovery.publisher.publish(
-                "worker-added", worker(4)
-            )  # no zone: the filter raises
-            await discovery.publisher.publish("worker-added", worker(5, extra=EU))
-            assert kinds(await take(live, 2)) == [
-                ("worker-added", worker(4).uid, worker(4).address),
-                ("worker-added", worker(5).uid, worker(5).address),
-            ]
-            assert kinds(await take(zoned, 1)) == [
-                ("worker-added", worker(5).uid, worker(5).address)
-            ]
-            assert live.skipped == {"malformed": 1, "unknown-schema": 1}
-            assert zoned.skipped == {"malformed": 1, "unknown-schema": 1, "filter-error": 1}
 
-            # a subscriber's first snapshot holds the poison too: the namespace is not dead
-            late = discovery.subscribe()
-            assert {event.metadata.uid for event in await take(late, 3)} == {
-                worker(n).uid for n in (1, 4, 5)
-            }
-            assert late.skipped == {"malformed": 1, "unknown-schema": 1}
-        finally:
-            await discovery.aclose()
+    discovery = LocalDiscovery("poisoned", directory=tmp_path)
+    try:
+        live = discovery.subscribe()
+        zoned = discovery.subscribe(in_zone)
+        await discovery.publisher.publish("worker-added", worker(1, extra=EU))
+        for stream in (live, zoned):
+            assert kinds(await take(stream, 1)) == [
+                ("worker-added", worker(1).uid, worker(1).address)
+            ]
+        write_by_hand(
+            discovery.path,
+            [
+                (worker(2).uid, DEEP),
+                (
+                    worker(3).uid,
+                    json.dumps({"schema": True, "uid": str(worker(3).uid)}).encode(),
+                ),
+            ],
+        )
+        await discovery.publisher.publish("worker-added", worker(4))  # no zone: the filter raises
+        await discovery.publisher.publish("worker-added", worker(5, extra=EU))
+        assert kinds(await take(live, 2)) == [
+            ("worker-added", worker(4).uid, worker(4).address),
+            ("worker-added", worker(5).uid, worker(5).address),
+        ]
+        assert kinds(await take(zoned, 1)) == [("worker-added", worker(5).uid, worker(5).address)]
+        assert live.skipped == {"malformed": 1, "unknown-schema": 1}
+        assert zoned.skipped == {"malformed": 1, "unknown-schema": 1, "filter-error": 1}
 
-    asyncio.run(scenario())
+        # a subscriber's first snapshot holds the poison too: the namespace is not dead
+        late = discovery.subscribe()
+        assert {event.metadata.uid for event in await take(late, 3)} == {
+            worker(n).uid for n in (1, 4, 5)
+        }
+        assert late.skipped == {"malformed": 1, "unknown-schema": 1}
+    finally:
+        await discovery.aclose()
     # logged once per subscriber that met it, with the reason
     assert warnings_about(caplog, "nests deeper than") == 3
     assert warnings_about(caplog, "schema True") == 3
     assert warnings_about(caplog, "filter raised") == 1
 
 
-def test_etcd_discovery_skips_poisoned_records_and_goes_on(etcd: EtcdServer) -> None:
+async def test_etcd_discovery_skips_poisoned_records_and_goes_on(etcd: EtcdServer) -> None:
     namespace = f"poisoned-{uuid.uuid4().hex[:8]}"
 
     def key(n: int) -> bytes:
         return f"/shardline/{namespace}/workers/{worker(n).uid}".encode()
 
-    async def scenario() -> None:
-        discovery = EtcdDiscovery([etcd.endpoint], namespace)
-        try:
-            subscription = discovery.subscribe(in_zone)
-            await discovery.publisher.publish("worker-added", worker(1, extra=EU))
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-added", worker(1).uid, worker(1).address)
-            ]
-            etcd.put(key(2), DEEP)
-            await discovery.publisher.publish("worker-added", worker(3))  # the filter raises
-            await discovery.publisher.publish("worker-added", worker(4, extra=EU))
-            assert kinds(await take(subscription, 1)) == [
-                ("worker-added", worker(4).uid, worker(4).address)
-            ]
-            assert subscription.skipped == {"malformed": 1, "filter-error": 1}
-        finally:
-            await discovery.aclose()
-
-    asyncio.run(scenario())
+    discovery = EtcdDiscovery([etcd.endpoint], namespace)
+    try:
+        subscription = discovery.subscribe(in_zone)
+        await discovery.publisher.publish("worker-added", worker(1, extra=EU))
+        assert kinds(await take(subscription, 1)) == [
+            ("worker-added", worker(1).uid, worker(1).address)
+        ]
+        etcd.put(key(2), DEEP)
+        await discovery.publisher.publish("worker-added", worker(3))  # the filter raises
+        await discovery.publisher.publish("worker-added", worker(4, extra=EU))
+        assert kinds(await take(subscription, 1)) == [
+            ("worker-added", worker(4).uid, worker(4).address)
+        ]
+        assert subscription.skipped == {"malformed": 1, "filter-error": 1}
+    finally:
+        await discovery.aclose()
 
 
-def test_an_etcd_record_store_watch_reports_a_poisoned_value_as_absent_and_goes_on(
+async def test_an_etcd_record_store_watch_reports_a_poisoned_value_as_absent_and_goes_on(
     etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     deep = DEEP[:2000] + DEEP[-2000:]  # inside the store's 4,096 bytes
@@ -163,14 +154,14 @@ def test_an_etcd_record_store_watch_reports_a_poisoned_value_as_absent_and_goes_
         assert await take_changes(watch, 1) == [("app", Record("b", True, "h:2"))]
         assert store.skipped == {"malformed": 1, "unknown-schema": 1}
 
-    with_store(etcd, scenario)
+    await with_store(etcd, scenario)
     assert warnings_about(caplog, "nests deeper than") == 1
 
 
 # topology sources
 
 
-def test_a_polling_source_counts_a_poisoned_row_or_map_and_goes_on(pg: PgServer) -> None:
+async def test_a_polling_source_counts_a_poisoned_row_or_map_and_goes_on(pg: PgServer) -> None:
     with Catalog(pg.create_schema()) as catalog:
         seed_tier(catalog, 2)
 
@@ -224,7 +215,7 @@ def test_a_polling_source_counts_a_poisoned_row_or_map_and_goes_on(pg: PgServer)
             }
             assert source.state.connects == 1
 
-        run_polled(catalog.dsn, scenario)
+        await run_polled(catalog.dsn, scenario)
 
 
 class _Picky(asyncpg.Connection):  # type: ignore[misc]
@@ -237,7 +228,7 @@ class _Picky(asyncpg.Connection):  # type: ignore[misc]
         return rows
 
 
-def test_a_polling_source_survives_a_value_that_raises_while_it_is_read(pg: PgServer) -> None:
+async def test_a_polling_source_survives_a_value_that_raises_while_it_is_read(pg: PgServer) -> None:
     with Catalog(pg.create_schema()) as catalog:
         seed_tier(catalog, 2)
 
@@ -253,7 +244,7 @@ def test_a_polling_source_survives_a_value_that_raises_while_it_is_read(pg: PgSe
             assert topology_state(topology) == catalog.expected()
             assert source.state.connects == 2  # the poll that raised left its connection
 
-        run_polled(catalog.dsn, scenario, connect_kwargs={"connection_class": _Picky})
+        await run_polled(catalog.dsn, scenario, connect_kwargs={"connection_class": _Picky})
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +254,7 @@ def notify_dsn(pg: PgServer) -> str:
     return dsn
 
 
-def test_a_notification_source_skips_a_poisoned_document_and_goes_on(notify_dsn: str) -> None:
+async def test_a_notification_source_skips_a_poisoned_document_and_goes_on(notify_dsn: str) -> None:
     with NotifyCluster(notify_dsn) as cluster:
         cluster.publish(*add(1), *buckets((1, 3000, 1)))
 
@@ -292,10 +283,10 @@ def test_a_notification_source_skips_a_poisoned_document_and_goes_on(notify_dsn:
                 assert (deliveries.skipped, deliveries.handed_out) == (1, 1)
                 assert source.state.connects == 1
 
-        asyncio.run(scenario())
+        await scenario()
 
 
-def test_a_transport_that_raises_or_hands_over_a_lone_surrogate_never_ends_the_stream() -> None:
+async def test_a_transport_that_raises_or_hands_over_a_lone_surrogate_never_ends_the_stream():
     reference = Topology()
     reference.apply_tiers({"default": 3000})
     for event in add(1):
@@ -321,14 +312,11 @@ def test_a_transport_that_raises_or_hands_over_a_lone_surrogate_never_ends_the_s
         ]
     )
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = NotificationSource(transport=transport, retry=0.01, max_retry=0.01)
-        async with running(source, topology):
-            await until(lambda: view(topology) == view(reference), what="the good document")
-            assert dict(source.state.failures) == {"connect": 1, "malformed-row": 1}
-
-    asyncio.run(scenario())
+    topology = Topology()
+    source = NotificationSource(transport=transport, retry=0.01, max_retry=0.01)
+    async with running(source, topology):
+        await until(lambda: view(topology) == view(reference), what="the good document")
+        assert dict(source.state.failures) == {"connect": 1, "malformed-row": 1}
 
 
 class _Scripted(TopologySource):
@@ -362,7 +350,7 @@ class _Scripted(TopologySource):
         self._closing.set()
 
 
-def test_run_counts_any_exception_a_change_raises_as_rejected_and_goes_on() -> None:
+async def test_run_counts_any_exception_a_change_raises_as_rejected_and_goes_on() -> None:
     first = ReplicasetEvent("replace", R[1], tier="default")
     # wrong types: a uuid that is an int makes applying the snapshot raise AttributeError
     broken = TopologySnapshot({"default": 3000}, (ReplicasetEvent("replace", 5, tier="default"),))
@@ -377,7 +365,7 @@ def test_run_counts_any_exception_a_change_raises_as_rejected_and_goes_on() -> N
         await asyncio.wait_for(task, 5)
         return topology
 
-    topology = asyncio.run(scenario())
+    topology = await scenario()
     assert set(topology.replicasets) == {R[1], R[2]}
     assert dict(source.state.failures) == {"rejected": 1}
     assert source.resyncs == 1

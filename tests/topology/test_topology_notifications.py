@@ -123,131 +123,122 @@ SEED_CASES = {
 
 
 @pytest.mark.parametrize("case", SEED_CASES, ids=list(SEED_CASES))
-def test_seed_cases_as_notification_streams(cluster: NotifyCluster, case: str) -> None:
+async def test_seed_cases_as_notification_streams(cluster: NotifyCluster, case: str) -> None:
     initial, steps = SEED_CASES[case]
     cluster.publish(*initial)
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = cluster.source()
-        async with running(source, topology):
+    topology = Topology()
+    source = cluster.source()
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        assert view(topology) == view(cluster.reference)
+        before = [(s, e, int(o[-1])) for s, e, o in cluster.reference.ranges("default")]
+        assert masters(topology) == served(*before)
+        for events, answers in steps:
+            cluster.publish(*events)
             await caught_up(source, cluster.position)
+            assert masters(topology) == served(*answers), events
             assert view(topology) == view(cluster.reference)
-            before = [(s, e, int(o[-1])) for s, e, o in cluster.reference.ranges("default")]
-            assert masters(topology) == served(*before)
-            for events, answers in steps:
-                cluster.publish(*events)
-                await caught_up(source, cluster.position)
-                assert masters(topology) == served(*answers), events
-                assert view(topology) == view(cluster.reference)
-            deliveries = source.deliveries
-            assert deliveries.handed_out == sum(len(events) for events, _ in steps)
-            assert (deliveries.duplicates, deliveries.stale, deliveries.skipped) == (0, 0, 0)
-            state = source.state
-            assert state.connects == state.refreshes == 1
-            assert not state.failures
-
-    asyncio.run(scenario())
+        deliveries = source.deliveries
+        assert deliveries.handed_out == sum(len(events) for events, _ in steps)
+        assert (deliveries.duplicates, deliveries.stale, deliveries.skipped) == (0, 0, 0)
+        state = source.state
+        assert state.connects == state.refreshes == 1
+        assert not state.failures
 
 
 # ordering by raft position
 
 
-def test_redelivered_documents_are_ignored(cluster: NotifyCluster) -> None:
+async def test_redelivered_documents_are_ignored(cluster: NotifyCluster) -> None:
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = cluster.source()
-        async with running(source, topology):
-            await caught_up(source, cluster.position)
-            covered = cluster.publish(*add(2), notify=False)  # before the next snapshot
-            assert await source.refresh()
-            documents = cluster.publish(*buckets((1, 1500, 1), (1501, 3000, 2)))
-            await caught_up(source, cluster.position)
-            epoch = topology.epoch("default")
-            applied = source.state.events_applied
-            # each copy in a transaction of its own, so PostgreSQL delivers every one
-            cluster.notify(*documents, documents[0], *covered, documents[1])
-            cluster.publish(InstanceEvent("replace", I[1], current_state="Offline"))
-            await caught_up(source, cluster.position)
-            assert topology.epoch("default") == epoch
-            assert source.state.events_applied == applied + 1
-            assert source.deliveries.duplicates == 6
-            assert source.deliveries.handed_out == 3
-            assert view(topology) == view(cluster.reference)
-
-    asyncio.run(scenario())
+    topology = Topology()
+    source = cluster.source()
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        covered = cluster.publish(*add(2), notify=False)  # before the next snapshot
+        assert await source.refresh()
+        documents = cluster.publish(*buckets((1, 1500, 1), (1501, 3000, 2)))
+        await caught_up(source, cluster.position)
+        epoch = topology.epoch("default")
+        applied = source.state.events_applied
+        # each copy in a transaction of its own, so PostgreSQL delivers every one
+        cluster.notify(*documents, documents[0], *covered, documents[1])
+        cluster.publish(InstanceEvent("replace", I[1], current_state="Offline"))
+        await caught_up(source, cluster.position)
+        assert topology.epoch("default") == epoch
+        assert source.state.events_applied == applied + 1
+        assert source.deliveries.duplicates == 6
+        assert source.deliveries.handed_out == 3
+        assert view(topology) == view(cluster.reference)
 
 
-def test_an_older_document_is_ignored_and_the_snapshot_read_again(cluster: NotifyCluster) -> None:
+async def test_an_older_document_is_ignored_and_the_snapshot_read_again(
+    cluster: NotifyCluster,
+) -> None:
     cluster.publish(*add(1), *add(2), *buckets((1, 3000, 1)))
 
-    async def scenario() -> None:
-        topology = Topology()
-        # no automatic re-read for a minute: the late document's effect is visibly missing
-        source = cluster.source(min_resync_interval=60.0)
-        async with running(source, topology):
-            await caught_up(source, cluster.position)
-            readdressed, moved = cluster.publish(
-                InstanceEvent("replace", I[2], address="h2:2"),
-                *buckets((1, 1500, 1)),
-                notify=False,
-            )
-            cluster.notify(moved, readdressed)  # raft order: readdressed, then moved
-            await until(lambda: source.deliveries.stale == 1, what="the late document")
-            assert topology.instances[I[2]].address == "h2:1"  # the older event was not applied
-            assert topology.ranges("default") == [(1, 1500, R[1])]
-            assert source.deliveries.snapshots == 1
-            assert await source.refresh()
-            assert view(topology) == view(cluster.reference)
-            assert topology.instances[I[2]].address == "h2:2"
+    topology = Topology()
+    # no automatic re-read for a minute: the late document's effect is visibly missing
+    source = cluster.source(min_resync_interval=60.0)
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        readdressed, moved = cluster.publish(
+            InstanceEvent("replace", I[2], address="h2:2"),
+            *buckets((1, 1500, 1)),
+            notify=False,
+        )
+        cluster.notify(moved, readdressed)  # raft order: readdressed, then moved
+        await until(lambda: source.deliveries.stale == 1, what="the late document")
+        assert topology.instances[I[2]].address == "h2:1"  # the older event was not applied
+        assert topology.ranges("default") == [(1, 1500, R[1])]
+        assert source.deliveries.snapshots == 1
+        assert await source.refresh()
+        assert view(topology) == view(cluster.reference)
+        assert topology.instances[I[2]].address == "h2:2"
 
-        # with the default behaviour the re-read follows at once
-        topology = Topology()
-        source = cluster.source()
-        async with running(source, topology):
-            await caught_up(source, cluster.position)
-            first, second = cluster.publish(*buckets((1, 1000, 1), (1001, 3000, 2)), notify=False)
-            cluster.notify(second, first)
-            await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
-            await until(lambda: view(topology) == view(cluster.reference), what="convergence")
-            assert source.deliveries.stale == 1
-
-    asyncio.run(scenario())
+    # with the default behaviour the re-read follows at once
+    topology = Topology()
+    source = cluster.source()
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        first, second = cluster.publish(*buckets((1, 1000, 1), (1001, 3000, 2)), notify=False)
+        cluster.notify(second, first)
+        await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
+        await until(lambda: view(topology) == view(cluster.reference), what="convergence")
+        assert source.deliveries.stale == 1
 
 
-def test_several_documents_of_one_raft_entry_and_a_new_term(cluster: NotifyCluster) -> None:
-    async def scenario() -> None:
-        topology = Topology()
-        source = cluster.source()
-        async with running(source, topology):
-            # an empty cluster: its burst is empty, at no position
-            await until(lambda: source.deliveries.snapshots == 1, what="the snapshot")
-            one_entry = cluster.publish(
-                *add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2)), same_entry=True
-            )
-            await caught_up(source, cluster.position)
-            assert source.deliveries.handed_out == 6
-            assert view(topology) == view(cluster.reference)
-            cluster.new_term()
-            cluster.publish(ReplicasetEvent("replace", R[1], current_master_uuid=I[2]))
-            cluster.notify(*one_entry)  # an older term: all redeliveries
-            cluster.publish(ReplicasetEvent("replace", R[1], current_master_uuid=I[1]))
-            await caught_up(source, cluster.position)
-            assert source.position == RaftPosition(2, 3)
-            assert source.deliveries.duplicates == 6
-            assert source.deliveries.stale == 0
-            assert view(topology) == view(cluster.reference)
+async def test_several_documents_of_one_raft_entry_and_a_new_term(cluster: NotifyCluster) -> None:
 
-    asyncio.run(scenario())
+    topology = Topology()
+    source = cluster.source()
+    async with running(source, topology):
+        # an empty cluster: its burst is empty, at no position
+        await until(lambda: source.deliveries.snapshots == 1, what="the snapshot")
+        one_entry = cluster.publish(
+            *add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2)), same_entry=True
+        )
+        await caught_up(source, cluster.position)
+        assert source.deliveries.handed_out == 6
+        assert view(topology) == view(cluster.reference)
+        cluster.new_term()
+        cluster.publish(ReplicasetEvent("replace", R[1], current_master_uuid=I[2]))
+        cluster.notify(*one_entry)  # an older term: all redeliveries
+        cluster.publish(ReplicasetEvent("replace", R[1], current_master_uuid=I[1]))
+        await caught_up(source, cluster.position)
+        assert source.position == RaftPosition(2, 3)
+        assert source.deliveries.duplicates == 6
+        assert source.deliveries.stale == 0
+        assert view(topology) == view(cluster.reference)
 
 
 @pytest.mark.parametrize(
     ("function", "in_snapshot"),
     [("shardline_topology_snapshot_after", True), ("shardline_topology_snapshot_then", False)],
 )
-def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
+async def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
     cluster: NotifyCluster, function: str, in_snapshot: bool
 ) -> None:
     """Changes committed while the snapshot is being read: if the snapshot holds them their
@@ -259,47 +250,44 @@ def test_nothing_is_lost_or_doubled_between_listen_and_snapshot(
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
     name = f"boundary-{cluster.channel}"
 
-    async def scenario() -> None:
-        topology = Topology()
-        delivered = asyncio.Event()
-        if not in_snapshot:
-            delivered.set()  # reaching the position takes the notifications themselves
-        source = NotificationSource(
-            transport=_HeldBack(
-                PgNotifyTransport(
-                    cluster.dsn,
-                    channel=cluster.channel,
-                    snapshot_query=f"SELECT {function}('{cluster.channel}', {cluster.lock})",
-                    tiers_query=cluster.tiers_query,
-                    connect_kwargs={"server_settings": {"application_name": name}},
-                ),
-                delivered,
+    topology = Topology()
+    delivered = asyncio.Event()
+    if not in_snapshot:
+        delivered.set()  # reaching the position takes the notifications themselves
+    source = NotificationSource(
+        transport=_HeldBack(
+            PgNotifyTransport(
+                cluster.dsn,
+                channel=cluster.channel,
+                snapshot_query=f"SELECT {function}('{cluster.channel}', {cluster.lock})",
+                tiers_query=cluster.tiers_query,
+                connect_kwargs={"server_settings": {"application_name": name}},
             ),
-            retry=0.02,
-            max_retry=0.2,
-            min_resync_interval=0.0,
-        )
-        with cluster.holding():
-            async with running(source, topology):
-                # LISTEN is in force: the snapshot query waits for the lock
-                await until(lambda: cluster.waiting_sessions(name) == 1, what="the snapshot")
-                cluster.publish(*add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
-                cluster.release()
-                await caught_up(source, cluster.position)
-                assert view(topology) == view(cluster.reference)
-                if in_snapshot:
-                    assert source.deliveries.received == 0
-                    delivered.set()
-                await until(lambda: source.deliveries.received == 4, what="the notifications")
-                assert view(topology) == view(cluster.reference)
-                deliveries = source.deliveries
-                if in_snapshot:
-                    assert (deliveries.duplicates, deliveries.handed_out) == (4, 0)
-                else:
-                    assert (deliveries.duplicates, deliveries.handed_out) == (0, 4)
-                assert deliveries.snapshots == 1
-
-    asyncio.run(scenario())
+            delivered,
+        ),
+        retry=0.02,
+        max_retry=0.2,
+        min_resync_interval=0.0,
+    )
+    with cluster.holding():
+        async with running(source, topology):
+            # LISTEN is in force: the snapshot query waits for the lock
+            await until(lambda: cluster.waiting_sessions(name) == 1, what="the snapshot")
+            cluster.publish(*add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
+            cluster.release()
+            await caught_up(source, cluster.position)
+            assert view(topology) == view(cluster.reference)
+            if in_snapshot:
+                assert source.deliveries.received == 0
+                delivered.set()
+            await until(lambda: source.deliveries.received == 4, what="the notifications")
+            assert view(topology) == view(cluster.reference)
+            deliveries = source.deliveries
+            if in_snapshot:
+                assert (deliveries.duplicates, deliveries.handed_out) == (4, 0)
+            else:
+                assert (deliveries.duplicates, deliveries.handed_out) == (0, 4)
+            assert deliveries.snapshots == 1
 
 
 class _HeldBack:
@@ -349,7 +337,7 @@ def _bucket(start: Any, end: Any, tier: str = "default", **fields: Any) -> dict[
     }
 
 
-def test_malformed_documents_are_skipped_counted_and_the_stream_goes_on(
+async def test_malformed_documents_are_skipped_counted_and_the_stream_goes_on(
     cluster: NotifyCluster,
 ) -> None:
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
@@ -379,51 +367,45 @@ def test_malformed_documents_are_skipped_counted_and_the_stream_goes_on(
     # a map shardline does not follow: the ADR lets event types be added
     other_map = _raw(t, i + 1, op="replace", map="plugin", name="p")
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = cluster.source(max_document=1200)
-        async with running(source, topology):
-            await caught_up(source, cluster.position)
-            cluster.notify(*bad.values(), beyond, unknown_tier, oversized, other_map)
-            cluster.publish(*buckets((1, 2000, 1)))
-            await caught_up(source, cluster.position)
-            assert topology.ranges("default") == [(1, 2000, R[1])]
-            state = source.state
-            assert dict(state.failures) == {
-                "malformed-row": len(bad),
-                "malformed-buckets": 1,
-                "unknown-tier": 1,
-                "too-large": 1,
-            }
-            assert state.connects == 1  # the stream never stopped
-            assert source.deliveries.skipped == len(bad) + 3
-            assert source.deliveries.ignored == 1
-            assert source.deliveries.handed_out == 1
-
-    asyncio.run(scenario())
+    topology = Topology()
+    source = cluster.source(max_document=1200)
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        cluster.notify(*bad.values(), beyond, unknown_tier, oversized, other_map)
+        cluster.publish(*buckets((1, 2000, 1)))
+        await caught_up(source, cluster.position)
+        assert topology.ranges("default") == [(1, 2000, R[1])]
+        state = source.state
+        assert dict(state.failures) == {
+            "malformed-row": len(bad),
+            "malformed-buckets": 1,
+            "unknown-tier": 1,
+            "too-large": 1,
+        }
+        assert state.connects == 1  # the stream never stopped
+        assert source.deliveries.skipped == len(bad) + 3
+        assert source.deliveries.ignored == 1
+        assert source.deliveries.handed_out == 1
 
 
-def test_a_document_the_topology_refuses_is_rejected_and_the_snapshot_read_again(
+async def test_a_document_the_topology_refuses_is_rejected_and_the_snapshot_read_again(
     cluster: NotifyCluster,
 ) -> None:
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = cluster.source()
-        async with running(source, topology):
-            await caught_up(source, cluster.position)
-            t, i = cluster.position
-            # well formed, but a replicaset the topology does not know needs its tier
-            cluster.notify(_raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid=R[7]))
-            await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
-            assert source.state.failures == {"rejected": 1}
-            assert view(topology) == view(cluster.reference)
-
-    asyncio.run(scenario())
+    topology = Topology()
+    source = cluster.source()
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        t, i = cluster.position
+        # well formed, but a replicaset the topology does not know needs its tier
+        cluster.notify(_raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid=R[7]))
+        await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
+        assert source.state.failures == {"rejected": 1}
+        assert view(topology) == view(cluster.reference)
 
 
-def test_an_unusable_snapshot_is_counted_and_retried(cluster: NotifyCluster) -> None:
+async def test_an_unusable_snapshot_is_counted_and_retried(cluster: NotifyCluster) -> None:
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
     good = cluster.snapshot()
     t, i = cluster.position
@@ -435,40 +417,37 @@ def test_an_unusable_snapshot_is_counted_and_retried(cluster: NotifyCluster) -> 
             (documents, cluster.channel),
         )
 
-    async def scenario() -> None:
-        topology = Topology()
-        store([*good[:1], "{not json", *good[1:]])
-        source = cluster.source()
-        async with running(source, topology):
-            await until(lambda: source.state.failures.get("malformed-row", 0) >= 2)
-            store(overlapping)
-            await until(lambda: source.state.failures.get("malformed-buckets", 0) >= 2)
-            assert source.deliveries.snapshots == 0
-            assert not topology.replicasets
-            store(good)
-            await caught_up(source, cluster.position)
-            assert view(topology) == view(cluster.reference)
+    topology = Topology()
+    store([*good[:1], "{not json", *good[1:]])
+    source = cluster.source()
+    async with running(source, topology):
+        await until(lambda: source.state.failures.get("malformed-row", 0) >= 2)
+        store(overlapping)
+        await until(lambda: source.state.failures.get("malformed-buckets", 0) >= 2)
+        assert source.deliveries.snapshots == 0
+        assert not topology.replicasets
+        store(good)
+        await caught_up(source, cluster.position)
+        assert view(topology) == view(cluster.reference)
 
-        # a snapshot query of the wrong shape, or one that fails, is a query error
-        for query in ("SELECT 1, 2", "SELECT no_such_function()"):
-            wrong = cluster.source(snapshot_query=query)
-            async with running(wrong, Topology()):
-                await until(lambda s=wrong: s.state.failures.get("query-error", 0) >= 2)
-        # so is a tiers query that fails; one of the wrong shape is a malformed row
-        source = cluster.source(tiers_query="SELECT * FROM _pico_tier")
-        async with running(source, Topology()):
-            await until(lambda: source.state.failures.get("query-error", 0) >= 2)
-        source = cluster.source(tiers_query="SELECT 'default', 'many'")
-        async with running(source, Topology()):
-            await until(lambda: source.state.failures.get("malformed-row", 0) >= 2)
-
-    asyncio.run(scenario())
+    # a snapshot query of the wrong shape, or one that fails, is a query error
+    for query in ("SELECT 1, 2", "SELECT no_such_function()"):
+        wrong = cluster.source(snapshot_query=query)
+        async with running(wrong, Topology()):
+            await until(lambda s=wrong: s.state.failures.get("query-error", 0) >= 2)
+    # so is a tiers query that fails; one of the wrong shape is a malformed row
+    source = cluster.source(tiers_query="SELECT * FROM _pico_tier")
+    async with running(source, Topology()):
+        await until(lambda: source.state.failures.get("query-error", 0) >= 2)
+    source = cluster.source(tiers_query="SELECT 'default', 'many'")
+    async with running(source, Topology()):
+        await until(lambda: source.state.failures.get("malformed-row", 0) >= 2)
 
 
 # connections
 
 
-def test_a_killed_connection_rebuilds_from_the_new_snapshot(
+async def test_a_killed_connection_rebuilds_from_the_new_snapshot(
     pg: PgServer, cluster: NotifyCluster
 ) -> None:
     cluster.publish(*add(1), *add(2), *buckets((1, 1500, 1), (1501, 3000, 2)))
@@ -476,73 +455,65 @@ def test_a_killed_connection_rebuilds_from_the_new_snapshot(
     name = f"killed-{cluster.channel}"
     database = cluster.connection.info.dbname
 
-    async def scenario() -> None:
-        topology = Topology()
-        # something the cluster never said: gone after the first snapshot
-        topology.apply_tiers({"default": 3000})
-        topology.apply(ReplicasetEvent("replace", R[8], tier="default"))
-        source = cluster.source(connect_kwargs={"server_settings": {"application_name": name}})
-        async with running(source, topology):
-            await caught_up(source, cluster.position)
-            assert view(topology) == view(cluster.reference)
-            epoch = topology.epoch("default")
-            # changes whose notifications are lost: R2 expelled with its instances; R1
-            # re-registered without a known master and given every bucket
-            cluster.publish(
-                ReplicasetEvent("delete", R[2]),
-                InstanceEvent("delete", I[2]),
-                InstanceEvent("delete", I[9]),
-                ReplicasetEvent("delete", R[1]),
-                ReplicasetEvent("replace", R[1], tier="default"),
-                *buckets((1, 3000, 1)),
-                notify=False,
-            )
-            assert await asyncio.to_thread(pg.terminate_backends, database, application_name=name)
-            await caught_up(source, cluster.position)
-            assert view(topology) == view(cluster.reference)
-            # nothing stale survives: not R2, not I9, and not R1's old master
-            assert set(topology.replicasets) == {R[1]}
-            assert set(topology.instances) == {I[1]}
-            assert topology.replicasets[R[1]].current_master_uuid is None
-            assert masters(topology) == served()
-            assert topology.epoch("default") > epoch
-            state = source.state
-            assert state.failures == {"connection-lost": 1}
-            assert (state.connects, state.refreshes, state.connected) == (2, 2, True)
-
-    asyncio.run(scenario())
+    topology = Topology()
+    # something the cluster never said: gone after the first snapshot
+    topology.apply_tiers({"default": 3000})
+    topology.apply(ReplicasetEvent("replace", R[8], tier="default"))
+    source = cluster.source(connect_kwargs={"server_settings": {"application_name": name}})
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        assert view(topology) == view(cluster.reference)
+        epoch = topology.epoch("default")
+        # changes whose notifications are lost: R2 expelled with its instances; R1
+        # re-registered without a known master and given every bucket
+        cluster.publish(
+            ReplicasetEvent("delete", R[2]),
+            InstanceEvent("delete", I[2]),
+            InstanceEvent("delete", I[9]),
+            ReplicasetEvent("delete", R[1]),
+            ReplicasetEvent("replace", R[1], tier="default"),
+            *buckets((1, 3000, 1)),
+            notify=False,
+        )
+        assert await asyncio.to_thread(pg.terminate_backends, database, application_name=name)
+        await caught_up(source, cluster.position)
+        assert view(topology) == view(cluster.reference)
+        # nothing stale survives: not R2, not I9, and not R1's old master
+        assert set(topology.replicasets) == {R[1]}
+        assert set(topology.instances) == {I[1]}
+        assert topology.replicasets[R[1]].current_master_uuid is None
+        assert masters(topology) == served()
+        assert topology.epoch("default") > epoch
+        state = source.state
+        assert state.failures == {"connection-lost": 1}
+        assert (state.connects, state.refreshes, state.connected) == (2, 2, True)
 
 
-def test_a_connection_killed_while_the_snapshot_is_read_is_connection_lost(
+async def test_a_connection_killed_while_the_snapshot_is_read_is_connection_lost(
     pg: PgServer, cluster: NotifyCluster
 ) -> None:
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
     name = f"killed-early-{cluster.channel}"
     database = cluster.connection.info.dbname
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = cluster.source(
-            snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
-            f" {cluster.lock})",
-            connect_kwargs={"server_settings": {"application_name": name}},
-        )
-        with cluster.holding():
-            async with running(source, topology):
-                await until(lambda: cluster.waiting_sessions(name) == 1, what="the snapshot")
-                assert await asyncio.to_thread(
-                    pg.terminate_backends, database, application_name=name
-                )
-                await until(lambda: bool(source.state.failures), what="the failure")
-                assert dict(source.state.failures) == {"connection-lost": 1}
-                cluster.release()
-                await caught_up(source, cluster.position)
-                assert view(topology) == view(cluster.reference)
-
-    asyncio.run(scenario())
+    topology = Topology()
+    source = cluster.source(
+        snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
+        f" {cluster.lock})",
+        connect_kwargs={"server_settings": {"application_name": name}},
+    )
+    with cluster.holding():
+        async with running(source, topology):
+            await until(lambda: cluster.waiting_sessions(name) == 1, what="the snapshot")
+            assert await asyncio.to_thread(pg.terminate_backends, database, application_name=name)
+            await until(lambda: bool(source.state.failures), what="the failure")
+            assert dict(source.state.failures) == {"connection-lost": 1}
+            cluster.release()
+            await caught_up(source, cluster.position)
+            assert view(topology) == view(cluster.reference)
 
 
-def test_a_restarted_server_is_reconnected_and_the_view_rebuilt() -> None:
+async def test_a_restarted_server_is_reconnected_and_the_view_rebuilt() -> None:
     server = PgServer()
     try:
         server.start()
@@ -570,103 +541,97 @@ def test_a_restarted_server_is_reconnected_and_the_view_rebuilt() -> None:
                     assert state.connected
                     assert state.connects == 2
 
-            asyncio.run(scenario())
+            await scenario()
     finally:
         server.close()
 
 
-def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
+async def test_refresh_trigger_and_close(cluster: NotifyCluster) -> None:
     cluster.publish(*add(1))
 
-    async def scenario() -> None:
-        source = cluster.source(min_resync_interval=0.3)
-        with pytest.raises(RuntimeError, match="nothing runs"):
-            await source.refresh()
-        topology = Topology()
-        async with running(source, topology):
-            await caught_up(source, cluster.position)
-            with pytest.raises(RuntimeError, match="already being iterated"):
-                source.__aiter__()
-            assert await source.refresh()
-            assert source.deliveries.snapshots == 2
-            loop = asyncio.get_running_loop()
-            asked = loop.time()
-            source.trigger()
-            source.trigger()
-            await until(lambda: source.deliveries.snapshots == 3, what="the triggered re-read")
-            assert loop.time() - asked >= 0.25  # not sooner than min_resync_interval
-            await asyncio.sleep(0.05)
-            assert source.deliveries.snapshots == 3  # two triggers, one re-read
-        with pytest.raises(RuntimeError, match="closed"):
+    source = cluster.source(min_resync_interval=0.3)
+    with pytest.raises(RuntimeError, match="nothing runs"):
+        await source.refresh()
+    topology = Topology()
+    async with running(source, topology):
+        await caught_up(source, cluster.position)
+        with pytest.raises(RuntimeError, match="already being iterated"):
             source.__aiter__()
+        assert await source.refresh()
+        assert source.deliveries.snapshots == 2
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        source.trigger()
+        source.trigger()
+        await until(lambda: source.deliveries.snapshots == 3, what="the triggered re-read")
+        assert loop.time() - asked >= 0.25  # not sooner than min_resync_interval
+        await asyncio.sleep(0.05)
+        assert source.deliveries.snapshots == 3  # two triggers, one re-read
+    with pytest.raises(RuntimeError, match="closed"):
+        source.__aiter__()
 
-        # refresh() right after starting run(): the first connection answers it
-        eager = cluster.source()
-        async with running(eager, Topology()):
-            assert await eager.refresh()
-            assert eager.deliveries.snapshots == 1
+    # refresh() right after starting run(): the first connection answers it
+    eager = cluster.source()
+    async with running(eager, Topology()):
+        assert await eager.refresh()
+        assert eager.deliveries.snapshots == 1
 
-        # closing while the snapshot is being read ends run() at once
-        slow = cluster.source(
-            snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
-            f" {cluster.lock})",
-            connect_kwargs={"server_settings": {"application_name": f"slow-{cluster.channel}"}},
-        )
-        with cluster.holding():
-            task = asyncio.create_task(slow.run(Topology()))
-            await until(lambda: cluster.waiting_sessions(f"slow-{cluster.channel}") == 1)
-            await slow.aclose()
-            await asyncio.wait_for(task, 2)
-        assert not slow.state.connected
-        assert slow.state.attempts == 1
-        assert not slow.state.failures
-
-    asyncio.run(scenario())
+    # closing while the snapshot is being read ends run() at once
+    slow = cluster.source(
+        snapshot_query=f"SELECT shardline_topology_snapshot_after('{cluster.channel}',"
+        f" {cluster.lock})",
+        connect_kwargs={"server_settings": {"application_name": f"slow-{cluster.channel}"}},
+    )
+    with cluster.holding():
+        task = asyncio.create_task(slow.run(Topology()))
+        await until(lambda: cluster.waiting_sessions(f"slow-{cluster.channel}") == 1)
+        await slow.aclose()
+        await asyncio.wait_for(task, 2)
+    assert not slow.state.connected
+    assert slow.state.attempts == 1
+    assert not slow.state.failures
 
 
-def test_the_transport_bounds_its_queue(cluster: NotifyCluster) -> None:
+async def test_the_transport_bounds_its_queue(cluster: NotifyCluster) -> None:
     """More notifications waiting than max_queue end the session (too-large) rather than grow
     without bound (the source then reconnects and reads a new snapshot: nothing is lost). The
     snapshot is the burst of ADR documents, the tiers come from the tiers query."""
     cluster.publish(*add(1), *buckets((1, 3000, 1)))
 
-    async def direct() -> None:
-        transport = PgNotifyTransport(
-            cluster.dsn,
-            channel=cluster.channel,
-            snapshot_query=cluster.snapshot_query,
-            tiers_query=cluster.tiers_query,
-            max_queue=3,
+    transport = PgNotifyTransport(
+        cluster.dsn,
+        channel=cluster.channel,
+        snapshot_query=cluster.snapshot_query,
+        tiers_query=cluster.tiers_query,
+        max_queue=3,
+    )
+    session = await transport.connect()
+    try:
+        assert session.tiers == {"default": 3000}
+        assert [parse_event_document(d).event for d in session.snapshot] == [
+            *add(1),
+            *buckets((1, 3000, 1)),
+        ]
+        documents = cluster.publish(
+            *[InstanceEvent("replace", I[1], address=f"h:{n}") for n in range(6)]
         )
-        session = await transport.connect()
-        try:
-            assert session.tiers == {"default": 3000}
-            assert [parse_event_document(d).event for d in session.snapshot] == [
-                *add(1),
-                *buckets((1, 3000, 1)),
-            ]
-            documents = cluster.publish(
-                *[InstanceEvent("replace", I[1], address=f"h:{n}") for n in range(6)]
-            )
-            waiting = session._queue  # what asyncpg has handed over, unread
-            await until(lambda: waiting.qsize() == 4, what="the notifications")
-            read = []
+        waiting = session._queue  # what asyncpg has handed over, unread
+        await until(lambda: waiting.qsize() == 4, what="the notifications")
+        read = []
 
-            async def drain() -> None:
-                async for document in session.documents():
-                    read.append(document)
+        async def drain() -> None:
+            async for document in session.documents():
+                read.append(document)
 
-            with pytest.raises(TransportError, match="over 3 notifications waiting") as raised:
-                await drain()
-            assert raised.value.reason == FailureReason.TOO_LARGE
-            assert read == documents[:3]
-        finally:
-            await session.aclose()
-
-    asyncio.run(direct())
+        with pytest.raises(TransportError, match="over 3 notifications waiting") as raised:
+            await drain()
+        assert raised.value.reason == FailureReason.TOO_LARGE
+        assert read == documents[:3]
+    finally:
+        await session.aclose()
 
 
-def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn: str) -> None:
+async def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn: str) -> None:
     """An arbiter tier (bucket_count 0, Picodata 26.1): its replicasets and instances are
     followed, routing in it raises a clear error, and a bucket document about it is skipped."""
     with NotifyCluster(notify_dsn, tiers={"default": 3000, "arbiter": 0}) as cluster:
@@ -689,19 +654,17 @@ def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn: str)
                 assert dict(source.state.failures) == {"malformed-buckets": 1}
                 assert view(topology) == view(cluster.reference)
 
-        asyncio.run(scenario())
+        await scenario()
 
 
-def test_a_server_that_is_not_there_is_a_connect_failure(pg: PgServer) -> None:
-    async def scenario() -> None:
-        source = NotificationSource(
-            pg.dsn_for("no_such_database"), retry=0.01, max_retry=0.02, timeout=2.0
-        )
-        async with running(source, Topology()):
-            await until(lambda: source.state.failures.get("connect", 0) >= 3)
-            assert source.position is None
+async def test_a_server_that_is_not_there_is_a_connect_failure(pg: PgServer) -> None:
 
-    asyncio.run(scenario())
+    source = NotificationSource(
+        pg.dsn_for("no_such_database"), retry=0.01, max_retry=0.02, timeout=2.0
+    )
+    async with running(source, Topology()):
+        await until(lambda: source.state.failures.get("connect", 0) >= 3)
+        assert source.position is None
 
 
 # any delivery order converges to in-order application
@@ -957,7 +920,7 @@ class _Transport:
         return session
 
 
-def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
+async def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
     reference = Topology()
     reference.apply_tiers({"default": 3000})
     for event in add(1):
@@ -975,21 +938,18 @@ def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
         ]
     )
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = NotificationSource(transport=transport, retry=0.01, max_retry=0.01)
-        async with running(source, topology):
-            await until(lambda: source.deliveries.snapshots == 3)
-            assert view(topology) == view(reference)
-            assert dict(source.state.failures) == {
-                "connect": 1,
-                "malformed-row": 1,
-                "connection-lost": 2,  # the end of a stream, and the transport's bug
-            }
-            assert [session.closed for session in transport.opened] == [True, True, False]
-        assert transport.opened[-1].closed
-
-    asyncio.run(scenario())
+    topology = Topology()
+    source = NotificationSource(transport=transport, retry=0.01, max_retry=0.01)
+    async with running(source, topology):
+        await until(lambda: source.deliveries.snapshots == 3)
+        assert view(topology) == view(reference)
+        assert dict(source.state.failures) == {
+            "connect": 1,
+            "malformed-row": 1,
+            "connection-lost": 2,  # the end of a stream, and the transport's bug
+        }
+        assert [session.closed for session in transport.opened] == [True, True, False]
+    assert transport.opened[-1].closed
 
 
 @pytest.mark.parametrize(
@@ -1026,19 +986,16 @@ def test_arguments_are_validated(kwargs: dict[str, Any], message: str) -> None:
         NotificationSource(**kwargs)
 
 
-def test_read_seconds_sums_the_time_the_attempts_took_to_read(cluster: NotifyCluster) -> None:
+async def test_read_seconds_sums_the_time_the_attempts_took_to_read(cluster: NotifyCluster) -> None:
     cluster.publish(*add(1))
 
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        source = cluster.source()
-        async with running(source, Topology()):
-            await caught_up(source, cluster.position)
-            assert await source.refresh()
-            state = source.state
-            assert state.attempts == 2
-            # two connects and snapshots, within the time the test waited for them
-            assert 0 < state.read_seconds <= loop.time() - started
-
-    asyncio.run(scenario())
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    source = cluster.source()
+    async with running(source, Topology()):
+        await caught_up(source, cluster.position)
+        assert await source.refresh()
+        state = source.state
+        assert state.attempts == 2
+        # two connects and snapshots, within the time the test waited for them
+        assert 0 < state.read_seconds <= loop.time() - started

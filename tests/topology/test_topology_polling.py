@@ -42,7 +42,7 @@ def catalog(pg: PgServer) -> Iterator[Catalog]:
 # the first poll
 
 
-def test_first_poll_rebuilds_the_topology_from_the_catalog(catalog: Catalog) -> None:
+async def test_first_poll_rebuilds_the_topology_from_the_catalog(catalog: Catalog) -> None:
     seed_tier(catalog, 3)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -66,10 +66,10 @@ def test_first_poll_rebuilds_the_topology_from_the_catalog(catalog: Catalog) -> 
         assert dict(state.failures) == {}
         assert state.events_applied > 0
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
-def test_an_unchanged_catalog_hands_out_only_bucket_snapshots_and_applies_nothing(
+async def test_an_unchanged_catalog_hands_out_only_bucket_snapshots_and_applies_nothing(
     catalog: Catalog,
 ) -> None:
     seed_tier(catalog, 2)
@@ -83,41 +83,37 @@ def test_an_unchanged_catalog_hands_out_only_bucket_snapshots_and_applies_nothin
         assert topology.epoch("default") == epoch
         assert source.state.events_applied == applied
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
 # the seed's three cases, step by step, through the changes the source hands out
 
 
-def step_by_step(
+async def step_by_step(
     catalog: Catalog,
     steps: list[tuple[Callable[[], None], Callable[[Topology, list[TopologyChange]], None]]],
 ) -> None:
     """Polls once, then for each step changes the catalog, polls once and checks the changes
     that poll handed out and the topology after applying them."""
+    topology = Topology()
+    handed_out: list[TopologyChange] = []
 
-    async def main() -> None:
-        topology = Topology()
-        handed_out: list[TopologyChange] = []
+    async def consume(source: PollingSource) -> None:
+        async for change in source:
+            apply_change(topology, change)
+            handed_out.append(change)
 
-        async def consume(source: PollingSource) -> None:
-            async for change in source:
-                apply_change(topology, change)
-                handed_out.append(change)
-
-        async with PollingSource(catalog.dsn, interval=60) as source:
-            task = asyncio.create_task(consume(source))
-            await started(source)
-            assert await source.refresh()
-            assert isinstance(handed_out[0], TopologySnapshot)
-            for change_catalog, check in steps:
-                change_catalog()
-                handed_out.clear()
-                await source.refresh()
-                check(topology, list(handed_out))
-        await asyncio.wait_for(task, 10)
-
-    asyncio.run(main())
+    async with PollingSource(catalog.dsn, interval=60) as source:
+        task = asyncio.create_task(consume(source))
+        await started(source)
+        assert await source.refresh()
+        assert isinstance(handed_out[0], TopologySnapshot)
+        for change_catalog, check in steps:
+            change_catalog()
+            handed_out.clear()
+            await source.refresh()
+            check(topology, list(handed_out))
+    await asyncio.wait_for(task, 10)
 
 
 def kinds(changes: list[TopologyChange]) -> list[str]:
@@ -130,7 +126,7 @@ def kinds(changes: list[TopologyChange]) -> list[str]:
     return out
 
 
-def test_seed_case_expel_a_replicaset(catalog: Catalog) -> None:
+async def test_seed_case_expel_a_replicaset(catalog: Catalog) -> None:
     # R1(1-1000), R2(1001-2000), R3(2001-3000); R2 is expelled and its buckets spread over R1, R3
     seed_tier(catalog, 3)
 
@@ -159,7 +155,7 @@ def test_seed_case_expel_a_replicaset(catalog: Catalog) -> None:
         assert owners(topology, 1, 1500, 1501, 3000) == ["r1", "r1", "r3", "r3"]
         assert topology_state(topology) == catalog.expected()
 
-    step_by_step(
+    await step_by_step(
         catalog,
         [
             (expel_r2_while_rebalancing, r2_gone_and_the_map_cleared),
@@ -168,7 +164,7 @@ def test_seed_case_expel_a_replicaset(catalog: Catalog) -> None:
     )
 
 
-def test_seed_case_add_a_replicaset(catalog: Catalog) -> None:
+async def test_seed_case_add_a_replicaset(catalog: Catalog) -> None:
     # R1(1-1500), R2(1501-3000); R3 joins and the buckets spread over the three
     seed_tier(catalog, 2)
 
@@ -199,7 +195,7 @@ def test_seed_case_add_a_replicaset(catalog: Catalog) -> None:
         ]  # fmt: skip
         assert topology_state(topology) == catalog.expected()
 
-    step_by_step(
+    await step_by_step(
         catalog,
         [
             (add_r3_while_rebalancing, r3_known_and_the_map_cleared),
@@ -208,7 +204,7 @@ def test_seed_case_add_a_replicaset(catalog: Catalog) -> None:
     )
 
 
-def test_seed_case_change_weights(catalog: Catalog) -> None:
+async def test_seed_case_change_weights(catalog: Catalog) -> None:
     # R1, R2, R3 with equal weights; the weights become 1:1:2 and buckets move 0.25/0.25/0.5
     seed_tier(catalog, 3)
 
@@ -241,7 +237,7 @@ def test_seed_case_change_weights(catalog: Catalog) -> None:
         ]  # fmt: skip
         assert topology_state(topology) == catalog.expected()
 
-    step_by_step(
+    await step_by_step(
         catalog,
         [
             (reweigh_while_rebalancing, nothing_changes),
@@ -250,7 +246,7 @@ def test_seed_case_change_weights(catalog: Catalog) -> None:
     )
 
 
-def test_the_seed_cases_in_one_poll_each(catalog: Catalog) -> None:
+async def test_the_seed_cases_in_one_poll_each(catalog: Catalog) -> None:
     """Without a rebalance window, each case is one poll: the final answers at once."""
     seed_tier(catalog, 3)
 
@@ -274,13 +270,13 @@ def test_the_seed_cases_in_one_poll_each(catalog: Catalog) -> None:
         assert owners(topology, 750, 751, 1500, 1501) == ["r1", "r2", "r2", "r3"]
         assert topology_state(topology) == catalog.expected()
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
 # instances and replicasets
 
 
-def test_instance_and_replicaset_changes_become_events(catalog: Catalog) -> None:
+async def test_instance_and_replicaset_changes_become_events(catalog: Catalog) -> None:
     seed_tier(catalog, 2)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -307,10 +303,12 @@ def test_instance_and_replicaset_changes_become_events(catalog: Catalog) -> None
         assert second not in topology.instances
         assert topology_state(topology) == catalog.expected()
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
-def test_an_instance_that_loses_its_address_loses_it_in_the_topology(catalog: Catalog) -> None:
+async def test_an_instance_that_loses_its_address_loses_it_in_the_topology(
+    catalog: Catalog,
+) -> None:
     seed_tier(catalog, 1)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -321,10 +319,10 @@ def test_an_instance_that_loses_its_address_loses_it_in_the_topology(catalog: Ca
         assert topology.instances[name_uuid("r1_1")].address is None
         assert topology_state(topology) == catalog.expected()
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
-def test_tiers_limits_what_is_followed(catalog: Catalog) -> None:
+async def test_tiers_limits_what_is_followed(catalog: Catalog) -> None:
     seed_tier(catalog, 2)
     seed_tier(catalog, 1, "other", first=3)
 
@@ -335,10 +333,10 @@ def test_tiers_limits_what_is_followed(catalog: Catalog) -> None:
         assert set(topology.replicasets) == {rs_uuid(3)}
         assert owners(topology, 1, tier="other") == ["r3"]
 
-    run_polled(catalog.dsn, scenario, tiers=["other"])
+    await run_polled(catalog.dsn, scenario, tiers=["other"])
 
 
-def test_a_tier_asked_for_but_missing_is_counted(catalog: Catalog) -> None:
+async def test_a_tier_asked_for_but_missing_is_counted(catalog: Catalog) -> None:
     seed_tier(catalog, 1)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -347,10 +345,10 @@ def test_a_tier_asked_for_but_missing_is_counted(catalog: Catalog) -> None:
         assert source.state.failures["unknown-tier"] >= 1
         assert owners(topology, 1) == ["r1"]
 
-    run_polled(catalog.dsn, scenario, tiers=["default", "nope"])
+    await run_polled(catalog.dsn, scenario, tiers=["default", "nope"])
 
 
-def test_a_tier_added_after_the_first_poll_is_reported_not_followed(catalog: Catalog) -> None:
+async def test_a_tier_added_after_the_first_poll_is_reported_not_followed(catalog: Catalog) -> None:
     seed_tier(catalog, 2)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -366,11 +364,11 @@ def test_a_tier_added_after_the_first_poll_is_reported_not_followed(catalog: Cat
         assert owners(topology, 1, 3000) == ["r1", "r1"]  # the rest is followed
         assert rs_uuid(3) in topology.replicasets
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
 @pytest.mark.parametrize("sql_type", ["json", "jsonb"])
-def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(
+async def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(
     catalog: Catalog, sql_type: str
 ) -> None:
     seed_tier(catalog, 2)
@@ -391,7 +389,7 @@ def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(
         assert owners(topology, 1, 3000) == ["r1", "r2"]
         return handed_out
 
-    (snapshot,) = asyncio.run(main())
+    (snapshot,) = await main()
     assert isinstance(snapshot, TopologySnapshot)
     assert [type(b.payload) for b in snapshot.buckets] == [BucketPayload]
     assert [
@@ -399,7 +397,7 @@ def test_a_json_typed_pico_bucket_still_reaches_the_topology_as_text(
     ] == [str]
 
 
-def test_address_type_chooses_the_address(catalog: Catalog) -> None:
+async def test_address_type_chooses_the_address(catalog: Catalog) -> None:
     seed_tier(catalog, 1)
 
     async def iproto(topology: Topology, source: PollingSource) -> None:
@@ -409,7 +407,7 @@ def test_address_type_chooses_the_address(catalog: Catalog) -> None:
         assert address is not None
         assert int(address.rsplit(":", 1)[1]) > 10_000  # the catalog's iproto ports
 
-    run_polled(catalog.dsn, iproto, address_type="iproto")
+    await run_polled(catalog.dsn, iproto, address_type="iproto")
 
     async def ambiguous(topology: Topology, source: PollingSource) -> None:
         await started(source)
@@ -417,7 +415,7 @@ def test_address_type_chooses_the_address(catalog: Catalog) -> None:
         assert "two addresses" in (source.state.last_failure or "")
 
     # without a connection_type filter, an instance with two addresses is ambiguous
-    run_polled(catalog.dsn, ambiguous, address_type=None)
+    await run_polled(catalog.dsn, ambiguous, address_type=None)
 
 
 # failed and partial polls
@@ -428,7 +426,7 @@ def two_tiers(catalog: Catalog) -> None:
     seed_tier(catalog, 2, "other", first=3)
 
 
-def test_pico_bucket_raising_for_one_tier_keeps_that_map_and_applies_the_rest(
+async def test_pico_bucket_raising_for_one_tier_keeps_that_map_and_applies_the_rest(
     catalog: Catalog,
 ) -> None:
     two_tiers(catalog)
@@ -457,7 +455,7 @@ def test_pico_bucket_raising_for_one_tier_keeps_that_map_and_applies_the_rest(
         assert owners(topology, 1, tier="other") == ["r4"]
         assert topology_state(topology) == catalog.expected()
 
-    run_polled(catalog.dsn, scenario, retry=0.01)
+    await run_polled(catalog.dsn, scenario, retry=0.01)
 
 
 @pytest.mark.parametrize(
@@ -478,7 +476,7 @@ def test_pico_bucket_raising_for_one_tier_keeps_that_map_and_applies_the_rest(
         ("", "not valid JSON"),
     ],
 )
-def test_a_malformed_bucket_map_keeps_the_old_map(
+async def test_a_malformed_bucket_map_keeps_the_old_map(
     catalog: Catalog, payload: str, message: str
 ) -> None:
     seed_tier(catalog, 2)
@@ -500,7 +498,7 @@ def test_a_malformed_bucket_map_keeps_the_old_map(
         assert await source.refresh()
         assert topology_state(topology) == catalog.expected()
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
 @pytest.mark.parametrize(
@@ -514,7 +512,7 @@ def test_a_malformed_bucket_map_keeps_the_old_map(
         ("_pico_instance", "replicaset_uuid", "x" * 2000, "name", "r1_1", "over the limit"),
     ],
 )
-def test_a_malformed_row_fails_the_poll_and_changes_nothing(
+async def test_a_malformed_row_fails_the_poll_and_changes_nothing(
     catalog: Catalog, table: str, column: str, value: str, where: str, key: str, message: str
 ) -> None:
     seed_tier(catalog, 2)
@@ -536,10 +534,10 @@ def test_a_malformed_row_fails_the_poll_and_changes_nothing(
         assert topology_state(topology) == before
         assert topology.epoch("default") == epoch
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
-def test_a_poll_failing_half_way_through_the_tables_changes_nothing(catalog: Catalog) -> None:
+async def test_a_poll_failing_half_way_through_the_tables_changes_nothing(catalog: Catalog) -> None:
     seed_tier(catalog, 2)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -561,10 +559,10 @@ def test_a_poll_failing_half_way_through_the_tables_changes_nothing(catalog: Cat
         assert topology_state(topology) == catalog.expected()
         assert source.state.connects == 1
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
-def test_a_connection_killed_mid_poll(pg: PgServer, catalog: Catalog) -> None:
+async def test_a_connection_killed_mid_poll(pg: PgServer, catalog: Catalog) -> None:
     two_tiers(catalog)
     name = f"killed-{catalog.schema}"
 
@@ -593,12 +591,12 @@ def test_a_connection_killed_mid_poll(pg: PgServer, catalog: Catalog) -> None:
         assert source.state.connects == 2
         assert topology_state(topology) == catalog.expected()
 
-    run_polled(
+    await run_polled(
         catalog.dsn, scenario, connect_kwargs={"server_settings": {"application_name": name}}
     )
 
 
-def test_sessions_are_named_shardline_unless_the_dsn_names_them(
+async def test_sessions_are_named_shardline_unless_the_dsn_names_them(
     pg: PgServer, catalog: Catalog
 ) -> None:
     seed_tier(catalog, 1)
@@ -618,8 +616,10 @@ def test_sessions_are_named_shardline_unless_the_dsn_names_them(
         assert await source.refresh()
         assert await asyncio.to_thread(names) == [expected]
 
-    run_polled(catalog.dsn, functools.partial(named, "shardline"))
-    run_polled(with_params(catalog.dsn, application_name=given), functools.partial(named, given))
+    await run_polled(catalog.dsn, functools.partial(named, "shardline"))
+    await run_polled(
+        with_params(catalog.dsn, application_name=given), functools.partial(named, given)
+    )
 
 
 def wait_for_query(pg: PgServer, application_name: str, fragment: str) -> None:
@@ -638,7 +638,7 @@ def wait_for_query(pg: PgServer, application_name: str, fragment: str) -> None:
     raise AssertionError(f"no session ran {fragment!r}")
 
 
-def test_a_poll_over_its_timeout_fails_and_reconnects(catalog: Catalog) -> None:
+async def test_a_poll_over_its_timeout_fails_and_reconnects(catalog: Catalog) -> None:
     seed_tier(catalog, 1)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -651,10 +651,10 @@ def test_a_poll_over_its_timeout_fails_and_reconnects(catalog: Catalog) -> None:
         assert await source.refresh()
         assert owners(topology, 1) == ["r1"]
 
-    run_polled(catalog.dsn, scenario, timeout=0.5)
+    await run_polled(catalog.dsn, scenario, timeout=0.5)
 
 
-def test_row_and_payload_bounds(catalog: Catalog) -> None:
+async def test_row_and_payload_bounds(catalog: Catalog) -> None:
     seed_tier(catalog, 3)
 
     async def too_many_rows(topology: Topology, source: PollingSource) -> None:
@@ -663,7 +663,7 @@ def test_row_and_payload_bounds(catalog: Catalog) -> None:
         assert source.state.failures["too-large"] >= 1
         assert topology.replicasets == {}
 
-    run_polled(catalog.dsn, too_many_rows, max_rows=2)
+    await run_polled(catalog.dsn, too_many_rows, max_rows=2)
 
     async def too_long_a_map(topology: Topology, source: PollingSource) -> None:
         await started(source)
@@ -673,10 +673,10 @@ def test_row_and_payload_bounds(catalog: Catalog) -> None:
         assert len(topology.replicasets) == 3
         assert topology.ranges("default") == []
 
-    run_polled(catalog.dsn, too_long_a_map, max_payload=100)
+    await run_polled(catalog.dsn, too_long_a_map, max_payload=100)
 
 
-def test_a_wrong_password_is_a_connect_failure_and_credentials_pass_through(
+async def test_a_wrong_password_is_a_connect_failure_and_credentials_pass_through(
     pg: PgServer, catalog: Catalog
 ) -> None:
     seed_tier(catalog, 1)
@@ -695,7 +695,7 @@ def test_a_wrong_password_is_a_connect_failure_and_credentials_pass_through(
         assert "password" in (source.state.last_failure or "")
         assert not source.state.connected
 
-    run_polled(pg.dsn_for(database, user=reader, password="wrong"), refused, retry=0.05)
+    await run_polled(pg.dsn_for(database, user=reader, password="wrong"), refused, retry=0.05)
 
     async def accepted(topology: Topology, source: PollingSource) -> None:
         await started(source)
@@ -703,13 +703,13 @@ def test_a_wrong_password_is_a_connect_failure_and_credentials_pass_through(
         assert owners(topology, 1) == ["r1"]
 
     dsn = pg.dsn_for(database, user=reader, password=None)
-    run_polled(dsn, accepted, connect_kwargs={"password": "secret"})
+    await run_polled(dsn, accepted, connect_kwargs={"password": "secret"})
 
 
 # the soak
 
 
-def test_soak_1000_polls_against_a_changing_catalog(catalog: Catalog) -> None:
+async def test_soak_1000_polls_against_a_changing_catalog(catalog: Catalog) -> None:
     seed_tier(catalog, 3)
     seed_tier(catalog, 2, "other", first=4)
     rng = random.Random(6)
@@ -788,13 +788,13 @@ def test_soak_1000_polls_against_a_changing_catalog(catalog: Catalog) -> None:
         assert state.connects == 1
         print(f"soak: {elapsed / 1000 * 1e3:.2f} ms per change + poll + check")
 
-    run_polled(catalog.dsn, scenario)
+    await run_polled(catalog.dsn, scenario)
 
 
 # the loop itself
 
 
-def test_trigger_polls_early_and_the_interval_polls_by_itself(catalog: Catalog) -> None:
+async def test_trigger_polls_early_and_the_interval_polls_by_itself(catalog: Catalog) -> None:
     seed_tier(catalog, 1)
 
     async def scenario(topology: Topology, source: PollingSource) -> None:
@@ -807,7 +807,7 @@ def test_trigger_polls_early_and_the_interval_polls_by_itself(catalog: Catalog) 
             await asyncio.sleep(0.005)
         assert source.state.attempts == attempts + 1
 
-    run_polled(catalog.dsn, scenario, min_interval=0.01)
+    await run_polled(catalog.dsn, scenario, min_interval=0.01)
 
     async def by_itself(topology: Topology, source: PollingSource) -> None:
         deadline = time.monotonic() + 5
@@ -815,41 +815,36 @@ def test_trigger_polls_early_and_the_interval_polls_by_itself(catalog: Catalog) 
             await asyncio.sleep(0.01)
         assert source.state.refreshes >= 3
 
-    run_polled(catalog.dsn, by_itself, interval=0.05)
+    await run_polled(catalog.dsn, by_itself, interval=0.05)
 
 
-def test_refresh_needs_a_consumer_and_a_source_has_one_at_a_time(catalog: Catalog) -> None:
-    async def main() -> None:
-        source = PollingSource(catalog.dsn)
-        with pytest.raises(RuntimeError, match="run"):
-            await source.refresh()
-        changes = source.__aiter__()
-        with pytest.raises(RuntimeError, match="already"):
-            source.__aiter__()
-        await changes.aclose()  # type: ignore[attr-defined]
-        await source.aclose()
-        with pytest.raises(RuntimeError, match="closed"):
-            source.__aiter__()
+async def test_refresh_needs_a_consumer_and_a_source_has_one_at_a_time(catalog: Catalog) -> None:
 
-    asyncio.run(main())
+    source = PollingSource(catalog.dsn)
+    with pytest.raises(RuntimeError, match="run"):
+        await source.refresh()
+    changes = source.__aiter__()
+    with pytest.raises(RuntimeError, match="already"):
+        source.__aiter__()
+    await changes.aclose()  # type: ignore[attr-defined]
+    await source.aclose()
+    with pytest.raises(RuntimeError, match="closed"):
+        source.__aiter__()
 
 
-def test_aclose_ends_run_and_answers_waiting_refreshes(catalog: Catalog) -> None:
+async def test_aclose_ends_run_and_answers_waiting_refreshes(catalog: Catalog) -> None:
     seed_tier(catalog, 1)
     catalog.delay_buckets("default", 30)
 
-    async def main() -> None:
-        topology = Topology()
-        source = PollingSource(catalog.dsn, interval=60)
-        task = asyncio.create_task(source.run(topology))
-        await started(source)
-        refresh = asyncio.create_task(source.refresh())
-        await asyncio.sleep(0.1)
-        await source.aclose()
-        assert await asyncio.wait_for(refresh, 5) is False
-        await asyncio.wait_for(task, 5)
-
-    asyncio.run(main())
+    topology = Topology()
+    source = PollingSource(catalog.dsn, interval=60)
+    task = asyncio.create_task(source.run(topology))
+    await started(source)
+    refresh = asyncio.create_task(source.refresh())
+    await asyncio.sleep(0.1)
+    await source.aclose()
+    assert await asyncio.wait_for(refresh, 5) is False
+    await asyncio.wait_for(task, 5)
 
 
 @pytest.mark.parametrize(

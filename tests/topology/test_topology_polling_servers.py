@@ -43,7 +43,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
         server.close()
 
 
-def test_the_server_restarted(tls: TlsServer) -> None:
+async def test_the_server_restarted(tls: TlsServer) -> None:
     tls_pg = tls.server
     dsn = tls_pg.create_schema()
     with Catalog(dsn) as catalog:
@@ -71,10 +71,12 @@ def test_the_server_restarted(tls: TlsServer) -> None:
         assert source.state.connects == 2
         assert owners(topology, 1500, 1501) == ["r1", "r3"]
 
-    run_polled(dsn, scenario, retry=0.05, timeout=2)
+    await run_polled(dsn, scenario, retry=0.05, timeout=2)
 
 
-def test_a_reconnect_to_a_different_server_rebuilds_the_view(pg: PgServer, tls: TlsServer) -> None:
+async def test_a_reconnect_to_a_different_server_rebuilds_the_view(
+    pg: PgServer, tls: TlsServer
+) -> None:
     """Two servers hold different catalogs under one schema name; the DSN lists both. When
     the first goes away the source lands on the second, and the view becomes the second's:
     what only the first had is deleted, not kept."""
@@ -110,7 +112,7 @@ def test_a_reconnect_to_a_different_server_rebuilds_the_view(pg: PgServer, tls: 
             assert owners(topology, 1, 1501) == ["r1", "r4"]
 
         try:
-            run_polled(dsn, scenario, retry=0.05, timeout=3)
+            await run_polled(dsn, scenario, retry=0.05, timeout=3)
         finally:
             tls_pg.start()
     finally:
@@ -118,7 +120,7 @@ def test_a_reconnect_to_a_different_server_rebuilds_the_view(pg: PgServer, tls: 
         second.close()
 
 
-def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
+async def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
     tls_pg, ca = tls.server, tls.ca
     dsn = tls_pg.create_schema()
     with Catalog(dsn) as catalog:
@@ -137,7 +139,7 @@ def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
             ).fetchone()
         assert row == (True,)
 
-    run_polled(
+    await run_polled(
         with_params(dsn, sslmode="verify-full", sslrootcert=str(ca)),
         verified,
         connect_kwargs={"server_settings": {"application_name": name}},
@@ -151,10 +153,12 @@ def test_tls_passes_through_the_dsn(tls: TlsServer) -> None:
 
     # the server's own certificate is not a CA: verification fails
     wrong = tls_pg.directory / "server.crt"
-    run_polled(with_params(dsn, sslmode="verify-full", sslrootcert=str(wrong)), refused, retry=0.05)
+    await run_polled(
+        with_params(dsn, sslmode="verify-full", sslrootcert=str(wrong)), refused, retry=0.05
+    )
 
 
-def test_an_arbiter_tier_a_tier_not_bootstrapped_and_an_expel(pg: PgServer) -> None:
+async def test_an_arbiter_tier_a_tier_not_bootstrapped_and_an_expel(pg: PgServer) -> None:
     """The catalog as Picodata keeps it (tests/support/picodata_catalog.py): an arbiter tier (bucket
     count 0) is followed for its members and never asked for buckets; a tier whose buckets
     are not bootstrapped yet fails alone, counted for it, while the others apply; a
@@ -205,4 +209,4 @@ def test_an_arbiter_tier_a_tier_not_bootstrapped_and_an_expel(pg: PgServer) -> N
                 ("expelled",)
             ]
 
-        run_polled(dsn, scenario, retry=60.0)
+        await run_polled(dsn, scenario, retry=60.0)

@@ -11,7 +11,7 @@ import re
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,15 +25,10 @@ T = TypeVar("T")
 
 SPEC = "local_pool_handlers:HANDLERS"
 BOUND = 20.0  # for every scenario, start to finish
+
+pytestmark = pytest.mark.async_timeout(BOUND)
 LOGGER = "shardline.transport.local_pool"
 HERE = Path(__file__).parent  # local_pool_handlers.py is beside this file
-
-
-def run(scenario: Callable[[], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(scenario(), BOUND)
-
-    return asyncio.run(bounded())
 
 
 def alive(pid: int) -> bool:
@@ -78,7 +73,7 @@ def _logs(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.parametrize("transport", ["msgpack", "grpc"])
-def test_dispatch_reaches_every_worker_and_leaving_the_block_stops_them(
+async def test_dispatch_reaches_every_worker_and_leaving_the_block_stops_them(
     monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
     # a short directory of its own: pytest's tmp_path can be too long for a socket's path
@@ -103,43 +98,41 @@ def test_dispatch_reaches_every_worker_and_leaving_the_block_stops_them(
             await pool.__aenter__()
         return pids
 
-    pids = run(scenario)
+    pids = await scenario()
     assert not [pid for pid in pids if alive(pid)]
     assert list(tmp_path.iterdir()) == []
     tmp_path.rmdir()
 
 
-def test_a_killed_worker_is_replaced_and_dispatch_goes_on(
+async def test_a_killed_worker_is_replaced_and_dispatch_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def scenario() -> None:
-        async with LocalPool(SPEC, workers=2) as pool:
-            victim, survivor = pool.pids
-            loop = asyncio.get_running_loop()
-            killed_at = loop.time()
-            os.kill(victim, signal.SIGKILL)
-            # dispatch right away: a call to the dead worker fails over to the other one
-            assert await whoami(pool, 4) <= {survivor, *pool.pids}
-            await until(lambda: victim not in {m.pid for m in pool.workers}, "withdrawal")
-            # withdrawn by the pool: LocalDiscovery's liveness (a 5 s timeout, heartbeats every
-            # 1 s) could not drop it before 4 s
-            assert loop.time() - killed_at < 3.0
-            await until(
-                lambda: len(pool.workers) == 2 and victim not in {m.pid for m in pool.workers},
-                "replacement joining",
-            )
-            (replacement,) = {m.pid for m in pool.workers} - {survivor}
-            assert sorted(pool.pids) == sorted([survivor, replacement])
-            assert await whoami(pool, 6) == {survivor, replacement}
 
-    run(scenario)
+    async with LocalPool(SPEC, workers=2) as pool:
+        victim, survivor = pool.pids
+        loop = asyncio.get_running_loop()
+        killed_at = loop.time()
+        os.kill(victim, signal.SIGKILL)
+        # dispatch right away: a call to the dead worker fails over to the other one
+        assert await whoami(pool, 4) <= {survivor, *pool.pids}
+        await until(lambda: victim not in {m.pid for m in pool.workers}, "withdrawal")
+        # withdrawn by the pool: LocalDiscovery's liveness (a 5 s timeout, heartbeats every
+        # 1 s) could not drop it before 4 s
+        assert loop.time() - killed_at < 3.0
+        await until(
+            lambda: len(pool.workers) == 2 and victim not in {m.pid for m in pool.workers},
+            "replacement joining",
+        )
+        (replacement,) = {m.pid for m in pool.workers} - {survivor}
+        assert sorted(pool.pids) == sorted([survivor, replacement])
+        assert await whoami(pool, 6) == {survivor, replacement}
     died = [r for r in caplog.records if r.levelno == logging.WARNING and "exited" in r.message]
     assert len(died) == 1
     assert f"status {-signal.SIGKILL}" in died[0].message
     assert any("replaced by pid" in r.message for r in caplog.records)
 
 
-def test_replacements_stop_beyond_the_restart_rate_and_the_survivors_serve(
+async def test_replacements_stop_beyond_the_restart_rate_and_the_survivors_serve(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> None:
@@ -161,13 +154,13 @@ def test_replacements_stop_beyond_the_restart_rate_and_the_survivors_serve(
             await until(lambda: [m.pid for m in pool.workers] == [replacement], "withdrawal")
             assert await whoami(pool, 4) == {replacement}
 
-    run(scenario)
+    await scenario()
     (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "max_restarts=1" in error.message
     assert "no longer replaced" in error.message
 
 
-def test_cancelling_the_task_in_the_block_stops_every_worker_even_if_cancelled_again() -> None:
+async def test_cancelling_the_task_in_the_block_stops_every_worker_even_if_cancelled_again():
     async def scenario() -> list[int]:
         pids: list[int] = []
         running = asyncio.Event()
@@ -188,26 +181,26 @@ def test_cancelling_the_task_in_the_block_stops_every_worker_even_if_cancelled_a
             await task
         return pids
 
-    pids = run(scenario)
+    pids = await scenario()
     assert len(pids) == 2
     assert not [pid for pid in pids if alive(pid)]
 
 
-def test_cancelling_the_start_stops_the_workers_started(caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario() -> None:
-        pool = LocalPool("local_pool_handlers:NEVER_READY", workers=2, start_timeout=60.0)
-        task = asyncio.create_task(pool.__aenter__())
-        await until(lambda: len(started_pids(caplog)) == 2, "two workers started")
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+async def test_cancelling_the_start_stops_the_workers_started(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
 
-    run(scenario)
+    pool = LocalPool("local_pool_handlers:NEVER_READY", workers=2, start_timeout=60.0)
+    task = asyncio.create_task(pool.__aenter__())
+    await until(lambda: len(started_pids(caplog)) == 2, "two workers started")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     pids = started_pids(caplog)
     assert not [pid for pid in pids if alive(pid)]
 
 
-def test_a_worker_still_running_after_the_grace_is_killed(
+async def test_a_worker_still_running_after_the_grace_is_killed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> list[int]:
@@ -217,7 +210,7 @@ def test_a_worker_still_running_after_the_grace_is_killed(
                 await pool.dispatch(Task("block"), timeout=0.2)
         return pids
 
-    (pid,) = run(scenario)
+    (pid,) = await scenario()
     assert not alive(pid)
     assert any(f"worker pid {pid} still running" in r.message for r in caplog.records)
 
@@ -235,35 +228,33 @@ asyncio.run(main())
 """
 
 
-def test_a_sigkill_of_the_parent_leaves_no_worker_running(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        with (tmp_path / "parent.err").open("wb") as errors:
-            parent = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-c",
-                PARENT,
-                cwd=HERE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=errors,
-                # the pool's temporary directory, which a SIGKILLed parent leaves behind
-                env={**os.environ, "TMPDIR": str(tmp_path)},
-            )
-        try:
-            assert parent.stdout is not None
-            line = await asyncio.wait_for(parent.stdout.readline(), 15.0)
-            assert line, f"the parent exited: {(tmp_path / 'parent.err').read_text()}"
-            pids = json.loads(line)
-            assert len(pids) == 2
-            assert all(alive(pid) for pid in pids)
+async def test_a_sigkill_of_the_parent_leaves_no_worker_running(tmp_path: Path) -> None:
+
+    with (tmp_path / "parent.err").open("wb") as errors:
+        parent = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            PARENT,
+            cwd=HERE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=errors,
+            # the pool's temporary directory, which a SIGKILLed parent leaves behind
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+        )
+    try:
+        assert parent.stdout is not None
+        line = await asyncio.wait_for(parent.stdout.readline(), 15.0)
+        assert line, f"the parent exited: {(tmp_path / 'parent.err').read_text()}"
+        pids = json.loads(line)
+        assert len(pids) == 2
+        assert all(alive(pid) for pid in pids)
+        parent.kill()
+        await parent.wait()
+        await until(lambda: not any(alive(pid) for pid in pids), "worker left", 10.0)
+    finally:
+        if parent.returncode is None:
             parent.kill()
             await parent.wait()
-            await until(lambda: not any(alive(pid) for pid in pids), "worker left", 10.0)
-        finally:
-            if parent.returncode is None:
-                parent.kill()
-                await parent.wait()
-
-    run(scenario)
 
 
 @pytest.mark.parametrize(
@@ -274,25 +265,23 @@ def test_a_sigkill_of_the_parent_leaves_no_worker_running(tmp_path: Path) -> Non
         ("local_pool_handlers:echo", "not a mapping"),
     ],
 )
-def test_handlers_that_cannot_be_loaded_fail_the_start_naming_the_spec_and_the_error(
+async def test_handlers_that_cannot_be_loaded_fail_the_start_naming_the_spec_and_the_error(
     caplog: pytest.LogCaptureFixture, spec: str, cause: str
 ) -> None:
-    async def scenario() -> None:
-        with pytest.raises(WorkerStartError) as failure:
-            async with LocalPool(spec, workers=2):
-                raise AssertionError("the pool started")
-        message = str(failure.value)
-        assert repr(spec) in message
-        assert cause in message
-        assert "status 2" in message
 
-    run(scenario)
+    with pytest.raises(WorkerStartError) as failure:
+        async with LocalPool(spec, workers=2):
+            raise AssertionError("the pool started")
+    message = str(failure.value)
+    assert repr(spec) in message
+    assert cause in message
+    assert "status 2" in message
     pids = started_pids(caplog)
     assert len(pids) == 2
     assert not [pid for pid in pids if alive(pid)]
 
 
-def test_workers_that_do_not_join_in_time_fail_the_start_and_are_stopped(
+async def test_workers_that_do_not_join_in_time_fail_the_start_and_are_stopped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> None:
@@ -304,7 +293,7 @@ def test_workers_that_do_not_join_in_time_fail_the_start_and_are_stopped(
         for pid in started_pids(caplog):
             assert f"pid {pid} (still running)" in str(failure.value)
 
-    run(scenario)
+    await scenario()
     pids = started_pids(caplog)
     assert len(pids) == 2
     assert not [pid for pid in pids if alive(pid)]

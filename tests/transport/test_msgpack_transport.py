@@ -35,7 +35,9 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
-from support.transport_servers import new_namespace, run
+from support.transport_servers import WAIT, new_namespace
+
+pytestmark = pytest.mark.async_timeout(WAIT)  # each async test, start to finish
 
 WORKER_SCRIPT = Path(__file__).with_name("msgpack_worker.py")
 READY = 15.0
@@ -101,12 +103,12 @@ def address(request: pytest.FixtureRequest, unix_path: str) -> str:
 PAYLOADS = [None, 0, -1.5, 2**63, "naïve ✓", b"\x00\xff", [1, [2, {"k": None}]], {"b": True}]
 
 
-def test_echo_returns_every_msgpack_value_over_tcp_and_unix(address: str) -> None:
+async def test_echo_returns_every_msgpack_value_over_tcp_and_unix(address: str) -> None:
     async def scenario() -> tuple[list[Any], str]:
         async with worker(address=address) as server, connection(server) as opened:
             return [await opened.dispatch(Task("echo", p)) for p in PAYLOADS], server.address
 
-    echoed, published = run(scenario)
+    echoed, published = await scenario()
     assert echoed == PAYLOADS
     if address.startswith("/"):
         assert published == f"msgpack+unix://{address}"
@@ -116,42 +118,38 @@ def test_echo_returns_every_msgpack_value_over_tcp_and_unix(address: str) -> Non
         assert (host, port != "0") == ("127.0.0.1", True)
 
 
-def test_the_published_record_carries_the_given_fields() -> None:
-    async def scenario() -> None:
-        uid = uuid.uuid4()
-        options = {"uid": uid, "version": "2.1", "tags": {"gpu"}, "extra": {"weight": 3}}
-        async with worker(**options) as server:
-            record = server.metadata
-            assert (record.uid, record.version, record.pid) == (uid, "2.1", os.getpid())
-            assert (record.tags, dict(record.extra)) == ({"gpu"}, {"weight": 3})
+async def test_the_published_record_carries_the_given_fields() -> None:
 
-    run(scenario)
+    uid = uuid.uuid4()
+    options = {"uid": uid, "version": "2.1", "tags": {"gpu"}, "extra": {"weight": 3}}
+    async with worker(**options) as server:
+        record = server.metadata
+        assert (record.uid, record.version, record.pid) == (uid, "2.1", os.getpid())
+        assert (record.tags, dict(record.extra)) == ({"gpu"}, {"weight": 3})
 
 
-def test_a_hundred_concurrent_calls_share_one_socket() -> None:
-    async def scenario() -> None:
-        everyone = asyncio.Event()
-        arrived = 0
+async def test_a_hundred_concurrent_calls_share_one_socket() -> None:
 
-        async def gather(payload: Any) -> Any:
-            nonlocal arrived
-            arrived += 1
-            if arrived == 100:
-                everyone.set()
-            await everyone.wait()  # all 100 are in flight at once, or none returns
-            return payload
+    everyone = asyncio.Event()
+    arrived = 0
 
-        async with worker({"gather": gather}) as server, connection(server) as opened:
-            second = MsgpackConnection(server.metadata)
-            calls = [(opened if n % 2 else second).dispatch(Task("gather", n)) for n in range(100)]
-            assert await asyncio.gather(*calls) == list(range(100))
-            assert len(server._state.links) == 1
-            second.close()
+    async def gather(payload: Any) -> Any:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 100:
+            everyone.set()
+        await everyone.wait()  # all 100 are in flight at once, or none returns
+        return payload
 
-    run(scenario)
+    async with worker({"gather": gather}) as server, connection(server) as opened:
+        second = MsgpackConnection(server.metadata)
+        calls = [(opened if n % 2 else second).dispatch(Task("gather", n)) for n in range(100)]
+        assert await asyncio.gather(*calls) == list(range(100))
+        assert len(server._state.links) == 1
+        second.close()
 
 
-def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
+async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
     def blocking(payload: Any) -> str:
         time.sleep(0.3)
         return "blocking"
@@ -165,56 +163,50 @@ def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> Non
             fast = await opened.dispatch(Task("echo", "fast"))
             return [fast, await slow]
 
-    assert run(scenario) == ["fast", "blocking"]
+    assert await scenario() == ["fast", "blocking"]
 
 
 # --- errors -------------------------------------------------------------------------------
 
 
-def test_handler_errors_and_unknown_handlers_are_worker_errors() -> None:
-    async def scenario() -> None:
-        async with worker() as server, connection(server) as opened:
-            with pytest.raises(WorkerError) as failed:
-                await opened.dispatch(Task("fail", 7))
-            assert failed.value.remote_type == "RuntimeError"
-            assert failed.value.remote_message == "asked to fail (payload 7)"
-            assert (failed.value.handler, failed.value.address) == ("fail", server.address)
-            with pytest.raises(WorkerError) as unknown:
-                await opened.dispatch(Task("nope"))
-            assert unknown.value.remote_type == "shardline.UnknownHandler"
-            assert "no handler named 'nope'" in unknown.value.remote_message
-            assert await opened.dispatch(Task("echo", 1)) == 1
+async def test_handler_errors_and_unknown_handlers_are_worker_errors() -> None:
 
-    run(scenario)
+    async with worker() as server, connection(server) as opened:
+        with pytest.raises(WorkerError) as failed:
+            await opened.dispatch(Task("fail", 7))
+        assert failed.value.remote_type == "RuntimeError"
+        assert failed.value.remote_message == "asked to fail (payload 7)"
+        assert (failed.value.handler, failed.value.address) == ("fail", server.address)
+        with pytest.raises(WorkerError) as unknown:
+            await opened.dispatch(Task("nope"))
+        assert unknown.value.remote_type == "shardline.UnknownHandler"
+        assert "no handler named 'nope'" in unknown.value.remote_message
+        assert await opened.dispatch(Task("echo", 1)) == 1
 
 
 @pytest.mark.parametrize(
     ("payload", "kind"), [(None, "unavailable"), ("resource-exhausted", "busy")]
 )
-def test_retry_elsewhere_is_transient(payload: Any, kind: str) -> None:
-    async def scenario() -> None:
-        async with worker() as server, connection(server) as opened:
-            with pytest.raises(TransientRpcError, match=f": {kind}: .*asked to fail transiently"):
-                await opened.dispatch(Task("fail-transiently", payload))
+async def test_retry_elsewhere_is_transient(payload: Any, kind: str) -> None:
 
-    run(scenario)
+    async with worker() as server, connection(server) as opened:
+        with pytest.raises(TransientRpcError, match=f": {kind}: .*asked to fail transiently"):
+            await opened.dispatch(Task("fail-transiently", payload))
 
 
-def test_payloads_msgpack_cannot_carry_are_refused_before_sending() -> None:
-    async def scenario() -> None:
-        async with worker() as server, connection(server, max_frame_bytes=1000) as opened:
-            with pytest.raises(TypeError, match="the payload for handler 'echo' is not msgpack"):
-                await opened.dispatch(Task("echo", object()))
-            with pytest.raises(ValueError, match="not msgpack"):
-                await opened.dispatch(Task("echo", "\ud800"))
-            with pytest.raises(ValueError, match="over the limit of 1000"):
-                await opened.dispatch(Task("echo", b"x" * 2000))
-            with pytest.raises(ValueError, match="surrogate"):
-                await opened.dispatch(Task("\ud800"))
-            with pytest.raises(TypeError, match="Task objects"):
-                await opened.dispatch({"handler": "echo"})  # type: ignore[arg-type]
+async def test_payloads_msgpack_cannot_carry_are_refused_before_sending() -> None:
 
-    run(scenario)
+    async with worker() as server, connection(server, max_frame_bytes=1000) as opened:
+        with pytest.raises(TypeError, match="the payload for handler 'echo' is not msgpack"):
+            await opened.dispatch(Task("echo", object()))
+        with pytest.raises(ValueError, match="not msgpack"):
+            await opened.dispatch(Task("echo", "\ud800"))
+        with pytest.raises(ValueError, match="over the limit of 1000"):
+            await opened.dispatch(Task("echo", b"x" * 2000))
+        with pytest.raises(ValueError, match="surrogate"):
+            await opened.dispatch(Task("\ud800"))
+        with pytest.raises(TypeError, match="Task objects"):
+            await opened.dispatch({"handler": "echo"})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -222,40 +214,35 @@ def test_payloads_msgpack_cannot_carry_are_refused_before_sending() -> None:
     [{1: "int key"}, msgpack.ExtType(5, b"x"), [msgpack.Timestamp(1, 0)]],
     ids=["int-key", "ext", "timestamp"],
 )
-def test_a_payload_the_worker_cannot_read_fails_that_call_alone(payload: Any) -> None:
-    async def scenario() -> None:
-        async with worker() as server, connection(server) as opened:
-            with pytest.raises(WorkerError) as refused:
-                await opened.dispatch(Task("echo", payload))
-            assert refused.value.remote_type == "shardline.BadRequest"
-            assert await opened.dispatch(Task("echo", 1)) == 1
+async def test_a_payload_the_worker_cannot_read_fails_that_call_alone(payload: Any) -> None:
 
-    run(scenario)
+    async with worker() as server, connection(server) as opened:
+        with pytest.raises(WorkerError) as refused:
+            await opened.dispatch(Task("echo", payload))
+        assert refused.value.remote_type == "shardline.BadRequest"
+        assert await opened.dispatch(Task("echo", 1)) == 1
 
 
-def test_a_result_msgpack_cannot_carry_or_over_the_limit_is_a_bad_result() -> None:
+async def test_a_result_msgpack_cannot_carry_or_over_the_limit_is_a_bad_result() -> None:
     async def unpackable(payload: Any) -> Any:
         return object()
 
     async def big(payload: Any) -> bytes:
         return b"x" * payload
 
-    async def scenario() -> None:
-        handlers = {"unpackable": unpackable, "big": big}
-        async with worker(handlers, max_frame_bytes=1000) as server, connection(server) as opened:
-            for task in (Task("unpackable"), Task("big", 2000)):
-                with pytest.raises(WorkerError) as refused:
-                    await opened.dispatch(task)
-                assert refused.value.remote_type == "shardline.BadResult"
-            assert len(await opened.dispatch(Task("big", 900))) == 900
-
-    run(scenario)
+    handlers = {"unpackable": unpackable, "big": big}
+    async with worker(handlers, max_frame_bytes=1000) as server, connection(server) as opened:
+        for task in (Task("unpackable"), Task("big", 2000)):
+            with pytest.raises(WorkerError) as refused:
+                await opened.dispatch(task)
+            assert refused.value.remote_type == "shardline.BadResult"
+        assert len(await opened.dispatch(Task("big", 900))) == 900
 
 
 # --- deadlines and cancellation -------------------------------------------------------------
 
 
-def test_a_deadline_is_transient_and_cancels_the_handler_on_the_worker() -> None:
+async def test_a_deadline_is_transient_and_cancels_the_handler_on_the_worker() -> None:
     async def scenario() -> float:
         started, cancelled = asyncio.Event(), asyncio.Event()
         async with (
@@ -269,10 +256,10 @@ def test_a_deadline_is_transient_and_cancels_the_handler_on_the_worker() -> None
             await cancelled.wait()
             return took
 
-    assert 0.2 <= run(scenario) < 5
+    assert 0.2 <= await scenario() < 5
 
 
-def test_the_worker_cancels_a_handler_at_the_deadline_it_was_sent() -> None:
+async def test_the_worker_cancels_a_handler_at_the_deadline_it_was_sent() -> None:
     """The worker's own deadline: a raw client sends a 0.1 s timeout and never cancels."""
 
     async def scenario() -> Any:
@@ -285,77 +272,69 @@ def test_the_worker_cancels_a_handler_at_the_deadline_it_was_sent() -> None:
             assert cancelled.is_set()
             return answer
 
-    ((kind, msgid, error, result),) = run(scenario)
+    ((kind, msgid, error, result),) = await scenario()
     assert (kind, msgid, error["kind"], result) == (1, 7, "deadline", None)
 
 
-def test_cancelling_a_dispatch_cancels_the_handler_on_the_worker() -> None:
-    async def scenario() -> None:
-        started, cancelled = asyncio.Event(), asyncio.Event()
-        async with (
-            worker({**DEMO_HANDLERS, "wait": tracked(started, cancelled)}) as server,
-            connection(server) as opened,
-        ):
-            call = asyncio.ensure_future(opened.dispatch(Task("wait")))
-            await started.wait()
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-            await cancelled.wait()
-            assert await opened.dispatch(Task("echo", "after")) == "after"
+async def test_cancelling_a_dispatch_cancels_the_handler_on_the_worker() -> None:
 
-    run(scenario)
+    started, cancelled = asyncio.Event(), asyncio.Event()
+    async with (
+        worker({**DEMO_HANDLERS, "wait": tracked(started, cancelled)}) as server,
+        connection(server) as opened,
+    ):
+        call = asyncio.ensure_future(opened.dispatch(Task("wait")))
+        await started.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await cancelled.wait()
+        assert await opened.dispatch(Task("echo", "after")) == "after"
 
 
-def test_calls_beyond_the_in_flight_bound_are_busy() -> None:
-    async def scenario() -> None:
-        release = asyncio.Event()
-        waiting = 0
+async def test_calls_beyond_the_in_flight_bound_are_busy() -> None:
 
-        async def wait(payload: Any) -> Any:
-            nonlocal waiting
-            waiting += 1
-            await release.wait()
-            return payload
+    release = asyncio.Event()
+    waiting = 0
 
-        async with worker({"wait": wait}, max_in_flight=2) as server, connection(server) as opened:
-            held = [asyncio.ensure_future(opened.dispatch(Task("wait", n))) for n in range(2)]
-            while waiting < 2:
-                await asyncio.sleep(0.001)
-            with pytest.raises(TransientRpcError, match="busy"):
-                await opened.dispatch(Task("wait", 3))
-            release.set()
-            assert await asyncio.gather(*held) == [0, 1]
-            assert await opened.dispatch(Task("wait", 4)) == 4
+    async def wait(payload: Any) -> Any:
+        nonlocal waiting
+        waiting += 1
+        await release.wait()
+        return payload
 
-    run(scenario)
+    async with worker({"wait": wait}, max_in_flight=2) as server, connection(server) as opened:
+        held = [asyncio.ensure_future(opened.dispatch(Task("wait", n))) for n in range(2)]
+        while waiting < 2:
+            await asyncio.sleep(0.001)
+        with pytest.raises(TransientRpcError, match="busy"):
+            await opened.dispatch(Task("wait", 3))
+        release.set()
+        assert await asyncio.gather(*held) == [0, 1]
+        assert await opened.dispatch(Task("wait", 4)) == 4
 
 
-def test_stopping_refuses_new_calls_as_shutting_down_and_lets_calls_in_flight_finish() -> None:
-    async def scenario() -> None:
-        release, started = asyncio.Event(), asyncio.Event()
+async def test_stopping_refuses_new_calls_as_shutting_down_and_lets_calls_in_flight_finish():
 
-        async def wait(payload: Any) -> str:
-            started.set()
-            await release.wait()
-            return "finished"
+    release, started = asyncio.Event(), asyncio.Event()
 
-        server = await serve_msgpack(
-            {"wait": wait}, "127.0.0.1:0", InProcessDiscovery(new_namespace())
-        )
-        async with connection(server) as opened:
-            held = asyncio.ensure_future(opened.dispatch(Task("wait")))
-            await started.wait()
-            stopping = asyncio.ensure_future(server.stop(10))
-            while not server._state.stopping:
-                await asyncio.sleep(0.001)
-            with pytest.raises(TransientRpcError, match="shutting_down"):
-                await opened.dispatch(Task("wait"))
-            release.set()
-            assert await held == "finished"
-            await stopping
+    async def wait(payload: Any) -> str:
+        started.set()
+        await release.wait()
+        return "finished"
 
-    run(scenario)
+    server = await serve_msgpack({"wait": wait}, "127.0.0.1:0", InProcessDiscovery(new_namespace()))
+    async with connection(server) as opened:
+        held = asyncio.ensure_future(opened.dispatch(Task("wait")))
+        await started.wait()
+        stopping = asyncio.ensure_future(server.stop(10))
+        while not server._state.stopping:
+            await asyncio.sleep(0.001)
+        with pytest.raises(TransientRpcError, match="shutting_down"):
+            await opened.dispatch(Task("wait"))
+        release.set()
+        assert await held == "finished"
+        await stopping
 
 
 # --- raw peers: bad frames, garbage, versions ------------------------------------------------
@@ -398,7 +377,7 @@ async def read_messages(reader: asyncio.StreamReader, count: int) -> list[Any]:
     [b"\xc1" * 16, b"\x05", msgpack.packb({"not": "an array"}), msgpack.packb([0, 1, "x"])],
     ids=["never-used-byte", "an-int", "a-map", "a-short-request"],
 )
-def test_garbage_closes_only_that_connection(
+async def test_garbage_closes_only_that_connection(
     garbage: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario() -> None:
@@ -411,11 +390,11 @@ def test_garbage_closes_only_that_connection(
             assert await opened.dispatch(Task("echo", 2)) == 2
 
     with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
-        run(scenario)
+        await scenario()
     assert "closing the connection of the client at" in caplog.text
 
 
-def test_an_oversized_frame_from_a_client_closes_only_its_connection(
+async def test_an_oversized_frame_from_a_client_closes_only_its_connection(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def scenario() -> None:
@@ -433,88 +412,77 @@ def test_an_oversized_frame_from_a_client_closes_only_its_connection(
             big.close()
 
     with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
-        run(scenario)
+        await scenario()
     assert "a frame over the limit of 10000 bytes" in caplog.text
 
 
-def test_a_frame_of_exactly_the_limit_is_read() -> None:
-    async def scenario() -> None:
-        probe = wire.request(1, "echo", msgpack.packb(b""), None)
-        limit = 10_000
-        payload = msgpack.packb(b"x" * (limit - len(probe) - 2))  # 2 bin16 headers: 2 more bytes
-        request = wire.request(1, "echo", payload, None)
-        assert len(request) == limit
-        async with worker(max_frame_bytes=limit) as server:
-            reader, writer = await raw_client(server)
-            writer.write(request)
-            ((_, msgid, error, _),) = await read_messages(reader, 1)
-            assert (msgid, error) == (1, None)
-            writer.close()
+async def test_a_frame_of_exactly_the_limit_is_read() -> None:
 
-    run(scenario)
+    probe = wire.request(1, "echo", msgpack.packb(b""), None)
+    limit = 10_000
+    payload = msgpack.packb(b"x" * (limit - len(probe) - 2))  # 2 bin16 headers: 2 more bytes
+    request = wire.request(1, "echo", payload, None)
+    assert len(request) == limit
+    async with worker(max_frame_bytes=limit) as server:
+        reader, writer = await raw_client(server)
+        writer.write(request)
+        ((_, msgid, error, _),) = await read_messages(reader, 1)
+        assert (msgid, error) == (1, None)
+        writer.close()
 
 
-def test_a_result_over_the_limit_the_caller_announced_is_a_bad_result() -> None:
+async def test_a_result_over_the_limit_the_caller_announced_is_a_bad_result() -> None:
     async def big(payload: Any) -> bytes:
         return b"x" * payload
 
-    async def scenario() -> None:
-        async with (
-            worker({"big": big}) as server,
-            connection(server, max_frame_bytes=5_000) as opened,
-        ):
-            with pytest.raises(WorkerError, match="over the limit of 5000") as refused:
-                await opened.dispatch(Task("big", 6_000))
-            assert refused.value.remote_type == "shardline.BadResult"
-            assert len(await opened.dispatch(Task("big", 4_000))) == 4_000
-
-    run(scenario)
+    async with (
+        worker({"big": big}) as server,
+        connection(server, max_frame_bytes=5_000) as opened,
+    ):
+        with pytest.raises(WorkerError, match="over the limit of 5000") as refused:
+            await opened.dispatch(Task("big", 6_000))
+        assert refused.value.remote_type == "shardline.BadResult"
+        assert len(await opened.dispatch(Task("big", 4_000))) == 4_000
 
 
-def test_a_worker_sending_a_frame_over_the_limit_fails_the_calls_in_flight_with_rpc_error() -> None:
-    async def scenario() -> None:
-        async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.write(wire.hello(1 << 20))
-            requests = await read_messages(reader, 3)  # the hello and two requests
-            _, msgid, _, _ = requests[1]
-            writer.write(wire.result(msgid, msgpack.packb(b"x" * 6_000)))
-            await reader.read()
+async def test_a_worker_sending_a_frame_over_the_limit_fails_the_calls_in_flight_with_rpc_error():
 
-        listener = await asyncio.start_server(talk, "127.0.0.1", 0)
-        port = listener.sockets[0].getsockname()[1]
-        opened = MsgpackConnection(at(f"msgpack+tcp://127.0.0.1:{port}"), max_frame_bytes=5_000)
-        calls = [asyncio.ensure_future(opened.dispatch(Task("echo", n))) for n in range(2)]
-        for call in calls:
-            with pytest.raises(RpcError, match="a frame over the limit of 5000 bytes") as failed:
-                await call
-            assert not isinstance(failed.value, TransientRpcError)
-        opened.close()
-        listener.close()
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(wire.hello(1 << 20))
+        requests = await read_messages(reader, 3)  # the hello and two requests
+        _, msgid, _, _ = requests[1]
+        writer.write(wire.result(msgid, msgpack.packb(b"x" * 6_000)))
+        await reader.read()
 
-    run(scenario)
+    listener = await asyncio.start_server(talk, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    opened = MsgpackConnection(at(f"msgpack+tcp://127.0.0.1:{port}"), max_frame_bytes=5_000)
+    calls = [asyncio.ensure_future(opened.dispatch(Task("echo", n))) for n in range(2)]
+    for call in calls:
+        with pytest.raises(RpcError, match="a frame over the limit of 5000 bytes") as failed:
+            await call
+        assert not isinstance(failed.value, TransientRpcError)
+    opened.close()
+    listener.close()
 
 
-def test_a_worker_of_another_version_is_refused_with_rpc_error() -> None:
-    async def scenario() -> None:
-        async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.write(
-                msgpack.packb([2, "shardline.hello", {"version": 2, "max_frame_bytes": 9}])
-            )
-            await reader.read()
+async def test_a_worker_of_another_version_is_refused_with_rpc_error() -> None:
 
-        listener = await asyncio.start_server(talk, "127.0.0.1", 0)
-        port = listener.sockets[0].getsockname()[1]
-        opened = MsgpackConnection(at(f"msgpack+tcp://127.0.0.1:{port}"))
-        with pytest.raises(RpcError, match="speaks shardline msgpack-rpc version 2") as refused:
-            await opened.dispatch(Task("echo"))
-        assert not isinstance(refused.value, TransientRpcError)
-        opened.close()
-        listener.close()
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(msgpack.packb([2, "shardline.hello", {"version": 2, "max_frame_bytes": 9}]))
+        await reader.read()
 
-    run(scenario)
+    listener = await asyncio.start_server(talk, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    opened = MsgpackConnection(at(f"msgpack+tcp://127.0.0.1:{port}"))
+    with pytest.raises(RpcError, match="speaks shardline msgpack-rpc version 2") as refused:
+        await opened.dispatch(Task("echo"))
+    assert not isinstance(refused.value, TransientRpcError)
+    opened.close()
+    listener.close()
 
 
-def test_a_client_of_another_version_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_client_of_another_version_is_refused(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         async with worker() as server:
             where = wire.record_address(server.address)
@@ -529,7 +497,7 @@ def test_a_client_of_another_version_is_refused(caplog: pytest.LogCaptureFixture
             writer.close()
 
     with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
-        run(scenario)
+        await scenario()
     assert "speaks shardline msgpack-rpc version 2, this side speaks version 1" in caplog.text
 
 
@@ -571,7 +539,7 @@ async def worker_process(
         await process.communicate()
 
 
-def test_a_worker_killed_mid_call_fails_at_once_and_its_restart_is_dialled_again(
+async def test_a_worker_killed_mid_call_fails_at_once_and_its_restart_is_dialled_again(
     tmp_path: Path, address: str
 ) -> None:
     async def scenario() -> float:
@@ -606,10 +574,10 @@ def test_a_worker_killed_mid_call_fails_at_once_and_its_restart_is_dialled_again
         opened.close()
         return took
 
-    assert run(scenario) < 5, "the calls failed at the kill, not at their 60 s deadline"
+    assert await scenario() < 5, "the calls failed at the kill, not at their 60 s deadline"
 
 
-def test_an_unresponsive_worker_is_found_by_ping(tmp_path: Path) -> None:
+async def test_an_unresponsive_worker_is_found_by_ping(tmp_path: Path) -> None:
     """A stopped process: its kernel keeps the socket open, only a ping finds it silent."""
 
     async def scenario() -> float:
@@ -629,29 +597,27 @@ def test_an_unresponsive_worker_is_found_by_ping(tmp_path: Path) -> None:
                 stuck.process.send_signal(signal.SIGCONT)
                 opened.close()
 
-    assert run(scenario) < 5
+    assert await scenario() < 5
 
 
-def test_a_dispatch_to_no_worker_is_transient(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        with socket.socket() as taken:
-            taken.bind(("127.0.0.1", 0))
-            port = taken.getsockname()[1]
-            for address in (
-                f"msgpack+tcp://127.0.0.1:{port}",
-                f"msgpack+unix://{tmp_path}/none.sock",
-            ):
-                opened = MsgpackConnection(at(address))
-                with pytest.raises(TransientRpcError, match="cannot connect"):
-                    await opened.dispatch(Task("echo"))
-                opened.close()
-                with pytest.raises(TransientRpcError, match="is closed"):
-                    await opened.dispatch(Task("echo"))
+async def test_a_dispatch_to_no_worker_is_transient(tmp_path: Path) -> None:
 
-    run(scenario)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        for address in (
+            f"msgpack+tcp://127.0.0.1:{port}",
+            f"msgpack+unix://{tmp_path}/none.sock",
+        ):
+            opened = MsgpackConnection(at(address))
+            with pytest.raises(TransientRpcError, match="cannot connect"):
+                await opened.dispatch(Task("echo"))
+            opened.close()
+            with pytest.raises(TransientRpcError, match="is closed"):
+                await opened.dispatch(Task("echo"))
 
 
-def test_a_proxy_over_local_discovery_spreads_tasks_over_two_worker_processes(
+async def test_a_proxy_over_local_discovery_spreads_tasks_over_two_worker_processes(
     tmp_path: Path, unix_path: str
 ) -> None:
     async def scenario() -> Counter[int]:
@@ -679,33 +645,31 @@ def test_a_proxy_over_local_discovery_spreads_tasks_over_two_worker_processes(
             finally:
                 await discovery.aclose()
 
-    run(scenario)
+    await scenario()
 
 
-def test_bad_addresses_are_value_errors(tmp_path: Path, unix_path: str) -> None:
-    async def scenario() -> None:
-        for address in (
-            "grpc://127.0.0.1:1",
-            "127.0.0.1:1",
-            "msgpack+tcp://h:0",
-            "msgpack+unix://x",
-        ):
-            with pytest.raises(ValueError, match="msgpack\\+tcp://host:port"):
-                MsgpackConnection(at(address))
-        discovery = InProcessDiscovery(new_namespace())
-        for address in ("nohost", "unix://relative", "h:99999"):
-            with pytest.raises(ValueError, match="address"):
-                await serve_msgpack(DEMO_HANDLERS, address, discovery)
-        not_a_socket = tmp_path / "file"
-        not_a_socket.write_text("")
-        with pytest.raises(OSError, match="not a socket"):
-            await serve_msgpack(DEMO_HANDLERS, str(not_a_socket), discovery)
-        async with worker(address=unix_path) as live:
-            path = live.address.removeprefix("msgpack+unix://")
-            with pytest.raises(OSError, match="a live server listens there"):
-                await serve_msgpack(DEMO_HANDLERS, path, discovery)
+async def test_bad_addresses_are_value_errors(tmp_path: Path, unix_path: str) -> None:
 
-    run(scenario)
+    for address in (
+        "grpc://127.0.0.1:1",
+        "127.0.0.1:1",
+        "msgpack+tcp://h:0",
+        "msgpack+unix://x",
+    ):
+        with pytest.raises(ValueError, match="msgpack\\+tcp://host:port"):
+            MsgpackConnection(at(address))
+    discovery = InProcessDiscovery(new_namespace())
+    for address in ("nohost", "unix://relative", "h:99999"):
+        with pytest.raises(ValueError, match="address"):
+            await serve_msgpack(DEMO_HANDLERS, address, discovery)
+    not_a_socket = tmp_path / "file"
+    not_a_socket.write_text("")
+    with pytest.raises(OSError, match="not a socket"):
+        await serve_msgpack(DEMO_HANDLERS, str(not_a_socket), discovery)
+    async with worker(address=unix_path) as live:
+        path = live.address.removeprefix("msgpack+unix://")
+        with pytest.raises(OSError, match="a live server listens there"):
+            await serve_msgpack(DEMO_HANDLERS, path, discovery)
 
 
 # --- the frame decoder ----------------------------------------------------------------------
@@ -757,7 +721,7 @@ def test_the_frame_decoder_refuses_a_frame_one_byte_over_the_limit(body: Any, ch
         feed_in_chunks()
 
 
-def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it_does() -> None:
+async def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it_does() -> None:
     async def big(payload: Any) -> bytes:
         return b"x" * 1_000_000
 
@@ -765,56 +729,50 @@ def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it_does(
         while not condition():
             await asyncio.sleep(0.005)
 
-    async def scenario() -> None:
-        async with worker({"big": big}) as server:
-            # a small receive buffer: the kernel must not absorb the answers
-            reader, writer = await raw_client(server, receive_buffer=4096)
-            (link,) = server._state.links
-            transport = link._transport
-            for msgid in range(20):
-                writer.write(wire.request(msgid, "big", msgpack.packb(None), None))
-            await until(lambda: not transport.is_reading())
-            answers = await read_messages(reader, 20)
-            assert sorted(answer[1] for answer in answers) == list(range(20))
-            await until(transport.is_reading)
-            writer.close()
-
-    run(scenario)
+    async with worker({"big": big}) as server:
+        # a small receive buffer: the kernel must not absorb the answers
+        reader, writer = await raw_client(server, receive_buffer=4096)
+        (link,) = server._state.links
+        transport = link._transport
+        for msgid in range(20):
+            writer.write(wire.request(msgid, "big", msgpack.packb(None), None))
+        await until(lambda: not transport.is_reading())
+        answers = await read_messages(reader, 20)
+        assert sorted(answer[1] for answer in answers) == list(range(20))
+        await until(transport.is_reading)
+        writer.close()
 
 
-def test_the_socket_closes_after_the_last_connection_and_its_last_call() -> None:
+async def test_the_socket_closes_after_the_last_connection_and_its_last_call() -> None:
     async def until(condition: Any) -> None:
         while not condition():
             await asyncio.sleep(0.005)
 
-    async def scenario() -> None:
-        release, started = asyncio.Event(), asyncio.Event()
+    release, started = asyncio.Event(), asyncio.Event()
 
-        async def wait(payload: Any) -> str:
-            started.set()
-            await release.wait()
-            return "finished"
+    async def wait(payload: Any) -> str:
+        started.set()
+        await release.wait()
+        return "finished"
 
-        async with worker({**DEMO_HANDLERS, "wait": wait}) as server:
-            links = server._state.links
-            first, second = MsgpackConnection(server.metadata), MsgpackConnection(server.metadata)
-            held = asyncio.ensure_future(first.dispatch(Task("wait")))
-            await started.wait()
-            assert await second.dispatch(Task("echo", 1)) == 1
-            assert len(links) == 1
-            second.close()
-            first.close()
-            release.set()
-            assert await held == "finished"
-            await until(lambda: not links)
-            # one collected unclosed releases its share too
-            third = MsgpackConnection(server.metadata)
-            assert await third.dispatch(Task("echo", 2)) == 2
-            del third
-            gc.collect()
-            await until(lambda: not links)
-
-    run(scenario)
+    async with worker({**DEMO_HANDLERS, "wait": wait}) as server:
+        links = server._state.links
+        first, second = MsgpackConnection(server.metadata), MsgpackConnection(server.metadata)
+        held = asyncio.ensure_future(first.dispatch(Task("wait")))
+        await started.wait()
+        assert await second.dispatch(Task("echo", 1)) == 1
+        assert len(links) == 1
+        second.close()
+        first.close()
+        release.set()
+        assert await held == "finished"
+        await until(lambda: not links)
+        # one collected unclosed releases its share too
+        third = MsgpackConnection(server.metadata)
+        assert await third.dispatch(Task("echo", 2)) == 2
+        del third
+        gc.collect()
+        await until(lambda: not links)
 
 
 # --- the packer each thread reuses ----------------------------------------------------------
