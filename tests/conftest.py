@@ -6,7 +6,6 @@ through. Plain helpers are in ``support/`` (see README.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from shardline import Topology
 from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from support import balancer_driving
+from support.async_runner import run_async_test
 from support.etcd_server import EtcdServer
 from support.pg_server import PgServer
 from support.picodata_cluster import PicodataCluster
@@ -31,20 +31,14 @@ settings.load_profile("shardline")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Runs an ``async def`` test on a fresh event loop (``asyncio.run``), failing it after the
-    seconds of its ``async_timeout`` mark, if it has one. The suite's one async runner."""
+    """Runs an ``async def`` test on a fresh event loop, failing it after the seconds of its
+    ``async_timeout`` mark, if it has one: the suite's one async runner."""
     if not inspect.iscoroutinefunction(pyfuncitem.obj):
         return None
     parameters = inspect.signature(pyfuncitem.obj).parameters
     arguments = {name: value for name, value in pyfuncitem.funcargs.items() if name in parameters}
     mark = pyfuncitem.get_closest_marker("async_timeout")
-    seconds: float | None = mark.args[0] if mark else None
-
-    async def bounded() -> None:
-        async with asyncio.timeout(seconds):
-            await pyfuncitem.obj(**arguments)
-
-    asyncio.run(bounded())
+    run_async_test(pyfuncitem.obj, arguments, mark.args[0] if mark else None)
     return True
 
 
