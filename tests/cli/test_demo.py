@@ -1133,28 +1133,11 @@ def test_registration_part_refuses_the_other_parts_options(
 # --- the topology part against a live cluster (--pg DSN) ----------------------------------------
 
 import socket  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology  # noqa: E402
 from shardline.demo import live as live_module  # noqa: E402
-from support.pg_server import PgServer  # noqa: E402
 from support.picodata_catalog import Catalog, Expected, name_uuid  # noqa: E402
 from support.replicasets import rs_uuid  # noqa: E402
-
-
-@pytest.fixture
-def live_catalog(pg: PgServer) -> Iterator[Catalog]:
-    """Two tiers: default (3000 buckets) on r1 (two instances) and r2, other (100) on r3."""
-    with Catalog(pg.create_schema()) as catalog:
-        with catalog.transaction():
-            catalog.add_tier("default", 3000)
-            catalog.add_tier("other", 100)
-            catalog.add_replicaset("r1", uuid=rs_uuid(1), instances=2)
-            catalog.add_replicaset("r2", uuid=rs_uuid(2))
-            catalog.add_replicaset("r3", "other", uuid=rs_uuid(3))
-            catalog.rebalance("default")
-            catalog.rebalance("other")
-        yield catalog
 
 
 def poll_block(output: str, number: int) -> str:
@@ -1231,9 +1214,8 @@ def check_poll_against_catalog(block: str, expected: Expected, topology: Topolog
 
 
 def test_pg_shows_the_live_clusters_maps_and_routing_and_what_changed(
-    live_catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    catalog = live_catalog
     seen: list[tuple[Expected, Topology]] = [(catalog.expected(), catalog_topology(catalog))]
 
     async def between_polls(after: int, interval: float) -> None:
@@ -1296,13 +1278,11 @@ def test_pg_shows_the_live_clusters_maps_and_routing_and_what_changed(
 
 
 def test_pg_on_a_terminal_draws_rich_tables(
-    live_catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "240")
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    status, out, err = run_demo(
-        capsys, "--part", "topology", "--pg", live_catalog.dsn, "--polls", "1"
-    )
+    status, out, err = run_demo(capsys, "--part", "topology", "--pg", catalog.dsn, "--polls", "1")
     assert (status, err) == (0, "")
     assert "━" in out or "─" in out
     assert "routing: keys per master" in out
@@ -1453,22 +1433,22 @@ def test_pg_routed_queries_run_on_the_master_owning_each_key(
 
 
 def test_pg_queries_to_unreachable_instances_are_reported_and_the_demo_goes_on(
-    live_catalog: Catalog, capsys: pytest.CaptureFixture[str]
+    catalog: Catalog, capsys: pytest.CaptureFixture[str]
 ) -> None:
     names = {name_uuid(name): name for name in ("r1_1", "r1_2", "r2_1", "r3_1")}
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"127.0.0.1:{sock.getsockname()[1]}"  # bound, not listening: refused
         for name in names.values():
-            live_catalog.set_address(name, closed)
+            catalog.set_address(name, closed)
         status, out, err = run_demo(
             capsys,
-            *("--part", "topology", "--pg", live_catalog.dsn, "--plain"),
+            *("--part", "topology", "--pg", catalog.dsn, "--plain"),
             *("--polls", "2", "--interval", "0", "--keys", "50", "--queries", "40"),
         )
     assert (status, err) == (0, "")
-    expected = live_catalog.expected()
-    topology = catalog_topology(live_catalog)
+    expected = catalog.expected()
+    topology = catalog_topology(catalog)
     keys = [f"user:{i}" for i in range(40)]
     for number in (1, 2):
         block = poll_block(out, number)
@@ -1493,10 +1473,10 @@ def test_pg_queries_to_unreachable_instances_are_reported_and_the_demo_goes_on(
     assert "routed queries: 160 sent, 160 failed, 0 fallbacks" in summary
 
 
-def test_pg_queries_0_runs_none(live_catalog: Catalog, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pg_queries_0_runs_none(catalog: Catalog, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_demo(
         capsys,
-        *("--part", "topology", "--pg", live_catalog.dsn, "--plain"),
+        *("--part", "topology", "--pg", catalog.dsn, "--plain"),
         *("--polls", "1", "--queries", "0"),
     )
     assert (status, err) == (0, "")

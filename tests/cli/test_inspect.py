@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,20 +20,6 @@ from support.replicasets import rs_uuid
 NAMES = {rs_uuid(n): f"r{n}" for n in (1, 2, 3)} | {
     name_uuid(name): name for name in ("r1_1", "r1_2", "r2_1", "r3_1")
 }
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    with Catalog(pg.create_schema()) as catalog:
-        with catalog.transaction():
-            catalog.add_tier("default", 3000)
-            catalog.add_tier("other", 100)
-            catalog.add_replicaset("r1", uuid=rs_uuid(1), instances=2)
-            catalog.add_replicaset("r2", uuid=rs_uuid(2))
-            catalog.add_replicaset("r3", "other", uuid=rs_uuid(3))
-            catalog.rebalance("default")
-            catalog.rebalance("other")
-        yield catalog
 
 
 def test_plain_tables_of_one_poll(catalog: Catalog, capsys: pytest.CaptureFixture[str]) -> None:

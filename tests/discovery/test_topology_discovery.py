@@ -32,7 +32,14 @@ from shardline.topology.sources import (
     TopologySource,
 )
 from support.fakes import Source, drain
-from support.replicasets import add_replica, add_replicaset, inst_uuid, replica_uuid, rs_uuid
+from support.replicasets import (
+    add_replica,
+    add_replicaset,
+    inst_uuid,
+    replica_uuid,
+    replicaset_events,
+    rs_uuid,
+)
 
 T = TypeVar("T")
 WAIT = 10.0
@@ -159,19 +166,6 @@ async def test_a_filter_restricts_the_members_to_a_tier(topology: Topology) -> N
         assert changes(await drain(discovery)) == [("worker-dropped", inst_uuid(2))]
     finally:
         await discovery.aclose()
-
-
-def replicaset_events(n: int, tier: str = "default") -> list[Any]:
-    return [
-        ReplicasetEvent("replace", rs_uuid(n), tier=tier, current_master_uuid=inst_uuid(n)),
-        InstanceEvent(
-            "replace",
-            inst_uuid(n),
-            replicaset_uuid=rs_uuid(n),
-            current_state="Online",
-            address=f"127.0.0.1:{3300 + n}",
-        ),
-    ]
 
 
 async def test_a_source_is_applied_to_the_topology_and_followed(topology: Topology) -> None:

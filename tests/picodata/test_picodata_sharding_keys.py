@@ -4,10 +4,8 @@ over a real PostgreSQL with the stand-in ``_pico_table`` (tests/support/picodata
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
-from decimal import Decimal
 from typing import Any
 
 import asyncpg
@@ -28,8 +26,8 @@ from shardline.picodata.sharding_keys import (
     parse_tables,
 )
 from support import picodata_tables
-from support.paths import DATA
 from support.pg_server import PgServer
+from support.vectors import PICODATA, key_part
 
 # --------------------------------------------------------------------------------------------
 # Literal rows
@@ -265,18 +263,7 @@ def test_key_of_matches_the_reference(
 # --------------------------------------------------------------------------------------------
 # Bucket ids of multi-column keys: Picodata's own vectors (shared/data, copied to tests/data)
 
-VECTORS = json.loads((DATA / "bucket_id_picodata_vectors.json").read_text())["vectors"]
-MULTI = [v for v in VECTORS if len(v["key"]) > 1]
-_CONVERT: dict[str, Any] = {
-    "int": int,
-    "str": str,
-    "bool": bool,
-    "null": lambda _: None,
-    "float": float,
-    "decimal": Decimal,
-    "datetime": dt.datetime.fromisoformat,
-    "uuid": uuid.UUID,
-}
+MULTI = [v for v in PICODATA if len(v["key"]) > 1]
 
 
 def test_there_are_multi_column_vectors() -> None:
@@ -286,7 +273,7 @@ def test_there_are_multi_column_vectors() -> None:
 @pytest.mark.parametrize("index", range(len(MULTI)))
 def test_a_multi_column_key_hashes_as_picodata_does(index: int) -> None:
     vector = MULTI[index]
-    parts = [_CONVERT[part["type"]](part["value"]) for part in vector["key"]]
+    parts = [key_part(part) for part in vector["key"]]
     key_fields = [f"k{n}" for n in range(len(parts))]
     # the row's fields in another order than the key's, with a field outside the key
     row = {"other": "ignored", **dict(reversed(list(zip(key_fields, parts, strict=True))))}

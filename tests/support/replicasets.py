@@ -18,20 +18,25 @@ def inst_uuid(n: int) -> str:
     return str(uuid.UUID(int=0xB000 + n))
 
 
-def add_replicaset(topology: Topology, n: int, tier: str = "default") -> None:
-    """Replicaset Rn with its master instance, in the seed's order (replicaset, then instance)."""
-    topology.apply(
-        ReplicasetEvent("replace", rs_uuid(n), tier=tier, current_master_uuid=inst_uuid(n))
-    )
-    topology.apply(
+def replicaset_events(n: int, tier: str = "default") -> list[ReplicasetEvent | InstanceEvent]:
+    """The events of replicaset Rn and its master instance, in the seed's order (replicaset,
+    then instance)."""
+    return [
+        ReplicasetEvent("replace", rs_uuid(n), tier=tier, current_master_uuid=inst_uuid(n)),
         InstanceEvent(
             "replace",
             inst_uuid(n),
             replicaset_uuid=rs_uuid(n),
             current_state="Online",
             address=f"127.0.0.1:{3300 + n}",
-        )
-    )
+        ),
+    ]
+
+
+def add_replicaset(topology: Topology, n: int, tier: str = "default") -> None:
+    """Replicaset Rn with its master instance, applied to ``topology``."""
+    for event in replicaset_events(n, tier):
+        topology.apply(event)
 
 
 def replica_uuid(n: int, k: int) -> str:

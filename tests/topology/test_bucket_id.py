@@ -8,11 +8,9 @@ Rust implementation.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import struct
 import uuid
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -24,30 +22,13 @@ from hypothesis import strategies as st
 
 from shardline._core import bucket_id
 from shardline.errors import UnhashableKey
-from support.paths import DATA
+from support.vectors import PICODATA, VSHARD, key_part
 
 # --------------------------------------------------------------------------------------------
 # Shared vectors
 
 
-# Copied verbatim from shared/data: the Picodata driver's vectors and vshard's own unit test.
-PICODATA = json.loads((DATA / "bucket_id_picodata_vectors.json").read_text())["vectors"]
-VSHARD = json.loads((DATA / "bucket_id_vshard_vectors.json").read_text())["vectors"]
-
-_CONVERT: dict[str, Callable[[Any], Any]] = {
-    "int": int,
-    "str": str,
-    "bool": bool,
-    "null": lambda _: None,
-    "float": float,
-    "decimal": Decimal,
-    "datetime": dt.datetime.fromisoformat,
-    "uuid": uuid.UUID,
-}
-
-
-def _value(part: dict[str, Any]) -> Any:
-    return _CONVERT[part["type"]](part["value"])
+# PICODATA and VSHARD: support/vectors.py (copied verbatim from shared/data)
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,7 +165,7 @@ def ref_bucket(key: Any, bucket_count: int, scheme: str, decimal_format: str = "
 @pytest.mark.parametrize("index", range(len(PICODATA)))
 def test_picodata_vector(index: int) -> None:
     vector = PICODATA[index]
-    key = tuple(_value(part) for part in vector["key"])
+    key = tuple(key_part(part) for part in vector["key"])
     assert bucket_id(key, vector["bucket_count"]) == vector["bucket_id"]
     # The reference model agrees too, so the property tests below compare against a validated model.
     assert ref_bucket(key, vector["bucket_count"], "picodata") == vector["bucket_id"]
@@ -220,7 +201,7 @@ def test_vshard_vector(index: int) -> None:
         whole = float(vector["key"]["value"])
         assert bucket_id(whole, count, scheme=scheme) == bucket_id(int(whole), count, scheme=scheme)
         return
-    value = _value(vector["key"])
+    value = key_part(vector["key"])
     assert ref_mpcrc32_part(value) == hashed
     assert bucket_id(value, count, scheme=scheme) == want
     assert bucket_id((value,), count, scheme=scheme) == want

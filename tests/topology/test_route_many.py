@@ -3,7 +3,6 @@ and its ``out=`` form fills indices into a list of distinct routes."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -12,10 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardline import BucketEvent, InvalidArgument, Topology, UnhashableKey
-from support.paths import DATA
 from support.replicasets import add_replicaset, rs_uuid
+from support.vectors import PICODATA, key_part
 
-PICODATA = json.loads((DATA / "bucket_id_picodata_vectors.json").read_text())["vectors"]
 INT64_MIN, INT64_MAX, UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 # Every MessagePack int width starts or ends at one of these.
 INT_EDGES = sorted(
@@ -63,10 +61,8 @@ def via_out(topology: Topology, keys: Any, dtype: str = "intp") -> list[Any]:
 @pytest.mark.parametrize("vector", PICODATA, ids=lambda v: f"{v['bucket_count']}-{v['bucket_id']}")
 def test_every_picodata_vector_routes_to_its_bucket(vector: dict[str, Any]) -> None:
     """One range holds exactly the vector's bucket, so the route says which bucket the key hit."""
-    from test_bucket_id import _value
-
     count, bucket = vector["bucket_count"], vector["bucket_id"]
-    parts = [_value(part) for part in vector["key"]]
+    parts = [key_part(part) for part in vector["key"]]
     key = parts[0] if len(parts) == 1 else tuple(parts)
     cuts = [c for c in (bucket, bucket + 1) if 1 < c <= count]
     topology = tier_with(count, cuts)
