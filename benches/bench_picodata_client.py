@@ -2,7 +2,7 @@
 
 Everything runs on the stand-in cluster of ``picodata_standin.py``: one PostgreSQL server
 playing 3 replicasets x 2 instances (one loopback address each, so ``inet_server_addr()`` tells
-which instance a query reached), the catalog of ``tests/picodata_catalog.py`` in it. All the
+which instance a query reached), the catalog of ``tests/support/picodata_catalog.py`` in it. All the
 clients live in one process and one asyncio event loop (the default one) and are opened once
 for the module:
 

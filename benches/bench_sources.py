@@ -1,7 +1,7 @@
 """Topology sources over a real PostgreSQL (issue 6): poll cost and notification apply rate.
 
-Both groups start one PostgreSQL (``tests/pg_server.py``; a server that cannot start fails the
-module, it never skips) and time each thing beside its floor *in the same round*, so both see
+Both groups start one PostgreSQL (``tests/support/pg_server.py``; a server that cannot start fails
+the module, it never skips) and time each thing beside its floor *in the same round*, so both see
 the same moment of a shared machine: ``extra_info`` holds each one's median, minimum and
 p90 per round (``ours_*``, ``floor_*``) and the median over the rounds of ours / floor
 (``ratio``, with its quartiles ``ratio_q1_q3``). The round time pytest-benchmark reports is the
@@ -9,7 +9,7 @@ sum of the two.
 
 ``poll {N} ranges/tier, {unchanged|changed}``: one ``PollingSource.refresh()`` under
 ``source.run(topology)`` (``interval`` of a minute, so it polls only when asked), against the
-Picodata-like catalog of ``tests/picodata_catalog.py``: 2 tiers of 3,000 buckets, 8
+Picodata-like catalog of ``tests/support/picodata_catalog.py``: 2 tiers of 3,000 buckets, 8
 replicasets per tier with a master and a replica each (32 instances, 64 peer addresses), each
 tier's buckets cut into ``N`` equal ranges (1, 16 or 256) owned in turn by its replicasets.
 *Unchanged*: the catalog stays as it is, so the poll reads it and hands out nothing new (the
@@ -23,7 +23,7 @@ fetched, nothing converted or applied. The floor runs first in even rounds and s
 ones. Before timing and after it, the topology must equal ``Catalog.expected()``.
 
 ``notify burst of {N}``: ``NotificationSource`` under ``run(topology)``, subscribed on a channel
-of ``tests/notify_cluster.py``. A round sends ``N`` event documents (a third each: a
+of ``tests/support/notify_cluster.py``. A round sends ``N`` event documents (a third each: a
 replicaset's master switch, an instance's new address, a bucket range moved to another
 replicaset) in one ``SELECT pg_notify(channel, d) FROM unnest(documents)`` statement on a
 connection of its own, and is timed from just before that statement to the moment
@@ -71,10 +71,10 @@ from shardline.topology.sources.polling import BUCKETS_QUERY
 
 # The test suite's helpers, used as they are (a missing PostgreSQL raises PgUnavailable).
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
-from notify_cluster import NotifyCluster, install, view
-from notify_documents import Event
-from pg_server import PgServer
-from picodata_catalog import Catalog, topology_state
+from support.notify_cluster import NotifyCluster, install, view
+from support.notify_documents import Event
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog, topology_state
 
 TIERS = ("default", "storage")
 BUCKETS = 3000

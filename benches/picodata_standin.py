@@ -3,9 +3,9 @@ playing six instances (3 replicasets x 2 instances) of one tier.
 
 Issue 11 measures the clients "on one PostgreSQL stand-in": every instance is the same server,
 so the database work of a query is the same whichever instance a client picks, and what the
-benchmark compares is the clients. The catalog is ``tests/picodata_catalog.py``'s ``Catalog``
-(tier ``default`` of :data:`BUCKET_COUNT` buckets, spread by ``Catalog.rebalance`` in three
-ranges, as right after a bootstrap), in the database :data:`DATABASE`.
+benchmark compares is the clients. The catalog is ``tests/support/picodata_catalog.py``'s
+``Catalog`` (tier ``default`` of :data:`BUCKET_COUNT` buckets, spread by ``Catalog.rebalance`` in
+three ranges, as right after a bootstrap), in the database :data:`DATABASE`.
 
 Each instance's ``pgproto`` address is the server's port on an address of its own,
 ``127.0.0.<n>`` (the server listens on all six; Linux routes the whole of 127/8 to loopback,
@@ -17,8 +17,8 @@ query must land, computed from the catalog's own tables and picopyn's ``calculat
 
 ``users(id bigint primary key, name text, landed_on inet)`` is there for keyed writes (a
 write records the instance it landed on), and ``_pico_table`` says ``users`` is sharded by
-``id`` (murmur3, tier ``default``; ``tests/picodata_tables.py``, where the format's sources are
-named), so picopyn's ``create_sharding_key_factory`` and shardline's ``key_for`` can read it.
+``id`` (murmur3, tier ``default``; ``tests/support/picodata_tables.py``, where the format's sources
+are named), so picopyn's ``create_sharding_key_factory`` and shardline's ``key_for`` can read it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from urllib.parse import quote
 
 # The test suite's helpers, used as they are (a missing PostgreSQL raises PgUnavailable).
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
-import picodata_tables
-from pg_server import PASSWORD, SUPERUSER, PgServer
-from picodata_catalog import Catalog
+from support import picodata_tables
+from support.pg_server import PASSWORD, SUPERUSER, PgServer
+from support.picodata_catalog import Catalog
 
 DATABASE = "pico"
 TIER = "default"

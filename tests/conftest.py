@@ -1,17 +1,27 @@
-"""Shared fixtures: readable names for the uuids the topology tests use, and one etcd server for
-the tests that only read and write keys (tests that restart or reconfigure etcd start their own)."""
+"""The one runner of ``async def`` tests, and the fixtures every test directory may use: a
+topology with two tiers, one etcd and one PostgreSQL server for the tests that only read and
+write (tests that restart or reconfigure a server start their own), the balancer protocol a
+module's tests run through, and the discovery backend a worker process announces itself
+through. Plain helpers are in ``support/`` (see README.md)."""
 
 from __future__ import annotations
 
-import uuid
+import inspect
 from collections.abc import Iterator
+from pathlib import Path
 
-import balancer_driving
 import pytest
-from etcd_server import EtcdServer
 from hypothesis import settings
 
-from shardline import InstanceEvent, ReplicasetEvent, Topology
+from shardline import Topology
+from shardline.discovery.etcd import EtcdDiscovery
+from shardline.discovery.local import LocalDiscovery
+from support import balancer_driving
+from support.async_runner import run_async_test
+from support.etcd_server import EtcdServer
+from support.pg_server import PgServer
+from support.picodata_cluster import PicodataCluster
+from support.worker_processes import Backend
 
 # Property tests check behaviour, not speed: on a shared, loaded machine a per-example deadline
 # only produces flaky failures.
@@ -19,30 +29,17 @@ settings.register_profile("shardline", deadline=None)
 settings.load_profile("shardline")
 
 
-def rs_uuid(n: int) -> str:
-    """Replicaset Rn."""
-    return str(uuid.UUID(int=0xA000 + n))
-
-
-def inst_uuid(n: int) -> str:
-    """The master instance of replicaset Rn."""
-    return str(uuid.UUID(int=0xB000 + n))
-
-
-def add_replicaset(topology: Topology, n: int, tier: str = "default") -> None:
-    """Replicaset Rn with its master instance, in the seed's order (replicaset, then instance)."""
-    topology.apply(
-        ReplicasetEvent("replace", rs_uuid(n), tier=tier, current_master_uuid=inst_uuid(n))
-    )
-    topology.apply(
-        InstanceEvent(
-            "replace",
-            inst_uuid(n),
-            replicaset_uuid=rs_uuid(n),
-            current_state="Online",
-            address=f"127.0.0.1:{3300 + n}",
-        )
-    )
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Runs an ``async def`` test on a fresh event loop, failing it after the seconds of its
+    ``async_timeout`` mark, if it has one: the suite's one async runner."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    parameters = inspect.signature(pyfuncitem.obj).parameters
+    arguments = {name: value for name, value in pyfuncitem.funcargs.items() if name in parameters}
+    mark = pyfuncitem.get_closest_marker("async_timeout")
+    run_async_test(pyfuncitem.obj, arguments, mark.args[0] if mark else None)
+    return True
 
 
 @pytest.fixture
@@ -63,13 +60,10 @@ def etcd() -> Iterator[EtcdServer]:
         server.close()
 
 
-from pg_server import PgServer  # noqa: E402  (appended with the fixture below)
-
-
 @pytest.fixture(scope="session")
 def pg() -> Iterator[PgServer]:
-    """A real PostgreSQL on a free loopback port (`tests/pg_server.py`); a test that cannot have
-    it fails, never skips. Tests share the server: each takes its own database with
+    """A real PostgreSQL on a free loopback port (`tests/support/pg_server.py`); a test that
+    cannot have it fails, never skips. Tests share the server: each takes its own database with
     `pg.create_database()` (or its own server, if it restarts or reconfigures it)."""
     server = PgServer()
     try:
@@ -91,3 +85,25 @@ def balancer_protocol(request: pytest.FixtureRequest) -> Iterator[str]:
             patch.setattr("shardline.proxy.select_of", lambda balancer: None)
         yield protocol
     balancer_driving.PROTOCOL[0] = "select"
+
+
+@pytest.fixture(scope="module")
+def picodata_cluster() -> Iterator[PicodataCluster]:
+    """A stand-in Picodata cluster (`tests/support/picodata_cluster.py`) for the module, closed
+    at its end; a test that changes it calls :meth:`PicodataCluster.reset` first (or last)."""
+    with PicodataCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["local", "etcd"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each discovery backend a ``shardline worker`` announces itself through: the worker's
+    extra arguments, and how the test opens a handle on a namespace (the etcd one starts the
+    session's etcd)."""
+    if request.param == "local":
+        directory = tmp_path / "shardline"
+        return (), lambda namespace: LocalDiscovery(
+            namespace, directory=directory, poll_interval=0.005
+        )
+    endpoint = request.getfixturevalue("etcd").endpoint
+    return ("--etcd", endpoint), lambda namespace: EtcdDiscovery([endpoint], namespace)

@@ -30,8 +30,6 @@ from fuzzkit import (
     text,
     value,
 )
-from strategies import full_state
-from topology_model import Model, model_state
 
 from shardline import (
     BucketEvent,
@@ -45,6 +43,8 @@ from shardline import (
     UnhashableKey,
     UnknownTier,
 )
+from support.strategies import full_state
+from support.topology_model import Model, model_state
 
 ALLOWED = (InvalidEvent, UnknownTier)
 COUNTS = {"t": 3000, "u": 100}

@@ -31,8 +31,6 @@ from fuzzkit import (
     rejects_cleanly,
     show,
 )
-from strategies import full_state
-from topology_model import Model, model_state
 
 from shardline import InvalidEvent, Topology, UnknownTier
 from shardline.topology.sources.notification_documents import (
@@ -41,6 +39,8 @@ from shardline.topology.sources.notification_documents import (
     parse_event_document,
     parse_snapshot,
 )
+from support.strategies import full_state
+from support.topology_model import Model, model_state
 
 BUCKET_COUNTS = {"t": 3000, "u": 100}
 """The tier configuration a burst is applied under (the ADR's documents carry none)."""

@@ -38,11 +38,11 @@ from fuzzkit import (
     text,
     value,
 )
-from strategies import full_state
-from topology_model import Model, model_state
 
 from shardline import BucketEvent, InvalidEvent, ShardlineError, Topology, UnknownTier
 from shardline.topology.sources import BucketPayload
+from support.strategies import full_state
+from support.topology_model import Model, model_state
 
 ALLOWED = (InvalidEvent, UnknownTier)
 COUNTS = {"t": 3000, "u": 100}

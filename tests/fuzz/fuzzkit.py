@@ -31,9 +31,8 @@ with atheris.instrument_imports(include=["shardline"]):
     import shardline.transport.msgpack_wire
     import shardline.transport.wire  # noqa: F401
 
-from strategies import full_state
-
 from shardline import Topology
+from support.strategies import full_state
 
 
 class Violation(AssertionError):

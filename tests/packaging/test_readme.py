@@ -1,0 +1,220 @@
+"""Every Python block of README.md, run as written, each in a fresh interpreter, so that no
+example can drift from the library.
+
+A block runs as it is, unless the HTML comment on the line just above its fence says more:
+
+- ``<!-- readme-test: needs etcd -->``: a real etcd is started (``tests/support/etcd_server.py``)
+  and the block's ``127.0.0.1:2379`` is replaced by its address;
+- ``<!-- readme-test: needs picodata -->``: the three-server stand-in cluster of
+  ``tests/support/picodata_cluster.py`` is started and reset, and the block's ``postgresql://app:
+  secret@pico-1:4327`` is replaced by its DSN;
+- ``<!-- readme-test: file PATH -->``: the block is a module the next blocks import; it is
+  written to ``PATH`` in the folder every block runs in (and run, like any other block).
+
+A marker the test does not know, or a server a block needs but does not name where it should,
+fails that block's test: nothing is skipped. Each block runs with a timeout, in a script padded
+so that a traceback's line numbers are the README's, from a folder of its own module's test
+(LocalDiscovery's files under it too).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from support.etcd_server import EtcdServer
+from support.paths import ROOT
+from support.picodata_cluster import (
+    BUCKET_COUNT,
+    PicodataCluster,
+)
+
+README = ROOT / "README.md"
+TIMEOUT = 120.0
+ETCD_ADDRESS = "127.0.0.1:2379"
+PICODATA_DSN = "postgresql://app:secret@pico-1:4327"
+SERVERS = {"etcd": ETCD_ADDRESS, "picodata": PICODATA_DSN}
+"""What a block can need, and the text in it that stands for that server."""
+
+_MARKER = re.compile(r"<!-- readme-test: (?P<kind>\S+) (?P<value>.*?) -->")
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # the README line of the block's first line of code
+    code: str
+    needs: frozenset[str] = frozenset()
+    file: str | None = None
+    problem: str | None = None  # what is wrong with its marker
+
+    @property
+    def name(self) -> str:
+        return f"README.md:{self.line}"
+
+
+def _marked(line: int, code: str, marker: str) -> Block:
+    """The block with what the comment line above its fence says; ``problem`` if anything."""
+    found = _MARKER.fullmatch(marker.strip())
+    if found is None:
+        if "readme-test" in marker:
+            return Block(line, code, problem=f"a readme-test comment it cannot read: {marker!r}")
+        return Block(line, code)
+    kind, value = found["kind"], found["value"].strip()
+    if kind == "file":
+        if not value or value.startswith("/") or ".." in Path(value).parts:
+            return Block(line, code, problem=f"file needs a relative path, got {value!r}")
+        return Block(line, code, file=value)
+    if kind == "needs":
+        needs = frozenset(part.strip() for part in value.split(","))
+        unknown = sorted(needs - SERVERS.keys())
+        if unknown:
+            return Block(line, code, problem=f"needs what the test cannot start: {unknown}")
+        missing = sorted(need for need in needs if SERVERS[need] not in code)
+        if missing:
+            return Block(
+                line,
+                code,
+                problem=f"needs {missing} but does not name {[SERVERS[m] for m in missing]}",
+            )
+        return Block(line, code, needs=needs)
+    return Block(line, code, problem=f"unknown readme-test marker {kind!r}")
+
+
+def readme_blocks(text: str) -> list[Block]:
+    """The ``python`` blocks of ``text``, in order."""
+    lines = text.splitlines()
+    blocks = []
+    index = 0
+    while index < len(lines):
+        if lines[index].strip() != "```python":
+            index += 1
+            continue
+        end = index + 1
+        while end < len(lines) and lines[end].strip() != "```":
+            end += 1
+        if end == len(lines):
+            raise AssertionError(f"README.md:{index + 1}: a python block that never ends")
+        code = "\n".join(lines[index + 1 : end]) + "\n"
+        marker = lines[index - 1] if index > 0 else ""
+        blocks.append(_marked(index + 2, code, marker))
+        index = end + 1
+    return blocks
+
+
+BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where every block runs, with the ``file`` blocks written in it."""
+    directory = tmp_path_factory.mktemp("readme")
+    for block in BLOCKS:
+        if block.file is not None:
+            path = directory / block.file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(block.code, encoding="utf-8")
+    return directory
+
+
+def run_block(block: Block, folder: Path, replacements: dict[str, str]) -> str:
+    """Runs the block as a script in ``folder`` and returns its standard output; fails the
+    test with its output if it exits with a status other than 0 or outlives the timeout."""
+    code = block.code
+    for placeholder, actual in replacements.items():
+        code = code.replace(placeholder, actual)
+    script = folder / f"readme_line_{block.line}.py"
+    # padded so that a traceback's line numbers are the README's
+    script.write_text("\n" * (block.line - 1) + code, encoding="utf-8")
+    runtime = folder / f"runtime_{block.line}"
+    runtime.mkdir(exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=folder,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"{block.name} exited with status {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    )
+    return done.stdout
+
+
+def servers_for(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Starts what the block needs; returns what replaces its placeholders."""
+    replacements = {}
+    if "etcd" in block.needs:
+        etcd: EtcdServer = request.getfixturevalue("etcd")
+        replacements[ETCD_ADDRESS] = f"127.0.0.1:{etcd.client_port}"
+    if "picodata" in block.needs:
+        cluster: PicodataCluster = request.getfixturevalue("picodata_cluster")
+        cluster.reset()
+        replacements[PICODATA_DSN] = cluster.dsn
+    return replacements
+
+
+def test_the_readme_has_its_examples() -> None:
+    assert len(BLOCKS) >= 10
+    assert {"etcd", "picodata"} <= {need for block in BLOCKS for need in block.needs}
+    assert any(block.file for block in BLOCKS)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
+def test_a_readme_block_runs_as_written(
+    block: Block, folder: Path, request: pytest.FixtureRequest
+) -> None:
+    assert block.problem is None, f"{block.name}: {block.problem}"
+    run_block(block, folder, servers_for(block, request))
+
+
+def test_the_routed_sql_example_writes_on_the_owning_master(
+    picodata_cluster: PicodataCluster, folder: Path, request: pytest.FixtureRequest
+) -> None:
+    (block,) = [block for block in BLOCKS if 'asyncio.run(main(7, "ada"))' in block.code]
+    cluster = picodata_cluster
+    # after reset(), rs2 (its master m2, no replica) owns the upper half of the buckets
+    row, rows, n, explanation = run_block(block, folder, servers_for(block, request)).splitlines()
+    assert cluster.bucket_of(7) > BUCKET_COUNT // 2
+    assert cluster.where(7) == ["m2"]
+    assert cluster.users("m2") == [(7, "ada")]
+    # read_only=True on a replicaset without replicas reads its master
+    assert row == "<Record id=7 name='ada'>"
+    # without a key the query runs on any instance; the stand-in's servers do not run
+    # Picodata's distributed SQL, so the count is that one server's
+    assert rows in ("[<Record count=1>]", "[<Record count=0>]")
+    assert n == "1"
+    assert explanation.startswith("Explanation(tier='default', bucket=1860, range=(1501, 3000),")
+    assert "master_name='m2'" in explanation
+    assert "routable=True" in explanation
+
+
+@pytest.mark.parametrize(
+    ("marker", "code", "problem"),
+    [
+        ("<!-- readme-test: needs redis -->", "x = 1\n", "cannot start: ['redis']"),
+        ("<!-- readme-test: needs etcd -->", "x = 1\n", "does not name ['127.0.0.1:2379']"),
+        ("<!-- readme-test: skip -->", "x = 1\n", "cannot read"),
+        ("<!-- readme-test: skip it -->", "x = 1\n", "unknown readme-test marker 'skip'"),
+        ("<!-- readme-test: file ../x.py -->", "x = 1\n", "relative path"),
+    ],
+)
+def test_a_marker_the_test_cannot_honour_fails_the_block(
+    marker: str, code: str, problem: str
+) -> None:
+    (block,) = readme_blocks(f"{marker}\n```python\n{code}```\n")
+    assert block.problem is not None
+    assert problem in block.problem
+
+
+def test_a_block_without_a_marker_runs_as_is() -> None:
+    text = "# title\n\nsome prose\n\n```python\nprint(1)\n```\n\n```sh\nls\n```\n"
+    assert readme_blocks(text) == [Block(line=6, code="print(1)\n")]

@@ -1,0 +1,141 @@
+"""LeastLoadedLoadBalancer and the load the proxy keeps for it."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from shardline import LoadBalancerContext, LoadBalancerLike, WorkerProxy
+from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
+from support.balancer_driving import start
+from support.fakes import Harness, Stream, added
+from support.workers import worker
+
+pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
+
+
+def pool(*ns: int) -> LoadBalancerContext:
+    context = LoadBalancerContext()
+    for n in ns:
+        context.add_worker(worker(n), f"conn-{n}")
+    return context
+
+
+async def first_choice(balancer: LeastLoadedLoadBalancer, context: Any) -> uuid.UUID:
+    gen = start(balancer, None, context)
+    uid = await anext(gen)
+    await gen.aclose()
+    return uid
+
+
+async def first_choices(context: Any, calls: int, seed: int = 1) -> Counter[uuid.UUID]:
+    balancer = LeastLoadedLoadBalancer(random.Random(seed))
+    return Counter([await first_choice(balancer, context) for _ in range(calls)])
+
+
+def test_it_is_a_load_balancer() -> None:
+    assert isinstance(LeastLoadedLoadBalancer(), LoadBalancerLike)
+
+
+async def test_the_busiest_worker_is_never_the_first_choice() -> None:
+    context = pool(1, 2, 3)
+    for _ in range(5):
+        context.begin_dispatch(worker(1).uid)
+    counts = await first_choices(context, 1000)
+    assert counts[worker(1).uid] == 0
+    assert counts[worker(2).uid] + counts[worker(3).uid] == 1000
+
+
+async def test_equal_load_prefers_the_lower_latency_in_each_pair() -> None:
+    context = pool(1, 2, 3)
+    for n, seconds in ((1, 0.001), (2, 0.010), (3, 0.100)):
+        context.begin_dispatch(worker(n).uid)
+        context.end_dispatch(worker(n).uid, seconds)
+    counts = await first_choices(context, 3000)
+    # The fastest wins 2 of the 3 pairs, the middle one 1, the slowest none (tolerance ±5%).
+    assert counts[worker(3).uid] == 0
+    assert abs(counts[worker(1).uid] / 3000 - 2 / 3) < 0.05
+    assert abs(counts[worker(2).uid] / 3000 - 1 / 3) < 0.05
+
+
+async def test_each_worker_is_offered_once_per_call() -> None:
+    async def scenario() -> list[uuid.UUID]:
+        gen = start(LeastLoadedLoadBalancer(random.Random(3)), None, pool(1, 2, 3, 4))
+        offered = [await anext(gen)]
+        while True:
+            try:
+                offered.append(await gen.athrow(RuntimeError("failed")))
+            except StopAsyncIteration:
+                return offered
+
+    offered = await scenario()
+    assert sorted(offered) == sorted(worker(n).uid for n in (1, 2, 3, 4))
+
+
+async def test_a_context_without_load_is_a_random_choice() -> None:
+    class Plain:
+        def __init__(self) -> None:
+            self.workers = {worker(n).uid: (worker(n), None) for n in range(4)}
+
+    counts = await first_choices(Plain(), 4000)
+    assert all(800 < counts[worker(n).uid] < 1200 for n in range(4))
+
+
+def test_load_tracks_inflight_dispatches_and_a_latency_average_across_refreshes() -> None:
+    context = pool(1, 2)
+    uid = worker(1).uid
+    assert context.begin_dispatch(uid) == (worker(1), "conn-1")
+    context.begin_dispatch(uid)
+    assert context.load(uid) == (2, 0.0)
+    context.end_dispatch(uid, 0.2)
+    context.update_worker(worker(1, address="moved"), "conn-moved")  # the load stays
+    context.end_dispatch(uid, 0.4)
+    assert context.load(uid) == (0, pytest.approx(0.2 + 0.2 * (0.4 - 0.2)))
+    context.end_dispatch(uid, 0.1)  # more ends than begins: never below zero
+    assert context.load(uid)[0] == 0
+    assert context.load(worker(2).uid) == (0, 0.0)
+
+
+def test_the_load_leaves_with_the_worker() -> None:
+    context = pool(1)
+    context.begin_dispatch(worker(1).uid)
+    context.remove_worker(worker(1))
+    context.end_dispatch(worker(1).uid, 0.3)  # a dispatch ending after its worker left
+    assert context.load(worker(1).uid) == (0, 0.0)
+    context.add_worker(worker(1), "again")
+    assert context.load(worker(1).uid) == (0, 0.0)
+    with pytest.raises(KeyError):
+        context.begin_dispatch(worker(2).uid)
+
+
+async def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
+    seen: list[tuple[int, float]] = []
+
+    async def scenario() -> tuple[int, float]:
+        harness = Harness()
+        proxy = WorkerProxy(
+            discovery=Stream(added(1)),
+            connect=harness.connect,
+            loadbalancer=LeastLoadedLoadBalancer,
+        )
+        async with proxy:
+            context = proxy._context
+            connection = harness.connections[worker(1).address]
+            original = connection.dispatch
+
+            async def observing(task: Any, *, timeout: float | None = None) -> Any:
+                seen.append(context.load(worker(1).uid))
+                return await original(task, timeout=timeout)
+
+            connection.dispatch = observing  # type: ignore[method-assign]
+            await proxy.dispatch("task")
+            return context.load(worker(1).uid)
+
+    inflight_after, latency = await scenario()
+    assert seen == [(1, 0.0)]
+    assert inflight_after == 0
+    assert latency > 0.0
