@@ -418,6 +418,38 @@ impl WorkerPool {
         Ok(self.entries.read(py).find(who).map(f))
     }
 
+    /// `(metadata, connection)` of every pooled worker, in admission order: one consistent
+    /// snapshot, copied under one read lock, its tuples built after it is released.
+    pub(crate) fn values_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let pairs: Vec<[Py<PyAny>; 2]> = self
+            .entries
+            .read()
+            .live()
+            .map(|entry| entry.pair(py))
+            .collect();
+        let values = pairs
+            .into_iter()
+            .map(|pair| PyTuple::new(py, pair))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, values)
+    }
+
+    /// `(uid, (metadata, connection))` of every pooled worker, in admission order: one
+    /// consistent snapshot, copied under one read lock, its tuples built after it is released.
+    pub(crate) fn items_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let entries: Vec<(Py<PyAny>, [Py<PyAny>; 2])> = self
+            .entries
+            .read()
+            .live()
+            .map(|entry| (entry.uid.clone_ref(py), entry.pair(py)))
+            .collect();
+        let items = entries
+            .into_iter()
+            .map(|(uid, pair)| (uid, PyTuple::new(py, pair)?).into_pyobject(py))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
     /// The keys of the uids in `tried`, read before the lock that picks is taken: a pooled
     /// uid object's from its entry, any other's from `uid.int`.
     fn keys_of(&self, tried: Option<&Bound<'_, PyAny>>) -> PyResult<FxHashSet<u128>> {

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::pool::WorkerPool;
@@ -12,13 +12,18 @@ use crate::pool::WorkerPool;
 /// A view captured earlier reflects every later admission, refresh and eviction. It has no
 /// way to write: item assignment and deletion raise `TypeError`. It is a
 /// `collections.abc.Mapping` (registered): `get`, `keys`, `values` and `items` behave as a
-/// mapping's, iteration is over a snapshot of the uids taken when it starts, and a uid that
-/// leaves while an iteration of `items()` or `values()` is under way raises `KeyError` there.
+/// mapping's. `keys()`, `values()` and `items()` are a `KeysView`, `ValuesView` and
+/// `ItemsView` over this view, live for `len` and `in`; every iteration (of the view or of one
+/// of them) is over one consistent snapshot of the pool taken when it starts, so a worker that
+/// leaves, is refreshed or joins while it runs changes nothing it yields.
 ///
 /// Implementation notes:
-///     Each operation is the pool's own (`entry`, `uids`, `__contains__`, `__len__`), called
-///     in Rust, so reading through the view costs what reading the pool does; it holds a
-///     strong reference to the pool, so a view outlives nothing it reads.
+///     Each operation is the pool's own (`entry`, `uids`, `__contains__`, `__len__`, the
+///     snapshots), called in Rust, so reading through the view costs what reading the pool
+///     does; it holds a strong reference to the pool, so a view outlives nothing it reads.
+///     The values and items views are the subclasses in `shardline/_workers_views.py`, whose
+///     iteration reads `_values_snapshot` / `_items_snapshot` (a `collections.abc` view would
+///     look each uid up again, and fail for one evicted since the uids were read).
 #[pyclass(frozen, mapping, module = "shardline", name = "WorkersView")]
 pub struct WorkersView {
     pool: Py<WorkerPool>,
@@ -32,18 +37,22 @@ impl WorkersView {
     }
 }
 
-/// `collections.abc.<name>`, looked up once per process.
-fn abc_view<'py>(
+/// The view class `module.name`, looked up once per process.
+fn view_class<'py>(
     py: Python<'py>,
     cell: &'static PyOnceLock<Py<PyType>>,
+    module: &str,
     name: &str,
 ) -> PyResult<&'py Bound<'py, PyType>> {
-    cell.import(py, "collections.abc", name)
+    cell.import(py, module, name)
 }
 
 static KEYS_VIEW: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static VALUES_VIEW: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static ITEMS_VIEW: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+/// Where the values and items views are defined (a module beside `errors`, importing only the
+/// core).
+const WORKERS_VIEWS: &str = "shardline._workers_views";
 
 #[pymethods]
 impl WorkersView {
@@ -78,17 +87,31 @@ impl WorkersView {
 
     /// The uids, as a `collections.abc.KeysView` over this view.
     fn keys<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        abc_view(slf.py(), &KEYS_VIEW, "KeysView")?.call1((slf,))
+        view_class(slf.py(), &KEYS_VIEW, "collections.abc", "KeysView")?.call1((slf,))
     }
 
-    /// The `(metadata, connection)` pairs, as a `collections.abc.ValuesView` over this view.
+    /// The `(metadata, connection)` pairs, as a `collections.abc.ValuesView` over this view
+    /// whose every iteration is over one snapshot of the pool.
     fn values<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        abc_view(slf.py(), &VALUES_VIEW, "ValuesView")?.call1((slf,))
+        view_class(slf.py(), &VALUES_VIEW, WORKERS_VIEWS, "WorkersValuesView")?.call1((slf,))
     }
 
-    /// The `(uid, (metadata, connection))` items, as a `collections.abc.ItemsView`.
+    /// The `(uid, (metadata, connection))` items, as a `collections.abc.ItemsView` over this
+    /// view whose every iteration is over one snapshot of the pool.
     fn items<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        abc_view(slf.py(), &ITEMS_VIEW, "ItemsView")?.call1((slf,))
+        view_class(slf.py(), &ITEMS_VIEW, WORKERS_VIEWS, "WorkersItemsView")?.call1((slf,))
+    }
+
+    /// The `(metadata, connection)` pairs of the pooled workers, in admission order, read in
+    /// one step (what `values()` iterates).
+    fn _values_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.pool.get().values_snapshot(py)
+    }
+
+    /// The `(uid, (metadata, connection))` items of the pooled workers, in admission order,
+    /// read in one step (what `items()` iterates).
+    fn _items_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.pool.get().items_snapshot(py)
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

@@ -55,7 +55,8 @@ class _EtcdPublisher:
         self._lock = asyncio.Lock()
         self._lease: int | None = None
         self._granted_ttl = ttl
-        self._owned: dict[uuid.UUID, bytes] = {}  # the value last put, by uid
+        # the record last put, by uid: put again (stamped anew) if the lease expires
+        self._owned: dict[uuid.UUID, WorkerMetadata] = {}
         self._keeper: asyncio.Task[None] | None = None
 
     def _key(self, uid: uuid.UUID) -> bytes:
@@ -80,7 +81,7 @@ class _EtcdPublisher:
                     raise
                 await self._replace_lease(lease)
                 await self._put(key, value, await self._current_lease())
-            self._owned[metadata.uid] = value
+            self._owned[metadata.uid] = metadata
 
     async def _put(self, key: bytes, value: bytes, lease: int) -> None:
         await self._connection.call("kv", "Put", rpc.PutRequest(key=key, value=value, lease=lease))
@@ -102,7 +103,8 @@ class _EtcdPublisher:
 
     async def _replace_lease(self, lost: int) -> None:
         """``lost`` expired with our records on it: a new lease, and the records again, except
-        those another publisher has registered since. Call with the lock held."""
+        those another publisher has registered since, each with a new publish time (a re-put
+        is a publish: subscribers see the record appear now). Call with the lock held."""
         if self._lease != lost:
             return
         self._lease = lease = await self._grant()
@@ -111,8 +113,9 @@ class _EtcdPublisher:
             lost,
             len(self._owned),
         )
-        for uid, value in list(self._owned.items()):
+        for uid, metadata in list(self._owned.items()):
             key = self._key(uid)
+            value = encode_record(stamped(metadata))
             absent = rpc.Compare(
                 key=key, target=rpc.Compare.CREATE, result=rpc.Compare.EQUAL, create_revision=0
             )
@@ -218,7 +221,8 @@ class EtcdDiscovery:
     which deletes exactly the keys still attached to it. The lease is granted on the first
     publish and kept alive over one stream, every third of its TTL. If it expires anyway (etcd
     unreachable for longer than the TTL), the publisher takes a new one and puts its records
-    again, each only if the key is absent, so it never overwrites a newer owner.
+    again, each only if the key is absent, so it never overwrites a newer owner, and each with a
+    new publish time: a re-put is a publish.
 
     A subscription follows the prefix with :func:`~shardline.discovery.etcd_watch.watch_range`
     (a listing, then the changes, resumed after any failure from the revision after the last

@@ -5,7 +5,8 @@ One database file per namespace, in WAL mode, shared by every process that opens
 - ``records(uid, data, owner)``: the current record of each worker, in the wire form of
   :mod:`shardline.discovery.record`, and the publisher that owns it.
 - ``changes(seq, uid, data)``: an append-only log, one row per change of ``records`` (``data``
-  is ``NULL`` when the record was withdrawn), ``seq`` from ``AUTOINCREMENT`` so it only grows.
+  is ``NULL`` when the record was withdrawn; a record put again equal but for its ``published``
+  time is no change), ``seq`` from ``AUTOINCREMENT`` so it only grows.
   A reader that has applied everything up to ``seq = n`` reads ``WHERE seq > n``.
 - ``publishers(id, pid, beat_at, timeout)``: one row per live publisher, its last heartbeat
   (``time.monotonic()``, a clock every process on the machine shares) and its own liveness
@@ -47,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from shardline.discovery.local_doorbell import ring
+from shardline.discovery.record import decode_record
+from shardline.errors import InvalidRecord
 
 __all__ = ["Batch", "LocalStore", "Registration", "connect", "head"]
 
@@ -147,13 +150,15 @@ class LocalStore:
     # -- publishers --------------------------------------------------------------------------
 
     def put(self, publisher: Registration, uid: bytes, data: bytes) -> None:
-        """``uid``'s record is now ``data``, owned by ``publisher``."""
+        """``uid``'s record is now ``data``, owned by ``publisher``. A record equal to the
+        stored one but for its publish time is no change: nothing is logged or stored, and only
+        the owner moves if another publisher held it."""
         with self._write():
             self._db.execute("DELETE FROM orphans WHERE uid = ?", (uid,))
             self._register(publisher)
             row = self._db.execute("SELECT data, owner FROM records WHERE uid = ?", (uid,))
             current = row.fetchone()
-            if current is None or current[0] != data:
+            if current is None or not same_record(current[0], data):
                 self._db.execute(
                     "INSERT INTO records (uid, data, owner) VALUES (?, ?, ?)"
                     " ON CONFLICT (uid) DO UPDATE SET data = excluded.data, owner = excluded.owner",
@@ -331,6 +336,18 @@ class LocalStore:
             yield
         finally:
             self._db.execute("COMMIT")
+
+
+def same_record(stored: bytes, data: bytes) -> bool:
+    """Whether two wire forms hold the same record, as records compare: the ``published`` time
+    aside, so an unchanged record published again is no change. A form that cannot be read
+    differs from any other."""
+    if stored == data:
+        return True
+    try:
+        return decode_record(stored) == decode_record(data)
+    except InvalidRecord:
+        return False
 
 
 def head(db: sqlite3.Connection) -> int:

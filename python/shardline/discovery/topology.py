@@ -18,9 +18,11 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from shardline._core import Instance, Replicaset, Topology
+from shardline.checks import check_seconds
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.errors import InvalidEvent, UnknownTier
 from shardline.topology.sources.changes import apply_change
+from shardline.topology.sources.empty_maps import EMPTY_MAP_WARNING_AFTER
 from shardline.topology.sources.source import TopologySource
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
@@ -41,7 +43,7 @@ _NO_REPLICAS: tuple[uuid.UUID, ...] = ()
 
 
 class _Default:
-    """The type of :data:`_DEFAULT`: "``interval`` was not given"."""
+    """The type of :data:`_DEFAULT`: "this argument was not given"."""
 
 
 _DEFAULT: Final = _Default()
@@ -92,7 +94,10 @@ class TopologyDiscovery(Subscription):
       rules (a snapshot clearing the topology first, rejections counted in its ``state`` and
       answered with a resync) hold. The topology's ``membership_version`` is checked every
       ``interval`` seconds (default 0.05 s), and the instances are re-read when it moved (a
-      bucket map changing alone costs no re-read).
+      bucket map changing alone costs no re-read). ``warn_empty_after`` is passed to
+      ``run``: a tier's map left empty that long is warned about (default 30 s, ``None``: never;
+      ``ValueError``, as ``run`` raises it, for anything but a positive, finite number of
+      seconds, raised here). It is refused for any other origin, which has no ``run``.
     - Any other async iterable of topology changes (``InstanceEvent``, ``ReplicasetEvent``,
       ``BucketEvent``, ``BucketSnapshot``, ``TopologySnapshot``) — or a ``TopologySource``
       when ``apply`` is given — is iterated by this stream, which applies each item with
@@ -143,6 +148,7 @@ class TopologyDiscovery(Subscription):
         interval: float | _Default | None = _DEFAULT,
         filter: Callable[[WorkerMetadata], bool] | None = None,
         apply: TopologyApply | None = None,
+        warn_empty_after: float | _Default | None = _DEFAULT,
     ) -> None:
         self._source: AsyncIterable[Any] | None = None
         self._runner: TopologySource | None = None
@@ -170,6 +176,15 @@ class TopologyDiscovery(Subscription):
             )
         if period is not None and not period > 0:
             raise ValueError(f"interval must be positive (or None), got {period}")
+        if isinstance(warn_empty_after, _Default):
+            warn_empty_after = EMPTY_MAP_WARNING_AFTER
+        elif self._runner is None:
+            raise ValueError(
+                "warn_empty_after is passed to a TopologySource's run(); this origin has none"
+            )
+        elif warn_empty_after is not None:
+            warn_empty_after = check_seconds("warn_empty_after", warn_empty_after)
+        self._warn_empty_after = warn_empty_after
         self._interval = period
         self._apply = apply if apply is not None else apply_change
         self._version_seen = -1
@@ -252,7 +267,9 @@ class TopologyDiscovery(Subscription):
     async def _stream(self) -> AsyncGenerator[DiscoveryEvent, None]:
         pump: asyncio.Task[None] | None = None
         if self._runner is not None:
-            pump = asyncio.create_task(self._runner.run(self._topology))
+            pump = asyncio.create_task(
+                self._runner.run(self._topology, warn_empty_after=self._warn_empty_after)
+            )
         elif self._source is not None:
             pump = asyncio.create_task(self._pump(self._source))
         if pump is not None:

@@ -23,7 +23,7 @@ from shardline.errors import InstanceUnavailable, InvalidArgument, NoWorkersAvai
 from shardline.picodata.instance_pool import InstancePool, split_address
 from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
 from shardline.picodata.stats import ClientStats, Explanation
-from shardline.topology.sources import PollingSource, pg_connect
+from shardline.topology.sources import EMPTY_MAP_WARNING_AFTER, PollingSource, pg_connect
 
 __all__ = ["Client", "connect"]
 
@@ -120,6 +120,7 @@ def connect(
     strict: bool = False,
     poll_interval: float = 1.0,
     connect_kwargs: Mapping[str, Any] | None = None,
+    warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
 ) -> Client:
     """A client of the Picodata cluster whose catalog ``dsn`` reaches; use it as
     ``async with connect(...) as db:`` or ``db = await connect(...)`` (then ``await
@@ -142,6 +143,9 @@ def connect(
             and of the catalog's connection (``ssl=`` an ``SSLContext``,
             ``server_settings``, …; ``timeout`` bounds a connect to an instance, default
             ``acquire_timeout``).
+        warn_empty_after: seconds a tier's bucket map may stay empty (cleared and not
+            refilled) before a WARNING on ``shardline.topology.sources`` says so; ``None``:
+            never (see :meth:`~shardline.topology.sources.TopologySource.run`).
 
     Raises ``ValueError`` naming the argument for an invalid one.
     """
@@ -154,6 +158,7 @@ def connect(
         strict=strict,
         poll_interval=poll_interval,
         connect_kwargs=connect_kwargs,
+        warn_empty_after=warn_empty_after,
     )
 
 
@@ -213,6 +218,7 @@ class Client:
         strict: bool = False,
         poll_interval: float = 1.0,
         connect_kwargs: Mapping[str, Any] | None = None,
+        warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
         if not isinstance(tier, str) or not tier:
@@ -226,6 +232,11 @@ class Client:
         self._route_wait = check_seconds("route_wait", route_wait, zero=True)
         self._strict = strict
         self._poll_interval = check_seconds("poll_interval", poll_interval)
+        self._warn_empty_after = (
+            None
+            if warn_empty_after is None
+            else check_seconds("warn_empty_after", warn_empty_after)
+        )
         given = dict(connect_kwargs or {})
         # a connect to an instance is bounded like a wait for a busy pool, unless the caller
         # says otherwise; the catalog's connection is bounded by the source itself
@@ -297,7 +308,9 @@ class Client:
         if self._closed:
             raise RuntimeError("the client is closed")
         self._started = True
-        self._runner = asyncio.get_running_loop().create_task(self._source.run(self._topology))
+        self._runner = asyncio.get_running_loop().create_task(
+            self._source.run(self._topology, warn_empty_after=self._warn_empty_after)
+        )
         try:
             await self._source.refresh()
             tiers = self._topology.tiers

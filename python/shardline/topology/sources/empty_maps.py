@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from shardline._core import Topology
 from shardline.topology.sources.state import REPEAT_WARNING_INTERVAL
@@ -28,6 +29,12 @@ class EmptyMapWatch:
     :data:`~shardline.topology.sources.state.REPEAT_WARNING_INTERVAL` seconds while it stays
     empty, saying for how long; then INFO once it holds ranges again. ``name`` starts each line.
 
+    A tier with buckets whose map has never held ranges ``after`` seconds or more after the
+    source's first complete refresh is said once, at INFO, not warned about: before its buckets
+    are bootstrapped (Picodata before its first rebalance) an empty map is the normal state, and
+    the seed's rules create a new tier's map empty, to be filled by later bucket events. A tier
+    without buckets (bucket count 0) is never mentioned.
+
     :meth:`check` looks once; :meth:`start` looks every ``min(after / 2, 5)`` seconds on the
     running loop until :meth:`stop`.
 
@@ -44,11 +51,32 @@ class EmptyMapWatch:
         # tier -> (the empty_since its warnings are about, wall-clock time of the last one)
         self._warned: dict[str, tuple[float, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        # tiers said (at INFO) never to have been filled
+        self._unfilled: set[str] = set()
 
-    def check(self, topology: Topology, now: float) -> None:
-        """Looks at each tier's map now (``now``: ``time.time()``), and logs what is due."""
-        for tier in topology.tiers:  # configured once: a tier never leaves
-            since = topology.map_stats(tier).empty_since
+    def check(self, topology: Topology, now: float, first_refresh: float | None = None) -> None:
+        """Looks at each tier's map now (``now``: ``time.time()``), and logs what is due;
+        ``first_refresh`` is the ``time.time()`` of the source's first complete refresh (None
+        before it)."""
+        for tier, bucket_count in topology.tiers.items():  # configured once: never leaves
+            stats = topology.map_stats(tier)
+            since = stats.empty_since
+            if (
+                since is None
+                and stats.ranges == 0
+                and bucket_count > 0
+                and first_refresh is not None
+                and now - first_refresh >= self._after
+                and tier not in self._unfilled
+            ):
+                self._unfilled.add(tier)
+                logger.info(
+                    "%s: the map of tier %r has held no ranges %.1f s after the first complete"
+                    " refresh (its buckets not bootstrapped yet?): keyed routes of the tier miss",
+                    self._name,
+                    tier,
+                    now - first_refresh,
+                )
             warned = self._warned.get(tier)
             if warned is not None and warned[0] != since:  # refilled since the last warning
                 del self._warned[tier]
@@ -68,14 +96,17 @@ class EmptyMapWatch:
                 empty_for,
             )
 
-    def start(self, topology: Topology) -> None:
-        """Looks periodically on the running loop, until :meth:`stop`."""
+    def start(
+        self, topology: Topology, first_refresh: Callable[[], float | None] = lambda: None
+    ) -> None:
+        """Looks periodically on the running loop, until :meth:`stop`; ``first_refresh()``
+        reads the time of the source's first complete refresh (see :meth:`check`)."""
         loop = asyncio.get_running_loop()
         period = min(self._after / 2, _MAX_CHECK_PERIOD)
 
         def tick() -> None:
             try:
-                self.check(topology, time.time())
+                self.check(topology, time.time(), first_refresh())
             except Exception:  # a defect here must not stop the watch, nor the source
                 logger.exception("%s: looking for empty bucket maps failed", self._name)
             self._timer = loop.call_later(period, tick)

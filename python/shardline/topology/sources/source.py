@@ -159,8 +159,10 @@ class TopologySource(ABC):
         While it runs, a tier's map left empty (after having held ranges) for
         ``warn_empty_after`` seconds or more is logged as a WARNING on
         ``shardline.topology.sources``, repeated at most once a minute while it stays empty,
-        and as INFO once it holds ranges again (see
-        :class:`~shardline.topology.sources.empty_maps.EmptyMapWatch`); ``None`` turns that
+        and as INFO once it holds ranges again; a tier whose map has held no ranges at all
+        ``warn_empty_after`` seconds after the source's first complete refresh (its buckets
+        not bootstrapped yet) is said once, at INFO (see
+        :class:`~shardline.topology.sources.empty_maps.EmptyMapWatch`); ``None`` turns both
         off. ``ValueError`` for a ``warn_empty_after`` that is not a positive, finite number.
         """
         watch = (
@@ -172,7 +174,8 @@ class TopologySource(ABC):
         )
         changes = self.__aiter__()
         if watch is not None:
-            watch.start(topology)
+            recorder = self._recorder
+            watch.start(topology, lambda: recorder.first_refresh)
         try:
             async for change in changes:
                 started = time.perf_counter()

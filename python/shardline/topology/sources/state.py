@@ -111,6 +111,8 @@ class StateRecorder:
         self.name = name
         self.server: str | None = None
         self.last_refresh: float | None = None
+        # the time of the first complete refresh: when the view first held the whole cluster
+        self.first_refresh: float | None = None
         self.refreshes = 0
         self.attempts = 0
         self.failures: Counter[str] = Counter()
@@ -183,6 +185,8 @@ class StateRecorder:
     def refreshed(self) -> None:
         self.refreshes += 1
         self.last_refresh = time.time()
+        if self.first_refresh is None:
+            self.first_refresh = self.last_refresh
         if self._failing:
             logger.info("%s: refreshed again after %s", self.name, ", ".join(sorted(self._failing)))
             self._failing.clear()
