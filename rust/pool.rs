@@ -423,7 +423,7 @@ impl WorkerPool {
     pub(crate) fn values_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let pairs: Vec<[Py<PyAny>; 2]> = self
             .entries
-            .read()
+            .read(py)
             .live()
             .map(|entry| entry.pair(py))
             .collect();
@@ -439,7 +439,7 @@ impl WorkerPool {
     pub(crate) fn items_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let entries: Vec<(Py<PyAny>, [Py<PyAny>; 2])> = self
             .entries
-            .read()
+            .read(py)
             .live()
             .map(|entry| (entry.uid.clone_ref(py), entry.pair(py)))
             .collect();

@@ -8,11 +8,11 @@ import time
 import uuid
 
 from aetcd import rpc
-from etcd_server import EtcdServer
 
 from shardline import WorkerMetadata
 from shardline.discovery import DiscoveryEvent
 from shardline.discovery.etcd import EtcdDiscovery
+from support.etcd_server import EtcdServer
 
 
 def worker(n: int) -> WorkerMetadata:

@@ -10,8 +10,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from pg_server import PgServer
-from picodata_catalog import Catalog
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 from shardline.discovery.topology import TopologyDiscovery
@@ -24,6 +22,8 @@ from shardline.topology.sources import (
     TopologySource,
 )
 from shardline.topology.sources.empty_maps import EmptyMapWatch
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog
 
 LOGGER = "shardline.topology.sources"
 RS1, RS2 = "00000000-0000-0000-0002-000000000001", "00000000-0000-0000-0002-000000000002"
