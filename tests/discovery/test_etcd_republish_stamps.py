@@ -27,7 +27,7 @@ async def next_event(subscription: object) -> DiscoveryEvent:
     return event
 
 
-def test_records_put_again_after_the_lease_expired_carry_a_new_publish_time(
+async def test_records_put_again_after_the_lease_expired_carry_a_new_publish_time(
     etcd: EtcdServer,
 ) -> None:
     namespace = f"republish-{uuid.uuid4().hex[:8]}"
@@ -62,5 +62,5 @@ def test_records_put_again_after_the_lease_expired_carry_a_new_publish_time(
             await publisher.aclose()
             await subscriber.aclose()
 
-    first, expired_at, republished = asyncio.run(scenario())
+    first, expired_at, republished = await scenario()
     assert first <= expired_at <= republished

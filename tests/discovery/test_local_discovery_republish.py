@@ -31,67 +31,58 @@ def owners(path: Path) -> list[int]:
         return [owner for (owner,) in db.execute("SELECT owner FROM records ORDER BY uid")]
 
 
-def test_an_unchanged_republish_logs_no_change_and_a_changed_one_does(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        discovery = LocalDiscovery("republish", directory=tmp_path)
-        path = discovery.path
-        try:
-            publisher = discovery.publisher
-            await publisher.publish("worker-added", worker(1))
-            assert len(log_rows(path)) == 1
-            for _ in range(3):
-                await publisher.publish("worker-updated", worker(1))
-            assert len(log_rows(path)) == 1
-            changed = dataclasses.replace(worker(1), version="1.1")
-            await publisher.publish("worker-updated", changed)
-            rows = log_rows(path)
-            assert len(rows) == 2
-            assert b'"1.1"' in (rows[1][1] or b"")
-        finally:
-            await discovery.aclose()
-
-    asyncio.run(scenario())
+async def test_an_unchanged_republish_logs_no_change_and_a_changed_one_does(tmp_path: Path) -> None:
+    discovery = LocalDiscovery("republish", directory=tmp_path)
+    path = discovery.path
+    try:
+        publisher = discovery.publisher
+        await publisher.publish("worker-added", worker(1))
+        assert len(log_rows(path)) == 1
+        for _ in range(3):
+            await publisher.publish("worker-updated", worker(1))
+        assert len(log_rows(path)) == 1
+        changed = dataclasses.replace(worker(1), version="1.1")
+        await publisher.publish("worker-updated", changed)
+        rows = log_rows(path)
+        assert len(rows) == 2
+        assert b'"1.1"' in (rows[1][1] or b"")
+    finally:
+        await discovery.aclose()
 
 
-def test_a_takeover_with_an_unchanged_record_changes_its_owner_but_logs_nothing(
+async def test_a_takeover_with_an_unchanged_record_changes_its_owner_but_logs_nothing(
     tmp_path: Path,
 ) -> None:
-    async def scenario() -> None:
-        first = LocalDiscovery("takeover", directory=tmp_path)
-        second = LocalDiscovery("takeover", directory=tmp_path)
-        path = first.path
-        try:
-            await first.publisher.publish("worker-added", worker(1))
-            (owner_before,) = owners(path)
-            await second.publisher.publish("worker-added", worker(1))
-            (owner_after,) = owners(path)
-            assert owner_after != owner_before
-            assert len(log_rows(path)) == 1
-            # the first publisher no longer owns it: closing it leaves the record in place
-            await first.publisher.aclose()
-            assert len(owners(path)) == 1
-        finally:
-            await first.aclose()
-            await second.aclose()
-
-    asyncio.run(scenario())
+    first = LocalDiscovery("takeover", directory=tmp_path)
+    second = LocalDiscovery("takeover", directory=tmp_path)
+    path = first.path
+    try:
+        await first.publisher.publish("worker-added", worker(1))
+        (owner_before,) = owners(path)
+        await second.publisher.publish("worker-added", worker(1))
+        (owner_after,) = owners(path)
+        assert owner_after != owner_before
+        assert len(log_rows(path)) == 1
+        # the first publisher no longer owns it: closing it leaves the record in place
+        await first.publisher.aclose()
+        assert len(owners(path)) == 1
+    finally:
+        await first.aclose()
+        await second.aclose()
 
 
-def test_a_subscriber_sees_one_event_for_a_record_published_again_unchanged(
+async def test_a_subscriber_sees_one_event_for_a_record_published_again_unchanged(
     tmp_path: Path,
 ) -> None:
-    async def scenario() -> None:
-        discovery = LocalDiscovery("quiet", directory=tmp_path, poll_interval=0.01)
-        try:
-            subscription = discovery.subscribe()
-            await discovery.publisher.publish("worker-added", worker(1))
-            added = await asyncio.wait_for(anext(subscription), 10)
-            assert (added.type, added.metadata) == ("worker-added", worker(1))
-            await discovery.publisher.publish("worker-updated", worker(1))
-            await discovery.publisher.publish("worker-added", worker(2))
-            after = await asyncio.wait_for(anext(subscription), 10)
-            assert (after.type, after.metadata) == ("worker-added", worker(2))
-        finally:
-            await discovery.aclose()
-
-    asyncio.run(scenario())
+    discovery = LocalDiscovery("quiet", directory=tmp_path, poll_interval=0.01)
+    try:
+        subscription = discovery.subscribe()
+        await discovery.publisher.publish("worker-added", worker(1))
+        added = await asyncio.wait_for(anext(subscription), 10)
+        assert (added.type, added.metadata) == ("worker-added", worker(1))
+        await discovery.publisher.publish("worker-updated", worker(1))
+        await discovery.publisher.publish("worker-added", worker(2))
+        after = await asyncio.wait_for(anext(subscription), 10)
+        assert (after.type, after.metadata) == ("worker-added", worker(2))
+    finally:
+        await discovery.aclose()

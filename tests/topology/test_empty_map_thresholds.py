@@ -102,45 +102,39 @@ def snapshot(*tiers: str) -> TopologySnapshot:
 # TopologyDiscovery
 
 
-def test_topology_discovery_passes_its_threshold_to_the_sources_run(
+async def test_topology_discovery_passes_its_threshold_to_the_sources_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
 
-    async def scenario() -> None:
-        source = ScriptedSource(snapshot())
-        discovery = TopologyDiscovery(source, interval=0.01, warn_empty_after=0.1)
-        try:
-            await asyncio.wait_for(anext(discovery), 10)
-            source.queue.put_nowait(ReplicasetEvent("delete", RS2))  # clears the map
-            await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
-        finally:
-            await discovery.aclose()
-            await source.aclose()
-        assert source.thresholds == [0.1]
-
-    asyncio.run(scenario())
+    source = ScriptedSource(snapshot())
+    discovery = TopologyDiscovery(source, interval=0.01, warn_empty_after=0.1)
+    try:
+        await asyncio.wait_for(anext(discovery), 10)
+        source.queue.put_nowait(ReplicasetEvent("delete", RS2))  # clears the map
+        await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+    finally:
+        await discovery.aclose()
+        await source.aclose()
+    assert source.thresholds == [0.1]
     (warning,) = [(level, line) for level, line in lines(caplog) if "has been empty" in line]
     assert warning[0] == logging.WARNING
     assert "scripted: the map of tier 'default' has been empty for" in warning[1]
 
 
 @pytest.mark.parametrize(("given", "passed"), [({}, EMPTY_MAP_WARNING_AFTER), ({"x": None}, None)])
-def test_topology_discovery_passes_the_default_or_none(
+async def test_topology_discovery_passes_the_default_or_none(
     given: dict[str, None], passed: float | None
 ) -> None:
-    async def scenario() -> None:
-        source = ScriptedSource(snapshot())
-        kwargs: dict[str, Any] = {"warn_empty_after": None} if given else {}
-        discovery = TopologyDiscovery(source, interval=0.01, **kwargs)
-        try:
-            await asyncio.wait_for(anext(discovery), 10)
-        finally:
-            await discovery.aclose()
-            await source.aclose()
-        assert source.thresholds == [passed]
-
-    asyncio.run(scenario())
+    source = ScriptedSource(snapshot())
+    kwargs: dict[str, Any] = {"warn_empty_after": None} if given else {}
+    discovery = TopologyDiscovery(source, interval=0.01, **kwargs)
+    try:
+        await asyncio.wait_for(anext(discovery), 10)
+    finally:
+        await discovery.aclose()
+        await source.aclose()
+    assert source.thresholds == [passed]
 
 
 @pytest.mark.parametrize("after", BAD_THRESHOLDS)
@@ -178,7 +172,8 @@ def catalog(pg: PgServer) -> Iterator[Catalog]:
         yield catalog
 
 
-def test_a_picodata_client_warns_after_its_threshold(
+@pytest.mark.async_timeout(60)
+async def test_a_picodata_client_warns_after_its_threshold(
     catalog: Catalog, caplog: pytest.LogCaptureFixture
 ) -> None:
     with catalog.transaction():
@@ -188,15 +183,12 @@ def test_a_picodata_client_warns_after_its_threshold(
         catalog.rebalance("default")
     caplog.set_level(logging.INFO, logger=LOGGER)
 
-    async def scenario() -> None:
-        async with connect(catalog.dsn, tier="default", warn_empty_after=0.2) as db:
-            with catalog.transaction():  # r2 leaves: the map is cleared; its buckets fail
-                catalog.expel_replicaset("r2")
-                catalog.fail_buckets("default")
-            await db.refresh()
-            await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
-
-    asyncio.run(asyncio.wait_for(scenario(), 60))
+    async with connect(catalog.dsn, tier="default", warn_empty_after=0.2) as db:
+        with catalog.transaction():  # r2 leaves: the map is cleared; its buckets fail
+            catalog.expel_replicaset("r2")
+            catalog.fail_buckets("default")
+        await db.refresh()
+        await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
     (warning,) = [line for level, line in lines(caplog) if "has been empty" in line]
     assert "the map of tier 'default' has been empty for" in warning
 
@@ -237,20 +229,19 @@ def test_a_tier_never_filled_after_the_first_complete_refresh_is_said_once_at_in
     assert "tier 'fresh' has been empty for 31.0 s" in lines(caplog)[0][1]
 
 
-def test_a_running_source_says_so_of_a_tier_never_filled(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_running_source_says_so_of_a_tier_never_filled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = ScriptedSource(snapshot("fresh"))
-        task = asyncio.create_task(source.run(topology, warn_empty_after=0.1))
-        try:
-            await eventually(lambda: any("held no ranges" in line for _, line in lines(caplog)))
-        finally:
-            await source.aclose()
-            await asyncio.wait_for(task, 10)
-
-    asyncio.run(scenario())
+    topology = Topology()
+    source = ScriptedSource(snapshot("fresh"))
+    task = asyncio.create_task(source.run(topology, warn_empty_after=0.1))
+    try:
+        await eventually(lambda: any("held no ranges" in line for _, line in lines(caplog)))
+    finally:
+        await source.aclose()
+        await asyncio.wait_for(task, 10)
     said = [(level, line) for level, line in lines(caplog) if "tier 'fresh'" in line]
     assert [level for level, _ in said] == [logging.INFO]
     assert not any(level >= logging.WARNING for level, _ in lines(caplog))
