@@ -13,7 +13,7 @@ use pyo3::{PyTraverseError, PyVisit};
 use rustc_hash::FxHashMap;
 use rustc_hash::FxHashSet;
 
-use crate::dispatch_times::{DispatchTimes, BOUNDS};
+use crate::dispatch_times::{DispatchTimes, BOUNDS, SAMPLE_EVERY};
 use crate::gil_lock::GilLock;
 use crate::tally::Tally;
 use crate::workers_view::WorkersView;
@@ -101,12 +101,20 @@ impl Load {
     }
 }
 
-/// Nanoseconds on a monotonic clock since the first reading in this process: what a timed
-/// dispatch's start is, so the proxy reads no clock in Python.
+/// Nanoseconds on a monotonic clock since the first reading in this process, plus one: what a
+/// timed dispatch's start is, so the proxy reads no clock in Python, and never 0, which
+/// `dispatch_next` returns for a dispatch it does not time.
+///
+/// `Instant` (`clock_gettime(CLOCK_MONOTONIC)` through the vDSO) costs 21 ns a reading here
+/// against 7 ns for a raw TSC read (`benches/RESULTS.md`, "Instrumentation cost (issue 15)"),
+/// but the TSC needs calibrating and is not monotonic on every machine and VM; read on one
+/// native dispatch in `SAMPLE_EVERY`, the difference is under 2 ns a dispatch.
 fn clock_ns() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     let elapsed = EPOCH.get_or_init(Instant::now).elapsed();
-    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    u64::try_from(elapsed.as_nanos())
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
 }
 
 /// Seconds since `started` (a [`clock_ns`] reading); 0 for a reading from the future.
@@ -367,7 +375,9 @@ impl Entries {
 /// the admission order shared by every caller (`next_in_rotation`), and hands the proxy a
 /// round-robin candidate with what a dispatch needs in one call (`dispatch_next`); a
 /// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`), and, once
-/// `time_dispatches` was called, counted into a latency histogram (`dispatch_counts`). Any
+/// `time_dispatches` was called, counted into a latency histogram (`dispatch_counts`), which
+/// also times one in `DISPATCH_SAMPLE` of the dispatches `dispatch_next` hands out uncounted
+/// (`observe_dispatch`). Any
 /// finalizer may use the pool, even one that runs inside a pool method (a displaced
 /// connection's, or one a garbage collection runs).
 ///
@@ -621,22 +631,31 @@ impl WorkerPool {
         Ok(())
     }
 
+    /// The dispatch `dispatch_next` handed out uncounted but timed (a nonzero `started`) has
+    /// ended, however it ended: its latency goes into the pool's histogram, and nowhere else
+    /// (it was never counted in flight, so no worker's load changes).
+    fn observe_dispatch(&self, started: u64) {
+        self.times.observe(seconds_since(started));
+    }
+
     /// From now on, `finish_dispatch` also counts each latency in the pool's histogram
-    /// (`dispatch_counts`). Idempotent; there is no turning it off.
+    /// (`dispatch_counts`), and `dispatch_next` times one in `DISPATCH_SAMPLE` of the
+    /// dispatches it hands out uncounted. Idempotent; there is no turning it off.
     fn time_dispatches(&self) {
         self.times.turn_on();
     }
 
     /// `(dispatched, latency)`: how many dispatches `dispatch_next` handed out, and the
-    /// latencies `finish_dispatch` saw since `time_dispatches` as `(counts, sum)`, where
+    /// latencies `finish_dispatch` and `observe_dispatch` saw since `time_dispatches` as
+    /// `(counts, sum)`, where
     /// `counts[i]` is the number of dispatches that took at most `DISPATCH_BUCKETS[i]` seconds
     /// and more than the bound before it, the last count those above every bound, and `sum`
     /// their total in seconds; latency is None before `time_dispatches`.
     ///
     /// Implementation notes:
     ///     Counted in the pool, on the calls a dispatch makes anyway: one plain add each (see
-    ///     `Tally`), and the clock only in `start_dispatch`, a counted `dispatch_next` and
-    ///     `finish_dispatch`.
+    ///     `Tally`), and the clock only in `start_dispatch`, a counted or sampled
+    ///     `dispatch_next`, `finish_dispatch` and `observe_dispatch`.
     #[allow(clippy::type_complexity)]
     fn dispatch_counts(&self) -> (u64, Option<(Vec<u64>, f64)>) {
         (self.dispatched.get(), self.times.read())
@@ -648,6 +667,15 @@ impl WorkerPool {
     #[allow(non_snake_case)]
     fn DISPATCH_BUCKETS() -> Vec<f64> {
         BOUNDS.to_vec()
+    }
+
+    /// Of the dispatches `dispatch_next` hands out uncounted, the latency histogram times one
+    /// in this many, once `time_dispatches` was called: the pool's `DISPATCH_SAMPLE`th,
+    /// `2 * DISPATCH_SAMPLE`th… (counting every dispatch it handed out since it was made).
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn DISPATCH_SAMPLE() -> u64 {
+        SAMPLE_EVERY
     }
 
     /// The next pooled worker of the pool's rotation that is not in `tried` (any iterable of
@@ -686,8 +714,10 @@ impl WorkerPool {
     /// `(uid, metadata, connection, started)` of the next pooled worker of the rotation not in
     /// `tried`, as `next_in_rotation` picks it, in one call; None when there is none. With
     /// `count`, the dispatch is counted in flight and `started` is a reading of the pool's
-    /// clock for `finish_dispatch`; without, `started` is 0 and nothing is counted in flight.
-    /// Either way a worker handed out counts as one dispatch in `dispatch_counts`.
+    /// clock for `finish_dispatch`. Without, nothing is counted in flight, and `started` is 0
+    /// unless the dispatch is one the latency histogram samples (after `time_dispatches`, one
+    /// in `DISPATCH_SAMPLE`), when it is a nonzero reading for `observe_dispatch`. Either way
+    /// a worker handed out counts as one dispatch in `dispatch_counts`.
     #[pyo3(signature = (tried = None, count = false))]
     fn dispatch_next<'py>(
         &self,
@@ -705,11 +735,15 @@ impl WorkerPool {
         if count {
             entry.load.begin();
         }
-        self.dispatched.add(1);
+        let nth = self.dispatched.add(1);
         let uid = entry.uid.clone_ref(py);
         let [metadata, connection] = entry.pair(py);
         drop(entries);
-        let started = if count { clock_ns() } else { 0 };
+        let started = if count || self.times.samples(nth) {
+            clock_ns()
+        } else {
+            0
+        };
         Ok(Some(
             (uid, metadata, connection, started).into_pyobject(py)?,
         ))

@@ -14,15 +14,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Tally(AtomicU64);
 
 impl Tally {
+    /// Adds `n`; returns the count it makes (what a caller sampling every Nth add tests).
     #[inline(always)]
-    pub fn add(&self, n: u64) {
+    pub fn add(&self, n: u64) -> u64 {
         #[cfg(Py_GIL_DISABLED)]
-        self.0.fetch_add(n, Ordering::Relaxed);
+        return self.0.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
         #[cfg(not(Py_GIL_DISABLED))]
-        self.0.store(
-            self.0.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
+        {
+            let count = self.0.load(Ordering::Relaxed).wrapping_add(n);
+            self.0.store(count, Ordering::Relaxed);
+            count
+        }
     }
 
     pub fn get(&self) -> u64 {
@@ -58,8 +60,8 @@ mod tests {
     #[test]
     fn tallies_add_up() {
         let tally = Tally::default();
-        tally.add(1);
-        tally.add(41);
+        assert_eq!(tally.add(1), 1);
+        assert_eq!(tally.add(41), 42);
         assert_eq!(tally.get(), 42);
         let sum = FloatTally::default();
         assert_eq!(sum.get(), 0.0);

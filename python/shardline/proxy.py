@@ -52,10 +52,18 @@ class DispatchLatency:
     :meth:`WorkerProxy.measure_latency`, as a histogram.
 
     ``bounds`` are the buckets' upper bounds in seconds (fixed: 25 µs to 10 s); ``counts[i]``
-    is the number of dispatches that took more than ``bounds[i - 1]`` and at most
+    is the number of timed dispatches that took more than ``bounds[i - 1]`` and at most
     ``bounds[i]`` seconds, and the last count (one more than there are bounds) those that took
-    longer than every bound. ``sum`` is their total in seconds. Each dispatch to a worker is
-    one sample, whatever its outcome, so a call that tried two workers is two.
+    longer than every bound. ``sum`` is their total in seconds. Each timed dispatch to a worker
+    is one sample, whatever its outcome, so a call that tried two workers is two.
+
+    Which dispatches are timed: every one, except the first attempts of a balancer that
+    declares ``pool_rotation`` and ``needs_load = False`` (the built-in round-robin), which
+    the pool hands out natively; of those, one in ``LoadBalancerContext.DISPATCH_SAMPLE`` (8)
+    is timed, the pool's 8th, 16th… such dispatch since it was made. So on that path
+    :attr:`count` is about an eighth of the dispatches, while :attr:`ProxyStats.dispatched`
+    stays exact; the buckets and the mean (``sum / count``) describe the dispatches as a
+    whole, since which ones are sampled does not depend on how long they take.
     """
 
     bounds: tuple[float, ...]
@@ -85,7 +93,8 @@ class ProxyStats:
     ``not_admitted`` (a ``worker-added`` refused at the lease) count discovery's effects, and
     ``evictions`` the workers that left the pool by reason (every one of
     ``EVICTION_REASONS``, 0 until it happens). ``latency`` is the dispatch latency histogram,
-    None until :meth:`WorkerProxy.measure_latency` was called.
+    None until :meth:`WorkerProxy.measure_latency` was called; on the round-robin native path
+    it times a sample, one dispatch in 8 (see :class:`DispatchLatency`).
     """
 
     balancer: str
@@ -131,8 +140,9 @@ class WorkerProxy:
     :mod:`shardline.balancers.registry`; an unknown name raises
     :class:`~shardline.InvalidArgument` listing the known ones). The proxy drives it through
     ``select`` when it has one, else through ``delegate``, and counts and times dispatches
-    (``context.load``) only if it does not declare ``needs_load = False`` or once
-    ``measure_latency()`` was called; a balancer declaring
+    (``context.load``) only if it does not declare ``needs_load = False`` (once
+    ``measure_latency()`` was called, such a balancer's dispatches are timed, but not counted
+    in flight where the pool hands them out natively); a balancer declaring
     ``pool_rotation`` (the built-in round-robin) has its first candidate taken from the pool's
     rotation in one native call (see :mod:`shardline.balancers.protocol`).
 
@@ -158,7 +168,8 @@ class WorkerProxy:
     lease; never a line per dispatch.
 
     ``stats()`` counts all of this (:class:`ProxyStats`); ``measure_latency()`` adds a
-    histogram of the dispatch latencies to it, which costs each dispatch two clock readings.
+    histogram of the dispatch latencies to it, which costs each timed dispatch two clock
+    readings (on the round-robin native path, one dispatch in 8 is timed).
     """
 
     def __init__(
@@ -183,6 +194,9 @@ class WorkerProxy:
         self._balancer = _balancer_of(loadbalancer)
         self._select = select_of(self._balancer)
         self._load = needs_load(self._balancer)
+        # whether the select and delegate paths time their dispatches: the balancer's load, or
+        # latency measured (the native path samples in the pool instead)
+        self._timed = self._load
         # the first candidate from the pool's own rotation, only where select would name it
         self._pool_rotation = self._select is not None and pool_rotation(self._balancer)
         self._connect = connect
@@ -239,18 +253,25 @@ class WorkerProxy:
         )
 
     def measure_latency(self) -> None:
-        """From now on, times every dispatch to a worker into :attr:`ProxyStats.latency`
-        (:func:`shardline.metrics.register` calls it for the proxies it is given). There is no
-        turning it off; calling it again changes nothing.
+        """From now on, times dispatches to workers into :attr:`ProxyStats.latency`
+        (:func:`shardline.metrics.register` calls it for the proxies it is given): every one,
+        except on the round-robin native path, where one in 8 is timed (the pool's 8th, 16th…
+        native dispatch; see :class:`DispatchLatency`). There is no turning it off; calling it
+        again changes nothing.
 
         Implementation notes:
             The pool reads its clock when a dispatch starts and ends, in Rust (the same
             readings a load-aware balancer's load is made of), and counts the latency into
             fixed buckets; until this is called, a balancer that does not need the load has
-            no clock read at all.
+            no clock read at all. Timing every native dispatch cost that path 44% (counting
+            it in flight, two clock readings and a second call into the pool); sampled,
+            ``dispatch_next`` picks the dispatch from its tally and returns a nonzero
+            ``started`` only for it, so an unsampled dispatch costs one integer test, and a
+            sampled one is never counted in flight (``observe_dispatch`` only records its
+            latency). Balancers that need the load still count and time every dispatch.
         """
         self._context.time_dispatches()
-        self._load = True
+        self._timed = True
 
     async def start(self) -> None:
         """Follows discovery in the background and waits for ``quorum`` pooled workers."""
@@ -373,14 +394,15 @@ class WorkerProxy:
             (``dispatch_next``), and goes on through ``select`` after a failure; other
             balancers go through ``select`` or ``delegate``. The load (a count in flight and
             the latency, timed on the pool's clock in Rust) is kept only for a balancer that
-            needs it or once ``measure_latency`` was called; otherwise the uid is resolved with
-            a plain pool lookup. The native path's dispatches are counted by the pool
+            needs it; the select and delegate paths also time every dispatch once
+            ``measure_latency`` was called, the native path only those the pool samples (a
+            nonzero ``started``); otherwise the uid is resolved with a plain pool lookup. The
+            native path's dispatches are counted by the pool
             (``dispatch_next``); the other paths count theirs here, and every failure is
             counted where its ``except`` already is, so a dispatch that succeeds on the native
             path adds nothing in Python.
         """
         context = self._context
-        load = self._load
         failure: Exception | None = None
         started = 0
         select = self._select
@@ -389,7 +411,7 @@ class WorkerProxy:
             outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
             outcome: Exception | None
             if self._pool_rotation:
-                picked = context.dispatch_next(None, load)
+                picked = context.dispatch_next(None, self._load)
                 if picked is None:
                     raise self._exhausted_call(task, tried)
                 uid, metadata, connection, started = picked
@@ -405,10 +427,14 @@ class WorkerProxy:
                     self._errors += 1
                     raise
                 finally:
-                    if load:
-                        context.finish_dispatch(uid, started)
+                    if started:  # counted for the balancer's load, or sampled for latency
+                        if self._load:
+                            context.finish_dispatch(uid, started)
+                        else:
+                            context.observe_dispatch(started)
                 outcomes = {uid: failure}
                 tried = MappingProxyType(outcomes)
+            timed = self._timed
             while True:
                 uid = select(task, context=context, tried=tried)
                 if uid is None:
@@ -418,7 +444,7 @@ class WorkerProxy:
                         f"balancer {self._balancer!r} offered worker {uid} twice in one call"
                     )
                 try:
-                    if load:
+                    if timed:
                         metadata, connection, started = context.start_dispatch(uid)
                     else:
                         metadata, connection = context.entry(uid)
@@ -438,19 +464,20 @@ class WorkerProxy:
                         self._errors += 1
                         raise
                     finally:
-                        if load:
+                        if timed:
                             context.finish_dispatch(uid, started)
                 if outcomes is None:
                     outcomes = {}
                     tried = MappingProxyType(outcomes)
                 outcomes[uid] = outcome
+        timed = self._timed
         candidates = self._balancer.delegate(task, context=context)
         offered: dict[uuid.UUID, Exception | None] = {}  # written only on a miss or a failure
         try:
             uid = await anext(candidates)
             while True:
                 try:
-                    if load:
+                    if timed:
                         metadata, connection, started = context.start_dispatch(uid)
                     else:
                         metadata, connection = context.entry(uid)
@@ -476,7 +503,7 @@ class WorkerProxy:
                     self._errors += 1
                     raise
                 finally:
-                    if load:
+                    if timed:
                         context.finish_dispatch(dispatched, started)
                 try:
                     await candidates.asend(uid)
