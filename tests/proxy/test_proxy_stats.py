@@ -11,9 +11,8 @@ concurrent calls with evictions and drops in the middle of them.
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -121,16 +120,6 @@ def expected_timed(proxy: WorkerProxy, mark: tuple[int, int] = (0, 0)) -> int:
     return paths - mark[0] + native // every - mark[1] // every
 
 
-def in_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Runs an async test in a new event loop."""
-
-    @functools.wraps(test)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
 def zero_stats(balancer: str) -> ProxyStats:
     return ProxyStats(
         balancer=balancer,
@@ -154,7 +143,6 @@ def balancer(request: pytest.FixtureRequest) -> Any:
     return request.param
 
 
-@in_loop
 async def test_a_scripted_run_counts_every_outcome(balancer: Any) -> None:
     fleet = Fleet(balancer, lease=3)
     proxy = fleet.proxy
@@ -216,7 +204,6 @@ async def test_a_scripted_run_counts_every_outcome(balancer: Any) -> None:
     assert 0 < latency.sum < 10
 
 
-@in_loop
 async def test_latency_is_none_until_asked_and_counts_only_from_then(balancer: Any) -> None:
     fleet = Fleet(balancer)
     await fleet.proxy.start()
@@ -236,7 +223,6 @@ async def test_latency_is_none_until_asked_and_counts_only_from_then(balancer: A
     await fleet.proxy.stop()
 
 
-@in_loop
 async def test_a_balancer_that_raises_no_workers_itself_is_not_counted_as_exhausted() -> None:
     class NoRoute:
         needs_load = False
@@ -328,7 +314,6 @@ def test_counts_match_a_replay_of_what_happened(
         assert stats.latency is None
 
 
-@in_loop
 async def test_a_registry_scraped_after_a_scripted_run_shows_every_number() -> None:
     prometheus = pytest.importorskip("prometheus_client")
     from prometheus_client.parser import text_string_to_metric_families

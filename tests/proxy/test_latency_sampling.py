@@ -126,7 +126,7 @@ def test_a_counted_dispatch_next_is_always_timed() -> None:
 def test_the_native_path_times_only_the_sampled_dispatches_and_counts_none_in_flight(
     calls: int, workers: int, before: int
 ) -> None:
-    async def run() -> None:
+    async def scenario() -> None:
         fleet = Fleet(RoundRobinLoadBalancer, workers)
         await fleet.proxy.start()
         for task in range(before):  # dispatched before measuring: in the tally, not timed
@@ -140,45 +140,39 @@ def test_the_native_path_times_only_the_sampled_dispatches_and_counts_none_in_fl
         assert fleet.in_flight() == [0] * (before + calls)
         await fleet.proxy.stop()
 
-    asyncio.run(run())
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("balancer", [LoadedRoundRobin, LeastLoadedLoadBalancer])
-def test_a_balancer_that_needs_the_load_has_every_dispatch_counted_and_timed(
+async def test_a_balancer_that_needs_the_load_has_every_dispatch_counted_and_timed(
     balancer: Any,
 ) -> None:
-    async def run() -> None:
-        fleet = Fleet(balancer, 3)
-        await fleet.proxy.start()
-        assert fleet.proxy.explain("task").protocol == (
-            "pool-rotation" if balancer is LoadedRoundRobin else "select"
-        )
-        fleet.proxy.measure_latency()
-        for task in range(3 * N + 1):
-            await fleet.proxy.dispatch(task)
-        assert fleet.timed() == fleet.proxy.stats().dispatched == 3 * N + 1
-        assert fleet.in_flight() == [1] * (3 * N + 1)
-        assert all(fleet.pool.load(record(n).uid)[1] > 0 for n in (1, 2, 3))
-        await fleet.proxy.stop()
-
-    asyncio.run(run())
+    fleet = Fleet(balancer, 3)
+    await fleet.proxy.start()
+    assert fleet.proxy.explain("task").protocol == (
+        "pool-rotation" if balancer is LoadedRoundRobin else "select"
+    )
+    fleet.proxy.measure_latency()
+    for task in range(3 * N + 1):
+        await fleet.proxy.dispatch(task)
+    assert fleet.timed() == fleet.proxy.stats().dispatched == 3 * N + 1
+    assert fleet.in_flight() == [1] * (3 * N + 1)
+    assert all(fleet.pool.load(record(n).uid)[1] > 0 for n in (1, 2, 3))
+    await fleet.proxy.stop()
 
 
-def test_after_a_native_failure_the_retries_through_select_are_all_timed() -> None:
-    async def run() -> None:
-        fleet = Fleet(RoundRobinLoadBalancer, 3)
-        await fleet.proxy.start()
-        fleet.proxy.measure_latency()
-        fleet.connections[0].fail = True
-        for task in range(N):  # a call that meets worker 1 first retries through select
-            await fleet.proxy.dispatch(task)
-        stats = fleet.proxy.stats()
-        retries = stats.transient
-        assert retries > 0
-        assert fleet.pool.dispatch_counts()[0] == N
-        assert stats.dispatched == N + retries
-        assert fleet.timed() == 1 + retries  # the Nth native dispatch, and every retry
-        assert all(fleet.pool.load(record(n).uid)[0] == 0 for n in (1, 2, 3))
-        await fleet.proxy.stop()
-
-    asyncio.run(run())
+async def test_after_a_native_failure_the_retries_through_select_are_all_timed() -> None:
+    fleet = Fleet(RoundRobinLoadBalancer, 3)
+    await fleet.proxy.start()
+    fleet.proxy.measure_latency()
+    fleet.connections[0].fail = True
+    for task in range(N):  # a call that meets worker 1 first retries through select
+        await fleet.proxy.dispatch(task)
+    stats = fleet.proxy.stats()
+    retries = stats.transient
+    assert retries > 0
+    assert fleet.pool.dispatch_counts()[0] == N
+    assert stats.dispatched == N + retries
+    assert fleet.timed() == 1 + retries  # the Nth native dispatch, and every retry
+    assert all(fleet.pool.load(record(n).uid)[0] == 0 for n in (1, 2, 3))
+    await fleet.proxy.stop()
