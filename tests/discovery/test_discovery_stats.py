@@ -110,29 +110,25 @@ def test_the_publish_time_takes_no_part_in_comparing_records() -> None:
 
 
 @pytest.mark.parametrize("backend", ["in-process", "local"])
-def test_a_record_published_again_unchanged_is_no_event(backend: str, tmp_path: Path) -> None:
-    async def scenario() -> list[DiscoveryEvent]:
-        namespace = f"stats-republish-{uuid.uuid4().hex[:8]}"
-        discovery: InProcessDiscovery | LocalDiscovery = (
-            InProcessDiscovery(namespace)
-            if backend == "in-process"
-            else LocalDiscovery(namespace, directory=tmp_path)
-        )
-        subscription = discovery.subscribe()
-        before = time.time()
-        await discovery.publisher.publish("worker-added", worker(1))
-        await discovery.publisher.publish("worker-updated", worker(1))
-        await discovery.publisher.publish("worker-updated", worker(1, pid=7))
-        async with asyncio.timeout(10):
-            events = [await anext(subscription), await anext(subscription)]
-        await subscription.aclose()
-        await discovery.aclose()
-        for event in events:  # each publish stamped the record it put
-            assert event.metadata.published is not None
-            assert before <= event.metadata.published <= time.time()
-        return events
-
-    first, second = asyncio.run(scenario())
+async def test_a_record_published_again_unchanged_is_no_event(backend: str, tmp_path: Path) -> None:
+    namespace = f"stats-republish-{uuid.uuid4().hex[:8]}"
+    discovery: InProcessDiscovery | LocalDiscovery = (
+        InProcessDiscovery(namespace)
+        if backend == "in-process"
+        else LocalDiscovery(namespace, directory=tmp_path)
+    )
+    subscription = discovery.subscribe()
+    before = time.time()
+    await discovery.publisher.publish("worker-added", worker(1))
+    await discovery.publisher.publish("worker-updated", worker(1))
+    await discovery.publisher.publish("worker-updated", worker(1, pid=7))
+    async with asyncio.timeout(10):
+        first, second = await anext(subscription), await anext(subscription)
+    await subscription.aclose()
+    await discovery.aclose()
+    for event in (first, second):  # each publish stamped the record it put
+        assert event.metadata.published is not None
+        assert before <= event.metadata.published <= time.time()
     assert (first.type, second.type, second.metadata.pid) == ("worker-added", "worker-updated", 7)
 
 
@@ -155,27 +151,24 @@ def fed(events: list[DiscoveryEvent]) -> Subscription:
     return Subscription(stream(), RecordFeed())
 
 
-def taken(
+async def taken(
     monkeypatch: pytest.MonkeyPatch, events: list[tuple[DiscoveryEvent, float]]
 ) -> Subscription:
-    """A subscription made at time 1000 that hands out ``events``, each taken at its time."""
+    """A subscription made at time 1000 that has handed out ``events``, each taken at its
+    time."""
     clock = Clock(1000.0)
     monkeypatch.setattr(subscription_module, "time", SimpleNamespace(time=clock.time))
     subscription = fed([event for event, _ in events])
-
-    async def take() -> None:
-        for _, at in events:
-            clock.now = at
-            await anext(subscription)
-
-    asyncio.run(take())
+    for _, at in events:
+        clock.now = at
+        await anext(subscription)
     return subscription
 
 
-def test_events_are_counted_by_type_and_timed_from_their_publish(
+async def test_events_are_counted_by_type_and_timed_from_their_publish(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    subscription = taken(
+    subscription = await taken(
         monkeypatch,
         [
             (DiscoveryEvent("worker-added", worker(1, published=1000.5)), 1000.5 + 0.02),
@@ -195,10 +188,10 @@ def test_events_are_counted_by_type_and_timed_from_their_publish(
     assert stats.clock_ahead == 0
 
 
-def test_a_publish_time_ahead_of_this_clock_counts_as_no_lag(
+async def test_a_publish_time_ahead_of_this_clock_counts_as_no_lag(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    subscription = taken(
+    subscription = await taken(
         monkeypatch, [(DiscoveryEvent("worker-added", worker(1, published=1010.0)), 1001.0)]
     )
     stats = subscription.stats
@@ -209,7 +202,7 @@ def test_a_publish_time_ahead_of_this_clock_counts_as_no_lag(
 # a run over a real etcd, scraped
 
 
-def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> None:
+async def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> None:
     namespace = f"stats-{uuid.uuid4().hex[:8]}"
 
     async def eventually(condition: Callable[[], bool]) -> None:
@@ -224,47 +217,44 @@ def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> None:
     etcd.put(prefix + str(worker(9).uid).encode(), old)
     etcd.put(prefix + str(worker(8).uid).encode(), b"{not json")
 
-    async def scenario() -> None:
-        publisher = EtcdDiscovery([etcd.endpoint], namespace, ttl=5)
-        subscriber = EtcdDiscovery([etcd.endpoint], namespace, timeout=10)
-        try:
-            # already there when the pool starts: an event, but not timed
-            await publisher.publisher.publish("worker-added", worker(1))
-            stream = subscriber.subscribe()
-            registry = CollectorRegistry()
-            proxy = WorkerProxy(discovery=stream, connect=lambda metadata: Idle(), quorum=2)
-            register(registry, discoveries={"workers": stream}, proxies={"pool": proxy})
-            began = time.time()
-            async with proxy:
-                await publisher.publisher.publish("worker-added", worker(2))
-                await publisher.publisher.publish("worker-updated", worker(2, pid=1))
-                await publisher.publisher.publish("worker-dropped", worker(1))
-                await eventually(lambda: stream.stats.events.get("worker-dropped", 0) == 1)
-                assert {metadata.uid for metadata in proxy.workers} == {
-                    worker(2).uid,
-                    worker(9).uid,
-                }
-            waited = time.time() - began
-            samples = scrape(registry)
-            name = (("discovery", "workers"),)
-            events = "shardline_discovery_events_total"
-            assert samples[events, (*name, ("type", "worker-added"))] == 3
-            assert samples[events, (*name, ("type", "worker-updated"))] == 1
-            assert samples[events, (*name, ("type", "worker-dropped"))] == 1
-            # timed: worker 2's add and update, published while the pool followed
-            assert samples["shardline_discovery_event_lag_seconds_count", name] == 2
-            lag = samples["shardline_discovery_event_lag_seconds_sum", name]
-            assert 0 <= lag <= 2 * waited
-            inf = (*name, ("le", "+Inf"))
-            assert samples["shardline_discovery_event_lag_seconds_bucket", inf] == 2
-            assert samples["shardline_discovery_clock_ahead_total", name] == 0
-            skipped = "shardline_discovery_skipped_total"
-            assert samples[skipped, (*name, ("reason", "malformed"))] == 1
-            assert samples[skipped, (*name, ("reason", "oversized"))] == 0
-            assert samples["shardline_proxy_workers", (("proxy", "pool"),)] == 2
-            await stream.aclose()
-        finally:
-            await publisher.aclose()
-            await subscriber.aclose()
-
-    asyncio.run(scenario())
+    publisher = EtcdDiscovery([etcd.endpoint], namespace, ttl=5)
+    subscriber = EtcdDiscovery([etcd.endpoint], namespace, timeout=10)
+    try:
+        # already there when the pool starts: an event, but not timed
+        await publisher.publisher.publish("worker-added", worker(1))
+        stream = subscriber.subscribe()
+        registry = CollectorRegistry()
+        proxy = WorkerProxy(discovery=stream, connect=lambda metadata: Idle(), quorum=2)
+        register(registry, discoveries={"workers": stream}, proxies={"pool": proxy})
+        began = time.time()
+        async with proxy:
+            await publisher.publisher.publish("worker-added", worker(2))
+            await publisher.publisher.publish("worker-updated", worker(2, pid=1))
+            await publisher.publisher.publish("worker-dropped", worker(1))
+            await eventually(lambda: stream.stats.events.get("worker-dropped", 0) == 1)
+            assert {metadata.uid for metadata in proxy.workers} == {
+                worker(2).uid,
+                worker(9).uid,
+            }
+        waited = time.time() - began
+        samples = scrape(registry)
+        name = (("discovery", "workers"),)
+        events = "shardline_discovery_events_total"
+        assert samples[events, (*name, ("type", "worker-added"))] == 3
+        assert samples[events, (*name, ("type", "worker-updated"))] == 1
+        assert samples[events, (*name, ("type", "worker-dropped"))] == 1
+        # timed: worker 2's add and update, published while the pool followed
+        assert samples["shardline_discovery_event_lag_seconds_count", name] == 2
+        lag = samples["shardline_discovery_event_lag_seconds_sum", name]
+        assert 0 <= lag <= 2 * waited
+        inf = (*name, ("le", "+Inf"))
+        assert samples["shardline_discovery_event_lag_seconds_bucket", inf] == 2
+        assert samples["shardline_discovery_clock_ahead_total", name] == 0
+        skipped = "shardline_discovery_skipped_total"
+        assert samples[skipped, (*name, ("reason", "malformed"))] == 1
+        assert samples[skipped, (*name, ("reason", "oversized"))] == 0
+        assert samples["shardline_proxy_workers", (("proxy", "pool"),)] == 2
+        await stream.aclose()
+    finally:
+        await publisher.aclose()
+        await subscriber.aclose()

@@ -89,17 +89,16 @@ def logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
 
 
-def test_a_re_announced_worker_is_logged_as_refreshed(caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario() -> None:
-        stream = Stream(("worker-added", worker(1)))
-        async with WorkerProxy(discovery=stream, connect=lambda m: Failing({}, m.address)):
-            stream.send("worker-added", worker(1, address="127.0.0.1:6001"))
-            stream.send("worker-updated", worker(2))  # not pooled: changes nothing
-            stream.send("worker-dropped", worker(3))  # not pooled: changes nothing
-            await settle(stream)
-
+async def test_a_re_announced_worker_is_logged_as_refreshed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
-    asyncio.run(scenario())
+    stream = Stream(("worker-added", worker(1)))
+    async with WorkerProxy(discovery=stream, connect=lambda m: Failing({}, m.address)):
+        stream.send("worker-added", worker(1, address="127.0.0.1:6001"))
+        stream.send("worker-updated", worker(2))  # not pooled: changes nothing
+        stream.send("worker-dropped", worker(3))  # not pooled: changes nothing
+        await settle(stream)
     assert logged(caplog) == [
         (logging.INFO, f"worker {worker(1).uid} at 127.0.0.1:5001 admitted"),
         (logging.INFO, f"worker {worker(1).uid} refreshed: now at 127.0.0.1:6001"),
@@ -107,29 +106,25 @@ def test_a_re_announced_worker_is_logged_as_refreshed(caplog: pytest.LogCaptureF
 
 
 @pytest.mark.parametrize("balancer", ["round-robin", "delegate"])
-def test_an_eviction_after_a_transient_failure_is_logged_with_its_error(
+async def test_an_eviction_after_a_transient_failure_is_logged_with_its_error(
     balancer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     failures: dict[str, Exception] = {
         "127.0.0.1:5001": TransientRpcError("busy"),
         "127.0.0.1:5002": RpcError("speaks another protocol"),
     }
-
-    async def scenario() -> None:
-        stream = Stream(("worker-added", worker(1)), ("worker-added", worker(2)))
-        proxy = WorkerProxy(
-            discovery=stream,
-            connect=lambda m: Failing(failures, m.address),
-            loadbalancer="round-robin" if balancer == "round-robin" else InOrder(),
-            quorum=2,
-        )
-        async with proxy:
-            with pytest.raises(NoWorkersAvailable):
-                await proxy.dispatch("task")
-            assert [m.uid for m in proxy.workers] == [worker(1).uid]
-
     caplog.set_level(logging.INFO, logger=LOGGER)
-    asyncio.run(scenario())
+    stream = Stream(("worker-added", worker(1)), ("worker-added", worker(2)))
+    proxy = WorkerProxy(
+        discovery=stream,
+        connect=lambda m: Failing(failures, m.address),
+        loadbalancer="round-robin" if balancer == "round-robin" else InOrder(),
+        quorum=2,
+    )
+    async with proxy:
+        with pytest.raises(NoWorkersAvailable):
+            await proxy.dispatch("task")
+        assert [m.uid for m in proxy.workers] == [worker(1).uid]
     assert logged(caplog)[2:] == [
         (logging.INFO, f"worker {worker(2).uid} at 127.0.0.1:5002 evicted: speaks another protocol")
     ]

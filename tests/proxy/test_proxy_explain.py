@@ -6,13 +6,11 @@ protocols, is in test_proxy_explain_model.py."""
 
 from __future__ import annotations
 
-import asyncio
 import doctest
 import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
-from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -23,8 +21,6 @@ from shardline import (
     AffinityLoadBalancer,
     BucketEvent,
     BucketLoadBalancer,
-    DiscoveryEvent,
-    DispatchExplanation,
     InstanceEvent,
     LeastLoadedLoadBalancer,
     LoadBalancerContext,
@@ -40,91 +36,27 @@ from shardline import (
 from shardline.balancers.explanation import explain_dispatch
 from shardline.balancers.per_context import PerContext
 from shardline.balancers.protocol import Tried
+from support.explain_fakes import Feed, Workers, offered, record, uid
 from support.paths import ROOT
 
 
-def uid(n: int) -> uuid.UUID:
-    return uuid.UUID(int=n)
-
-
-def record(n: int, weight: int = 1) -> WorkerMetadata:
-    return WorkerMetadata(
-        uid(n), f"10.0.0.{n}:5000", n, "1", extra=MappingProxyType({"weight": weight})
-    )
-
-
-class Feed:
-    """A discovery stream the test feeds; ``send`` returns once the proxy has applied the
-    event (the proxy asks for the next one only after applying the last)."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[DiscoveryEvent] = asyncio.Queue()
-
-    async def events(self) -> AsyncIterator[DiscoveryEvent]:
-        while True:
-            event = await self.queue.get()
-            yield event
-            self.queue.task_done()
-
-    async def send(self, kind: Any, metadata: WorkerMetadata) -> None:
-        self.queue.put_nowait(DiscoveryEvent(kind, metadata))
-        await self.queue.join()
-
-
-class Workers:
-    """Connections that log each dispatch and fail transiently while their uid is failing."""
-
-    def __init__(self) -> None:
-        self.log: list[uuid.UUID] = []
-        self.failing: set[uuid.UUID] = set()
-
-    def connect(self, metadata: WorkerMetadata) -> Any:
-        workers = self
-
-        class Connection:
-            async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
-                workers.log.append(metadata.uid)
-                if metadata.uid in workers.failing:
-                    raise TransientRpcError(f"{metadata.uid} busy")
-                return metadata.uid
-
-        return Connection()
-
-
-def offered(explanation: DispatchExplanation, failing: set[uuid.UUID]) -> list[uuid.UUID]:
-    """The uids a dispatch tries by the explanation: its pooled candidates up to and
-    including the first that does not fail."""
-    tried = []
-    for candidate in explanation.candidates:
-        if candidate.pooled:
-            tried.append(candidate.uid)
-            if candidate.uid not in failing:
-                break
-    return tried
-
-
-def test_explaining_round_robin_does_not_move_the_rotation() -> None:
-    workers = Workers()
-
-    async def scenario() -> list[uuid.UUID]:
-        feed = Feed()
-        async with WorkerProxy(discovery=feed.events(), connect=workers.connect, quorum=0) as proxy:
-            for n in (1, 2, 3):
-                await feed.send("worker-added", record(n))
-            await proxy.dispatch("x")  # the rotation now stands at 2
-            for _ in range(5):
-                explanation = proxy.explain("x")
-            assert explanation.protocol == "pool-rotation"
-            assert [c.uid for c in explanation.candidates] == [uid(2), uid(3), uid(1)]
-            assert [c.why for c in explanation.candidates] == [
-                "next in the pool's rotation",
-                "2nd in the pool's rotation",
-                "3rd in the pool's rotation",
-            ]
-            assert explanation.candidates[0].address == "10.0.0.2:5000"
-            return [await proxy.dispatch("x") for _ in range(3)]
-
-    assert asyncio.run(scenario()) == [uid(2), uid(3), uid(1)]
+async def test_explaining_round_robin_does_not_move_the_rotation() -> None:
+    workers, feed = Workers(), Feed()
+    async with WorkerProxy(discovery=feed.events(), connect=workers.connect, quorum=0) as proxy:
+        for n in (1, 2, 3):
+            await feed.send("worker-added", record(n))
+        await proxy.dispatch("x")  # the rotation now stands at 2
+        for _ in range(5):
+            explanation = proxy.explain("x")
+        assert explanation.protocol == "pool-rotation"
+        assert [c.uid for c in explanation.candidates] == [uid(2), uid(3), uid(1)]
+        assert [c.why for c in explanation.candidates] == [
+            "next in the pool's rotation",
+            "2nd in the pool's rotation",
+            "3rd in the pool's rotation",
+        ]
+        assert explanation.candidates[0].address == "10.0.0.2:5000"
+        assert [await proxy.dispatch("x") for _ in range(3)] == [uid(2), uid(3), uid(1)]
 
 
 def test_round_robin_on_a_context_of_its_own_explains_its_own_rotation() -> None:
@@ -279,31 +211,26 @@ def test_bucket_explains_a_miss_without_asking_for_a_refresh() -> None:
     assert asked == []
 
 
-def test_bucket_through_the_proxy_first_is_what_dispatch_serves() -> None:
+async def test_bucket_through_the_proxy_first_is_what_dispatch_serves() -> None:
     topology, _ = keyed()
-    workers = Workers()
-
-    async def scenario() -> None:
-        feed = Feed()
-        balancer = BucketLoadBalancer(topology, "default")
-        async with WorkerProxy(
-            discovery=feed.events(), loadbalancer=balancer, connect=workers.connect, quorum=0
-        ) as proxy:
-            for n, text in enumerate(INSTANCES, 1):
-                await feed.send("worker-added", WorkerMetadata(uuid.UUID(text), f"a{n}", n, "1"))
-            explanation = proxy.explain(Task("k", read_only=True))
-            workers.failing = {uuid.UUID(INSTANCES[0])}
-            await proxy.dispatch(Task("k", read_only=True))
-            assert workers.log == offered(explanation, workers.failing)
-            assert explanation.candidates[0].address == "a1"
-            # a master not pooled is listed, and the proxy would skip it
-            await feed.send("worker-dropped", WorkerMetadata(uuid.UUID(INSTANCES[0]), "a1", 1, "1"))
-            dropped = proxy.explain(Task("k"))
-            assert not dropped.candidates[0].pooled
-            assert dropped.first is None
-            assert "not pooled: skipped" in str(dropped)
-
-    asyncio.run(scenario())
+    workers, feed = Workers(), Feed()
+    balancer = BucketLoadBalancer(topology, "default")
+    async with WorkerProxy(
+        discovery=feed.events(), loadbalancer=balancer, connect=workers.connect, quorum=0
+    ) as proxy:
+        for n, text in enumerate(INSTANCES, 1):
+            await feed.send("worker-added", WorkerMetadata(uuid.UUID(text), f"a{n}", n, "1"))
+        explanation = proxy.explain(Task("k", read_only=True))
+        workers.failing = {uuid.UUID(INSTANCES[0])}
+        await proxy.dispatch(Task("k", read_only=True))
+        assert workers.log == offered(explanation, workers.failing)
+        assert explanation.candidates[0].address == "a1"
+        # a master not pooled is listed, and the proxy would skip it
+        await feed.send("worker-dropped", WorkerMetadata(uuid.UUID(INSTANCES[0]), "a1", 1, "1"))
+        dropped = proxy.explain(Task("k"))
+        assert not dropped.candidates[0].pooled
+        assert dropped.first is None
+        assert "not pooled: skipped" in str(dropped)
 
 
 class RotationPlugin(SelectLoadBalancer):
@@ -340,36 +267,33 @@ class GeneratorPlugin:
 
 
 @pytest.mark.parametrize("plugin", [RotationPlugin, GeneratorPlugin])
-def test_a_plugin_is_driven_on_a_copy_over_a_read_only_pool(plugin: Callable[[], Any]) -> None:
-    workers = Workers()
+async def test_a_plugin_is_driven_on_a_copy_over_a_read_only_pool(
+    plugin: Callable[[], Any],
+) -> None:
+    workers, feed = Workers(), Feed()
     balancer = plugin()
-
-    async def scenario() -> None:
-        feed = Feed()
-        async with WorkerProxy(
-            discovery=feed.events(), loadbalancer=balancer, connect=workers.connect, quorum=0
-        ) as proxy:
-            for n in (1, 2, 3):
-                await feed.send("worker-added", record(n))
-            await proxy.dispatch("x")
-            calls = balancer.calls
-            explanation = proxy.explain("x")
-            assert balancer.calls == calls  # the copy was driven, not the balancer
-            assert explanation.method == "copy"
-            assert explanation.notes[0].startswith(f"plugin {plugin.__name__} has no")
-            assert explanation.candidates[0].why == "1st offer"
-            # the plugin on the pool's rotation continues it (the rotation stands at 2)
-            order = [2, 3] if plugin is RotationPlugin else [1, 2, 3]
-            assert [c.uid for c in explanation.candidates] == [uid(n) for n in order]
-            assert "candidates as a copy of it offers them" in str(explanation)
-            workers.failing, workers.log = {uid(2)}, []
-            await proxy.dispatch("x")
-            assert workers.log == offered(explanation, workers.failing)
-
-    asyncio.run(scenario())
+    async with WorkerProxy(
+        discovery=feed.events(), loadbalancer=balancer, connect=workers.connect, quorum=0
+    ) as proxy:
+        for n in (1, 2, 3):
+            await feed.send("worker-added", record(n))
+        await proxy.dispatch("x")
+        calls = balancer.calls
+        explanation = proxy.explain("x")
+        assert balancer.calls == calls  # the copy was driven, not the balancer
+        assert explanation.method == "copy"
+        assert explanation.notes[0].startswith(f"plugin {plugin.__name__} has no")
+        assert explanation.candidates[0].why == "1st offer"
+        # the plugin on the pool's rotation continues it (the rotation stands at 2)
+        order = [2, 3] if plugin is RotationPlugin else [1, 2, 3]
+        assert [c.uid for c in explanation.candidates] == [uid(n) for n in order]
+        assert "candidates as a copy of it offers them" in str(explanation)
+        workers.failing, workers.log = {uid(2)}, []
+        await proxy.dispatch("x")
+        assert workers.log == offered(explanation, workers.failing)
 
 
-def test_a_plugin_that_cannot_be_copied_is_not_driven() -> None:
+async def test_a_plugin_that_cannot_be_copied_is_not_driven() -> None:
     class Locked(RotationPlugin):
         def __init__(self) -> None:
             super().__init__()
@@ -378,17 +302,12 @@ def test_a_plugin_that_cannot_be_copied_is_not_driven() -> None:
     pool = LoadBalancerContext()
     for n in (1, 2):
         pool.add_worker(record(n), None)
-    balancer = Locked()
-
-    async def scenario() -> DispatchExplanation:
-        feed = Feed()
-        async with WorkerProxy(
-            discovery=feed.events(), loadbalancer=balancer, connect=Workers().connect, quorum=0
-        ) as proxy:
-            await feed.send("worker-added", record(1))
-            return proxy.explain("x")
-
-    explanation = asyncio.run(scenario())
+    balancer, feed = Locked(), Feed()
+    async with WorkerProxy(
+        discovery=feed.events(), loadbalancer=balancer, connect=Workers().connect, quorum=0
+    ) as proxy:
+        await feed.send("worker-added", record(1))
+        explanation = proxy.explain("x")
     assert balancer.calls == 0
     assert explanation.method == "unexplained"
     assert explanation.candidates == ()
@@ -396,20 +315,16 @@ def test_a_plugin_that_cannot_be_copied_is_not_driven() -> None:
     assert "cannot be copied" in explanation.notes[0]
 
 
-def test_the_text_reads_for_an_operator() -> None:
-    workers = Workers()
-
-    async def scenario() -> str:
-        feed = Feed()
-        async with WorkerProxy(
-            discovery=feed.events(), loadbalancer="weighted", connect=workers.connect, quorum=0
-        ) as proxy:
-            assert str(proxy.explain("x")).splitlines()[1] == "  no candidates: no worker is pooled"
-            await feed.send("worker-added", record(1, 3))
-            await feed.send("worker-added", record(2, 0))
-            return str(proxy.explain("x"))
-
-    assert asyncio.run(scenario()).splitlines() == [
+async def test_the_text_reads_for_an_operator() -> None:
+    workers, feed = Workers(), Feed()
+    async with WorkerProxy(
+        discovery=feed.events(), loadbalancer="weighted", connect=workers.connect, quorum=0
+    ) as proxy:
+        assert str(proxy.explain("x")).splitlines()[1] == "  no candidates: no worker is pooled"
+        await feed.send("worker-added", record(1, 3))
+        await feed.send("worker-added", record(2, 0))
+        text = str(proxy.explain("x"))
+    assert text.splitlines() == [
         "balancer shardline.balancers.weighted.WeightedRoundRobinLoadBalancer via select; 2 pooled",
         f"  1. {uid(1)} (10.0.0.1:5000): next in smooth weighted round robin: weight 3, score 3"
         " (the only one left)",

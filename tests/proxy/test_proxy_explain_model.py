@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_proxy_explain import Feed, Workers, offered, record, uid
 
 from shardline import (
     AffinityLoadBalancer,
@@ -24,6 +23,7 @@ from shardline import (
     WeightedRoundRobinLoadBalancer,
     WorkerProxy,
 )
+from support.explain_fakes import Feed, Workers, offered, record, uid
 
 BALANCERS: dict[str, Callable[[], Any]] = {
     "round-robin": RoundRobinLoadBalancer,

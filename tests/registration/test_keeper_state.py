@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,7 +19,6 @@ from shardline.registration import (
     KEEPER_STATES,
     MemoryRecordStore,
     Record,
-    RecordStore,
 )
 from shardline.registration.etcd_store import EtcdRecordStore
 from support.etcd_server import EtcdServer
@@ -35,16 +33,6 @@ from support.registration_contract import (
     Stage,
 )
 
-T = TypeVar("T")
-
-
-def on_stage(scenario: Callable[[Stage], Awaitable[T]], store: RecordStore | None = None) -> T:
-    async def main() -> T:
-        stage = Stage(store or MemoryRecordStore(), ManualClock())
-        return await asyncio.wait_for(scenario(stage), WAIT)
-
-    return asyncio.run(main())
-
 
 def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = generate_latest(registry).decode()
@@ -55,24 +43,23 @@ def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str]
     }
 
 
-def test_the_keeper_goes_through_its_states_in_order() -> None:
-    async def scenario(stage: Stage) -> list[str]:
-        keeper, replica = stage.replica(OLD, OLD_ADDRESS)
-        seen = [keeper.stats.state]
-        replica.register_error = ConnectionError("refused")
-        await stage.start(keeper, replica)  # claimed; the first registration fails
-        seen.append(keeper.stats.state)
-        replica.register_error = None
-        await stage.clock.advance_to(30)  # the backoff is over: registered
-        seen.append(keeper.stats.state)
-        replica.probe_answer = False
-        await stage.clock.advance_to(90)  # the probe fails: the registration is dropped
-        seen.append(keeper.stats.state)
-        await keeper.deregister()
-        seen.append(keeper.stats.state)
-        return seen
-
-    assert on_stage(scenario) == [
+@pytest.mark.async_timeout(WAIT)
+async def test_the_keeper_goes_through_its_states_in_order() -> None:
+    stage = Stage(MemoryRecordStore(), ManualClock())
+    keeper, replica = stage.replica(OLD, OLD_ADDRESS)
+    seen = [keeper.stats.state]
+    replica.register_error = ConnectionError("refused")
+    await stage.start(keeper, replica)  # claimed; the first registration fails
+    seen.append(keeper.stats.state)
+    replica.register_error = None
+    await stage.clock.advance_to(30)  # the backoff is over: registered
+    seen.append(keeper.stats.state)
+    replica.probe_answer = False
+    await stage.clock.advance_to(90)  # the probe fails: the registration is dropped
+    seen.append(keeper.stats.state)
+    await keeper.deregister()
+    seen.append(keeper.stats.state)
+    assert seen == [
         "idle",
         "unregistered",
         "registered",
@@ -82,19 +69,18 @@ def test_the_keeper_goes_through_its_states_in_order() -> None:
     assert KEEPER_STATES == ("idle", "unregistered", "registered", "deregistered")
 
 
-def test_a_probe_that_heals_a_successors_claim_counts_as_a_reassertion() -> None:
-    async def scenario(stage: Stage) -> tuple[int, int, int]:
-        keeper, replica = stage.replica(OLD, OLD_ADDRESS)
-        await stage.start(keeper, replica)
-        after_registration = keeper.stats.reasserts
-        await stage.store.claim(stage.service, NEW)  # a successor that never comes up
-        await stage.clock.advance_to(PROBE_INTERVAL)
-        assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
-        stats = keeper.stats
-        await keeper.deregister()
-        return after_registration, stats.reasserts, stats.reports
-
-    assert on_stage(scenario) == (0, 1, 2)
+@pytest.mark.async_timeout(WAIT)
+async def test_a_probe_that_heals_a_successors_claim_counts_as_a_reassertion() -> None:
+    stage = Stage(MemoryRecordStore(), ManualClock())
+    keeper, replica = stage.replica(OLD, OLD_ADDRESS)
+    await stage.start(keeper, replica)
+    after_registration = keeper.stats.reasserts
+    await stage.store.claim(stage.service, NEW)  # a successor that never comes up
+    await stage.clock.advance_to(PROBE_INTERVAL)
+    assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
+    stats = keeper.stats
+    await keeper.deregister()
+    assert (after_registration, stats.reasserts, stats.reports) == (0, 1, 2)
 
 
 class FlakyStore(MemoryRecordStore):
@@ -121,7 +107,8 @@ def test_state_and_reasserts_follow_a_model_of_the_keeper(
     # the write), one that fails drops it; a tick while not ready does nothing.
     store = FlakyStore()
 
-    async def scenario(stage: Stage) -> None:
+    async def scenario() -> None:
+        stage = Stage(store, ManualClock())
         keeper, replica = stage.replica(OLD, OLD_ADDRESS, backoff=0.0, probe_interval=TICK)
         replica.ready = False
         await stage.start(keeper, replica)
@@ -143,45 +130,42 @@ def test_state_and_reasserts_follow_a_model_of_the_keeper(
         await keeper.deregister()
         assert keeper.stats.state == "deregistered"
 
-    on_stage(scenario, store)
+    asyncio.run(asyncio.wait_for(scenario(), WAIT))
 
 
-def test_the_successor_scenario_on_etcd_is_scraped(etcd: EtcdServer) -> None:
-    async def scenario() -> None:
-        async with EtcdRecordStore([etcd.endpoint], f"keeper-{uuid.uuid4().hex[:8]}") as store:
-            stage = Stage(store, ManualClock())
-            old_keeper, old = stage.replica(OLD, OLD_ADDRESS)
-            new_keeper, new = stage.replica(
-                NEW, "10.0.0.2:7000", register_error=ConnectionError("client already exists")
-            )
-            untagged, _ = stage.replica(None, "10.0.0.3:7000")
-            registry = CollectorRegistry()
-            register(registry, keepers={"old": old_keeper, "new": new_keeper, "idle": untagged})
-            await stage.start(old_keeper, old)
-            await stage.clock.advance_to(20)
-            await stage.start(new_keeper, new)  # claims the record: false
-            assert await stage.record() == Record(NEW, False)
-            await stage.clock.advance_to(PROBE_INTERVAL)  # the predecessor's probe heals it
-            assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
-            samples = scrape(registry)
-            await new_keeper.deregister()
-            await old_keeper.deregister()
+async def test_the_successor_scenario_on_etcd_is_scraped(etcd: EtcdServer) -> None:
+    async with EtcdRecordStore([etcd.endpoint], f"keeper-{uuid.uuid4().hex[:8]}") as store:
+        stage = Stage(store, ManualClock())
+        old_keeper, old = stage.replica(OLD, OLD_ADDRESS)
+        new_keeper, new = stage.replica(
+            NEW, "10.0.0.2:7000", register_error=ConnectionError("client already exists")
+        )
+        untagged, _ = stage.replica(None, "10.0.0.3:7000")
+        registry = CollectorRegistry()
+        register(registry, keepers={"old": old_keeper, "new": new_keeper, "idle": untagged})
+        await stage.start(old_keeper, old)
+        await stage.clock.advance_to(20)
+        await stage.start(new_keeper, new)  # claims the record: false
+        assert await stage.record() == Record(NEW, False)
+        await stage.clock.advance_to(PROBE_INTERVAL)  # the predecessor's probe heals it
+        assert await stage.record() == Record(OLD, True, OLD_ADDRESS)
+        samples = scrape(registry)
+        await new_keeper.deregister()
+        await old_keeper.deregister()
 
-        def state(keeper: str, name: str) -> float:
-            return samples["shardline_keeper_state", (("keeper", keeper), ("state", name))]
+    def state(keeper: str, name: str) -> float:
+        return samples["shardline_keeper_state", (("keeper", keeper), ("state", name))]
 
-        assert [state("old", name) for name in KEEPER_STATES] == [0, 0, 1, 0]
-        assert [state("new", name) for name in KEEPER_STATES] == [0, 1, 0, 0]
-        assert [state("idle", name) for name in KEEPER_STATES] == [1, 0, 0, 0]
-        assert samples["shardline_keeper_reasserts_total", (("keeper", "old"),)] == 1
-        assert samples["shardline_keeper_reasserts_total", (("keeper", "new"),)] == 0
-        served = (("keeper", "old"), ("result", "served"))
-        assert samples["shardline_keeper_probes_total", served] == 1
-        failed = (("keeper", "new"), ("result", "failed"))
-        assert samples["shardline_keeper_registrations_total", failed] == 2  # at 20 and 50
-        info = "shardline_keeper_info"
-        service = stage.service
-        assert samples[info, (("keeper", "old"), ("owner", OLD), ("service", service))] == 1
-        assert samples[info, (("keeper", "idle"), ("owner", ""), ("service", service))] == 1
-
-    asyncio.run(scenario())
+    assert [state("old", name) for name in KEEPER_STATES] == [0, 0, 1, 0]
+    assert [state("new", name) for name in KEEPER_STATES] == [0, 1, 0, 0]
+    assert [state("idle", name) for name in KEEPER_STATES] == [1, 0, 0, 0]
+    assert samples["shardline_keeper_reasserts_total", (("keeper", "old"),)] == 1
+    assert samples["shardline_keeper_reasserts_total", (("keeper", "new"),)] == 0
+    served = (("keeper", "old"), ("result", "served"))
+    assert samples["shardline_keeper_probes_total", served] == 1
+    failed = (("keeper", "new"), ("result", "failed"))
+    assert samples["shardline_keeper_registrations_total", failed] == 2  # at 20 and 50
+    info = "shardline_keeper_info"
+    service = stage.service
+    assert samples[info, (("keeper", "old"), ("owner", OLD), ("service", service))] == 1
+    assert samples[info, (("keeper", "idle"), ("owner", ""), ("service", service))] == 1

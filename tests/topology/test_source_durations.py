@@ -153,10 +153,10 @@ def test_a_map_that_never_held_ranges_is_not_warned_about(
 
 
 @pytest.mark.parametrize("after", [0, -1.0, float("nan"), float("inf"), "30"])
-def test_run_refuses_a_threshold_that_is_not_a_positive_time(after: object) -> None:
+async def test_run_refuses_a_threshold_that_is_not_a_positive_time(after: object) -> None:
     source = PollingSource("postgresql://127.0.0.1:1/nowhere")
     with pytest.raises(ValueError, match="warn_empty_after"):
-        asyncio.run(source.run(Topology(), warn_empty_after=after))  # type: ignore[arg-type]
+        await source.run(Topology(), warn_empty_after=after)  # type: ignore[arg-type]
 
 
 def test_the_default_threshold_is_half_a_minute() -> None:
@@ -172,7 +172,7 @@ async def eventually(condition: Callable[[], bool], seconds: float = 20.0) -> No
             await asyncio.sleep(0.01)
 
 
-def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
+async def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
     catalog: Catalog, caplog: pytest.LogCaptureFixture
 ) -> None:
     with catalog.transaction():
@@ -182,54 +182,50 @@ def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
         catalog.rebalance("default")
     caplog.set_level(logging.INFO, logger=LOGGER)
 
-    async def scenario() -> None:
-        topology = Topology()
-        source = PollingSource(catalog.dsn, interval=60.0)
-        registry = CollectorRegistry()
-        register(registry, sources={"catalog": source})
-        task = asyncio.create_task(source.run(topology, warn_empty_after=0.2))
-        try:
-            await eventually(lambda: source.state.attempts > 0)
-            assert await source.refresh()
-            assert topology.map_stats("default").ranges == 2
-            with catalog.transaction():  # r2 leaves: the map is cleared; its buckets fail
-                catalog.expel_replicaset("r2")
-                catalog.fail_buckets("default")
-            assert not await source.refresh()
-            assert topology.map_stats("default").empty_since is not None
-            await eventually(
-                lambda: any(
-                    level == logging.WARNING and "has been empty" in line
-                    for level, line in lines(caplog)
-                )
+    topology = Topology()
+    source = PollingSource(catalog.dsn, interval=60.0)
+    registry = CollectorRegistry()
+    register(registry, sources={"catalog": source})
+    task = asyncio.create_task(source.run(topology, warn_empty_after=0.2))
+    try:
+        await eventually(lambda: source.state.attempts > 0)
+        assert await source.refresh()
+        assert topology.map_stats("default").ranges == 2
+        with catalog.transaction():  # r2 leaves: the map is cleared; its buckets fail
+            catalog.expel_replicaset("r2")
+            catalog.fail_buckets("default")
+        assert not await source.refresh()
+        assert topology.map_stats("default").empty_since is not None
+        await eventually(
+            lambda: any(
+                level == logging.WARNING and "has been empty" in line
+                for level, line in lines(caplog)
             )
-            with catalog.transaction():
-                catalog.heal_buckets("default")
-                catalog.rebalance("default")
-            assert await source.refresh()
-            await eventually(lambda: any("holds ranges again" in line for _, line in lines(caplog)))
-            state = source.state
-            samples = scrape(registry)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await source.aclose()
-        name = (("source", "catalog"),)
-        assert state.read_durations.count == state.attempts >= 4
-        assert samples["shardline_source_read_seconds_count", name] == state.attempts
-        assert samples["shardline_source_read_seconds_sum", name] == pytest.approx(
-            state.read_durations.sum
         )
-        assert (
-            samples["shardline_source_read_seconds_bucket", (("le", "+Inf"), *name)]
-            == state.attempts
-        )
-        # each change handed out was applied and timed (none refused here)
-        assert state.apply_durations.count == state.events_emitted > 0
-        assert samples["shardline_source_apply_seconds_count", name] == state.events_emitted
-        assert 0 < samples["shardline_source_apply_seconds_sum", name] < 10
-
-    asyncio.run(scenario())
+        with catalog.transaction():
+            catalog.heal_buckets("default")
+            catalog.rebalance("default")
+        assert await source.refresh()
+        await eventually(lambda: any("holds ranges again" in line for _, line in lines(caplog)))
+        state = source.state
+        samples = scrape(registry)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await source.aclose()
+    name = (("source", "catalog"),)
+    assert state.read_durations.count == state.attempts >= 4
+    assert samples["shardline_source_read_seconds_count", name] == state.attempts
+    assert samples["shardline_source_read_seconds_sum", name] == pytest.approx(
+        state.read_durations.sum
+    )
+    assert (
+        samples["shardline_source_read_seconds_bucket", (("le", "+Inf"), *name)] == state.attempts
+    )
+    # each change handed out was applied and timed (none refused here)
+    assert state.apply_durations.count == state.events_emitted > 0
+    assert samples["shardline_source_apply_seconds_count", name] == state.events_emitted
+    assert 0 < samples["shardline_source_apply_seconds_sum", name] < 10
     warnings = [line for level, line in lines(caplog) if level == logging.WARNING]
     assert sum("has been empty" in line for line in warnings) == 1
 
@@ -244,7 +240,7 @@ def notify_dsn(pg: PgServer) -> str:
     return dsn
 
 
-def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_is_quiet(
+async def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_is_quiet(
     notify_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     r1, r2 = "00000000-0000-0000-0002-000000000001", "00000000-0000-0000-0002-000000000002"
@@ -260,44 +256,39 @@ def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_is_qui
             BucketEvent("default", 1501, 3000, r2),
         )
 
-        async def scenario() -> None:
-            topology = Topology()
-            source = cluster.source()
-            registry = CollectorRegistry()
-            register(registry, sources={"pushed": source})
-            task = asyncio.create_task(source.run(topology, warn_empty_after=0.2))
-            try:
-                await caught_up(source, cluster.position)
-                assert topology.map_stats("default").ranges == 2
-                cluster.publish(ReplicasetEvent("delete", r2))  # clears the map; then quiet
-                await caught_up(source, cluster.position)
-                assert topology.map_stats("default").empty_since is not None
-                await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
-                cluster.publish(BucketEvent("default", 1, 3000, r1))
-                await caught_up(source, cluster.position)
-                await eventually(
-                    lambda: any("holds ranges again" in line for _, line in lines(caplog))
-                )
-                state, samples = source.state, scrape(registry)
-            finally:
-                await source.aclose()
-                await asyncio.wait_for(task, 5)
-            name = (("source", "pushed"),)
-            # one session: its connect and snapshot read once; every change applied was timed
-            assert state.read_durations.count == state.attempts == 1
-            assert samples["shardline_source_read_seconds_count", name] == 1
-            assert state.apply_durations.count == state.events_emitted == 3
-            assert samples["shardline_source_apply_seconds_count", name] == 3
-            deliveries = source.deliveries
-            notified = "shardline_source_notifications_total"
-            assert samples[notified, (("outcome", "handed-out"), *name)] == 2
-            assert samples[notified, (("outcome", "duplicate"), *name)] == deliveries.duplicates
-            assert samples["shardline_source_notification_snapshots_total", name] == 1
-            assert samples["shardline_source_last_notification_timestamp_seconds", name] == (
-                deliveries.last_event
-            )
-
-        asyncio.run(scenario())
+        topology = Topology()
+        source = cluster.source()
+        registry = CollectorRegistry()
+        register(registry, sources={"pushed": source})
+        task = asyncio.create_task(source.run(topology, warn_empty_after=0.2))
+        try:
+            await caught_up(source, cluster.position)
+            assert topology.map_stats("default").ranges == 2
+            cluster.publish(ReplicasetEvent("delete", r2))  # clears the map; then quiet
+            await caught_up(source, cluster.position)
+            assert topology.map_stats("default").empty_since is not None
+            await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+            cluster.publish(BucketEvent("default", 1, 3000, r1))
+            await caught_up(source, cluster.position)
+            await eventually(lambda: any("holds ranges again" in line for _, line in lines(caplog)))
+            state, samples = source.state, scrape(registry)
+        finally:
+            await source.aclose()
+            await asyncio.wait_for(task, 5)
+        name = (("source", "pushed"),)
+        # one session: its connect and snapshot read once; every change applied was timed
+        assert state.read_durations.count == state.attempts == 1
+        assert samples["shardline_source_read_seconds_count", name] == 1
+        assert state.apply_durations.count == state.events_emitted == 3
+        assert samples["shardline_source_apply_seconds_count", name] == 3
+        deliveries = source.deliveries
+        notified = "shardline_source_notifications_total"
+        assert samples[notified, (("outcome", "handed-out"), *name)] == 2
+        assert samples[notified, (("outcome", "duplicate"), *name)] == deliveries.duplicates
+        assert samples["shardline_source_notification_snapshots_total", name] == 1
+        assert samples["shardline_source_last_notification_timestamp_seconds", name] == (
+            deliveries.last_event
+        )
     warnings = [line for level, line in lines(caplog) if level == logging.WARNING]
     assert len(warnings) == 1
     assert re.fullmatch(
@@ -307,18 +298,14 @@ def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_is_qui
     )
 
 
-def test_a_picodata_clients_polls_are_timed(pg: PgServer) -> None:
-    async def main() -> None:
-        async with cluster(pg) as c, connect(c.url, tier="default") as db:
-            registry = CollectorRegistry()
-            register(registry, client=db)
-            await db.refresh()
-            stats, samples = db.stats(), scrape(registry)
-            assert stats.poll_durations.count == stats.polls >= 2
-            assert samples["shardline_picodata_poll_seconds_count", ()] == stats.polls
-            assert samples["shardline_picodata_poll_seconds_bucket", (("le", "+Inf"),)] == (
-                stats.polls
-            )
-            assert 0 < samples["shardline_picodata_poll_seconds_sum", ()] < 60
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+@pytest.mark.async_timeout(60)
+async def test_a_picodata_clients_polls_are_timed(pg: PgServer) -> None:
+    async with cluster(pg) as c, connect(c.url, tier="default") as db:
+        registry = CollectorRegistry()
+        register(registry, client=db)
+        await db.refresh()
+        stats, samples = db.stats(), scrape(registry)
+        assert stats.poll_durations.count == stats.polls >= 2
+        assert samples["shardline_picodata_poll_seconds_count", ()] == stats.polls
+        assert samples["shardline_picodata_poll_seconds_bucket", (("le", "+Inf"),)] == (stats.polls)
+        assert 0 < samples["shardline_picodata_poll_seconds_sum", ()] < 60
