@@ -32,6 +32,7 @@ from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.balancers.protocol import needs_load, select_of
 from support.balancer_driving import PROTOCOLS
 from support.fakes import Harness, Stream, added
+from support.rotation_model import RotationModel
 from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # the proxy through both protocols
@@ -279,37 +280,6 @@ def test_the_bucket_balancer_needs_no_load(topology: Any) -> None:
 
 
 # --- The round-robin rotation against a reference model -----------------------------------------
-
-
-class RotationModel:
-    """The documented rotation of a pool: a cursor over the admission order. An admitted worker
-    takes the next place (a refresh keeps its place); an evicted one leaves a hole, and holes at
-    the end are dropped. A call takes the first pooled worker it has not offered, from the
-    cursor on and round to it, and moves the cursor past it; it gives up, leaving the cursor,
-    once it has offered every pooled worker."""
-
-    def __init__(self) -> None:
-        self.places: list[uuid.UUID | None] = []
-        self.cursor = 0
-
-    def admit(self, uid: uuid.UUID) -> None:
-        if uid not in self.places:
-            self.places.append(uid)
-
-    def evict(self, uid: uuid.UUID) -> None:
-        if uid in self.places:
-            self.places[self.places.index(uid)] = None
-        while self.places and self.places[-1] is None:
-            self.places.pop()
-
-    def select(self, tried: dict[uuid.UUID, Any]) -> uuid.UUID | None:
-        start = self.cursor if self.cursor < len(self.places) else 0
-        for place in [*range(start, len(self.places)), *range(start)]:
-            uid = self.places[place]
-            if uid is not None and uid not in tried:
-                self.cursor = place + 1
-                return uid
-        return None
 
 
 def settled(awaitable: Awaitable[Any]) -> Any:

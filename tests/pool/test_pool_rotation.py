@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_balancer_protocols import RotationModel
 
 from shardline import (
     DiscoveryEvent,
@@ -25,6 +24,7 @@ from shardline import (
 )
 from shardline._core import WorkersView
 from shardline.balancers.protocol import Tried, pool_rotation
+from support.rotation_model import RotationModel
 from support.workers import worker
 
 

@@ -23,6 +23,7 @@ from shardline import (
     WorkerPool,
 )
 from shardline.balancers.protocol import NOTHING_TRIED, pool_rotation, select_of
+from support.rotation_model import RotationModel
 
 
 def worker(n: int, pid: int = 1) -> WorkerMetadata:
@@ -62,36 +63,6 @@ def test_select_follows_the_protocol_and_declares_the_pools_rotation() -> None:
     assert select_of(balancer) is not None
     assert pool_rotation(balancer)
     assert balancer.needs_load is False
-
-
-class RotationModel:
-    """A pool's rotation: a cursor over the admission order, where an eviction leaves a hole
-    (holes at the end dropped) and a refresh keeps the place. A decision takes the first pooled
-    worker not tried, from the cursor round to it, and moves the cursor past it; None, leaving
-    the cursor, when every pooled worker was tried."""
-
-    def __init__(self) -> None:
-        self.places: list[uuid.UUID | None] = []
-        self.cursor = 0
-
-    def admit(self, uid: uuid.UUID) -> None:
-        if uid not in self.places:
-            self.places.append(uid)
-
-    def evict(self, uid: uuid.UUID) -> None:
-        if uid in self.places:
-            self.places[self.places.index(uid)] = None
-        while self.places and self.places[-1] is None:
-            self.places.pop()
-
-    def select(self, tried: set[uuid.UUID]) -> uuid.UUID | None:
-        start = self.cursor if self.cursor < len(self.places) else 0
-        for place in [*range(start, len(self.places)), *range(start)]:
-            candidate = self.places[place]
-            if candidate is not None and candidate not in tried:
-                self.cursor = place + 1
-                return candidate
-        return None
 
 
 operations = st.lists(

@@ -299,9 +299,6 @@ async def test_a_plugin_that_cannot_be_copied_is_not_driven() -> None:
             super().__init__()
             self.lock = threading.Lock()  # no copy of a lock can be made
 
-    pool = LoadBalancerContext()
-    for n in (1, 2):
-        pool.add_worker(record(n), None)
     balancer, feed = Locked(), Feed()
     async with WorkerProxy(
         discovery=feed.events(), loadbalancer=balancer, connect=Workers().connect, quorum=0

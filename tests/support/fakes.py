@@ -1,6 +1,7 @@
 """In-process stand-ins the tests feed by hand: discovery events (:class:`Stream`), connections
-that record what they served (:class:`Harness`), topology events (:class:`Source`), and
-:func:`drain` for a stream's ready events."""
+that record what they served (:class:`Harness`), topology events (:class:`Source`),
+:func:`drain` for a stream's ready events, and a notification transport held in memory
+(:class:`Transport`, whose connections are :class:`Session` objects)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,50 @@ class Source:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+
+class Session:
+    """A notification session held in memory: the tiers, the snapshot burst, then
+    ``documents`` in order (an exception among them is raised there); with ``hold`` the stream
+    stays open after the last one, as a live connection would."""
+
+    def __init__(
+        self, snapshot: list[str], documents: list[str | Exception], *, hold: bool = False
+    ) -> None:
+        self.server = "memory"
+        self.tiers = {"default": 3000}
+        self.snapshot = snapshot
+        self._documents = documents
+        self._hold = hold
+        self.closed = False
+
+    async def documents(self) -> AsyncIterator[str | bytes]:
+        for document in self._documents:
+            if isinstance(document, Exception):
+                raise document
+            yield document
+        if self._hold:
+            await asyncio.Event().wait()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class Transport:
+    """A notification transport of one's own: each ``connect`` opens the next of ``sessions``
+    (an exception among them is raised there), and waits without end once none are left."""
+
+    name = "memory"
+
+    def __init__(self, sessions: list[Session | Exception]) -> None:
+        self.sessions = sessions
+        self.opened: list[Session] = []
+
+    async def connect(self) -> Session:
+        if not self.sessions:
+            await asyncio.sleep(3600)
+        session = self.sessions.pop(0)
+        if isinstance(session, Exception):
+            raise session
+        self.opened.append(session)
+        return session

@@ -83,3 +83,9 @@ def snapshot_documents(topology: Topology, term: int, index: int) -> list[str]:
         for start, end, owner in ranges
     ]
     return [event_document(event, term, index) for event in events]
+
+
+def raw(term: int, index: int, **body: Any) -> str:
+    """A document at raft position term:index with ``body`` as its other fields, as given: how a
+    test writes one that is malformed or leaves fields out."""
+    return json.dumps({"raft": {"term": term, "index": index}, **body})

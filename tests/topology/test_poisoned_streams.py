@@ -18,7 +18,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_topology_notifications import I, R, _raw, _Session, _Transport, add, buckets
 
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 from shardline.discovery.etcd import EtcdDiscovery
@@ -32,13 +31,15 @@ from shardline.workers import WorkerMetadata
 from support.discovery_contract import kinds, take
 from support.etcd_helpers import with_store
 from support.etcd_server import EtcdServer
+from support.fakes import Session, Transport
 from support.local_discovery import write_by_hand
 from support.notify_cluster import NotifyCluster, install, running, until, view
-from support.notify_documents import event_document, snapshot_documents
+from support.notify_documents import event_document, raw, snapshot_documents
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, topology_state
 from support.polling import run_polled, seed_tier, started
 from support.registration_contract import take as take_changes
+from support.replicasets import I, R, add, buckets
 from support.workers import worker
 
 DEEP = b"[" * 20_000 + b"]" * 20_000
@@ -265,7 +266,7 @@ async def test_a_notification_source_skips_a_poisoned_document_and_goes_on(notif
                 await until(lambda: view(topology) == view(cluster.reference), what="the snapshot")
                 t, i = cluster.position
                 cluster.notify(
-                    _raw(
+                    raw(
                         t,
                         i + 1,
                         op="replace",
@@ -295,13 +296,11 @@ async def test_a_transport_that_raises_or_hands_over_a_lone_surrogate_never_ends
     moved = buckets((1, 3000, 1))[0]
     reference.apply(moved)
     # a str transport may hand over what no UTF-8 payload can carry: a lone surrogate itself
-    surrogate = _raw(
-        1, 3, op="replace", map="replicaset", replicaset_uuid=R[1], tier=LONE_SURROGATE
-    )
-    transport = _Transport(
+    surrogate = raw(1, 3, op="replace", map="replicaset", replicaset_uuid=R[1], tier=LONE_SURROGATE)
+    transport = Transport(
         [
             ValueError("a bug in the transport's connect()"),
-            _Session(
+            Session(
                 snapshot,
                 [
                     json.dumps(json.loads(surrogate), ensure_ascii=False),

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from test_topology_reentry import REENTRIES, child_code, run_child
 
 from shardline import (
     BucketEvent,
@@ -28,6 +27,7 @@ from shardline import (
     UnhashableKey,
     UnknownTier,
 )
+from support.reentry import REENTRIES, child_code, run_child
 from support.replicasets import inst_uuid, rs_uuid
 from support.strategies import TIERS, snapshots, valid_events
 from support.topology_model import Model, canonical

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from test_topology_reentry import REENTRIES, child_code, run_child
 
 from shardline import (
     BucketEvent,
@@ -30,6 +29,7 @@ from shardline import (
     UnknownTier,
 )
 from shardline.topology.sources import BucketPayload
+from support.reentry import REENTRIES, child_code, run_child
 from support.replicasets import inst_uuid, rs_uuid
 from support.strategies import RS, TIERS, snapshots, valid_events
 from support.topology_model import Model

@@ -31,6 +31,7 @@ from shardline.topology.sources.notification_documents import (
 from shardline.topology.sources.notification_transport import TransportError
 from shardline.topology.sources.pg_notify import PgNotifySession, PgNotifyTransport
 from shardline.topology.sources.state import FailureReason
+from support.fakes import Session, Transport
 from support.notify_cluster import (
     NotifyCluster,
     caught_up,
@@ -41,14 +42,12 @@ from support.notify_cluster import (
     until,
     view,
 )
-from support.notify_documents import Event, event_document, snapshot_documents
+from support.notify_documents import Event, event_document, raw, snapshot_documents
 from support.pg_server import PgServer
-from support.replicasets import inst_uuid, rs_uuid
+from support.replicasets import I, R, add, buckets
 from support.strategies import TIERS, valid_events
 
 DSN = "postgresql://u:secret@x:5432/db"
-R = {n: rs_uuid(n) for n in range(1, 10)}
-I = {n: inst_uuid(n) for n in range(1, 10)}  # noqa: E741  (the master instance of Rn)
 
 
 @pytest.fixture(scope="module")
@@ -63,21 +62,6 @@ def notify_dsn(pg: PgServer) -> str:
 def cluster(notify_dsn: str) -> Iterator[NotifyCluster]:
     with NotifyCluster(notify_dsn) as cluster:
         yield cluster
-
-
-def add(n: int, tier: str = "default") -> list[Event]:
-    """Replicaset Rn and its master In, in the seed's order."""
-    return [
-        ReplicasetEvent("replace", R[n], tier=tier, current_master_uuid=I[n]),
-        InstanceEvent(
-            "replace", I[n], replicaset_uuid=R[n], current_state="Online", address=f"h{n}:1"
-        ),
-    ]
-
-
-def buckets(*ranges: tuple[int, int, int]) -> list[Event]:
-    """Bucket events (start, end, n): buckets start..end held by Rn."""
-    return [BucketEvent("default", start, end, R[n]) for start, end, n in ranges]
 
 
 def served(*ranges: tuple[int, int, int]) -> list[str | None]:
@@ -322,10 +306,6 @@ class _HeldBackSession:
 # malformed documents
 
 
-def _raw(term: int, index: int, **body: Any) -> str:
-    return json.dumps({"raft": {"term": term, "index": index}, **body})
-
-
 def _bucket(start: Any, end: Any, tier: str = "default", **fields: Any) -> dict[str, Any]:
     """The fields of an ADR bucket document (its "map" included)."""
     return {
@@ -347,25 +327,25 @@ async def test_malformed_documents_are_skipped_counted_and_the_stream_goes_on(
         "not JSON": "{oops",
         "not an object": "[1, 2]",
         "no raft": json.dumps({"op": "replace", **good}),
-        "negative index": _raw(t, -1, op="replace", **good),
+        "negative index": raw(t, -1, op="replace", **good),
         "bool term": json.dumps({"op": "replace", **good, "raft": {"term": True, "index": 1}}),
-        "unknown op": _raw(t, i + 1, op="upsert", **good),
-        "no map": _raw(t, i + 1, op="replace", replicaset_uuid=R[1]),
-        "map an object (shardline's old format)": _raw(
+        "unknown op": raw(t, i + 1, op="upsert", **good),
+        "no map": raw(t, i + 1, op="replace", replicaset_uuid=R[1]),
+        "map an object (shardline's old format)": raw(
             t, i + 1, op="replace", map={"replicaset_uuid": R[1]}
         ),
-        "bad uuid": _raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid="r1"),
-        "start > end": _raw(t, i + 1, op="replace", **_bucket(9, 3)),
-        "bad timestamp": _raw(t, i + 1, op="replace", **good, timestamp=[1]),
-        "empty state": _raw(
+        "bad uuid": raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid="r1"),
+        "start > end": raw(t, i + 1, op="replace", **_bucket(9, 3)),
+        "bad timestamp": raw(t, i + 1, op="replace", **good, timestamp=[1]),
+        "empty state": raw(
             t, i + 1, op="replace", map="instance", instance_uuid=I[1], current_state=""
         ),
     }
-    beyond = _raw(t, i + 1, op="replace", **_bucket(1, 3001))
-    unknown_tier = _raw(t, i + 1, op="replace", **_bucket(1, 10, tier="elsewhere"))
-    oversized = _raw(t, i + 1, op="replace", **good, padding="x" * 1500)
+    beyond = raw(t, i + 1, op="replace", **_bucket(1, 3001))
+    unknown_tier = raw(t, i + 1, op="replace", **_bucket(1, 10, tier="elsewhere"))
+    oversized = raw(t, i + 1, op="replace", **good, padding="x" * 1500)
     # a map shardline does not follow: the ADR lets event types be added
-    other_map = _raw(t, i + 1, op="replace", map="plugin", name="p")
+    other_map = raw(t, i + 1, op="replace", map="plugin", name="p")
 
     topology = Topology()
     source = cluster.source(max_document=1200)
@@ -399,7 +379,7 @@ async def test_a_document_the_topology_refuses_is_rejected_and_the_snapshot_read
         await caught_up(source, cluster.position)
         t, i = cluster.position
         # well formed, but a replicaset the topology does not know needs its tier
-        cluster.notify(_raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid=R[7]))
+        cluster.notify(raw(t, i + 1, op="replace", map="replicaset", replicaset_uuid=R[7]))
         await until(lambda: source.deliveries.snapshots == 2, what="the re-read")
         assert source.state.failures == {"rejected": 1}
         assert view(topology) == view(cluster.reference)
@@ -648,7 +628,7 @@ async def test_a_tier_without_buckets_is_followed_for_membership_only(notify_dsn
                 assert topology.replicasets[R[2]].tier == "arbiter"
                 assert view(topology) == view(cluster.reference)
                 t, i = cluster.position
-                cluster.notify(_raw(t, i + 1, op="replace", **_bucket(1, 10, tier="arbiter")))
+                cluster.notify(raw(t, i + 1, op="replace", **_bucket(1, 10, tier="arbiter")))
                 cluster.publish(InstanceEvent("replace", I[2], current_state="Offline"))
                 await caught_up(source, cluster.position)
                 assert dict(source.state.failures) == {"malformed-buckets": 1}
@@ -768,14 +748,14 @@ def test_a_snapshot_burst_decodes_to_the_topology_it_describes() -> None:
 
 def test_a_burst_merges_documents_about_one_member_and_takes_its_highest_position() -> None:
     burst = [
-        _raw(3, 7, op="replace", map="replicaset", replicaset_uuid=R[1], tier="default"),
-        _raw(3, 9, op="replace", map="instance", instance_uuid=I[1], current_state="Online"),
+        raw(3, 7, op="replace", map="replicaset", replicaset_uuid=R[1], tier="default"),
+        raw(3, 9, op="replace", map="instance", instance_uuid=I[1], current_state="Online"),
         # the address from _pico_peer_address, in a document of its own
-        _raw(3, 8, op="replace", map="instance", instance_uuid=I[1], address="h1:1"),
-        _raw(3, 5, op="replace", map="replicaset", replicaset_uuid=R[1], current_master_uuid=I[1]),
-        _raw(3, 4, op="replace", **_bucket(1, 10)),
-        _raw(3, 4, op="replace", **_bucket(1, 10)),  # the same range twice is one
-        _raw(3, 4, op="replace", map="tier", name="default", bucket_count=3000),  # ignored
+        raw(3, 8, op="replace", map="instance", instance_uuid=I[1], address="h1:1"),
+        raw(3, 5, op="replace", map="replicaset", replicaset_uuid=R[1], current_master_uuid=I[1]),
+        raw(3, 4, op="replace", **_bucket(1, 10)),
+        raw(3, 4, op="replace", **_bucket(1, 10)),  # the same range twice is one
+        raw(3, 4, op="replace", map="tier", name="default", bucket_count=3000),  # ignored
     ]
     decoded = parse_snapshot(burst)
     assert decoded.position == RaftPosition(3, 9)
@@ -788,7 +768,7 @@ def test_a_burst_merges_documents_about_one_member_and_takes_its_highest_positio
 
 
 def test_uuids_come_out_canonical_and_unknown_fields_are_ignored() -> None:
-    document = _raw(
+    document = raw(
         1,
         2,
         op="replace",
@@ -805,7 +785,7 @@ def test_uuids_come_out_canonical_and_unknown_fields_are_ignored() -> None:
 
 
 def _rs(**fields: Any) -> str:
-    return _raw(1, 1, op="replace", map="replicaset", replicaset_uuid=R[1], **fields)
+    return raw(1, 1, op="replace", map="replicaset", replicaset_uuid=R[1], **fields)
 
 
 @pytest.mark.parametrize(
@@ -814,22 +794,22 @@ def _rs(**fields: Any) -> str:
         ('{"raft": {"term": 1, "index": 1}', "malformed-row", "not JSON"),
         ('{"raft": {"term": 1, "index": 1},, }', "malformed-row", "not JSON"),
         (_rs(tier="x" * 1025), "malformed-row", "over the limit"),
-        (_raw(1, 1, op="replace", **_bucket(0, 3)), "malformed-row", "bucket_id.start"),
-        (_raw(1, 1, op="replace", **_bucket(1, 3, current_replicaset_uuid=None)),
+        (raw(1, 1, op="replace", **_bucket(0, 3)), "malformed-row", "bucket_id.start"),
+        (raw(1, 1, op="replace", **_bucket(1, 3, current_replicaset_uuid=None)),
          "malformed-row", "current_replicaset_uuid"),
-        (_raw(1, 1, op="replace", **{**_bucket(1, 3), "bucket_id": [1, 3]}),
+        (raw(1, 1, op="replace", **{**_bucket(1, 3), "bucket_id": [1, 3]}),
          "malformed-row", "'bucket_id' must be an object"),
-        (_raw(1, 1, op="replace", map="instance", instance_uuid="268a62a-8af6-4a3d-9f24-23e6c5f4"),
+        (raw(1, 1, op="replace", map="instance", instance_uuid="268a62a-8af6-4a3d-9f24-23e6c5f4"),
          "malformed-row", "'instance_uuid' must be a UUID string, got '268a62a-"),
-        (_raw(1, 1, op="replace", map={"replicaset_uuid": R[1]}), "malformed-row",
+        (raw(1, 1, op="replace", map={"replicaset_uuid": R[1]}), "malformed-row",
          "'map' must be a table name"),
-        (_raw(1, 1, op="replace", map=""), "malformed-row", "'map' must be a table name"),
-        (_raw(2**64, 1, op="replace", map="replicaset", replicaset_uuid=R[1]),
+        (raw(1, 1, op="replace", map=""), "malformed-row", "'map' must be a table name"),
+        (raw(2**64, 1, op="replace", map="replicaset", replicaset_uuid=R[1]),
          "malformed-row", "raft.term"),
         ("[" * 5000 + "]" * 5000, "too-large", "over the limit"),
         (b"\xff\xfe", "malformed-row", "not JSON"),
         # a lone surrogate, escaped (any transport) or as it is (a str transport)
-        (_raw(1, 1, op="replace", map="instance", instance_uuid=I[1], address="\ud800"),
+        (raw(1, 1, op="replace", map="instance", instance_uuid=I[1], address="\ud800"),
          "malformed-row", "'address' holds a lone surrogate"),
         (json.dumps({"op": "replace", "raft": {"term": 1, "index": 1}, "map": "replicaset",
                      "replicaset_uuid": R[1], "tier": "t\ud800"}, ensure_ascii=False),
@@ -847,10 +827,10 @@ def test_malformed_event_documents_name_what_is_wrong(
 @pytest.mark.parametrize(
     ("burst", "reason", "message"),
     [
-        ([_rs(tier="default"), _raw(1, 2, op="delete", map="replicaset", replicaset_uuid=R[2])],
+        ([_rs(tier="default"), raw(1, 2, op="delete", map="replicaset", replicaset_uuid=R[2])],
          "malformed-row", "snapshot document 2 is a 'delete'"),
         ([_rs(tier="default"), "{"], "malformed-row", "snapshot document 2: document is not JSON"),
-        ([_raw(1, 1, op="replace", **_bucket(1, 10)), _raw(1, 1, op="replace", **_bucket(5, 20))],
+        ([raw(1, 1, op="replace", **_bucket(1, 10)), raw(1, 1, op="replace", **_bucket(5, 20))],
          "malformed-buckets", r"\[1, 10\] and \[5, 20\] of tier 'default' overlap"),
         ([_rs(tier="default")] * 40, "too-large", "over the limit of 1000 bytes at document"),
         ([_rs(tier="d" * 750)], "too-large", "snapshot document 1: document of"),
@@ -880,46 +860,6 @@ def test_a_complete_snapshot_leaves_nothing_it_does_not_hold() -> None:
 # the transport is an adapter: any object with connect() will do
 
 
-class _Session:
-    def __init__(
-        self, snapshot: list[str], documents: list[str | Exception], *, hold: bool = False
-    ) -> None:
-        self.server = "memory"
-        self.tiers = {"default": 3000}
-        self.snapshot = snapshot
-        self._documents = documents
-        self._hold = hold
-        self.closed = False
-
-    async def documents(self) -> AsyncIterator[str | bytes]:
-        for document in self._documents:
-            if isinstance(document, Exception):
-                raise document
-            yield document
-        if self._hold:
-            await asyncio.Event().wait()
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-class _Transport:
-    name = "memory"
-
-    def __init__(self, sessions: list[_Session | Exception]) -> None:
-        self.sessions = sessions
-        self.opened: list[_Session] = []
-
-    async def connect(self) -> _Session:
-        if not self.sessions:
-            await asyncio.sleep(3600)
-        session = self.sessions.pop(0)
-        if isinstance(session, Exception):
-            raise session
-        self.opened.append(session)
-        return session
-
-
 async def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
     reference = Topology()
     reference.apply_tiers({"default": 3000})
@@ -929,12 +869,12 @@ async def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
     moved = BucketEvent("default", 1, 3000, R[1])
     reference.apply(moved)
     second = snapshot_documents(reference, 1, 3)
-    transport = _Transport(
+    transport = Transport(
         [
             TransportError(FailureReason.CONNECT, "refused"),
-            _Session(first, [event_document(moved, 1, 3), "{"]),  # then the stream ends
-            _Session(second, [RuntimeError("a bug in the transport")]),
-            _Session(second, [], hold=True),
+            Session(first, [event_document(moved, 1, 3), "{"]),  # then the stream ends
+            Session(second, [RuntimeError("a bug in the transport")]),
+            Session(second, [], hold=True),
         ]
     )
 
@@ -975,9 +915,9 @@ async def test_a_transport_of_ones_own_and_how_its_failures_count() -> None:
         ({"dsn": DSN, "max_document": 0}, "max_document"),
         ({"dsn": DSN, "max_snapshot": True}, "max_snapshot"),
         ({"dsn": DSN, "max_queue": 1.5}, "max_queue"),
-        ({"transport": _Transport([]), "channel": "c"}, "channel configure"),
-        ({"transport": _Transport([]), "tiers_query": "q"}, "tiers_query configure"),
-        ({"transport": _Transport([]), "dsn": DSN}, "dsn configure"),
+        ({"transport": Transport([]), "channel": "c"}, "channel configure"),
+        ({"transport": Transport([]), "tiers_query": "q"}, "tiers_query configure"),
+        ({"transport": Transport([]), "dsn": DSN}, "dsn configure"),
         ({"transport": object()}, "connect"),
     ],
 )

@@ -10,91 +10,9 @@ a regression fails instead of freezing the test run.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
-TIMEOUT = 60
-
-PRELUDE = """
-import gc, json, sys, threading
-from shardline import (
-    BucketEvent, InstanceEvent, ReplicasetEvent, ShardlineError, Topology,
-)
-
-RS = "00000000-0000-0000-0000-00000000a001"
-RS2 = "00000000-0000-0000-0000-00000000a002"
-INST = "00000000-0000-0000-0000-00000000b001"
-t = Topology()
-t.apply_tiers({"a": 100, "b": 100})
-t.apply(ReplicasetEvent("replace", RS, tier="a", current_master_uuid=INST))
-t.apply(ReplicasetEvent("replace", RS2, tier="a"))
-t.apply(InstanceEvent("replace", INST, replicaset_uuid=RS, current_state="Online"))
-t.apply(BucketEvent("a", 1, 50, RS))
-ran = []
-
-
-def reenter():
-    if REENTRY == "apply":
-        t.apply(BucketEvent("b", 1, 10, RS))
-    else:
-        t.ranges("a")
-        t.bucket_maps
-
-
-def finalizer():
-    if WHERE == "thread":
-        worker = threading.Thread(target=reenter)
-        worker.start()
-        worker.join()
-    else:
-        reenter()
-    ran.append(True)
-
-
-class Cycle:
-    def __init__(self):
-        self.me = self
-
-    def __del__(self):
-        finalizer()
-
-
-class Hook(str):
-    \"\"\"A str the topology keeps (an owner uuid, a poll text) whose finalizer re-enters.\"\"\"
-
-    def __del__(self):
-        finalizer()
-
-
-def text(ranges):
-    return json.dumps([
-        {"bucket_id_start": s, "bucket_id_end": e, "current_replicaset_uuid": o,
-         "state": "active", "tier_name": "a"}
-        for s, e, o in ranges
-    ])
-
-
-def arm_gc(skip):
-    # Garbage cycles with finalizers, collected when the call under test (prepared before
-    # arming, so that nothing else allocates) makes its tracked object number skip + 1.
-    gc.disable()
-    gc.collect()
-    for _ in range(3):
-        Cycle()
-    gc.set_threshold(gc.get_count()[0] + skip)
-    gc.enable()
-
-
-def disarm_gc():
-    gc.set_threshold(700)
-    gc.collect()
-"""
-
-# A collection is started by the first, second, ... allocation inside the call under test.
-SKIPS = 8
+from support.reentry import REENTRIES, child_code, run_child
 
 # A finalizer run by a garbage-collection pass inside the call, for every method: (what to
 # prepare before each call, the call).
@@ -201,53 +119,6 @@ DISPLACED_CASES: dict[str, tuple[str, str]] = {
     "poll_text_by_clear": (PAYLOAD, "t.clear()"),
     "poll_text_by_next_poll": (PAYLOAD, "t.apply_bucket_snapshot('a', text([(1, 60, RS)]))"),
 }
-
-
-def child_code(setup: str, call: str, reentry: str, where: str, *, gc_pass: bool) -> str:
-    if gc_pass:
-        body = "\n".join(
-            [
-                f"for skip in range({SKIPS}):",
-                *(
-                    textwrap.indent(part, "    ")
-                    for part in (setup, "arm_gc(skip)", call, "disarm_gc()")
-                ),
-            ]
-        )
-    else:
-        body = "\n".join([setup, call, "gc.collect()"])
-    return "\n".join(
-        [
-            f"REENTRY = {reentry!r}",
-            f"WHERE = {where!r}",
-            PRELUDE,
-            body,
-            "assert ran, 'the finalizer never ran: the case tests nothing'",
-            "t.apply(BucketEvent('b', 20, 30, RS))",
-            "assert t.ranges('b')[-1] == (20, 30, RS)",
-            "print('ok')",
-        ]
-    )
-
-
-def run_child(code: str) -> None:
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"deadlock: the child did not finish within {TIMEOUT} s")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok", done.stdout + done.stderr
-    assert "Exception ignored" not in done.stderr, done.stderr
-
-
-REENTRIES = [
-    pytest.param("apply", "same", id="apply-same-thread"),
-    pytest.param("read", "same", id="read-same-thread"),
-    pytest.param("apply", "thread", id="apply-other-thread"),
-    pytest.param("read", "thread", id="read-other-thread"),
-]
 
 
 @pytest.mark.parametrize(("reentry", "where"), REENTRIES)

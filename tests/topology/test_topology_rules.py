@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 from shardline import BucketEvent, Instance, InstanceEvent, ReplicasetEvent, Topology
-from support.replicasets import add_replicaset, inst_uuid, rs_uuid
-
-
-def names(topology: Topology, tier: str = "default") -> list[tuple[int, int, str]]:
-    """The tier's map with replicaset uuids shown as R1, R2, ...: the seed's notation."""
-    by_uuid = {rs_uuid(n): f"R{n}" for n in range(1, 10)}
-    return [(start, end, by_uuid[owner]) for start, end, owner in topology.ranges(tier)]
+from support.replicasets import add_replicaset, inst_uuid, names, rs_uuid
 
 
 def bucket(n: int, start: int, end: int, tier: str = "default") -> BucketEvent:

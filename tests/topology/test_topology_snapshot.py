@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_topology_rules import names
 
 from shardline import BucketEvent, InvalidEvent, Topology
-from support.replicasets import add_replicaset, rs_uuid
+from support.replicasets import add_replicaset, names, rs_uuid
 
 
 def row(n: int, start: int, end: int, tier: str = "default") -> dict[str, object]:

@@ -1,0 +1,38 @@
+"""A reference model of the pool's rotation, which the round-robin balancer (through either
+protocol, and its native select) and the pool's own rotation are checked against."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+
+
+class RotationModel:
+    """The documented rotation of a pool: a cursor over the admission order. An admitted worker
+    takes the next place (a refresh keeps its place); an evicted one leaves a hole, and holes at
+    the end are dropped. A call takes the first pooled worker it has not offered, from the
+    cursor on and round to it, and moves the cursor past it; it gives up, leaving the cursor,
+    once it has offered every pooled worker."""
+
+    def __init__(self) -> None:
+        self.places: list[uuid.UUID | None] = []
+        self.cursor = 0
+
+    def admit(self, uid: uuid.UUID) -> None:
+        if uid not in self.places:
+            self.places.append(uid)
+
+    def evict(self, uid: uuid.UUID) -> None:
+        if uid in self.places:
+            self.places[self.places.index(uid)] = None
+        while self.places and self.places[-1] is None:
+            self.places.pop()
+
+    def select(self, tried: Collection[uuid.UUID]) -> uuid.UUID | None:
+        start = self.cursor if self.cursor < len(self.places) else 0
+        for place in [*range(start, len(self.places)), *range(start)]:
+            uid = self.places[place]
+            if uid is not None and uid not in tried:
+                self.cursor = place + 1
+                return uid
+        return None
