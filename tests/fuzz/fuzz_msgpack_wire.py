@@ -1,7 +1,7 @@
 """Fuzz target: the MessagePack-RPC codec (``shardline.transport.msgpack_wire``: the Rust core's
 reader behind ``FrameDecoder`` and ``unpack_value``, its writers ``request`` and ``result``).
 
-Contract (the docstrings, and ``tests/msgpack_reference.py``, the msgpack-python model the
+Contract (the docstrings, and ``tests/support/msgpack_reference.py``, the msgpack-python model the
 property tests share): ``unpack_value`` raises only ``MalformedMessage`` and reads what the model
 reads, refusing what it refuses; ``FrameDecoder.feed`` raises only ``MalformedMessage`` (or its
 ``FrameTooLarge``), hands over the same messages however the bytes are split (a refusal
@@ -24,10 +24,10 @@ from typing import Any
 
 import atheris
 from fuzzkit import check, main, show, text
-from msgpack_reference import Refused, model_stream, model_unpack, packed, same, taken_apart
 
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.wire import MalformedMessage
+from support.msgpack_reference import Refused, model_stream, model_unpack, packed, same, taken_apart
 
 MODES = (None, "requests", "answers")
 
