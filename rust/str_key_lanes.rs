@@ -3,39 +3,35 @@
 //! A str key is hashed as its raw UTF-8 (no MessagePack header) with MurmurHash3. One key at a
 //! time, the hash's block loop runs as many times as the key has 4-byte blocks, and for keys of
 //! random lengths the loop's exit is mispredicted about once per key; each key's blocks also
-//! depend on one another, so little of one key overlaps the next. Here the keys of a batch are
-//! hashed side by side in 32-bit lanes instead: every key runs the same [`LANE_BLOCKS`] rounds,
-//! a round past its last block leaving the hash unchanged (a select, not a branch), each block
-//! read from inside the key (a block past its end reads the key's last four bytes, and is not
-//! used). Keys shorter than 4 bytes or longer than the lanes hold take the scalar
-//! [`murmur3_x86_32`]. The loop is compiled for AVX-512 (16 keys per instruction, the blocks
-//! gathered) and for the x86-64 baseline, the copy chosen at run time
-//! (`is_x86_feature_detected!`), never at build time. Measured on 100,000 keys of 4 to 40 bytes
-//! (Xeon, release build, Rust alone): one at a time 13.4 ns per key, the baseline copy 11.6,
-//! AVX-512 4.8 (AVX2 has no 32-bit gather LLVM uses here, and its copy measured as the
-//! baseline's, so there is none). The result equals [`murmur3_x86_32`] for every length (the
-//! tests below, and `tests/topology/test_route_many_str_keys.py`).
+//! depend on one another, so little of one key overlaps the next. Here the keys of a batch (up to
+//! 64) are hashed side by side in 32-bit lanes instead: every key runs the same [`LANE_BLOCKS`]
+//! rounds, a round past its last block leaving the hash unchanged (a select, not a branch). The
+//! blocks are first copied out of the keys into one row per block position (a block past a key's
+//! end reads the key's last four bytes, in bounds, and is not used), so the rounds then read
+//! whole rows; keys shorter than 4 bytes or longer than the lanes hold take the scalar
+//! [`murmur3_x86_32`]. The rounds are compiled for AVX-512 (16 keys per instruction) and for
+//! AVX2 (8), the copy chosen at run time (`is_x86_feature_detected!`), never at build time; a CPU
+//! with neither hashes one key at a time as before (the lanes compiled for the x86-64 baseline,
+//! which has no 32-bit lane multiply, measured slower). Measured on 100,000 keys of 4 to 40
+//! bytes (Xeon, release build, Rust alone): one key at a time 13.4-14.1 ns per key, AVX2
+//! 7.7-8.1, AVX-512 4.9-5.0. The result equals [`murmur3_x86_32`] for every length (the tests
+//! below, and `tests/topology/test_route_many_str_keys.py`).
 
 use crate::murmur3::{fmix32, murmur3_x86_32, round, scramble};
 use crate::sharding::PICODATA_SEED;
 
 /// Blocks every lane runs: a key of up to 43 bytes (a 36-character UUID string included).
-const LANE_BLOCKS: u32 = 10;
+const LANE_BLOCKS: usize = 10;
+/// The longest key the lanes take.
+const LANE_MAX_LEN: usize = 4 * LANE_BLOCKS + 3;
 /// Keys per batch.
 const BATCH: usize = 64;
-/// What a lane holding a key of the scalar path reads instead (its result is replaced).
-static PLACEHOLDER: [u8; 4] = [0; 4];
 
-/// Keys collected for hashing together, with the callback their hashes go to, in order.
+/// Keys collected for hashing together; their hashes go to a callback, in order.
 pub struct StrBatch<'a> {
     lanes: Lanes,
     count: usize,
-    /// The keys as pushed, for those the lanes do not take.
     keys: [&'a [u8]; BATCH],
-    ptrs: [*const u8; BATCH],
-    lens: [u32; BATCH],
-    /// Whether any key of the batch takes the scalar path.
-    any_scalar: bool,
 }
 
 impl Default for StrBatch<'_> {
@@ -44,9 +40,6 @@ impl Default for StrBatch<'_> {
             lanes: Lanes::detect(),
             count: 0,
             keys: [&[]; BATCH],
-            ptrs: [PLACEHOLDER.as_ptr(); BATCH],
-            lens: [4; BATCH],
-            any_scalar: false,
         }
     }
 }
@@ -55,19 +48,8 @@ impl<'a> StrBatch<'a> {
     /// Adds `key`; when the batch is full, hashes it and passes each hash to `f`.
     #[inline(always)]
     pub fn push(&mut self, key: &'a [u8], f: &mut impl FnMut(u32)) {
-        let i = self.count;
-        self.keys[i] = key;
-        let in_lanes = (4..=4 * LANE_BLOCKS as usize + 3).contains(&key.len());
-        // A key the lanes do not take is replaced by four readable bytes, so that no lane reads
-        // outside its key; its hash is computed apart.
-        self.ptrs[i] = if in_lanes {
-            key.as_ptr()
-        } else {
-            PLACEHOLDER.as_ptr()
-        };
-        self.lens[i] = if in_lanes { key.len() as u32 } else { 4 };
-        self.any_scalar |= !in_lanes;
-        self.count = i + 1;
+        self.keys[self.count] = key;
+        self.count += 1;
         if self.count == BATCH {
             self.flush(f);
         }
@@ -75,40 +57,35 @@ impl<'a> StrBatch<'a> {
 
     /// Hashes the keys pushed since the last flush and passes each hash to `f`, in order.
     pub fn flush(&mut self, f: &mut impl FnMut(u32)) {
-        let n = self.count;
-        if n == 0 {
-            return;
-        }
+        let keys = &self.keys[..self.count];
+        self.count = 0;
         let mut hashes = [0u32; BATCH];
-        let (ptrs, lens, out) = (&self.ptrs[..n], &self.lens[..n], &mut hashes[..n]);
+        let hashes = &mut hashes[..keys.len()];
         match self.lanes {
-            // SAFETY: `Lanes::detect` found the features the function is compiled for; every
-            // pointer is to at least as many readable bytes as its length says (see `push`).
+            // SAFETY: `Lanes::detect` found the features each function is compiled for.
             #[cfg(target_arch = "x86_64")]
-            Lanes::Avx512 => unsafe { hash_avx512(ptrs, lens, out) },
-            // SAFETY: as above.
-            Lanes::Baseline => unsafe { hash_lanes(ptrs, lens, out) },
-        }
-        if self.any_scalar {
-            for (hash, key) in out.iter_mut().zip(&self.keys[..n]) {
-                if !(4..=4 * LANE_BLOCKS as usize + 3).contains(&key.len()) {
+            Lanes::Avx512 => unsafe { hash_avx512(keys, hashes) },
+            #[cfg(target_arch = "x86_64")]
+            Lanes::Avx2 => unsafe { hash_avx2(keys, hashes) },
+            Lanes::Scalar => {
+                for (hash, key) in hashes.iter_mut().zip(keys) {
                     *hash = murmur3_x86_32(key, PICODATA_SEED);
                 }
             }
         }
-        out.iter().for_each(|&hash| f(hash));
-        self.count = 0;
-        self.any_scalar = false;
+        hashes.iter().for_each(|&hash| f(hash));
     }
 }
 
-/// The widest vector instructions this CPU has that the lane-wise loop uses.
+/// The widest vector instructions this CPU has that the lane-wise rounds use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lanes {
-    /// 16 keys per instruction (AVX-512 F, BW and VL), blocks read by gathers.
+    /// 16 keys per instruction (AVX-512 F, BW and VL).
     Avx512,
-    /// The x86-64 baseline (or another architecture): still without a branch per block.
-    Baseline,
+    /// 8 keys per instruction.
+    Avx2,
+    /// One key at a time.
+    Scalar,
 }
 
 impl Lanes {
@@ -119,52 +96,73 @@ impl Lanes {
             if has!("avx512f") && has!("avx512bw") && has!("avx512vl") {
                 return Lanes::Avx512;
             }
+            if has!("avx2") {
+                return Lanes::Avx2;
+            }
         }
-        Lanes::Baseline
+        Lanes::Scalar
     }
 }
 
-/// MurmurHash3 (x86_32, Picodata's seed) of each key `ptrs[i]`, `lens[i]` bytes long, into
-/// `out[i]`.
-///
-/// # Safety
-/// Each `ptrs[i]` points to `lens[i]` readable bytes, and `4 <= lens[i] <= 4 * LANE_BLOCKS + 3`.
+/// The four bytes at `at` of `key` as a little-endian word (`at + 4 <= key.len()`).
 #[inline(always)]
-unsafe fn hash_lanes(ptrs: &[*const u8], lens: &[u32], out: &mut [u32]) {
-    for ((hash, &ptr), &len) in out.iter_mut().zip(ptrs).zip(lens) {
-        let blocks = len / 4;
+fn word_at(key: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([key[at], key[at + 1], key[at + 2], key[at + 3]])
+}
+
+/// MurmurHash3 (x86_32, Picodata's seed) of each of `keys` (at most [`BATCH`]) into `hashes`.
+#[inline(always)]
+fn hash_lanes(keys: &[&[u8]], hashes: &mut [u32]) {
+    let n = keys.len().min(hashes.len());
+    // Row `i` holds each key's block `i`; the last row its last four bytes, whose top `len % 4`
+    // are the tail. A key the lanes do not take reads as empty rows, and is hashed apart below.
+    let mut rows = [[0u32; BATCH]; LANE_BLOCKS + 1];
+    let mut lens = [0u32; BATCH];
+    for (j, key) in keys[..n].iter().enumerate() {
+        let len = key.len();
+        if !(4..=LANE_MAX_LEN).contains(&len) {
+            continue;
+        }
+        lens[j] = len as u32;
+        for (i, row) in rows[..LANE_BLOCKS].iter_mut().enumerate() {
+            row[j] = word_at(key, (4 * i).min(len - 4));
+        }
+        rows[LANE_BLOCKS][j] = word_at(key, len - 4);
+    }
+    for j in 0..n {
+        let len = lens[j];
+        let blocks = len as usize / 4;
         let mut h = PICODATA_SEED;
-        for i in 0..LANE_BLOCKS {
-            // Past the key's blocks, read its last four bytes (in bounds) and keep `h`.
-            let at = if 4 * i + 4 <= len { 4 * i } else { len - 4 };
-            // SAFETY: `at + 4 <= len`, within the key (see the function's contract).
-            let block = unsafe { ptr.add(at as usize).cast::<u32>().read_unaligned() };
-            let next = round(h, u32::from_le(block));
+        for (i, row) in rows[..LANE_BLOCKS].iter().enumerate() {
+            let next = round(h, row[j]);
             h = if i < blocks { next } else { h };
         }
-        // The tail is the top `len % 4` bytes of the last four, as in `murmur3_x86_32`.
         let tail = len % 4;
-        // SAFETY: `len >= 4`.
-        let last =
-            u32::from_le(unsafe { ptr.add(len as usize - 4).cast::<u32>().read_unaligned() });
+        let last = rows[LANE_BLOCKS][j];
         let k = if tail == 0 {
             0
         } else {
             last >> (8 * (4 - tail))
         };
-        *hash = fmix32(h ^ scramble(k) ^ len);
+        hashes[j] = fmix32(h ^ scramble(k) ^ len);
+    }
+    for (hash, key) in hashes.iter_mut().zip(keys) {
+        if !(4..=LANE_MAX_LEN).contains(&key.len()) {
+            *hash = murmur3_x86_32(key, PICODATA_SEED);
+        }
     }
 }
 
-/// [`hash_lanes`] compiled for AVX-512.
-///
-/// # Safety
-/// As [`hash_lanes`]; and the CPU has AVX-512 F, BW and VL.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-unsafe fn hash_avx512(ptrs: &[*const u8], lens: &[u32], out: &mut [u32]) {
-    // SAFETY: the caller's contract is this function's.
-    unsafe { hash_lanes(ptrs, lens, out) }
+fn hash_avx512(keys: &[&[u8]], hashes: &mut [u32]) {
+    hash_lanes(keys, hashes);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn hash_avx2(keys: &[&[u8]], hashes: &mut [u32]) {
+    hash_lanes(keys, hashes);
 }
 
 #[cfg(test)]
@@ -186,9 +184,16 @@ mod tests {
     }
 
     fn copies() -> Vec<Lanes> {
-        let mut copies = vec![Lanes::Baseline];
-        if Lanes::detect() == Lanes::Avx512 {
-            copies.push(Lanes::Avx512);
+        let mut copies = vec![Lanes::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") {
+                copies.push(Lanes::Avx2);
+            }
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vl") {
+                copies.push(Lanes::Avx512);
+            }
         }
         copies
     }
