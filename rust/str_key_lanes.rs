@@ -5,17 +5,19 @@
 //! random lengths the loop's exit is mispredicted about once per key; each key's blocks also
 //! depend on one another, so little of one key overlaps the next. Here the keys of a batch (up to
 //! 64) are hashed side by side in 32-bit lanes instead: every key runs the same [`LANE_BLOCKS`]
-//! rounds, a round past its last block leaving the hash unchanged (a select, not a branch). The
-//! blocks are first copied out of the keys into one row per block position (a block past a key's
-//! end reads the key's last four bytes, in bounds, and is not used), so the rounds then read
-//! whole rows; keys shorter than 4 bytes or longer than the lanes hold take the scalar
-//! [`murmur3_x86_32`]. The rounds are compiled for AVX-512 (16 keys per instruction) and for
-//! AVX2 (8), the copy chosen at run time (`is_x86_feature_detected!`), never at build time; a CPU
-//! with neither hashes one key at a time as before (the lanes compiled for the x86-64 baseline,
-//! which has no 32-bit lane multiply, measured slower). Measured on 100,000 keys of 4 to 40
-//! bytes (Xeon, release build, Rust alone): one key at a time 13.4-14.1 ns per key, AVX2
-//! 7.7-8.1, AVX-512 4.9-5.0. The result equals [`murmur3_x86_32`] for every length (the tests
-//! below, and `tests/topology/test_route_many_str_keys.py`).
+//! rounds, a round past its last block leaving the hash unchanged (a select, not a branch), and
+//! a block past a key's end reading the key's last four bytes (in bounds; not used). Keys
+//! shorter than 4 bytes or longer than the lanes hold take the scalar [`murmur3_x86_32`]. With
+//! AVX-512 (16 keys per instruction) the blocks are gathered from the keys in place; with AVX2
+//! (8), which LLVM does not gather for here, they are first copied into one row per block
+//! position, and the rounds read whole rows. The copy is chosen at run time
+//! (`is_x86_feature_detected!`), never at build time; a CPU with neither hashes one key at a
+//! time as before (the lanes compiled for the x86-64 baseline, which has no 32-bit lane
+//! multiply, measured slower). Measured on 100,000 keys of 4 to 40 bytes (Xeon, release build,
+//! Rust alone): one key at a time 13.4-14.1 ns per key, AVX2 7.7-8.1, AVX-512 4.8-5.0; in
+//! `route_many`, the AVX-512 rows measured 1.7 ns per key slower than the gathers. The result
+//! equals [`murmur3_x86_32`] for every length (the tests below, and
+//! `tests/topology/test_route_many_str_keys.py`).
 
 use crate::murmur3::{fmix32, murmur3_x86_32, round, scramble};
 use crate::sharding::PICODATA_SEED;
@@ -110,7 +112,8 @@ fn word_at(key: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([key[at], key[at + 1], key[at + 2], key[at + 3]])
 }
 
-/// MurmurHash3 (x86_32, Picodata's seed) of each of `keys` (at most [`BATCH`]) into `hashes`.
+/// MurmurHash3 (x86_32, Picodata's seed) of each of `keys` (at most [`BATCH`]) into `hashes`,
+/// through rows of blocks (for AVX2).
 #[inline(always)]
 fn hash_lanes(keys: &[&[u8]], hashes: &mut [u32]) {
     let n = keys.len().min(hashes.len());
@@ -153,10 +156,48 @@ fn hash_lanes(keys: &[&[u8]], hashes: &mut [u32]) {
     }
 }
 
+/// [`hash_lanes`] for AVX-512, whose gathers read each key's blocks in place: no rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
 fn hash_avx512(keys: &[&[u8]], hashes: &mut [u32]) {
-    hash_lanes(keys, hashes);
+    // A key the lanes do not take is read as four zero bytes instead, and hashed apart below.
+    static PLACEHOLDER: [u8; 4] = [0; 4];
+    let n = keys.len().min(hashes.len());
+    let mut ptrs = [PLACEHOLDER.as_ptr(); BATCH];
+    let mut lens = [4u32; BATCH];
+    for (j, key) in keys[..n].iter().enumerate() {
+        if (4..=LANE_MAX_LEN).contains(&key.len()) {
+            ptrs[j] = key.as_ptr();
+            lens[j] = key.len() as u32;
+        }
+    }
+    for ((hash, &ptr), &len) in hashes[..n].iter_mut().zip(&ptrs[..n]).zip(&lens[..n]) {
+        let blocks = len / 4;
+        let mut h = PICODATA_SEED;
+        for i in 0..LANE_BLOCKS as u32 {
+            // Past the key's blocks, read its last four bytes and keep `h`.
+            let at = (4 * i).min(len - 4);
+            // SAFETY: `4 <= len` and `at + 4 <= len`: within the key, or the placeholder.
+            let block = unsafe { ptr.add(at as usize).cast::<u32>().read_unaligned() };
+            let next = round(h, u32::from_le(block));
+            h = if i < blocks { next } else { h };
+        }
+        let tail = len % 4;
+        // SAFETY: as above.
+        let last = unsafe { ptr.add(len as usize - 4).cast::<u32>().read_unaligned() };
+        let last = u32::from_le(last);
+        let k = if tail == 0 {
+            0
+        } else {
+            last >> (8 * (4 - tail))
+        };
+        *hash = fmix32(h ^ scramble(k) ^ len);
+    }
+    for (hash, key) in hashes.iter_mut().zip(keys) {
+        if !(4..=LANE_MAX_LEN).contains(&key.len()) {
+            *hash = murmur3_x86_32(key, PICODATA_SEED);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
