@@ -58,7 +58,16 @@ impl<'a> StrBatch<'a> {
     }
 
     /// Hashes the keys pushed since the last flush and passes each hash to `f`, in order.
+    #[inline(always)]
     pub fn flush(&mut self, f: &mut impl FnMut(u32)) {
+        // Called before every key of another type: nothing to clear or detect then.
+        if self.count != 0 {
+            self.hash_pending(f);
+        }
+    }
+
+    /// [`flush`](Self::flush) of a batch holding keys.
+    fn hash_pending(&mut self, f: &mut impl FnMut(u32)) {
         let keys = &self.keys[..self.count];
         self.count = 0;
         let mut hashes = [0u32; BATCH];
