@@ -25,6 +25,7 @@ mod round_robin;
 mod route_explanation;
 mod route_stats;
 mod sharding;
+mod str_key_lanes;
 mod tally;
 mod topology;
 mod uuid;

@@ -33,6 +33,7 @@ use crate::int_key_lanes;
 use crate::key_encoding::{self as enc, DecimalDigits, KeyInt};
 use crate::lua_tostring;
 use crate::murmur3::{murmur3_x86_32, murmur3_x86_32_word};
+use crate::str_key_lanes::StrBatch;
 
 /// Seed of Picodata's MurmurHash3.
 pub const PICODATA_SEED: u32 = 13;
@@ -131,8 +132,10 @@ impl KeyHasher {
     ///     exact str, as its iterator would, since hashing a key of another type may run Python
     ///     code that changes the list. An exact str is hashed from its UTF-8 in place (CPython
     ///     keeps an ASCII str's UTF-8 in the object itself, and caches it for others), read
-    ///     through the list's own reference (see [`list_str_hash`]); an exact int with the
-    ///     branchless encoding of `int_key_lanes`; anything else goes through `picodata`.
+    ///     through the list's own reference (see [`list_str_utf8`]) and hashed with the other
+    ///     strs of a batch of up to 64 (`str_key_lanes`), the batch hashed before any other key
+    ///     is read; an exact int with the branchless encoding of `int_key_lanes`; anything else
+    ///     goes through `picodata`.
     pub fn picodata_each(
         &mut self,
         keys: &Bound<'_, PyAny>,
@@ -142,15 +145,20 @@ impl KeyHasher {
         if let Ok(list) = keys.cast_exact::<PyList>() {
             let mut len = list.len();
             let mut index = 0;
+            let mut strs = StrBatch::default();
             while index < len {
-                if let Some(hash) = list_str_hash(list, index) {
-                    f(hash);
+                // SAFETY: `index < len`, the list's length since Python code last ran, and the
+                // batch is hashed (flushed) before any Python code runs again (below).
+                if let Some(bytes) = unsafe { list_str_utf8(list, index) } {
+                    strs.push(bytes, &mut f);
                 } else {
+                    strs.flush(&mut f);
                     f(self.picodata_one(&list.get_item(index)?)?);
                     len = list.len();
                 }
                 index += 1;
             }
+            strs.flush(&mut f);
             return Ok(());
         }
         for key in keys.try_iter()? {
@@ -314,25 +322,29 @@ fn str_bytes<'a>(key: &Bound<'_, PyAny>, s: &'a Bound<'_, PyString>) -> PyResult
     }
 }
 
-/// The Picodata hash of item `index` of `list` (which has more items than `index`) when it is
-/// exactly a str whose UTF-8 CPython can hand out; None for any other item, which the caller
-/// then reads as usual (a str with lone surrogates included, so it raises as `picodata` does).
+/// The UTF-8 of item `index` of `list` when it is exactly a str whose UTF-8 CPython can hand
+/// out; None for any other item, which the caller then reads as usual (a str with lone
+/// surrogates included, so it raises as `picodata` does).
+///
+/// # Safety
+/// `index` is below the list's length, and the bytes are used only until Python code next runs
+/// (or, in a free-threaded build, never: there the function returns None).
 ///
 /// Implementation notes:
 ///     The item is read through the list's reference, not a new one of its own: under the
 ///     stable ABI every reference count change is a call into the interpreter, and a new
 ///     reference cost two per key (about a tenth of `route_many` of str keys). That is sound
-///     because no Python code runs between reading the item and hashing its bytes (asking for
-///     a str's UTF-8 allocates at most a cache, and a failure is not used beyond returning
-///     None), so nothing can remove the item from the list meanwhile; in a free-threaded
-///     build another thread could, so there the item is always read with a reference.
+///     while no Python code runs (asking for a str's UTF-8 allocates at most a cache, and a
+///     failure is not used beyond returning None): nothing can remove the item from the list
+///     meanwhile, and a str's UTF-8 lives as long as the str. In a free-threaded build another
+///     thread could, so there the item is always read with a reference.
 #[inline(always)]
-fn list_str_hash(list: &Bound<'_, PyList>, index: usize) -> Option<u32> {
+unsafe fn list_str_utf8<'a>(list: &Bound<'_, PyList>, index: usize) -> Option<&'a [u8]> {
     #[cfg(not(Py_GIL_DISABLED))]
     {
         // SAFETY: the thread is attached and `list` is a list with more than `index` items, so
-        // the call returns a borrowed reference to a live object, used only before any Python
-        // code could run (see above).
+        // the call returns a borrowed reference to a live object, which stays alive as long as
+        // the caller's contract says the bytes are used.
         unsafe {
             let item = ffi::PyList_GetItem(list.as_ptr(), index as ffi::Py_ssize_t);
             if ffi::PyUnicode_CheckExact(item) == 0 {
@@ -345,8 +357,7 @@ fn list_str_hash(list: &Bound<'_, PyList>, index: usize) -> Option<u32> {
                 drop(PyErr::take(list.py()));
                 return None;
             }
-            let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size as usize);
-            Some(murmur3_x86_32(bytes, PICODATA_SEED))
+            Some(std::slice::from_raw_parts(data.cast::<u8>(), size as usize))
         }
     }
     #[cfg(Py_GIL_DISABLED)]
