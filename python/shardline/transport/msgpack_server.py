@@ -533,10 +533,12 @@ class _Link(asyncio.Protocol):
 
     def _result(self, msgid: int, name: str, result: Any) -> bytes:
         """The answer carrying ``result``, or ``bad_result`` when it cannot be carried."""
-        try:
-            frame = wire.result(msgid, wire.pack_value(result, "the result", name))
-        except (TypeError, ValueError) as error:
-            return wire.error(msgid, wire.BAD_RESULT, BAD_RESULT, str(error))
+        frame = wire.answer(msgid, result)  # a plain value, packed in one call
+        if frame is None:
+            try:
+                frame = wire.result(msgid, wire.pack_value(result, "the result", name))
+            except (TypeError, ValueError) as error:
+                return wire.error(msgid, wire.BAD_RESULT, BAD_RESULT, str(error))
         limit = self._answer_limit
         if len(frame) > limit:
             return wire.error(
