@@ -46,7 +46,10 @@ mod _core {
     #[pymodule_export]
     use crate::map_stats::MapStats;
     #[pymodule_export]
-    use crate::msgpack_rpc::{msgpack_request, msgpack_result, msgpack_unpack, MsgpackReader};
+    use crate::msgpack_rpc::{
+        msgpack_answer, msgpack_plain, msgpack_request, msgpack_result, msgpack_unpack,
+        MsgpackReader,
+    };
     #[pymodule_export]
     use crate::pool::WorkerPool;
     #[pymodule_export]

@@ -689,6 +689,138 @@ pub fn msgpack_result<'py>(
     Ok(PyBytes::new(py, &out))
 }
 
+/// How deep [`pack_plain`] nests containers before it leaves the value to msgpack-python
+/// (whose own bound is 511): results this deep are rare, and the fallback judges them.
+const PLAIN_DEPTH: usize = 64;
+
+fn put_int(out: &mut Vec<u8>, n: i64) {
+    // msgpack-python's choice for a negative int: the smallest signed form that holds it
+    match n {
+        -32..=-1 => out.push(n as u8),
+        -128..=-33 => out.extend_from_slice(&[0xd0, n as u8]),
+        -32_768..=-129 => {
+            out.push(0xd1);
+            out.extend_from_slice(&(n as i16).to_be_bytes());
+        }
+        -2_147_483_648..=-32_769 => {
+            out.push(0xd2);
+            out.extend_from_slice(&(n as i32).to_be_bytes());
+        }
+        _ => {
+            out.push(0xd3);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+}
+
+fn put_len(out: &mut Vec<u8>, len: usize, fix: u8, fix_max: usize, sixteen: u8) {
+    if len <= fix_max {
+        out.push(fix | len as u8);
+    } else if len <= 0xffff {
+        out.push(sixteen);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(sixteen + 1);
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+    }
+}
+
+/// Packs `value` as msgpack-python's `Packer(use_bin_type=True, datetime=False)` does, when
+/// it is made only of None, bool, int, float, str, bytes, list, tuple and dict, each of exactly
+/// that type, at most [`PLAIN_DEPTH`] containers deep; false (with `out` to be thrown away)
+/// for anything else, which is left to msgpack-python: another type (a subclass included), an
+/// int outside 64 bits, a str UTF-8 cannot carry, a length over 32 bits.
+fn pack_plain(value: &Bound<'_, PyAny>, out: &mut Vec<u8>, depth: usize) -> bool {
+    if value.is_none() {
+        out.push(0xc0);
+    } else if let Ok(text) = value.cast_exact::<PyString>() {
+        let Ok(text) = text.to_str() else {
+            return false;
+        };
+        if text.len() > u32::MAX as usize {
+            return false;
+        }
+        put_raw(out, text.as_bytes(), false);
+    } else if let Ok(flag) = value.cast_exact::<PyBool>() {
+        out.push(if flag.is_true() { 0xc3 } else { 0xc2 });
+    } else if let Ok(int) = value.cast_exact::<pyo3::types::PyInt>() {
+        if let Ok(n) = int.extract::<u64>() {
+            put_uint(out, n);
+        } else if let Ok(n) = int.extract::<i64>() {
+            put_int(out, n);
+        } else {
+            return false;
+        }
+    } else if let Ok(float) = value.cast_exact::<PyFloat>() {
+        out.push(0xcb);
+        out.extend_from_slice(&float.value().to_bits().to_be_bytes());
+    } else if let Ok(bytes) = value.cast_exact::<PyBytes>() {
+        let bytes = bytes.as_bytes();
+        if bytes.len() > u32::MAX as usize {
+            return false;
+        }
+        put_raw(out, bytes, true);
+    } else if depth >= PLAIN_DEPTH {
+        return false;
+    } else if let Ok(list) = value.cast_exact::<PyList>() {
+        put_len(out, list.len(), 0x90, 15, 0xdc);
+        for item in list.iter() {
+            if !pack_plain(&item, out, depth + 1) {
+                return false;
+            }
+        }
+    } else if let Ok(tuple) = value.cast_exact::<PyTuple>() {
+        put_len(out, tuple.len(), 0x90, 15, 0xdc);
+        for item in tuple.iter() {
+            if !pack_plain(&item, out, depth + 1) {
+                return false;
+            }
+        }
+    } else if let Ok(dict) = value.cast_exact::<PyDict>() {
+        put_len(out, dict.len(), 0x80, 15, 0xde);
+        for (key, item) in dict.iter() {
+            if !(pack_plain(&key, out, depth + 1) && pack_plain(&item, out, depth + 1)) {
+                return false;
+            }
+        }
+    } else {
+        return false;
+    }
+    true
+}
+
+/// `value` packed as msgpack-python packs it, when it is one [`pack_plain`] packs; None for
+/// any other value (the caller then packs it with msgpack-python).
+#[pyfunction]
+pub fn msgpack_plain<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, PyBytes>> {
+    let mut body = Vec::with_capacity(64);
+    pack_plain(value, &mut body, 0).then(|| PyBytes::new(py, &body))
+}
+
+/// `[1, msgid, nil, result]` packed, `result` being `value` packed on its own (as a bin),
+/// as msgpack-python writes both; None when `value` is not one [`pack_plain`] packs (the
+/// caller then packs it with msgpack-python, which carries it or says why not).
+#[pyfunction]
+pub fn msgpack_answer<'py>(
+    py: Python<'py>,
+    msgid: u64,
+    value: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, PyBytes>> {
+    let mut body = Vec::with_capacity(64);
+    if !pack_plain(value, &mut body, 0) || body.len() > u32::MAX as usize {
+        return None;
+    }
+    let mut out = Vec::with_capacity(16 + body.len());
+    out.extend_from_slice(&[0x94, 0x01]);
+    put_uint(&mut out, msgid);
+    out.push(0xc0);
+    put_raw(&mut out, &body, true);
+    Some(PyBytes::new(py, &out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::{scan_message, Refusal, Scan, MAX_DEPTH};

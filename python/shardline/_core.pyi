@@ -20,6 +20,8 @@ __all__ = [
     "WorkerPool",
     "WorkersView",
     "bucket_id",
+    "msgpack_answer",
+    "msgpack_plain",
     "msgpack_request",
     "msgpack_result",
     "msgpack_unpack",
@@ -223,6 +225,8 @@ class MsgpackReader:
 def msgpack_unpack(data: bytes) -> Any: ...
 def msgpack_request(msgid: int, handler: str, payload: bytes, timeout: float | None) -> bytes: ...
 def msgpack_result(msgid: int, result: bytes | None) -> bytes: ...
+def msgpack_answer(msgid: int, value: Any) -> bytes | None: ...
+def msgpack_plain(value: Any) -> bytes | None: ...
 
 @disjoint_base
 class WorkerPool:

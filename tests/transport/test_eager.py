@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from shardline.transport.eager import start_eagerly
+from shardline.transport.eager import Rest, start_eagerly
 
 seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
 
@@ -118,3 +118,25 @@ async def test_the_coroutine_runs_in_one_copy_of_the_callers_context_that_it_can
     await asyncio.gather(*(task for task in tasks if task is not None))
     assert observed == ["caller", "caller", "a", "b"]
     assert seen.get() == "caller"
+
+
+async def test_rest_carries_a_started_coroutine_on_and_returns_what_it_returns() -> None:
+
+    gate = asyncio.get_running_loop().create_future()
+
+    async def answer() -> str:
+        return f"after {await gate}"
+
+    coroutine = answer()
+    waiting_on = coroutine.send(None)
+    assert waiting_on is gate
+
+    async def carry_on() -> str:
+        result: str = await Rest(coroutine, waiting_on)
+        return result
+
+    task = asyncio.get_running_loop().create_task(carry_on())
+    await asyncio.sleep(0)
+    assert not task.done()
+    gate.set_result("the gate")
+    assert await task == "after the gate"

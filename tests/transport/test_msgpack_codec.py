@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardline import _core
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.wire import MalformedMessage
 from support import msgpack_reference as reference
@@ -270,6 +271,65 @@ def test_request_writes_the_bytes_msgpack_python_writes(
 @given(MSGIDS, st.none() | st.binary())
 def test_result_writes_the_bytes_msgpack_python_writes(msgid: int, value: bytes | None) -> None:
     assert wire.result(msgid, value) == reference.packed([1, msgid, None, value])
+
+
+# Plain values: what `answer` packs itself (str map keys and tuples among them).
+PLAIN = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text()
+    | st.binary(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=5) | st.binary(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+class Text(str):
+    pass
+
+
+@settings(max_examples=400)
+@given(MSGIDS, PLAIN)
+def test_answer_and_pack_value_write_the_bytes_msgpack_python_writes_for_a_plain_value(
+    msgid: int, value: Any
+) -> None:
+    assert wire.answer(msgid, value) == reference.packed([1, msgid, None, reference.packed(value)])
+    assert _core.msgpack_plain(value) == reference.packed(value)
+    assert wire.pack_value(value, "the payload", "echo") == reference.packed(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        2**64,
+        -(2**63) - 1,
+        "\ud800",
+        Text("a subclass"),
+        bytearray(b"x"),
+        {1, 2},
+        [[1, Text("deep in a list")]],
+        {"key": {"nested": 2**70}},
+        {Text("key"): 1},
+    ],
+    ids=repr,
+)
+def test_answer_leaves_any_other_value_to_msgpack_python(value: Any) -> None:
+    assert wire.answer(7, value) is None
+    assert _core.msgpack_plain(value) is None
+
+
+def test_answer_packs_64_containers_deep_and_no_deeper() -> None:
+    deep: Any = 1
+    for _ in range(64):
+        deep = [deep]
+    assert wire.answer(1, deep) == reference.packed([1, 1, None, reference.packed(deep)])
+    assert wire.answer(1, [deep]) is None
 
 
 def test_a_handler_name_utf8_cannot_carry_is_a_value_error() -> None:

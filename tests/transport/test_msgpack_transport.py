@@ -30,7 +30,7 @@ from shardline.discovery import InProcessDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.errors import WorkerError
-from shardline.transport import Handler, Task
+from shardline.transport import Handler, Task, msgpack_server
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.msgpack_connection import MsgpackConnection
@@ -164,6 +164,29 @@ async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() 
             return [fast, await slow]
 
     assert await scenario() == ["fast", "blocking"]
+
+
+async def test_an_async_handler_returning_an_awaitable_that_is_no_coroutine_is_awaited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What inspect.markcoroutinefunction (Python 3.12) makes of a plain function: a handler
+    # said to be async that returns another awaitable (here a future, done or not yet).
+    def later(payload: Any) -> asyncio.Future[str]:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        if payload == "now":
+            future.set_result("now")
+        else:
+            asyncio.get_running_loop().call_soon(future.set_result, f"later {payload}")
+        return future
+
+    monkeypatch.setattr(
+        msgpack_server,
+        "check_handlers",
+        lambda handlers: {name: (handler, True) for name, handler in handlers.items()},
+    )
+    async with worker({"later": later}) as server, connection(server) as opened:
+        assert await opened.dispatch(Task("later", "now"), timeout=WAIT) == "now"
+        assert await opened.dispatch(Task("later", 1), timeout=WAIT) == "later 1"
 
 
 # --- errors -------------------------------------------------------------------------------

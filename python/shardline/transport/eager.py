@@ -7,7 +7,7 @@ import contextvars
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-__all__ = ["start_eagerly"]
+__all__ = ["Rest", "start_eagerly"]
 
 
 def start_eagerly(
@@ -25,7 +25,7 @@ def start_eagerly(
         What Python 3.12's eager tasks do, for 3.11 and for uvloop, which has none: a
         handler that answers at once (most of them) then costs no task, no turn of the loop
         and no done callback. The task drives the rest of the coroutine with
-        ``send``/``throw`` (:class:`_Rest`), handing the loop each future the coroutine
+        ``send``/``throw`` (:class:`Rest`), handing the loop each future the coroutine
         waits on, exactly as the coroutine would have handed it to its own task.
     """
     context = contextvars.copy_context()
@@ -33,23 +33,25 @@ def start_eagerly(
         waiting_on = context.run(coroutine.send, None)
     except StopIteration:
         return None
-    return loop.create_task(_carry_on(_Rest(coroutine, waiting_on)), context=context)
+    return loop.create_task(_carry_on(Rest(coroutine, waiting_on)), context=context)
 
 
-async def _carry_on(rest: _Rest) -> None:
+async def _carry_on(rest: Rest) -> None:
     await rest
 
 
-class _Rest:
-    """The rest of a coroutine that already ran up to ``waiting_on``, as an awaitable."""
+class Rest:
+    """The rest of a coroutine that already ran up to ``waiting_on`` (what its ``send``
+    returned), as an awaitable: awaiting it, in a task, carries the coroutine on from there
+    and returns what the coroutine returns."""
 
     __slots__ = ("_coroutine", "_waiting_on")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], waiting_on: Any) -> None:
         self._coroutine = coroutine
         self._waiting_on = waiting_on
 
-    def __await__(self) -> Generator[Any, Any, None]:
+    def __await__(self) -> Generator[Any, Any, Any]:
         coroutine, waiting_on = self._coroutine, self._waiting_on
         while True:
             try:
@@ -57,10 +59,10 @@ class _Rest:
             except BaseException as error:  # thrown in by the task: cancellation, above all
                 try:
                     waiting_on = coroutine.throw(error)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value
             else:
                 try:
                     waiting_on = coroutine.send(sent)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value

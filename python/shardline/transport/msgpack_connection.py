@@ -114,25 +114,27 @@ class MsgpackConnection:
             raise TypeError(
                 f"a MsgpackConnection dispatches Task objects, not {type(task).__name__}"
             )
-        if not isinstance(task.handler, str):
-            raise TypeError(f"a task's handler is a str, not {type(task.handler).__name__}")
-        address = self.metadata.address
+        handler = task.handler
+        if not isinstance(handler, str):
+            raise TypeError(f"a task's handler is a str, not {type(handler).__name__}")
         if self._closed:
-            raise TransientRpcError(f"the connection to the worker at {address} is closed")
-        payload = wire.pack_value(task.payload, "the payload", task.handler)
-        if not task.handler.isascii():
-            _check_handler(task.handler)
+            raise TransientRpcError(
+                f"the connection to the worker at {self.metadata.address} is closed"
+            )
+        payload = wire.pack_value(task.payload, "the payload", handler)
+        if not handler.isascii():
+            _check_handler(handler)
         if len(payload) > self._max_frame_bytes:
             raise ValueError(
-                f"the task for handler {task.handler!r} is over {len(payload)} bytes,"
+                f"the task for handler {handler!r} is over {len(payload)} bytes,"
                 f" over the limit of {self._max_frame_bytes}"
             )
         shared = self._shared
         shared.in_flight += 1
         try:
-            sent = shared.send(task.handler, payload, timeout)
+            sent = shared.send(handler, payload, timeout)
             if sent is None:
-                sent = await shared.send_when_ready(task.handler, payload, timeout)
+                sent = await shared.send_when_ready(handler, payload, timeout)
             link, msgid, answer = sent
             try:
                 error, result = await answer
@@ -149,12 +151,16 @@ class MsgpackConnection:
                 return wire.unpack_value(result, "the result")
             except MalformedMessage as unreadable:
                 raise WorkerError(
-                    BAD_RESULT, str(unreadable), handler=task.handler, address=address
+                    BAD_RESULT,
+                    str(unreadable),
+                    handler=handler,
+                    address=self.metadata.address,
                 ) from None
+        address = self.metadata.address
         kind, type_name, message = error
         if kind in wire.TRANSIENT_KINDS:
             raise TransientRpcError(f"worker at {address}: {kind}: {type_name}: {message}")
-        raise WorkerError(type_name, message, handler=task.handler, address=address)
+        raise WorkerError(type_name, message, handler=handler, address=address)
 
 
 def _check_handler(handler: str) -> None:
@@ -202,13 +208,19 @@ class _Shared(LoopShared):
         link = self.link
         if link is None or link.broken or link.paused:
             return None
-        return self._send_on(link, handler, payload, timeout, self.loop.time())
+        if timeout is None:
+            msgid, answer = link.send(handler, payload, None)
+        else:
+            msgid, answer = link.send(handler, payload, max(timeout, 0.0))
+            self._deadlines.add(self.loop.time() + timeout, answer)
+        return link, msgid, answer
 
     async def send_when_ready(self, handler: str, payload: bytes, timeout: float | None) -> _Sent:
         """:meth:`send`, once the socket is dialled and takes writes; the wait counts
         towards the deadline."""
-        start = self.loop.time()
-        scope = asyncio.timeout_at(None if timeout is None else start + timeout)
+        loop = self.loop
+        deadline = None if timeout is None else loop.time() + timeout
+        scope = asyncio.timeout_at(deadline)
         try:
             async with scope:
                 link = await self._ready()
@@ -218,14 +230,10 @@ class _Shared(LoopShared):
             if scope.expired():
                 raise self.deadline_passed(timeout) from None
             raise
-        return self._send_on(link, handler, payload, timeout, start)
-
-    def _send_on(
-        self, link: _Link, handler: str, payload: bytes, timeout: float | None, start: float
-    ) -> _Sent:
-        deadline = None if timeout is None else start + timeout
-        msgid, answer = link.send(handler, payload, deadline)
-        if deadline is not None:
+        if deadline is None:
+            msgid, answer = link.send(handler, payload, None)
+        else:
+            msgid, answer = link.send(handler, payload, max(deadline - loop.time(), 0.0))
             self._deadlines.add(deadline, answer)
         return link, msgid, answer
 
@@ -284,7 +292,8 @@ class _Link(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._next_msgid = 0
-        self._peer_limit = 0
+        # the largest request: this side's limit and the worker's, once its hello came
+        self._limit = 0
         self.greeted: asyncio.Future[None] = self._loop.create_future()
         self.broken = False
         self.paused = False
@@ -343,20 +352,19 @@ class _Link(asyncio.Protocol):
         await asyncio.shield(self._writable)
 
     def send(
-        self, handler: str, payload: bytes, deadline: float | None
+        self, handler: str, payload: bytes, timeout: float | None
     ) -> tuple[int, asyncio.Future[Any]]:
-        """Writes the request; returns its msgid and the future of its answer."""
+        """Writes the request (``timeout``: the seconds left to its deadline, or None);
+        returns its msgid and the future of its answer."""
         if self.broken or self._transport is None:
             raise TransientRpcError(f"worker at {self._shared.address}: connection lost")
         msgid = self._next_msgid
         self._next_msgid = (msgid + 1) & 0xFFFFFFFF
-        timeout = None if deadline is None else max(deadline - self._loop.time(), 0.0)
         frame = wire.request(msgid, handler, payload, timeout)
-        limit = min(self._shared.max_frame_bytes, self._peer_limit)
-        if len(frame) > limit:
+        if len(frame) > self._limit:
             raise ValueError(
                 f"the task for handler {handler!r} is {len(frame)} bytes, over the limit of"
-                f" {limit} (this side's or the worker's at {self._shared.address})"
+                f" {self._limit} (this side's or the worker's at {self._shared.address})"
             )
         answer = self._loop.create_future()
         calls = self._calls
@@ -396,7 +404,8 @@ class _Link(asyncio.Protocol):
 
     def _receive(self, message: Any) -> None:
         if not self.greeted.done():
-            self._peer_limit = wire.read_hello(message, f"the worker at {self._shared.address}")
+            peer_limit = wire.read_hello(message, f"the worker at {self._shared.address}")
+            self._limit = min(self._shared.max_frame_bytes, peer_limit)
             self.greeted.set_result(None)
             return
         if not (isinstance(message, list) and len(message) == 4 and message[0] == wire.RESPONSE):

@@ -4,19 +4,20 @@ announced through discovery while it runs."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Awaitable, Iterable, Mapping
+from types import CoroutineType, MappingProxyType
 from typing import Any, cast
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
-from shardline.transport.eager import start_eagerly
+from shardline.transport.eager import Rest, start_eagerly
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -240,6 +241,21 @@ def _call_ended(call: tuple[int, asyncio.Task[None]]) -> bool:
     return call[1].done()
 
 
+def _stopped(msgid: int) -> bytes:
+    """The answer to a call cancelled neither by its caller nor at its deadline: the worker
+    is stopping."""
+    return wire.error(msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker stopped")
+
+
+def _failed(msgid: int, name: str, error: Exception) -> bytes:
+    """The answer to a call whose handler raised ``error``."""
+    if isinstance(error, RetryElsewhere):
+        kind = wire.BUSY if error.overloaded else wire.UNAVAILABLE
+        return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {error}")
+    logger.warning("handler %r raised", name, exc_info=error)
+    return wire.error(msgid, wire.HANDLER, type_name(error), str(error))
+
+
 class _State:
     """What every connection of one server shares."""
 
@@ -267,6 +283,7 @@ class _Link(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._peer = "a client"
         self._peer_limit: int | None = None
+        self._answer_limit = 0  # no answer goes out before the client's hello
         self.calls: dict[int, asyncio.Task[None]] = {}
         # Calls the client cancelled: they end without an answer.
         self._abandoned: set[int] = set()
@@ -340,6 +357,7 @@ class _Link(asyncio.Protocol):
     def _receive(self, message: Any) -> None:
         if self._peer_limit is None:
             self._peer_limit = wire.read_hello(message, self._peer)
+            self._answer_limit = min(self._state.max_frame_bytes, self._peer_limit)
             return
         if not isinstance(message, list) or not message:
             raise MalformedMessage(f"a message is not a MessagePack-RPC array: {message!r:.200}")
@@ -417,10 +435,43 @@ class _Link(asyncio.Protocol):
                 f"no handler named {name!r} (this worker serves: {state.served})",
             )
             return
+        # The payload, then the handler's own coroutine up to its first wait, run here, in a
+        # copy of the context as a task would: a handler that answers at once (most of them)
+        # costs no task, no coroutine of this class and no turn of the loop; one that waits
+        # goes on as a task (_run) from where it waits. An exception of the first step is
+        # answered here as _run would answer it.
+        try:
+            argument = wire.unpack_value(payload, "the payload")
+        except MalformedMessage as error:
+            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
+            return
+        handler, is_async = entry
         loop = self._loop
-        call = start_eagerly(loop, self._run(msgid, name, entry, payload, seconds))
-        if call is None:
-            return  # answered already: the handler did not wait
+        context = contextvars.copy_context()
+        try:
+            if is_async:
+                handling = context.run(handler, argument)
+            else:
+                handling = asyncio.to_thread(handler, argument)
+            if type(handling) is CoroutineType:
+                waiting_on = context.run(handling.send, None)
+                call = loop.create_task(
+                    self._run(msgid, name, Rest(handling, waiting_on), seconds), context=context
+                )
+            else:  # another awaitable (a handler marked a coroutine function): awaited by _run
+                started = start_eagerly(loop, self._run(msgid, name, handling, seconds))
+                if started is None:
+                    return  # answered already: it did not wait
+                call = started
+        except StopIteration as done:
+            self._write(self._result(msgid, name, done.value))
+            return
+        except asyncio.CancelledError:
+            self._write(_stopped(msgid))
+            return
+        except Exception as error:
+            self._write(_failed(msgid, name, error))
+            return
         self.calls[msgid] = call
         call.add_done_callback(functools.partial(self._finished, msgid))
         if seconds is not None:
@@ -446,15 +497,11 @@ class _Link(asyncio.Protocol):
             self._transport.close()
 
     async def _run(
-        self,
-        msgid: int,
-        name: str,
-        entry: tuple[Handler, bool],
-        payload: bytes,
-        timeout: float | None,
+        self, msgid: int, name: str, handling: Awaitable[Any], timeout: float | None
     ) -> None:
+        """Answers the call once ``handling`` (the handler's run, or the rest of it) ends."""
         try:
-            frame = await self._answer(msgid, name, entry, payload)
+            result = await handling
         except asyncio.CancelledError:
             if msgid in self._abandoned:
                 return
@@ -466,9 +513,11 @@ class _Link(asyncio.Protocol):
                     f"handler {name!r}: the caller's {timeout} s passed",
                 )
             else:
-                frame = wire.error(
-                    msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker stopped"
-                )
+                frame = _stopped(msgid)
+        except Exception as error:
+            frame = _failed(msgid, name, error)
+        else:
+            frame = self._result(msgid, name, result)
         self._write(frame)
 
     def _expire(self, call: tuple[int, asyncio.Task[None]]) -> None:
@@ -482,34 +531,15 @@ class _Link(asyncio.Protocol):
         self._abandoned.discard(msgid)
         self._expired.discard(msgid)
 
-    async def _answer(
-        self,
-        msgid: int,
-        name: str,
-        entry: tuple[Handler, bool],
-        payload: bytes,
-    ) -> bytes:
-        try:
-            argument = wire.unpack_value(payload, "the payload")
-        except MalformedMessage as error:
-            return wire.error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
-        handler, is_async = entry
-        try:
-            if is_async:
-                result = await handler(argument)
-            else:
-                result = await asyncio.to_thread(handler, argument)
-        except RetryElsewhere as signal:
-            kind = wire.BUSY if signal.overloaded else wire.UNAVAILABLE
-            return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {signal}")
-        except Exception as error:
-            logger.warning("handler %r raised", name, exc_info=True)
-            return wire.error(msgid, wire.HANDLER, type_name(error), str(error))
-        try:
-            frame = wire.result(msgid, wire.pack_value(result, "the result", name))
-        except (TypeError, ValueError) as error:
-            return wire.error(msgid, wire.BAD_RESULT, BAD_RESULT, str(error))
-        limit = min(self._state.max_frame_bytes, self._peer_limit or 0)
+    def _result(self, msgid: int, name: str, result: Any) -> bytes:
+        """The answer carrying ``result``, or ``bad_result`` when it cannot be carried."""
+        frame = wire.answer(msgid, result)  # a plain value, packed in one call
+        if frame is None:
+            try:
+                frame = wire.result(msgid, wire.pack_value(result, "the result", name))
+            except (TypeError, ValueError) as error:
+                return wire.error(msgid, wire.BAD_RESULT, BAD_RESULT, str(error))
+        limit = self._answer_limit
         if len(frame) > limit:
             return wire.error(
                 msgid,

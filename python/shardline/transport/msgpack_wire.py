@@ -31,7 +31,14 @@ import socket
 import threading
 from typing import Any, Literal
 
-from shardline._core import MsgpackReader, msgpack_request, msgpack_result, msgpack_unpack
+from shardline._core import (
+    MsgpackReader,
+    msgpack_answer,
+    msgpack_plain,
+    msgpack_request,
+    msgpack_result,
+    msgpack_unpack,
+)
 from shardline._extras import requires_extra
 
 with requires_extra("msgpack", __name__):
@@ -64,6 +71,7 @@ __all__ = [
     "FrameDecoder",
     "FrameTooLarge",
     "MalformedMessage",
+    "answer",
     "cancel",
     "error",
     "hello",
@@ -166,7 +174,13 @@ def pack(message: Any) -> bytes:
 def pack_value(value: Any, what: str, handler: str) -> bytes:
     """A payload or result packed on its own; ``TypeError`` or ``ValueError`` (naming
     ``what`` and the ``handler``) when msgpack cannot carry it: a type it does not know, a str
-    holding a surrogate code point, nesting deeper than it packs."""
+    holding a surrogate code point, nesting deeper than it packs.
+
+    Implementation notes: a plain value (see :data:`answer`) is packed by the Rust core, byte
+    for byte as msgpack-python packs it; any other by msgpack-python."""
+    packed = msgpack_plain(value)  # a plain value, packed in the Rust core
+    if packed is not None:
+        return packed
     try:
         return pack(value)
     except (TypeError, ValueError, OverflowError) as error:
@@ -227,6 +241,13 @@ def cancel(msgid: int) -> bytes:
 result = msgpack_result
 """``result(msgid, value)``: the answer ``[1, msgid, nil, value bin or nil]`` packed (in the
 Rust core)."""
+
+
+answer = msgpack_answer
+"""``answer(msgid, value)``: :func:`result` with ``value`` packed (both in the Rust core,
+byte for byte as msgpack-python packs them) when ``value`` is made only of None, bool, int,
+float, str, bytes, list, tuple and dict, each of exactly that type, at most 64 containers deep;
+None for any other value, which :func:`pack_value` then packs or refuses."""
 
 
 def error(msgid: int, kind: str, type_name: str, message: str) -> bytes:
