@@ -189,6 +189,34 @@ async def test_an_async_handler_returning_an_awaitable_that_is_no_coroutine_is_a
         assert await opened.dispatch(Task("later", 1), timeout=WAIT) == "later 1"
 
 
+async def test_a_handler_said_async_whose_call_raises_is_answered_with_its_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a plain function marked a coroutine function raises before any coroutine exists: even a
+    # StopIteration is its error, never a result of None
+    def stops(payload: Any) -> Any:
+        raise StopIteration(payload)
+
+    def fails(payload: Any) -> Any:
+        raise ValueError(f"bad {payload}")
+
+    monkeypatch.setattr(
+        msgpack_server,
+        "check_handlers",
+        lambda handlers: {name: (handler, True) for name, handler in handlers.items()},
+    )
+    async with (
+        worker({"stops": stops, "fails": fails}) as server,
+        connection(server) as opened,
+    ):
+        with pytest.raises(WorkerError) as stopped:
+            await opened.dispatch(Task("stops", 1), timeout=WAIT)
+        assert stopped.value.remote_type == "StopIteration"
+        with pytest.raises(WorkerError) as failed:
+            await opened.dispatch(Task("fails", 2), timeout=WAIT)
+        assert (failed.value.remote_type, failed.value.remote_message) == ("ValueError", "bad 2")
+
+
 # --- errors -------------------------------------------------------------------------------
 
 

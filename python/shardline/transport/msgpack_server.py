@@ -448,11 +448,20 @@ class _Link(asyncio.Protocol):
         handler, is_async = entry
         loop = self._loop
         context = contextvars.copy_context()
-        try:
-            if is_async:
+        if is_async:
+            try:
                 handling = context.run(handler, argument)
-            else:
-                handling = asyncio.to_thread(handler, argument)
+            except asyncio.CancelledError:
+                self._write(_stopped(msgid))
+                return
+            except Exception as error:
+                # the call itself raised (a function marked a coroutine function): even a
+                # StopIteration is its error here, never its result, as inside a coroutine
+                self._write(_failed(msgid, name, error))
+                return
+        else:
+            handling = asyncio.to_thread(handler, argument)
+        try:
             if type(handling) is CoroutineType:
                 waiting_on = context.run(handling.send, None)
                 call = loop.create_task(
