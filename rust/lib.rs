@@ -4,6 +4,7 @@ mod bucket_divisor;
 mod bucket_map;
 mod bucket_payload;
 mod bucket_range;
+mod cpu_lanes;
 mod crc32c;
 mod dispatch_times;
 mod errors;

@@ -20,6 +20,7 @@
 //! equals [`murmur3_x86_32`] for every length (the tests below, and
 //! `tests/topology/test_route_many_str_keys.py`).
 
+use crate::cpu_lanes::Lanes;
 use crate::murmur3::{fmix32, murmur3_x86_32, round, scramble};
 use crate::sharding::PICODATA_SEED;
 
@@ -82,33 +83,6 @@ impl<'a> StrBatch<'a> {
             Lanes::Scalar => hash_in_place(keys, hashes),
         }
         hashes.iter().for_each(|&hash| f(hash));
-    }
-}
-
-/// The widest vector instructions this CPU has that the lane-wise rounds use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lanes {
-    /// 16 keys per instruction (AVX-512 F, BW and VL).
-    Avx512,
-    /// 8 keys per instruction.
-    Avx2,
-    /// One key at a time, with the same selects as the lanes.
-    Scalar,
-}
-
-impl Lanes {
-    fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx512bw") && has!("avx512vl") {
-                return Lanes::Avx512;
-            }
-            if has!("avx2") {
-                return Lanes::Avx2;
-            }
-        }
-        Lanes::Scalar
     }
 }
 
@@ -237,21 +211,6 @@ mod tests {
         got
     }
 
-    fn copies() -> Vec<Lanes> {
-        let mut copies = vec![Lanes::Scalar];
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx2") {
-                copies.push(Lanes::Avx2);
-            }
-            if has!("avx512f") && has!("avx512bw") && has!("avx512vl") {
-                copies.push(Lanes::Avx512);
-            }
-        }
-        copies
-    }
-
     #[test]
     fn every_length_equals_the_scalar_hash() {
         // Lengths 0 to 99 in one list: batches of mixed lengths, lanes and scalar keys together.
@@ -262,7 +221,7 @@ mod tests {
             .iter()
             .map(|k| murmur3_x86_32(k, PICODATA_SEED))
             .collect();
-        for lanes in copies() {
+        for lanes in Lanes::available() {
             assert_eq!(batch_hashes(lanes, &keys), want, "{lanes:?}");
         }
     }
@@ -281,7 +240,7 @@ mod tests {
                 .iter()
                 .map(|k| murmur3_x86_32(k, PICODATA_SEED))
                 .collect();
-            for lanes in copies() {
+            for lanes in Lanes::available() {
                 assert_eq!(batch_hashes(lanes, &keys), want, "{lanes:?} {count}");
             }
         }

@@ -158,6 +158,8 @@ def collected_inside(reader):
         "uids": lambda: (pool.uids, ()),
         "workers[uid]": lambda: (pool.workers.__getitem__, (uid,)),
         "iter(workers)": lambda: (pool.workers.__iter__, ()),
+        "workers.items()": lambda: (pool.workers._items_snapshot, ()),
+        "workers.values()": lambda: (pool.workers._values_snapshot, ()),
     }[reader]()
     inside = False
 
@@ -362,6 +364,8 @@ def test_a_refused_or_cleared_entry_is_dropped_after_the_lock(
         *((pool, reader) for pool in POOLS for reader in ("entry", "begin_dispatch", "uids")),
         ("LoadBalancerContext", "workers[uid]"),
         ("LoadBalancerContext", "iter(workers)"),
+        ("LoadBalancerContext", "workers.items()"),
+        ("LoadBalancerContext", "workers.values()"),
     ],
 )
 def test_a_collection_inside_a_reading_method_may_write_to_the_pool(

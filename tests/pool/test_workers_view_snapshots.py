@@ -4,15 +4,12 @@ iteration yields, while the views themselves stay live for ``len`` and ``in``.""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import ItemsView, Iterator, ValuesView
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -136,105 +133,3 @@ def test_iterations_interleaved_with_changes_match_a_dict_model(ops: list[tuple[
         assert all(value in values for value in model.values())
     for iterator, expected, yielded in open_iterations:
         assert yielded + list(iterator) == expected
-
-
-# No Python code under the pool's lock: a collection inside a snapshot may write to the pool.
-# Each case runs in a child process under a timeout, so a deadlock fails instead of hanging.
-
-SNAPSHOT_CHILD = r"""
-import gc
-import sys
-import threading
-
-from shardline import LoadBalancerContext
-
-method, reentry = sys.argv[1:]
-
-
-class Uid:
-    def __init__(self, n):
-        self.int = n
-
-
-class Metadata:
-    def __init__(self, n):
-        self.uid = Uid(n)
-
-
-pool = LoadBalancerContext()
-for n in range(5):
-    pool.add_worker(Metadata(n), "conn")
-completed = []
-inside = False
-
-
-def write():
-    pool.add_worker(Metadata(1000), "extra")
-    pool.remove_worker(Metadata(1000))
-    completed.append(True)
-
-
-def reenter():
-    if reentry == "same thread":
-        write()
-    else:
-        writer = threading.Thread(target=write)
-        writer.start()
-        writer.join()
-
-
-class Garbage:
-    __slots__ = ("me",)  # making the cycle allocates one object
-
-    def __del__(self):
-        if inside:
-            reenter()
-
-
-call = {"items": pool.workers._items_snapshot, "values": pool.workers._values_snapshot}[method]
-kept = []
-
-
-def empty_free_lists(size):
-    # tuples and lists come from free lists first, which never start a collection
-    for n in range(size):
-        kept.append((n, -n))
-        kept.append([])
-
-
-empty_free_lists(3000)
-# with a threshold of 1, the second allocation of a tracked object after a collection starts
-# the next one: the cycle below is the first, the snapshot's first tuple the second
-gc.set_threshold(1)
-for _ in range(20):
-    empty_free_lists(200)
-    gc.collect(0)
-    cycle = Garbage()
-    cycle.me = cycle
-    del cycle
-    inside = True
-    kept.append(call())
-    inside = False
-gc.set_threshold(700)
-assert completed, "no finalizer re-entered the pool"
-print("ok")
-"""
-
-
-@pytest.mark.skipif(
-    sys.version_info >= (3, 12),
-    reason="from 3.12 the collector runs between bytecodes, never inside an extension's call",
-)
-@pytest.mark.parametrize("reentry", ["same thread", "other thread"])
-@pytest.mark.parametrize("method", ["items", "values"])
-def test_a_collection_inside_a_snapshot_may_write_to_the_pool(method: str, reentry: str) -> None:
-    try:
-        result = subprocess.run(
-            [sys.executable, "-c", SNAPSHOT_CHILD, method, reentry],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{method} snapshot, re-entered from the {reentry}: deadlocked")
-    assert (result.returncode, result.stdout, result.stderr) == (0, "ok\n", "")
