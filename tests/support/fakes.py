@@ -154,7 +154,7 @@ class Transport:
 
     async def connect(self) -> Session:
         if not self.sessions:
-            await asyncio.sleep(3600)
+            await asyncio.get_running_loop().create_future()  # never done: waits to be cancelled
         session = self.sessions.pop(0)
         if isinstance(session, Exception):
             raise session
