@@ -688,8 +688,16 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut KeyHasher) -> R) -> R {
 
 /// The bucket (1..=bucket_count) that owns `key` under `scheme`.
 ///
+/// `key` is one value or a tuple of values (a composite key's parts, hashed in order): a str,
+/// an int in [-2**63, 2**64), a bool, None, a float, a `decimal.Decimal`, a timezone-aware
+/// `datetime.datetime` or a `uuid.UUID`, as far as the scheme encodes it (the vshard schemes
+/// refuse None and a datetime, `vshard-strcrc32` a `Decimal` too); any other value raises
+/// `UnhashableKey` naming it (and its part). `scheme` is `"picodata"` (the default: MessagePack parts, MurmurHash3),
+/// `"vshard-mpcrc32"` or `"vshard-strcrc32"` (Tarantool vshard's). `decimal_format` says how a
+/// `Decimal` arrived: `"binary"` (the default, as pgwire's binary format gives it: a positive
+/// exponent expanded into digits) or `"text"` (as parsed from text: the exponent kept).
 /// `bucket_count` is an int from 1 to 2**32 - 1 (not a bool); any other value raises
-/// `InvalidArgument`.
+/// `InvalidArgument`. An unknown `scheme` or `decimal_format` raises `ValueError`.
 #[pyfunction]
 #[pyo3(signature = (key, bucket_count, *, scheme = "picodata", decimal_format = "binary"))]
 pub fn bucket_id(

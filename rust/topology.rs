@@ -1175,7 +1175,13 @@ impl Topology {
         had_ranges || !instances.is_empty() || !replicasets.is_empty()
     }
 
-    /// Applies an `InstanceEvent`, a `ReplicasetEvent` or a `BucketEvent`.
+    /// Applies an `InstanceEvent`, a `ReplicasetEvent` or a `BucketEvent`, by the rules of
+    /// `apply_instance`, `apply_replicaset` and `apply_bucket`.
+    ///
+    /// Raises `InvalidEvent`, naming the field and the value, for a malformed event or an
+    /// object that is no event, and `UnknownTier` (`TierWithoutBuckets` for a tier whose
+    /// bucket count is 0) for a bucket event of a tier it cannot map; nothing of the event is
+    /// applied then.
     fn apply(&self, event: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = event.py();
         match events::kind_of(event)? {

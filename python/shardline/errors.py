@@ -1,7 +1,10 @@
 """The exceptions shardline raises.
 
-Every error is a :class:`ShardlineError`, and each also subclasses the builtin it resembles, so a
-caller that already catches ``ValueError`` or ``LookupError`` keeps working.
+Each is a :class:`ShardlineError`, and most also subclass the builtin they resemble, so a
+caller that already catches ``ValueError`` or ``LookupError`` keeps working. An invalid argument
+to a constructor or a setting (a duration, a count, a name) is a plain ``ValueError`` naming the
+argument, and a wait that runs out (a proxy's quorum, a ``LocalPool``'s start) a
+``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ __all__ = [
 
 
 class ShardlineError(Exception):
-    """Root of every error raised by shardline."""
+    """Root of the errors shardline defines (see this module's docstring for the builtin
+    errors it also raises)."""
 
 
 class InvalidEvent(ShardlineError, ValueError):

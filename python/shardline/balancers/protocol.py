@@ -141,16 +141,20 @@ class LoadBalancerLike(Protocol):
 class SelectLoadBalancer(abc.ABC):
     """The base of a balancer that implements ``select``: it derives ``delegate`` from it.
 
-    A subclass implements :meth:`select` and declares ``needs_load``; the ``delegate`` it
-    inherits offers what ``select`` returns, with the same ``tried`` the proxy would pass, so
-    the balancer behaves the same whichever protocol drives it.
+    A subclass implements :meth:`select` and declares ``needs_load`` (``True`` when it does
+    not); the ``delegate`` it inherits offers what ``select`` returns, with the same ``tried``
+    the proxy would pass, so the balancer behaves the same whichever protocol drives it.
     """
 
     @abc.abstractmethod
     def select(
         self, task: Any, *, context: LoadBalancerContextView, tried: Tried
     ) -> uuid.UUID | None:
-        """The next candidate for ``task``, not in ``tried``; ``None`` to give up."""
+        """The next candidate for ``task``, not in ``tried``; ``None`` to give up.
+
+        ``tried`` maps each uid this call has already offered to what became of it: the
+        exception it raised, or ``None`` when it had left the pool. An exception raised here
+        propagates to the caller of ``dispatch``."""
 
     async def delegate(
         self, task: Any, *, context: LoadBalancerContextView

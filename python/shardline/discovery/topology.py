@@ -126,18 +126,18 @@ class TopologyDiscovery(Subscription):
     event loop.
 
     Implementation notes:
-        The topology has no counter that moves when an instance or a replicaset changes
-        (``epoch(tier)`` moves with bucket maps only), so a re-read cannot be skipped: each
-        one copies the instances and replicasets out of the topology (one read lock each) and
-        walks them, O(instances). Instances and replicasets are immutable values that the
-        topology replaces on every change, so an instance whose object and replicaset object
-        are the ones of the previous re-read keeps its previous record without building a new
-        one. Items of a source are applied by a task of this stream; a re-read waits until
-        that task yields to the event loop, so a burst of items the source had ready (a whole
-        poll) costs one re-read. A ``TopologySource``'s ``run`` gives no signal when it has
-        applied something, hence the check of its counter at an interval: a change reaches
-        the pool up to ``interval`` seconds after it reached the topology (``refresh()``
-        re-reads at once).
+        A re-read copies the instances and replicasets out of the topology (one read lock
+        each) and walks them, O(instances). With a ``TopologySource``, the timed re-read is
+        skipped while ``Topology.membership_version`` has not moved; a topology followed
+        directly is re-read at every ``interval``. Instances and replicasets are immutable
+        values that the topology replaces on every change, so an instance whose object and
+        replicaset object are the ones of the previous re-read keeps its previous record
+        without building a new one. Items of a source are applied by a task of this stream;
+        a re-read waits until that task yields to the event loop, so a burst of items the
+        source had ready (a whole poll) costs one re-read. A ``TopologySource``'s ``run``
+        gives no signal when it has applied something, hence the check of its counter at an
+        interval: a change reaches the pool up to ``interval`` seconds after it reached the
+        topology (``refresh()`` re-reads at once).
     """
 
     def __init__(

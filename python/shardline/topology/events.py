@@ -22,7 +22,11 @@ Op = Literal["replace", "delete"]
 class InstanceEvent:
     """An instance appeared, changed (state, address, replicaset, name) or left.
 
-    ``name`` is the instance's name in the cluster, kept for people reading the topology.
+    ``op`` is ``"replace"`` (the fields given are set, a ``None`` one left unchanged) or
+    ``"delete"``; ``instance_uuid`` and ``replicaset_uuid`` are UUID strings. ``name`` is the
+    instance's name in the cluster, kept for people reading the topology. Nothing is checked
+    here: :meth:`shardline.Topology.apply` raises :class:`shardline.InvalidEvent` for a
+    malformed event and applies nothing of it.
     """
 
     topology_event: ClassVar[str] = "instance"
@@ -40,8 +44,11 @@ class InstanceEvent:
 class ReplicasetEvent:
     """A replicaset appeared, changed (master switch, tier) or was expelled.
 
-    ``tier`` is required when the replicaset is not yet known to the topology. ``name`` is its
-    name in the cluster, kept for people reading the topology.
+    ``op`` is ``"replace"`` (the fields given are set, a ``None`` one left unchanged) or
+    ``"delete"``. ``tier`` is required when the replicaset is not yet known to the topology.
+    ``name`` is its name in the cluster, kept for people reading the topology. Nothing is
+    checked here: :meth:`shardline.Topology.apply` raises :class:`shardline.InvalidEvent` for
+    a malformed event and applies nothing of it.
     """
 
     topology_event: ClassVar[str] = "replicaset"
@@ -55,7 +62,14 @@ class ReplicasetEvent:
 
 @dataclass(frozen=True, slots=True)
 class BucketEvent:
-    """The buckets ``start..end`` (inclusive) of ``tier`` are held by a replicaset."""
+    """The buckets ``start..end`` (inclusive) of ``tier`` are held by the replicaset
+    ``current_replicaset_uuid`` (``op="replace"``), or no longer are (``op="delete"``).
+
+    Nothing is checked here: :meth:`shardline.Topology.apply` raises
+    :class:`shardline.InvalidEvent` for a malformed event (bounds outside the tier's bucket
+    count included) and :class:`shardline.UnknownTier` for a tier it does not map, and
+    applies nothing of it.
+    """
 
     topology_event: ClassVar[str] = "bucket"
 
