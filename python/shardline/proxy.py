@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterable, Callable, Mapping
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
+from shardline._tasks import cancel_and_wait
 from shardline.balancers.explanation import (
     DispatchExplanation,
     DispatchProtocol,
@@ -279,7 +279,8 @@ class WorkerProxy:
         if self._quorum == 0:
             return
         try:
-            await asyncio.wait_for(self._quorum_reached.wait(), self._quorum_timeout)
+            async with asyncio.timeout(self._quorum_timeout):
+                await self._quorum_reached.wait()
         except TimeoutError:
             await self.stop()
             # a discovery that can say why it found nobody (TopologyDiscovery: its source's
@@ -295,9 +296,7 @@ class WorkerProxy:
         """Stops following discovery; the pool keeps its workers."""
         sentinel, self._sentinel = self._sentinel, None
         if sentinel is not None:
-            sentinel.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sentinel
+            await cancel_and_wait(sentinel)
 
     async def __aenter__(self) -> WorkerProxy:
         await self.start()

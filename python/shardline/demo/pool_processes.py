@@ -374,7 +374,8 @@ class _Demo:
         self.workers.append(worker)
         assert process.stdout is not None
         try:
-            line = await asyncio.wait_for(process.stdout.readline(), self.settings.timeout)
+            async with asyncio.timeout(self.settings.timeout):
+                line = await process.stdout.readline()
         except TimeoutError:
             raise PoolDemoError(
                 f"worker {name} (pid {worker.pid}) was not ready within"
@@ -401,7 +402,8 @@ class _Demo:
         if signum is not None and worker.process.returncode is None:
             worker.process.send_signal(signum)
         try:
-            await asyncio.wait_for(worker.process.wait(), self.settings.timeout)
+            async with asyncio.timeout(self.settings.timeout):
+                await worker.process.wait()
         except TimeoutError:
             logger.warning("worker %s (pid %d) did not exit: killed", worker.name, worker.pid)
             worker.process.kill()

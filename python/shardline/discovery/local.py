@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from shardline._tasks import cancel_and_wait
 from shardline.checks import check_seconds
 from shardline.discovery.local_doorbell import Doorbell
 from shardline.discovery.local_store import Batch, LocalStore, Registration, connect, head
@@ -222,7 +223,8 @@ class LocalDiscovery:
                 await asyncio.sleep(delay)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(rung.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await rung.wait()
 
     def _listen(self) -> Doorbell | None:
         """This handle's doorbell, opened by its first subscription."""
@@ -287,9 +289,7 @@ class _LocalPublisher:
         """Withdraws the records this publisher still owns; it may publish again afterwards."""
         heartbeats, self._heartbeats = self._heartbeats, None
         if heartbeats is not None:
-            heartbeats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeats
+            await cancel_and_wait(heartbeats)
         await self._discovery._call(self._discovery._store.withdraw, self._registration)
 
     async def _beat(self) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from shardline._histogram import LAG_BUCKETS, Histogram, HistogramSnapshot
+from shardline._tasks import cancel_and_wait
 from shardline.discovery.record import decode_record
 from shardline.errors import InvalidRecord
 from shardline.workers import DiscoveryEvent, WorkerMetadata
@@ -186,9 +187,9 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
     async def aclose(self) -> None:
         pending, self._next = self._next, None
         if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await pending
+            # the stream's end (StopAsyncIteration) is no error of aclose()
+            with contextlib.suppress(StopAsyncIteration):
+                await cancel_and_wait(pending)
         await self._events.aclose()
 
 

@@ -8,7 +8,6 @@ to cluster nodes, and a :class:`~shardline.balancers.bucket.BucketLoadBalancer` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import uuid
@@ -18,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from shardline._core import Instance, Replicaset, Topology
+from shardline._tasks import cancel_and_wait
 from shardline.checks import check_seconds
 from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.errors import InvalidEvent, UnknownTier
@@ -292,14 +292,13 @@ class TopologyDiscovery(Subscription):
                     await self._wake.wait()
                     continue
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self._interval)
+                    async with asyncio.timeout(self._interval):
+                        await self._wake.wait()
                 except TimeoutError:
                     reread = self._runner is None or self._membership_moved()
         finally:
             if pump is not None and not pump.done():
-                pump.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pump
+                await cancel_and_wait(pump)
 
     async def _pump(self, source: AsyncIterable[Any]) -> None:
         """Applies the source's items to the topology, waking the stream after each."""

@@ -18,6 +18,7 @@ with requires_extra("pg", __name__):
     import asyncpg
 
 from shardline._core import Instance, Topology
+from shardline._tasks import cancel_and_wait
 from shardline.checks import check_count, check_seconds
 from shardline.errors import InstanceUnavailable, InvalidArgument, NoWorkersAvailable, UnknownTier
 from shardline.picodata.instance_pool import InstancePool, split_address
@@ -344,8 +345,7 @@ class Client:
         await self._source.aclose()
         for task in (self._maintenance, self._runner):
             if task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
         pools, self._pools = list(self._pools.values()), {}
         self._online, self._members = [], {}
         self._forget_routes()

@@ -286,7 +286,8 @@ class LocalPool:
                     f" (start_timeout); not joined: {waiting}"
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
 
     async def _spawn(self) -> _Worker:
         assert self._directory is not None

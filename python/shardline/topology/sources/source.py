@@ -105,7 +105,8 @@ class TopologySource(ABC):
                 return
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), due - now)
+                async with asyncio.timeout(due - now):
+                    await self._wake.wait()
 
     def _due(self, planned: float) -> float:
         """When a pause planned to end at loop time ``planned`` ends (a source that can be
