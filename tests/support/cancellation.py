@@ -48,15 +48,20 @@ async def stop_cancelled(stop: Callable[[], Awaitable[None]]) -> asyncio.Task[No
     return stopper
 
 
-async def stops_when_cancelled(task: asyncio.Task[Any], turns: int, bound: int = STEPS) -> bool:
+async def stops_when_cancelled(
+    task: asyncio.Task[Any], turns: int, bound: int | None = STEPS
+) -> bool:
     """Lets the loop run ``turns`` turns, then, unless ``task`` has ended by itself, cancels
-    it and lets it run at most ``bound`` more turns; whether it then ended cancelled (True too
-    if it had ended before it was cancelled)."""
+    it and lets it run at most ``bound`` more turns (None: until it ends, for a task that
+    waits on I/O as it stops); whether it then ended cancelled (True too if it had ended
+    before it was cancelled)."""
     await steps(turns)
     if task.done():
         return True
     task.cancel()
-    for _ in range(bound):
+    if bound is None:
+        await asyncio.wait([task])
+    for _ in range(bound or 0):
         if task.done():
             break
         await asyncio.sleep(0)
