@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from shardline._tasks import cancel_and_wait
 from shardline.checks import check_count, check_seconds
 from shardline.topology.events import BucketEvent
 from shardline.topology.sources.changes import (
@@ -629,8 +630,8 @@ async def _close_session(current: _Session) -> None:
         current.timer.cancel()
     reader, current.reader = current.reader, None
     if reader is not None:
-        reader.cancel()
-        with contextlib.suppress(BaseException):
-            await reader
+        # the reader hands its failures over in the queue: only its end matters here
+        with contextlib.suppress(Exception):
+            await cancel_and_wait(reader)
     with contextlib.suppress(Exception):
         await current.session.aclose()
