@@ -1,9 +1,11 @@
-"""`shardline worker` on the IPv6 loopback (``[::1]``, never another address): each transport
-announces a ``[::1]:PORT`` record (through LocalDiscovery, or an etcd on ``[::1]`` too), a
-`WorkerProxy` dispatches to it, and a port in use there is the usual one line."""
+"""The `shardline` command on the IPv6 loopback (``[::1]``, never another address): `worker`
+announces a ``[::1]:PORT`` record over each transport (through LocalDiscovery, or an etcd on
+``[::1]`` too), a `WorkerProxy` dispatches to it, and a port in use there is the usual one
+line; `inspect` names a catalog's server on ``[::1]`` in brackets."""
 
 from __future__ import annotations
 
+import json
 import socket
 import uuid
 from pathlib import Path
@@ -11,11 +13,14 @@ from pathlib import Path
 import pytest
 
 from shardline import WorkerProxy
+from shardline.cli import main
 from shardline.discovery import Discovery
 from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.transport import Task, connect
 from support.ipv6 import LOOPBACK, requires_ipv6
+from support.pg_server import PgServer
+from support.picodata_catalog import Catalog
 from support.transport_servers import WAIT, new_namespace
 from support.worker_processes import worker_process
 
@@ -73,3 +78,19 @@ async def test_a_taken_port_on_ipv6_loopback_is_one_line_and_status_1(
             assert worker.stderr.read_text().splitlines() == [
                 f"shardline worker: error: cannot serve at {address}: address already in use"
             ]
+
+
+def test_inspect_names_a_catalog_server_on_ipv6_loopback_in_brackets(
+    pg_ipv6: PgServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+
+    with Catalog(pg_ipv6.create_schema()) as catalog:
+        with catalog.transaction():
+            catalog.add_tier("default", 3000)
+            catalog.add_replicaset("r1")
+            catalog.rebalance("default")
+        assert main(["inspect", catalog.dsn, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["server"] == f"[::1]:{pg_ipv6.port}"
+        assert main(["inspect", catalog.dsn, "--plain"]) == 0
+        title = capsys.readouterr().out.splitlines()[0]
+        assert title == f"[::1]:{pg_ipv6.port}: one poll, complete"
