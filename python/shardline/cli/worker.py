@@ -48,8 +48,9 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
         required=True,
         metavar="HOST:PORT",
         help=(
-            "where to serve, as subscribers will dial it (so not 0.0.0.0 or ::); port 0 picks"
-            " a free port. With the msgpack transport, an absolute path serves on a Unix socket"
+            "where to serve, as subscribers will dial it (so not 0.0.0.0 or ::); an IPv6 host"
+            " in brackets, [::1]:0; port 0 picks a free port. With the msgpack transport, an"
+            " absolute path serves on a Unix socket"
         ),
     )
     worker.add_argument(
