@@ -36,7 +36,6 @@ from .benchkit import (  # noqa: E402
     TIER,
     blocks,
     cluster,
-    hashing_ready,
     int_keys,
     probe_buckets,
     shardline_topology,
@@ -144,7 +143,6 @@ DECOMPOSITION = [
 ]
 
 
-@pytest.mark.skipif(not hashing_ready(), reason="shardline's key hashing has not landed yet")
 @pytest.mark.parametrize("impl", DECOMPOSITION)
 def test_route_many_decomposition(benchmark: Any, per_call: Callable[..., Any], impl: str) -> None:
     """Where ``route_many``'s time per key goes (3,000 buckets, 256 ranges, 100,000 keys)."""
@@ -186,7 +184,6 @@ WIDTHS = {  # msgpack encoding of the key, and so the bytes hashed: 1, 3, 5 and 
 }
 
 
-@pytest.mark.skipif(not hashing_ready(), reason="shardline's key hashing has not landed yet")
 @pytest.mark.parametrize("width", list(WIDTHS))
 def test_route_many_by_key_width(benchmark: Any, per_call: Callable[..., Any], width: str) -> None:
     """``route_many`` of an int64 array whose keys all have one msgpack width."""

@@ -31,7 +31,6 @@ from .benchkit import (
     TIER,
     blocks,
     cluster,
-    hashing_ready,
     interleaved_summary,
     one_arg_rounds,
     picopyn_topology,
@@ -114,7 +113,6 @@ def test_owner_vs(
     )
 
 
-@pytest.mark.skipif(not hashing_ready(), reason="shardline's key hashing has not landed yet")
 def test_route_vs_calculate_bucket_id(benchmark: Any, per_call: Callable[..., Any]) -> None:
     c = cluster(3000, 256)
     ours = shardline_topology(c)

@@ -35,7 +35,6 @@ from .benchkit import (
     blocks,
     cluster,
     int_keys,
-    needs_hashing,
     picopyn_meta,
     picopyn_params,
     picopyn_topology,
@@ -106,7 +105,6 @@ def round_fn(impl: str, kind: str, keys: list[Any], topology: Any) -> Callable[[
 CASES = [(k, i) for k in KINDS for i in IMPLS if k == "str" or not i.startswith("ref: mmh3")]
 
 
-@needs_hashing
 @pytest.mark.parametrize(("kind", "impl"), CASES)
 def test_bucket_id(benchmark: Any, per_call: Callable[..., Any], kind: str, impl: str) -> None:
     c = cluster(BUCKET_COUNT, N_RANGES)

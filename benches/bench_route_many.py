@@ -48,7 +48,6 @@ from .benchkit import (  # noqa: E402
     cluster,
     int_keys,
     interleaved_summary,
-    needs_hashing,
     picopyn_meta,
     picopyn_topology,
     shardline_topology,
@@ -80,7 +79,6 @@ def expected_masters(peer: Any, kind: str, keys: list[Any]) -> tuple[list[int], 
     return buckets, [peer.find_bucket_master(TIER, b).uuid for b in buckets]
 
 
-@needs_hashing
 @pytest.mark.parametrize("impl", IMPLS)
 def test_route_many(benchmark: Any, per_call: Callable[..., Any], impl: str) -> None:
     c = cluster(BUCKET_COUNT, N_RANGES)
@@ -203,7 +201,6 @@ def interleaved(
 VS_TODAY = ["np.int64", "list[int]", "list[str]", "np.int64, out= (vs today's list)"]
 
 
-@needs_hashing
 @pytest.mark.parametrize("kind", VS_TODAY)
 def test_route_many_vs_today(benchmark: Any, per_call: Callable[..., Any], kind: str) -> None:
     core = baseline_core()

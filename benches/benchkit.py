@@ -22,9 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
-import shardline
 from shardline import InstanceEvent, ReplicasetEvent, Topology
 
 TIER = "default"
@@ -161,22 +158,6 @@ def blocks(probes: Sequence[Any], size: int = CALLS_PER_ROUND) -> Iterator[Seque
     """The probe list cut into blocks of ``size``, cycled forever: one block per round."""
     assert len(probes) % size == 0
     return itertools.cycle([probes[i : i + size] for i in range(0, len(probes), size)])
-
-
-def hashing_ready() -> bool:
-    """Whether shardline's key hashing has landed (until then it raises ``UnhashableKey``)."""
-    try:
-        shardline.bucket_id("abc", 3000)
-    except shardline.UnhashableKey as error:
-        if "not yet" in str(error):
-            return False
-        raise
-    return True
-
-
-needs_hashing = pytest.mark.skipif(
-    not hashing_ready(), reason="shardline's key hashing has not landed yet"
-)
 
 
 # --- keys -----------------------------------------------------------------------------------------

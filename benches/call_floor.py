@@ -28,6 +28,7 @@ from typing import cast
 
 from shardline import WorkerMetadata
 from shardline.discovery.record import encode_record
+from shardline.host_port import join_host_port, split_host_port
 from shardline.transport.event_loop import run
 
 HEADER = struct.Struct(">I")
@@ -129,8 +130,8 @@ class FloorClient:
         loop = asyncio.get_running_loop()
         connections = []
         for address in addresses:
-            host, _, port = address.rpartition(":")
-            _, protocol = await loop.create_connection(_FloorConnection, host, int(port))
+            host, port = split_host_port(address)
+            _, protocol = await loop.create_connection(_FloorConnection, host, port)
             connections.append(protocol)
         return cls(connections)
 
@@ -152,10 +153,10 @@ async def _serve(address: str) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    host, _, port = address.rpartition(":")
-    server = await loop.create_server(_EchoServer, host, int(port))
+    host, port = split_host_port(address, any_port=True)
+    server = await loop.create_server(_EchoServer, host, port)
     bound = server.sockets[0].getsockname()[1]
-    record = WorkerMetadata(uuid.uuid4(), f"{host}:{bound}", os.getpid(), version="")
+    record = WorkerMetadata(uuid.uuid4(), join_host_port(host, bound), os.getpid(), version="")
     print(encode_record(record).decode(), flush=True)
     async with server:
         await stopping.wait()

@@ -73,6 +73,30 @@ def pg() -> Iterator[PgServer]:
         server.close()
 
 
+@pytest.fixture(scope="session")
+def etcd_ipv6() -> Iterator[EtcdServer]:
+    """A real etcd serving clients on the IPv6 loopback (``http://[::1]:port``), shared like
+    ``etcd``; take it only in a test marked ``support.ipv6.requires_ipv6``."""
+    server = EtcdServer(host="::1")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def pg_ipv6() -> Iterator[PgServer]:
+    """A real PostgreSQL listening on the IPv6 loopback only (``[::1]``), shared like ``pg``;
+    take it only in a test marked ``support.ipv6.requires_ipv6``."""
+    server = PgServer(host="::1")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture(scope="module", params=balancer_driving.PROTOCOLS)
 def balancer_protocol(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a module's tests through each balancer protocol: balancers driven directly go

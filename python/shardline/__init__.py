@@ -24,6 +24,7 @@ from shardline._core import (
 from shardline._lazy import lazy_exports
 from shardline.errors import (
     InstanceUnavailable,
+    InvalidAddress,
     InvalidArgument,
     InvalidEvent,
     InvalidRecord,
@@ -71,6 +72,7 @@ __all__ = [
     "Instance",
     "InstanceEvent",
     "InstanceUnavailable",
+    "InvalidAddress",
     "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",

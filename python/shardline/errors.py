@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "InstanceUnavailable",
+    "InvalidAddress",
     "InvalidArgument",
     "InvalidEvent",
     "InvalidRecord",
@@ -53,6 +54,17 @@ class InvalidArgument(ShardlineError, ValueError):
     (the message lists the known names), registered twice, or registered as something that
     makes no balancer.
     """
+
+
+class InvalidAddress(ShardlineError, ValueError):
+    """A network address that is not ``host:port`` (an IPv6 host in brackets, ``[::1]:port``),
+    or a host and port that cannot be written as one (:mod:`shardline.host_port`). The message
+    names the address; ``reason`` says what is wrong with it in words (``"the port 'x' is not
+    a number"``), or is ``None`` when the text has no ``host:port`` shape at all."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class InvalidRecord(ShardlineError, ValueError):

@@ -551,7 +551,7 @@ def _keeper_state_metrics(keepers: Mapping[str, RegistrationKeeper]) -> Iterator
 
 
 _EVENT_TYPES = ("worker-added", "worker-updated", "worker-dropped")
-_SKIP_REASONS = ("oversized", "malformed", "unknown-schema", "filter-error")
+_SKIP_REASONS = ("oversized", "malformed", "unknown-schema", "filter-error", "rejected")
 
 
 def _discovery_metrics(discoveries: Mapping[str, Subscription]) -> Iterator[Metric]:

@@ -37,6 +37,14 @@ USAGE_ERRORS = [
     ((*WORKER, "--address", "127.0.0.1:x"), "the port 'x' is not a number", "127.0.0.1:x"),
     ((*WORKER, "--address", "0.0.0.0:0"), "no address a subscriber can dial", "0.0.0.0"),
     ((*WORKER, "--address", "[::]:0", "--transport", "grpc"), "no address a subscriber", "::"),
+    # an IPv6 host goes in brackets ("::1:0" could be the address ::1:0 itself), and only one
+    ((*WORKER, "--address", "::1:0"), "an IPv6 host is written in brackets", "'::1:0'"),
+    (
+        (*WORKER, "--address", "grpc://::1:0", "--transport", "grpc"),
+        "an IPv6 host is written in brackets",
+        "'grpc://::1:0'",
+    ),
+    ((*WORKER, "--address", "[127.0.0.1]:0"), "'127.0.0.1' is not an IPv6 address", ""),
     ((*WORKER, "--address", "msgpack+unix://rel.sock"), "must be absolute", "rel.sock"),
     ((*WORKER, "--address", "relative.sock"), "or an absolute path", "relative.sock"),
     # timeouts that contradict each other, or the default they leave in place

@@ -252,7 +252,9 @@ async def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> 
         assert samples["shardline_discovery_clock_ahead_total", name] == 0
         skipped = "shardline_discovery_skipped_total"
         assert samples[skipped, (*name, ("reason", "malformed"))] == 1
-        assert samples[skipped, (*name, ("reason", "oversized"))] == 0
+        # every reason the help text names is exported, at 0 until it happens
+        for reason in ("oversized", "unknown-schema", "filter-error", "rejected"):
+            assert samples[skipped, (*name, ("reason", reason))] == 0
         assert samples["shardline_proxy_workers", (("proxy", "pool"),)] == 2
         await stream.aclose()
     finally:

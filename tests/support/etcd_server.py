@@ -86,7 +86,9 @@ class EtcdServer(ServerProcess):
     taken or dies by a signal).
 
     With ``certificates`` it serves clients over TLS and requires a client certificate signed
-    by the CA. Heartbeat and election are shortened so that a restart elects itself in a few
+    by the CA. ``host`` is the loopback address it serves clients on (``127.0.0.1``, or
+    ``::1``: the endpoint is then ``http://[::1]:port``); its peer and metrics ports stay on
+    127.0.0.1. Heartbeat and election are shortened so that a restart elects itself in a few
     hundred milliseconds; the shortest lease etcd then grants is one second.
     """
 
@@ -98,20 +100,28 @@ class EtcdServer(ServerProcess):
     stop_signals = (signal.SIGTERM,)
     port_taken = ("address already in use",)
 
-    def __init__(self, *, certificates: Certificates | None = None) -> None:
+    def __init__(
+        self, *, certificates: Certificates | None = None, host: str = "127.0.0.1"
+    ) -> None:
         try:
             self.binary = str(find_etcd())
         except NotFound as error:
             raise EtcdUnavailable(f"{error}; `make servers` installs etcd") from None
         super().__init__(prefix="shardline-etcd-")
         self.certificates = certificates
+        self.host = host
         self.client_port, self.peer_port, self.metrics_port = free_ports(3)
         self._root_password: str | None = None
 
     @property
     def endpoint(self) -> str:
         scheme = "https" if self.certificates else "http"
-        return f"{scheme}://127.0.0.1:{self.client_port}"
+        return f"{scheme}://{self._client_target}"
+
+    @property
+    def _client_target(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.client_port}"
 
     def _command(self) -> list[str]:
         peer = f"http://127.0.0.1:{self.peer_port}"
@@ -159,7 +169,7 @@ class EtcdServer(ServerProcess):
 
     @contextlib.contextmanager
     def _channel(self) -> Iterator[grpc.Channel]:
-        target = f"127.0.0.1:{self.client_port}"
+        target = self._client_target
         if self.certificates:
             credentials = grpc.ssl_channel_credentials(
                 self.certificates.ca.read_bytes(),

@@ -7,11 +7,12 @@ servers`` installs them when missing). PostgreSQL refuses to run as root, so whe
 as root ``initdb`` and ``postgres`` run as the ``postgres`` system user (``$SHARDLINE_PG_USER``
 names another), with the temporary folder handed over to it.
 
-The server listens on 127.0.0.1 only, plus a unix socket inside the temporary folder (never
-``/var/run``). TCP connections authenticate with a password (SCRAM); the socket trusts the
-local user. The bootstrap superuser is ``shardline`` with password ``shardline``; :attr:`dsn`
-connects as it. Durability is turned off (``fsync``, ``synchronous_commit``,
-``full_page_writes``): the data is thrown away anyway, and a start takes well under a second.
+The server listens on 127.0.0.1 only (or on the one loopback address given as ``host``: ``::1``
+for IPv6), plus a unix socket inside the temporary folder (never ``/var/run``). TCP connections
+authenticate with a password (SCRAM); the socket trusts the local user. The bootstrap superuser
+is ``shardline`` with password ``shardline``; :attr:`dsn` connects as it. Durability is turned
+off (``fsync``, ``synchronous_commit``, ``full_page_writes``): the data is thrown away anyway,
+and a start takes well under a second.
 
 Anything that keeps the server from starting raises :class:`PgUnavailable` with the reason and
 the end of the server's log: tests that need PostgreSQL fail, they never skip.
@@ -60,7 +61,8 @@ class PgServer(ServerProcess):
     port taken or dies by a signal).
 
     ``settings`` are extra ``postgresql.conf`` parameters (name → value), passed on the
-    server's command line.
+    server's command line. ``host`` is the loopback address it listens on and the DSNs name
+    (``127.0.0.1``, or ``::1``, written ``[::1]`` in a DSN).
     """
 
     name = "postgres"
@@ -72,7 +74,9 @@ class PgServer(ServerProcess):
     stop_signals = (signal.SIGINT, signal.SIGQUIT)
     port_taken = ("could not bind", "already in use")
 
-    def __init__(self, *, settings: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, *, settings: Mapping[str, str] | None = None, host: str = "127.0.0.1"
+    ) -> None:
         try:
             self.bin_dir = find_pg_bin()
         except NotFound as error:
@@ -80,6 +84,7 @@ class PgServer(ServerProcess):
         self._account = self._system_account()
         super().__init__(prefix="shardline-pg-")
         self.settings = dict(settings or {})
+        self.host = host
         (self.port,) = free_ports(1)
         if self._account is not None:
             os.chown(self.directory, self._account.pw_uid, self._account.pw_gid)
@@ -108,7 +113,8 @@ class PgServer(ServerProcess):
         auth = quote(user, safe="") + (
             f":{quote(password, safe='')}" if password is not None else ""
         )
-        return f"postgresql://{auth}@127.0.0.1:{self.port}/{quote(database, safe='')}"
+        where = f"[{self.host}]" if ":" in self.host else self.host
+        return f"postgresql://{auth}@{where}:{self.port}/{quote(database, safe='')}"
 
     def create_database(self, name: str | None = None) -> str:
         """Creates an empty database (default: a fresh unique name) and returns its DSN."""
@@ -203,14 +209,16 @@ class PgServer(ServerProcess):
             output = (done.stdout + done.stderr).decode(errors="replace")
             tail = "\n".join(output.splitlines()[-20:])
             raise PgUnavailable(f"initdb exited with status {done.returncode}:\n{tail}")
-        # loopback only: TCP from 127.0.0.1 with a password, the socket for the local user
+        # loopback only: TCP from the host's own address with a password, the socket for the
+        # local user
+        network = "::1/128" if ":" in self.host else "127.0.0.1/32"
         (self.data_dir / "pg_hba.conf").write_text(
-            "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+            f"local all all trust\nhost all all {network} scram-sha-256\n"
         )
 
     def _command(self) -> list[str]:
         settings = {
-            "listen_addresses": "127.0.0.1",
+            "listen_addresses": self.host,
             "port": str(self.port),
             "unix_socket_directories": str(self.socket_dir),
             "fsync": "off",

@@ -23,6 +23,8 @@ from shardline.cli.arguments import (
     whole_seconds_argument,
 )
 from shardline.discovery.protocol import Discovery
+from shardline.errors import InvalidAddress
+from shardline.host_port import split_host_port
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS
 
 __all__ = ["add_worker_command"]
@@ -46,8 +48,9 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
         required=True,
         metavar="HOST:PORT",
         help=(
-            "where to serve, as subscribers will dial it (so not 0.0.0.0 or ::); port 0 picks"
-            " a free port. With the msgpack transport, an absolute path serves on a Unix socket"
+            "where to serve, as subscribers will dial it (so not 0.0.0.0 or ::); an IPv6 host"
+            " in brackets, [::1]:0; port 0 picks a free port. With the msgpack transport, an"
+            " absolute path serves on a Unix socket"
         ),
     )
     worker.add_argument(
@@ -196,18 +199,22 @@ def _serve_failure(args: argparse.Namespace, error: OSError) -> str:
         return str(error)
     if error.errno is not None and error.errno > 0:
         return f"cannot serve at {args.address}: {os.strerror(error.errno).lower()}"
-    host, _, port = args.address.removeprefix(_TCP_PREFIXES[args.transport]).rpartition(":")
-    if port.isdecimal():
-        try:
-            family, kind, protocol, _, where = socket.getaddrinfo(
-                host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )[0]
-            with socket.socket(family, kind, protocol) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                probe.bind(where)
-        except OSError as reason:
-            if reason.strerror:
-                return f"cannot serve at {args.address}: {reason.strerror.lower()}"
+    try:
+        host, port = split_host_port(
+            args.address.removeprefix(_TCP_PREFIXES[args.transport]), any_port=True
+        )
+    except InvalidAddress:
+        return text  # not TCP (a Unix socket's failure comes with its errno)
+    try:
+        family, kind, protocol, _, where = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as reason:
+        if reason.strerror:
+            return f"cannot serve at {args.address}: {reason.strerror.lower()}"
     return text
 
 
@@ -255,22 +262,19 @@ def _address_problem(address: str, transport: str) -> str | None:
         if not path.startswith("/"):
             return f"--address {address!r}: a Unix socket's path must be absolute"
         return None
-    host, colon, port = address.removeprefix(_TCP_PREFIXES[transport]).rpartition(":")
-    if not colon or not host or "/" in host:
-        unix = " or an absolute path (a Unix socket)" if transport == "msgpack" else ""
-        return f"--address must be HOST:PORT{unix}, got {address!r}"
-    if not (port.isascii() and port.isdigit()):
-        return f"--address {address!r}: the port {port!r} is not a number"
-    if int(port) > 65535:
-        return f"--address {address!r}: port {int(port)} is out of range (0 to 65535)"
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        wildcard = ipaddress.ip_address(bare).is_unspecified
+        host, _ = split_host_port(address.removeprefix(_TCP_PREFIXES[transport]), any_port=True)
+    except InvalidAddress as error:
+        unix = " or an absolute path (a Unix socket)" if transport == "msgpack" else ""
+        why = f": {error.reason}" if error.reason else ""
+        return f"--address must be HOST:PORT{unix}, got {address!r}{why}"
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
     except ValueError:
         return None  # a host name: resolved when served
     if wildcard:
         return (
-            f"--address {address!r}: {bare} listens on every interface but is no address a"
+            f"--address {address!r}: {host} listens on every interface but is no address a"
             " subscriber can dial, and the record publishes it; give the host they reach"
             " this worker at (e.g. 127.0.0.1)"
         )

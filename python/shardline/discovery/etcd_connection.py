@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import urllib.parse
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
@@ -23,6 +22,9 @@ with requires_extra("etcd", __name__):
     import grpc
     import grpc.aio
     from aetcd import rpc
+
+from shardline.errors import InvalidAddress
+from shardline.host_port import join_host_port, split_host_port
 
 __all__ = [
     "EtcdConnection",
@@ -158,8 +160,9 @@ class _Endpoint:
 
 
 def parse_endpoints(endpoints: str | Sequence[str], *, tls_configured: bool) -> list[_Endpoint]:
-    """``host:port``, ``http://host:port`` or ``https://host:port``, as a list or one string
-    separated by commas; a ``ValueError`` names the first that is not."""
+    """``host:port``, ``http://host:port`` or ``https://host:port`` (an IPv6 host in brackets),
+    as a list or one string separated by commas; a ``ValueError`` names the first that is
+    not."""
     items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
     if not items:
         raise ValueError("endpoints must name at least one etcd endpoint, got none")
@@ -172,16 +175,16 @@ def parse_endpoints(endpoints: str | Sequence[str], *, tls_configured: bool) -> 
         if separator and scheme not in ("http", "https"):
             raise ValueError(f"etcd endpoint {item!r}: scheme must be http or https")
         try:
-            split = urllib.parse.urlsplit("//" + rest)
-            port = split.port
-        except ValueError:
-            port = None
-        if not split.hostname or port is None or split.path or split.query or split.fragment:
-            raise ValueError(f"etcd endpoint {item!r} is not host:port")
+            host, port = split_host_port(rest)
+        except InvalidAddress as error:
+            why = f": {error.reason}" if error.reason else ""
+            raise InvalidAddress(
+                f"etcd endpoint {item!r} is not host:port{why}", reason=error.reason
+            ) from None
         if scheme == "http" and tls_configured:
             raise ValueError(f"etcd endpoint {item!r} is plain http, but TLS files were given")
         tls = scheme == "https" or (not separator and tls_configured)
-        parsed.append(_Endpoint(target=split.netloc, tls=tls, text=text))
+        parsed.append(_Endpoint(target=join_host_port(host, port), tls=tls, text=text))
     return parsed
 
 

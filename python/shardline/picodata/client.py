@@ -20,8 +20,15 @@ with requires_extra("pg", __name__):
 from shardline._core import Instance, Topology
 from shardline._tasks import cancel_and_wait
 from shardline.checks import check_count, check_seconds
-from shardline.errors import InstanceUnavailable, InvalidArgument, NoWorkersAvailable, UnknownTier
-from shardline.picodata.instance_pool import InstancePool, split_address
+from shardline.errors import (
+    InstanceUnavailable,
+    InvalidAddress,
+    InvalidArgument,
+    NoWorkersAvailable,
+    UnknownTier,
+)
+from shardline.host_port import split_host_port
+from shardline.picodata.instance_pool import InstancePool
 from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
 from shardline.picodata.stats import ClientStats, Explanation
 from shardline.topology.sources import EMPTY_MAP_WARNING_AFTER, PollingSource, pg_connect
@@ -812,7 +819,7 @@ class Client:
 
 def _valid_address(address: str) -> bool:
     try:
-        split_address(address)
-    except ValueError:
+        split_host_port(address)
+    except InvalidAddress:
         return False
     return True

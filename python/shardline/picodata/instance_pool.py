@@ -12,10 +12,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shardline.errors import InstanceUnavailable, PoolTimeout
+from shardline.host_port import split_host_port
 from shardline.picodata.stats import PoolStats
 from shardline.topology.sources import pg_connect
 
-__all__ = ["InstancePool", "split_address"]
+__all__ = ["InstancePool"]
 
 logger = logging.getLogger("shardline.picodata")
 
@@ -28,19 +29,10 @@ BACKOFF_MAX = 5.0
 """The longest an instance is left alone between two connect attempts."""
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` (``"[v6]:port"`` too) as ``(host, port)``; raises ``ValueError`` naming
-    the address if it is not one."""
-    host, sep, port = address.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"address must be 'host:port', got {address!r}")
-    return host, int(port)
-
-
 class InstancePool:
-    """At most ``size`` asyncpg connections to the instance ``uuid`` at ``address``.
+    """At most ``size`` asyncpg connections to the instance ``uuid`` at ``address``
+    (``host:port``, an IPv6 host in brackets; :class:`~shardline.errors.InvalidAddress`
+    otherwise).
 
     :meth:`take` hands out an idle connection at once (the most recently used first) or
     ``None``; :meth:`acquire` also opens a new one while fewer than ``size`` are open, and
@@ -90,7 +82,7 @@ class InstancePool:
         self.uuid = uuid
         self.address = address
         self.name = name
-        self._host, self._port = split_address(address)
+        self._host, self._port = split_host_port(address)
         self._connect = connect
         self._size = size
         self._acquire_timeout = acquire_timeout

@@ -15,6 +15,7 @@ from types import CoroutineType, MappingProxyType
 from typing import Any, cast
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
+from shardline.host_port import join_host_port, split_host_port
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
@@ -26,7 +27,6 @@ from shardline.transport.serving import (
     free_publisher,
     release_publisher,
     reserve_publisher,
-    split_address,
     type_name,
 )
 from shardline.transport.wire import (
@@ -117,13 +117,15 @@ async def serve_msgpack(
     ``overloaded``, else ``unavailable``). A handler still running at the caller's deadline
     is cancelled (answered ``deadline``), and so is one whose caller cancelled its dispatch.
 
-    ``address`` is ``host:port`` (or ``msgpack+tcp://host:port``) for TCP, published as
-    ``msgpack+tcp://host:port``; port 0 picks a free port, and the record carries the port
-    bound. Subscribers dial the address as published, so ``host`` must be reachable by them
-    (not ``0.0.0.0``). An absolute path (or ``unix:///path``, ``msgpack+unix:///path``) is a
-    Unix socket, published as ``msgpack+unix:///path``; a socket file left there by a worker
-    that died is replaced, a live one or any other file is an ``OSError``, and the file is
-    removed at stop. An address in use is an ``OSError``; a malformed one a ``ValueError``.
+    ``address`` is ``host:port`` (or ``msgpack+tcp://host:port``; an IPv6 host in brackets,
+    ``[::1]:port``) for TCP, published as ``msgpack+tcp://host:port``; port 0 picks a free
+    port, and the record carries the port bound. Subscribers dial the address as published, so
+    ``host`` must be reachable by them (not ``0.0.0.0``). An absolute path (or
+    ``unix:///path``, ``msgpack+unix:///path``) is a Unix socket, published as
+    ``msgpack+unix:///path``; a socket file left there by a worker that died is replaced, a
+    live one or any other file is an ``OSError``, and the file is removed at stop. An address
+    in use is an ``OSError``; a malformed one a ``ValueError`` (a TCP one an
+    :class:`~shardline.errors.InvalidAddress`).
 
     Frames over ``max_frame_bytes`` are refused: a peer sending one is disconnected (logged
     as an error; other connections are served on), a result that would make one is answered
@@ -199,8 +201,7 @@ def _serve_address(address: str) -> tuple[str, int] | str:
         if address.startswith(wire.TCP_SCHEME):
             address = address[len(wire.TCP_SCHEME) :]
         if not address.startswith("/"):
-            host, port = split_address(address)
-            return host[1:-1] if host.startswith("[") and host.endswith("]") else host, port
+            return split_host_port(address, any_port=True)
     if not address.startswith("/") or "\0" in address:
         raise ValueError(f"a Unix socket's address must be an absolute path, got {address!r}")
     return address
@@ -299,7 +300,9 @@ class _Link(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
         peer = transport.get_extra_info("peername")
-        if peer:
+        if isinstance(peer, tuple):  # TCP: (host, port), and IPv6's flow and scope ids
+            self._peer = f"the client at {join_host_port(peer[0], peer[1])}"
+        elif peer:
             self._peer = f"the client at {peer}"
         wire.keep_alive(transport)
         self._state.links.add(self)

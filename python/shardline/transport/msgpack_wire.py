@@ -40,6 +40,8 @@ from shardline._core import (
     msgpack_unpack,
 )
 from shardline._extras import requires_extra
+from shardline.errors import InvalidAddress
+from shardline.host_port import join_host_port, split_host_port
 
 with requires_extra("msgpack", __name__):
     import msgpack  # type: ignore[import-untyped]
@@ -296,26 +298,28 @@ UNIX_SCHEME = "msgpack+unix://"
 
 def record_address(address: str) -> tuple[str, int] | str:
     """Where a published ``msgpack+tcp://host:port`` or ``msgpack+unix:///path`` address is:
-    ``(host, port)`` (an IPv6 host without its brackets) or the socket's path; ``ValueError``
-    naming it otherwise."""
+    ``(host, port)`` (an IPv6 host without its brackets) or the socket's path;
+    :class:`~shardline.errors.InvalidAddress` (a ``ValueError``) naming it otherwise."""
+    reason = None
     if address.startswith(UNIX_SCHEME):
         path = address[len(UNIX_SCHEME) :]
         if path.startswith("/") and "\0" not in path:
             return path
     elif address.startswith(TCP_SCHEME):
-        host, _, port = address[len(TCP_SCHEME) :].rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if host and port.isdigit() and 0 < int(port) <= 65535:
-            return host, int(port)
-    raise ValueError(
+        try:
+            return split_host_port(address[len(TCP_SCHEME) :])
+        except InvalidAddress as error:
+            reason = error.reason
+    raise InvalidAddress(
         "a msgpack worker's address is msgpack+tcp://host:port or msgpack+unix:///absolute/path,"
-        f" not {address!r}"
+        f" not {address!r}" + (f": {reason}" if reason else ""),
+        reason=reason,
     )
 
 
 def tcp_address(host: str, port: int) -> str:
-    return f"{TCP_SCHEME}[{host}]:{port}" if ":" in host else f"{TCP_SCHEME}{host}:{port}"
+    """The published form of a TCP worker's address, ``msgpack+tcp://host:port``."""
+    return TCP_SCHEME + join_host_port(host, port)
 
 
 def keep_alive(transport: Any) -> None:

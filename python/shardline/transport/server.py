@@ -17,6 +17,7 @@ with requires_extra("grpc", __name__):
     import grpc.aio
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
+from shardline.host_port import join_host_port, split_host_port
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -25,7 +26,6 @@ from shardline.transport.serving import (
     free_publisher,
     release_publisher,
     reserve_publisher,
-    split_address,
     type_name,
 )
 from shardline.transport.wire import (
@@ -96,12 +96,14 @@ async def serve_grpc(
     (and logs a warning here); one that raises :class:`RetryElsewhere` makes it retry on
     another worker.
 
-    ``address`` is ``host:port`` (or ``grpc://host:port``), published as ``grpc://host:port``;
-    port 0 picks a free port, and the record carries the port bound. Subscribers dial the
-    address as published, so ``host`` must be reachable by them (not ``0.0.0.0``). A port
-    already in use is an ``OSError``. ``credentials`` (a ``grpc.ServerCredentials``) makes the
-    port secure; without them it is plaintext, which suits loopback. Requests and results over
-    ``max_message_bytes`` are refused. With ``max_concurrent_calls``, calls beyond that many at
+    ``address`` is ``host:port`` (or ``grpc://host:port``; an IPv6 host in brackets,
+    ``[::1]:port``), published as ``grpc://host:port``; port 0 picks a free port, and the
+    record carries the port bound. Subscribers dial the address as published, so ``host`` must
+    be reachable by them (not ``0.0.0.0``). A port already in use is an ``OSError``; an address
+    that is not ``host:port`` an :class:`~shardline.errors.InvalidAddress` (a ``ValueError``).
+    ``credentials`` (a ``grpc.ServerCredentials``) makes the port secure; without them it is
+    plaintext, which suits loopback. Requests and results over ``max_message_bytes`` are
+    refused. With ``max_concurrent_calls``, calls beyond that many at
     once are refused with ``RESOURCE_EXHAUSTED``, so a proxy offers them to another worker.
 
     The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
@@ -114,8 +116,8 @@ async def serve_grpc(
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
     if max_concurrent_calls is not None and max_concurrent_calls < 1:
         raise ValueError(f"max_concurrent_calls must be positive, got {max_concurrent_calls}")
-    target = grpc_target(address)
-    host, port = split_address(target)
+    host, port = split_host_port(grpc_target(address), any_port=True)
+    target = join_host_port(host, port)
     servicer = _Servicer(handlers, max_message_bytes)
     publisher = free_publisher(discovery)
     server = grpc.aio.server(
@@ -143,7 +145,7 @@ async def serve_grpc(
         raise OSError(f"cannot serve at {address}: {error}") from None
     metadata = WorkerMetadata(
         uid=uuid.uuid4() if uid is None else uid,
-        address=f"{SCHEME}{host}:{bound}" if port == 0 else SCHEME + target,
+        address=SCHEME + join_host_port(host, bound),
         pid=os.getpid(),
         version=version,
         tags=frozenset(tags),

@@ -1,5 +1,5 @@
 """What every worker server shares, whatever its transport: handlers, ``RetryElsewhere``, the
-publishers in use, and the ``host:port`` form of an address."""
+publishers in use, and the record's life around serving."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ __all__ = [
     "free_publisher",
     "release_publisher",
     "reserve_publisher",
-    "split_address",
     "type_name",
 ]
 
@@ -91,14 +90,6 @@ def reserve_publisher(publisher: DiscoveryPublisher) -> None:
 
 def release_publisher(publisher: DiscoveryPublisher) -> None:
     _publishers_in_use.discard(publisher)
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``(host, port)`` of ``host:port``; ``ValueError`` naming the address otherwise."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"address must be host:port, got {address!r}")
-    return host, int(port)
 
 
 class AnnouncedServer:

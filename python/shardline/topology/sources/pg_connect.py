@@ -17,6 +17,9 @@ from shardline._extras import requires_extra
 with requires_extra("pg", __name__):
     import asyncpg
 
+from shardline.errors import InvalidAddress
+from shardline.host_port import join_host_port
+
 __all__ = ["CLOSE_TIMEOUT", "connect_kwargs", "message", "parse_dsn", "peer"]
 
 CLOSE_TIMEOUT: Final = 1.0
@@ -93,7 +96,8 @@ def connect_kwargs(
 
 
 def peer(connection: asyncpg.Connection) -> str:
-    """The server a connection reached, ``host:port`` (or its socket path).
+    """The server a connection reached, ``host:port`` (an IPv6 host in brackets; or its socket
+    path).
 
     Implementation notes:
         asyncpg has no public accessor for it; ``Connection._addr`` holds the address it
@@ -101,7 +105,10 @@ def peer(connection: asyncpg.Connection) -> str:
     """
     address = getattr(connection, "_addr", None)
     if isinstance(address, tuple) and len(address) >= 2:
-        return f"{address[0]}:{address[1]}"
+        try:
+            return join_host_port(address[0], address[1])
+        except InvalidAddress:
+            pass  # not a host and port after all: said as it is
     return str(address)
 
 
