@@ -293,7 +293,9 @@ class WorkerProxy:
             ) from None
 
     async def stop(self) -> None:
-        """Stops following discovery; the pool keeps its workers."""
+        """Stops following discovery; the pool keeps its workers. Returns once the follower has
+        ended (raising the discovery's error if it had failed); cancelled meanwhile, it raises
+        ``CancelledError`` at once."""
         sentinel, self._sentinel = self._sentinel, None
         if sentinel is not None:
             await cancel_and_wait(sentinel)

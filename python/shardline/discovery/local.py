@@ -286,7 +286,9 @@ class _LocalPublisher:
             raise ValueError(f"unknown discovery event type {type!r}")
 
     async def aclose(self) -> None:
-        """Withdraws the records this publisher still owns; it may publish again afterwards."""
+        """Withdraws the records this publisher still owns; it may publish again afterwards.
+        Cancelled while it stops the heartbeats, it raises ``CancelledError`` at once and
+        withdraws nothing."""
         heartbeats, self._heartbeats = self._heartbeats, None
         if heartbeats is not None:
             await cancel_and_wait(heartbeats)

@@ -121,12 +121,14 @@ class DiscoveryStats:
 class Subscription(AsyncIterator[DiscoveryEvent]):
     """An async iterator of :class:`DiscoveryEvent` that a backend feeds; ``aclose()`` ends it.
 
-    Waiting for the next event may be cancelled (``asyncio.wait_for(anext(subscription), 1)``,
-    a proxy stopping) without losing anything: the event being waited for is returned by the
-    next call. ``skipped`` counts the records skipped, by reason: unreadable
-    (``"oversized"``, ``"malformed"``, ``"unknown-schema"``), or refused by a filter that
-    raised on them (``"filter-error"``). No record ends the subscription. :attr:`stats` counts
-    the events taken and times their way from the publisher (see :class:`DiscoveryStats`).
+    Waiting for the next event may be cancelled (``anext(subscription)`` under
+    ``asyncio.timeout``, a proxy stopping) without losing anything: the event being waited for
+    is returned by the next call. ``aclose()`` waits for the step it cancels to end; if
+    ``aclose()`` itself is cancelled meanwhile, it raises ``CancelledError`` at once.
+    ``skipped`` counts the records skipped, by reason: unreadable (``"oversized"``,
+    ``"malformed"``, ``"unknown-schema"``), or refused by a filter that raised on them
+    (``"filter-error"``). No record ends the subscription. :attr:`stats` counts the events
+    taken and times their way from the publisher (see :class:`DiscoveryStats`).
 
     Implementation notes:
         The backend's async generator is advanced in a task that a cancelled caller leaves

@@ -342,7 +342,8 @@ class Client:
 
     async def close(self) -> None:
         """Stops following the catalog, waits for the queries in flight, and closes every
-        connection. Queries started after it raise ``RuntimeError``. Idempotent."""
+        connection. Queries started after it raise ``RuntimeError``. Idempotent. A close that
+        is cancelled raises ``CancelledError`` at once and is not resumed by a later call."""
         if self._closed:
             return
         self._closed = True
