@@ -4,10 +4,11 @@ cancelled at any turn of the loop around the quorum being reached ends cancelled
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
-from shardline import WorkerProxy
+from shardline import DiscoveryEvent, WorkerProxy
 from support.cancellation import settled, steps, stop_cancelled, stops_when_cancelled
 from support.fakes import Harness, Stream, added
 
@@ -36,3 +37,15 @@ async def test_a_start_cancelled_as_the_quorum_is_reached_ends_cancelled(turns: 
     stream.send("worker-added", added(1).metadata)
     assert await stops_when_cancelled(starting, turns)
     await proxy.stop()
+
+
+async def test_a_stop_raises_the_error_that_ended_the_discovery_follower() -> None:
+    async def failing() -> AsyncIterator[DiscoveryEvent]:
+        yield added(1)
+        raise ConnectionError("discovery lost")
+
+    proxy = WorkerProxy(discovery=failing(), connect=Harness().connect, quorum=1)
+    await proxy.start()
+    await steps(3)
+    with pytest.raises(ConnectionError, match="discovery lost"):
+        await proxy.stop()
