@@ -265,6 +265,7 @@ class Client:
         self._maintenance: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
+        self._closing: asyncio.Task[None] | None = None
 
         self._pools: dict[str, InstancePool] = {}
         self._retiring: set[asyncio.Task[None]] = set()
@@ -342,11 +343,18 @@ class Client:
 
     async def close(self) -> None:
         """Stops following the catalog, waits for the queries in flight, and closes every
-        connection. Queries started after it raise ``RuntimeError``. Idempotent. A close that
-        is cancelled raises ``CancelledError`` at once and is not resumed by a later call."""
-        if self._closed:
-            return
-        self._closed = True
+        connection. Queries started after it raise ``RuntimeError``. Idempotent: every call
+        returns once the client is closed. A call whose caller is cancelled raises
+        ``CancelledError`` at once while the closing goes on; a later call waits for it.
+
+        Implementation notes: the closing runs in a task of its own that every call waits
+        on through ``asyncio.shield``, so a cancelled caller cannot leave connections open."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.get_running_loop().create_task(self._shut_down())
+        await asyncio.shield(self._closing)
+
+    async def _shut_down(self) -> None:
         for task in (self._maintenance, self._runner):
             if task is not None:
                 task.cancel()
