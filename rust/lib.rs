@@ -48,8 +48,8 @@ mod _core {
     use crate::map_stats::MapStats;
     #[pymodule_export]
     use crate::msgpack_rpc::{
-        msgpack_answer, msgpack_plain, msgpack_request, msgpack_result, msgpack_unpack,
-        MsgpackReader,
+        msgpack_answer, msgpack_call, msgpack_plain, msgpack_request, msgpack_result,
+        msgpack_unpack, MsgpackReader,
     };
     #[pymodule_export]
     use crate::pool::WorkerPool;

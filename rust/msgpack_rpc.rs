@@ -326,9 +326,10 @@ fn timeout(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
     Some(Some(if seconds < 0.0 { 0.0 } else { seconds }))
 }
 
-/// The fields of `[0, msgid, "shardline.dispatch", [handler, payload, timeout]]` with a
-/// non-negative msgid, a UTF-8 handler, a bin payload and a readable timeout, if the message
-/// is exactly that.
+/// `(msgid, handler, argument, timeout)` of `[0, msgid, "shardline.dispatch", [handler,
+/// payload, timeout]]` with a non-negative msgid, a UTF-8 handler, a bin payload holding one
+/// readable value (`argument`, that value) and a readable timeout, if the message is exactly
+/// that.
 fn dispatch<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, PyTuple>>> {
     if message.get(..2)? != [0x94, 0x00] {
         return None;
@@ -345,19 +346,26 @@ fn dispatch<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, 
     if pos != message.len() {
         return None;
     }
-    Some(
-        (
-            msgid,
-            PyString::new(py, handler),
-            PyBytes::new(py, payload),
-            seconds,
-        )
-            .into_pyobject(py),
-    )
+    let argument = match inner_value(py, payload)? {
+        Ok(argument) => argument,
+        Err(error) => return Some(Err(error)),
+    };
+    Some((msgid, PyString::new(py, handler), argument, seconds).into_pyobject(py))
 }
 
-/// `(msgid, result)` of `[1, msgid, nil, result bin]` with a non-negative msgid, if the
-/// message is exactly that.
+/// The value packed in a payload or result bin; None when it is not one value this protocol
+/// reads (the message is then handed over whole, for the Python side to answer as it would
+/// any unreadable payload), `Some(Err)` when Python failed to make it.
+fn inner_value<'py>(py: Python<'py>, bytes: &[u8]) -> Option<PyResult<Bound<'py, PyAny>>> {
+    match value_of(py, bytes) {
+        Ok(value) => Some(Ok(value)),
+        Err(Refusal::Python(error)) => Some(Err(error)),
+        Err(Refusal::Malformed(_) | Refusal::TooLarge) => None,
+    }
+}
+
+/// `(msgid, value)` of `[1, msgid, nil, result bin]` with a non-negative msgid and a result
+/// holding one readable value (`value`, that value), if the message is exactly that.
 fn answer<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, PyTuple>>> {
     if message.get(..2)? != [0x94, 0x01] {
         return None;
@@ -372,7 +380,11 @@ fn answer<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, Py
     if pos != message.len() {
         return None;
     }
-    Some((msgid, PyBytes::new(py, result)).into_pyobject(py))
+    let value = match inner_value(py, result)? {
+        Ok(value) => value,
+        Err(error) => return Some(Err(error)),
+    };
+    Some((msgid, value).into_pyobject(py))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -576,21 +588,21 @@ impl MsgpackReader {
 /// limit beyond `data`'s); `ValueError` naming what is wrong otherwise.
 #[pyfunction]
 pub fn msgpack_unpack<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    let mut scan = Scan::default();
-    match scan_message(data, 0, data.len(), &mut scan) {
-        Ok(Some(end)) if end == data.len() => {}
-        Ok(Some(_)) => return Err(PyValueError::new_err("extra bytes after the value")),
-        Ok(None) | Err(Refusal::TooLarge) => {
-            return Err(PyValueError::new_err("the value is cut short"))
-        }
-        Err(Refusal::Malformed(what)) => return Err(PyValueError::new_err(what)),
-        Err(Refusal::Python(error)) => return Err(error),
-    }
-    build(py, data, &mut 0).map_err(|refusal| match refusal {
+    value_of(py, data).map_err(|refusal| match refusal {
         Refusal::Malformed(what) => PyValueError::new_err(what),
         Refusal::Python(error) => error,
         Refusal::TooLarge => PyValueError::new_err("the value is cut short"),
     })
+}
+
+/// The one msgpack value `data` holds (see [`msgpack_unpack`]).
+fn value_of<'py>(py: Python<'py>, data: &[u8]) -> Result<Bound<'py, PyAny>, Refusal> {
+    let mut scan = Scan::default();
+    match scan_message(data, 0, data.len(), &mut scan)? {
+        Some(end) if end == data.len() => build(py, data, &mut 0),
+        Some(_) => Err(Refusal::Malformed("extra bytes after the value".into())),
+        None => Err(Refusal::Malformed("the value is cut short".into())),
+    }
 }
 
 fn put_uint(out: &mut Vec<u8>, n: u64) {
@@ -666,6 +678,58 @@ pub fn msgpack_request<'py>(
         }
     }
     Ok(PyBytes::new(py, &out))
+}
+
+/// [`msgpack_request`] with `value` packed as the payload (in the same call, byte for byte as
+/// msgpack-python packs it) and `timeout` the seconds left (a negative count sent as 0, as
+/// `max(timeout, 0.0)` makes it); None when the call is not that simple: `value` is not one
+/// [`pack_plain`] packs, `handler` is not UTF-8 (a surrogate code point), `timeout` is
+/// neither None nor a float or int of exactly those types (nor an int a float holds), or a
+/// length is over 32 bits. The caller then takes the general path, which sends the call or
+/// says why not.
+#[pyfunction]
+#[pyo3(signature = (msgid, handler, value, timeout))]
+pub fn msgpack_call<'py>(
+    py: Python<'py>,
+    msgid: u64,
+    handler: &Bound<'py, PyString>,
+    value: &Bound<'py, PyAny>,
+    timeout: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, PyBytes>> {
+    let seconds = if timeout.is_none() {
+        None
+    } else if let Ok(float) = timeout.cast_exact::<PyFloat>() {
+        Some(float.value())
+    } else if let Ok(int) = timeout.cast_exact::<pyo3::types::PyInt>() {
+        Some(int.extract::<f64>().ok()?)
+    } else {
+        return None;
+    };
+    let handler = handler.to_str().ok()?;
+    let mut body = Vec::with_capacity(64);
+    if !pack_plain(value, &mut body, 0)
+        || body.len() > u32::MAX as usize
+        || handler.len() > u32::MAX as usize
+    {
+        return None;
+    }
+    let mut out = Vec::with_capacity(40 + handler.len() + body.len());
+    out.extend_from_slice(&[0x94, 0x00]);
+    put_uint(&mut out, msgid);
+    put_raw(&mut out, DISPATCH, false);
+    out.push(0x93);
+    put_raw(&mut out, handler.as_bytes(), false);
+    put_raw(&mut out, &body, true);
+    match seconds {
+        None => out.push(0xc0),
+        Some(seconds) => {
+            // Python's max(seconds, 0.0): -0.0 and NaN stay as they are
+            let seconds = if seconds < 0.0 { 0.0 } else { seconds };
+            out.push(0xcb);
+            out.extend_from_slice(&seconds.to_bits().to_be_bytes());
+        }
+    }
+    Some(PyBytes::new(py, &out))
 }
 
 /// `[1, msgid, nil, result]` packed, `result` as bin (or nil), as msgpack-python writes it.

@@ -18,6 +18,15 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.wire import MalformedMessage
 from support import msgpack_reference as reference
 
+
+def packed(value: Any) -> bytes | None:
+    """``value`` packed, or None when msgpack cannot pack it (an int map key is fine)."""
+    try:
+        return reference.packed(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 # Every kind of msgpack value, keys other than str among them (which the protocol refuses).
 SCALARS = (
     st.none()
@@ -39,6 +48,9 @@ VALUES = st.recursive(
 )
 MSGIDS = st.integers(0, 2**64 - 1)
 TIMEOUTS = st.none() | st.floats() | st.integers(-(2**63), 2**64 - 1) | st.booleans()
+# A payload or result bin: a packed value (readable or not, as VALUES may hold an int map key),
+# or any bytes (mostly unreadable, some a value).
+INNER = VALUES.map(lambda value: packed(value) or b"") | st.binary()
 # Messages of the protocol, well-formed and not: what a decoder must hand over taken apart and
 # what it must leave alone.
 MESSAGES = st.one_of(
@@ -46,23 +58,15 @@ MESSAGES = st.one_of(
         st.just(0),
         MSGIDS,
         st.just("shardline.dispatch"),
-        st.tuples(st.text(), st.binary(), TIMEOUTS).map(list),
+        st.tuples(st.text(), INNER, TIMEOUTS).map(list),
     ).map(list),
-    st.tuples(st.just(1), MSGIDS, st.none(), st.binary()).map(list),
+    st.tuples(st.just(1), MSGIDS, st.none(), INNER).map(list),
     st.tuples(st.sampled_from([0, 1, 2, True]), VALUES, VALUES, VALUES).map(list),
     st.tuples(
         st.just(0), st.integers(-5, 5), st.just("shardline.dispatch"), st.lists(VALUES, max_size=4)
     ).map(list),
     VALUES,
 )
-
-
-def packed(value: Any) -> bytes | None:
-    """``value`` packed, or None when msgpack cannot pack it (an int map key is fine)."""
-    try:
-        return reference.packed(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def mutated(data: bytes, draw: st.DataObject) -> bytes:
@@ -243,7 +247,7 @@ def test_the_first_message_is_never_taken_apart() -> None:
     answer = wire.result(5, b"\xc0")
     assert wire.FrameDecoder(100, "answers").feed(answer * 2) == [
         [1, 5, None, b"\xc0"],
-        (5, b"\xc0"),
+        (5, None),
     ]
 
 
@@ -322,6 +326,40 @@ def test_answer_and_pack_value_write_the_bytes_msgpack_python_writes_for_a_plain
 def test_answer_leaves_any_other_value_to_msgpack_python(value: Any) -> None:
     assert wire.answer(7, value) is None
     assert _core.msgpack_plain(value) is None
+
+
+@settings(max_examples=400)
+@given(MSGIDS, st.text(), PLAIN, st.none() | st.floats() | st.integers(-(2**70), 2**70))
+def test_call_writes_the_request_of_a_plain_payload_as_the_step_by_step_path_does(
+    msgid: int, handler: str, value: Any, timeout: float | None
+) -> None:
+    try:
+        seconds = None if timeout is None else max(timeout, 0.0)
+        expected = wire.request(
+            msgid, handler, wire.pack_value(value, "the payload", handler), seconds
+        )
+    except (ValueError, OverflowError):  # a surrogate in the handler, an int no float holds
+        assert wire.call(msgid, handler, value, timeout) is None
+        return
+    assert wire.call(msgid, handler, value, timeout) == expected
+
+
+@pytest.mark.parametrize(
+    ("handler", "value", "timeout"),
+    [
+        ("echo", Text("not plain"), None),
+        ("echo", [1, {2, 3}], 1.0),
+        ("\ud800", "a surrogate in the handler", None),
+        ("echo", "a bool timeout", True),
+        ("echo", "a str timeout", "1"),
+        ("echo", "an int no float holds", 10**400),
+    ],
+    ids=repr,
+)
+def test_call_leaves_any_other_call_to_the_step_by_step_path(
+    handler: str, value: Any, timeout: Any
+) -> None:
+    assert wire.call(1, handler, value, timeout) is None
 
 
 def test_answer_packs_64_containers_deep_and_no_deeper() -> None:

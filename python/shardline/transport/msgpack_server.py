@@ -406,10 +406,24 @@ class _Link(asyncio.Protocol):
         except MalformedMessage as error:
             self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
             return
-        self._dispatch(msgid, name, payload, seconds)
+        try:
+            argument = wire.unpack_value(payload, "the payload")
+        except MalformedMessage as error:
+            self._dispatch(msgid, name, None, seconds, error)
+            return
+        self._dispatch(msgid, name, argument, seconds)
 
-    def _dispatch(self, msgid: int, name: str, payload: bytes, seconds: float | None) -> None:
-        """A well-formed dispatch request (the decoder hands these over already taken apart)."""
+    def _dispatch(
+        self,
+        msgid: int,
+        name: str,
+        argument: Any,
+        seconds: float | None,
+        unreadable: MalformedMessage | None = None,
+    ) -> None:
+        """A well-formed dispatch request, its payload read (``argument``), or not
+        (``unreadable`` says why). The decoder hands these over already taken apart, the
+        payload read; those whose payload it cannot read come through :meth:`_request`."""
         if msgid in self.calls:
             raise MalformedMessage(f"msgid {msgid} is already in flight")
         state = self._state
@@ -435,16 +449,16 @@ class _Link(asyncio.Protocol):
                 f"no handler named {name!r} (this worker serves: {state.served})",
             )
             return
-        # The payload, then the handler's own coroutine up to its first wait, run here, in a
-        # copy of the context as a task would: a handler that answers at once (most of them)
-        # costs no task, no coroutine of this class and no turn of the loop; one that waits
-        # goes on as a task (_run) from where it waits. An exception of the first step is
-        # answered here as _run would answer it.
-        try:
-            argument = wire.unpack_value(payload, "the payload")
-        except MalformedMessage as error:
-            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
+        if unreadable is not None:
+            self._answer_error(
+                msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {unreadable}"
+            )
             return
+        # The handler's own coroutine up to its first wait, run here, in a copy of the context
+        # as a task would: a handler that answers at once (most of them) costs no task, no
+        # coroutine of this class and no turn of the loop; one that waits goes on as a task
+        # (_run) from where it waits. An exception of the first step is answered here as _run
+        # would answer it.
         handler, is_async = entry
         loop = self._loop
         context = contextvars.copy_context()
