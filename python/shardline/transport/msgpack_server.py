@@ -4,13 +4,13 @@ announced through discovery while it runs."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import logging
 import os
 import stat
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping
+from contextvars import copy_context
 from types import CoroutineType, MappingProxyType
 from typing import Any, cast
 
@@ -346,8 +346,12 @@ class _Link(asyncio.Protocol):
                     return
         finally:
             self._receiving = False
-            if self._unsent:
-                self._flush()
+            unsent = self._unsent
+            if unsent:  # _flush, without its call
+                self._unsent = []
+                transport = self._transport
+                if transport is not None and not transport.is_closing():
+                    transport.write(b"".join(unsent))
 
     def _drop(self, reason: str) -> None:
         logger.error("closing the connection of %s: %s", self._peer, reason)
@@ -424,7 +428,8 @@ class _Link(asyncio.Protocol):
         """A well-formed dispatch request, its payload read (``argument``), or not
         (``unreadable`` says why). The decoder hands these over already taken apart, the
         payload read; those whose payload it cannot read come through :meth:`_request`."""
-        if msgid in self.calls:
+        calls = self.calls
+        if msgid in calls:
             raise MalformedMessage(f"msgid {msgid} is already in flight")
         state = self._state
         if state.stopping:
@@ -432,7 +437,7 @@ class _Link(asyncio.Protocol):
                 msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker is stopping"
             )
             return
-        if len(self.calls) >= state.max_in_flight:
+        if len(calls) >= state.max_in_flight:
             self._answer_error(
                 msgid,
                 wire.BUSY,
@@ -460,8 +465,7 @@ class _Link(asyncio.Protocol):
         # (_run) from where it waits. An exception of the first step is answered here as _run
         # would answer it.
         handler, is_async = entry
-        loop = self._loop
-        context = contextvars.copy_context()
+        context = copy_context()
         if is_async:
             try:
                 handling = context.run(handler, argument)
@@ -475,6 +479,7 @@ class _Link(asyncio.Protocol):
                 return
         else:
             handling = asyncio.to_thread(handler, argument)
+        loop = self._loop
         try:
             if type(handling) is CoroutineType:
                 waiting_on = context.run(handling.send, None)
@@ -487,7 +492,14 @@ class _Link(asyncio.Protocol):
                     return  # answered already: it did not wait
                 call = started
         except StopIteration as done:
-            self._write(self._result(msgid, name, done.value))
+            # The common answer, written here (what _result and _write do, without their
+            # calls): a plain result within the limit, sent at the end of data_received,
+            # which is where _dispatch runs.
+            frame = wire.answer(msgid, done.value)
+            if frame is not None and len(frame) <= self._answer_limit:
+                self._unsent.append(frame)
+            else:
+                self._write(self._result(msgid, name, done.value))
             return
         except asyncio.CancelledError:
             self._write(_stopped(msgid))
@@ -495,7 +507,7 @@ class _Link(asyncio.Protocol):
         except Exception as error:
             self._write(_failed(msgid, name, error))
             return
-        self.calls[msgid] = call
+        calls[msgid] = call
         call.add_done_callback(functools.partial(self._finished, msgid))
         if seconds is not None:
             if self._deadlines is None:
