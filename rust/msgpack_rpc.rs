@@ -238,12 +238,14 @@ fn int<'py>(
 }
 
 fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Result<Bound<'py, PyString>, Refusal> {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => Ok(PyString::new(py, text)),
+    // CPython checks the UTF-8 as it decodes it; Rust says what is wrong with a string it
+    // refuses (the same strings: neither reads a surrogate, an overlong form or past U+10FFFF)
+    PyString::from_bytes(py, bytes).or_else(|failure| match std::str::from_utf8(bytes) {
         Err(error) => Err(Refusal::Malformed(format!(
             "a string is not UTF-8: {error}"
         ))),
-    }
+        Ok(_) => Err(Refusal::Python(failure)),
+    })
 }
 
 /// The unsigned integer at `data[*pos]`, if that is one.
@@ -328,29 +330,36 @@ fn timeout(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
 
 /// `(msgid, handler, argument, timeout)` of `[0, msgid, "shardline.dispatch", [handler,
 /// payload, timeout]]` with a non-negative msgid, a UTF-8 handler, a bin payload holding one
-/// readable value (`argument`, that value) and a readable timeout, if the message is exactly
-/// that.
-fn dispatch<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, PyTuple>>> {
-    if message.get(..2)? != [0x94, 0x00] {
+/// readable value (`argument`, that value) and a readable timeout, if `data` starts with
+/// exactly that message, at most `limit` bytes long; with the message's length.
+fn dispatch<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    limit: usize,
+) -> Option<(PyResult<Bound<'py, PyAny>>, usize)> {
+    if data.get(..2)? != [0x94, 0x00] {
         return None;
     }
     let mut pos = 2;
-    let msgid = uint(message, &mut pos)?;
-    if raw(message, &mut pos, false)? != DISPATCH || *message.get(pos)? != 0x93 {
+    let msgid = uint(data, &mut pos)?;
+    if raw(data, &mut pos, false)? != DISPATCH || *data.get(pos)? != 0x93 {
         return None;
     }
     pos += 1;
-    let handler = std::str::from_utf8(raw(message, &mut pos, false)?).ok()?;
-    let payload = raw(message, &mut pos, true)?;
-    let seconds = timeout(message, &mut pos)?;
-    if pos != message.len() {
+    let handler = raw(data, &mut pos, false)?;
+    let payload = raw(data, &mut pos, true)?;
+    let seconds = timeout(data, &mut pos)?;
+    if pos > limit {
         return None;
     }
-    let argument = match inner_value(py, payload)? {
-        Ok(argument) => argument,
-        Err(error) => return Some(Err(error)),
-    };
-    Some((msgid, PyString::new(py, handler), argument, seconds).into_pyobject(py))
+    // (CPython checks the UTF-8 as it decodes it)
+    let handler = PyString::from_bytes(py, handler).ok()?;
+    let tuple = inner_value(py, payload)?.and_then(|argument| {
+        (msgid, handler, argument, seconds)
+            .into_pyobject(py)
+            .map(Bound::into_any)
+    });
+    Some((tuple, pos))
 }
 
 /// The value packed in a payload or result bin; None when it is not one value this protocol
@@ -365,26 +374,29 @@ fn inner_value<'py>(py: Python<'py>, bytes: &[u8]) -> Option<PyResult<Bound<'py,
 }
 
 /// `(msgid, value)` of `[1, msgid, nil, result bin]` with a non-negative msgid and a result
-/// holding one readable value (`value`, that value), if the message is exactly that.
-fn answer<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, PyTuple>>> {
-    if message.get(..2)? != [0x94, 0x01] {
+/// holding one readable value (`value`, that value), if `data` starts with exactly that
+/// message, at most `limit` bytes long; with the message's length.
+fn answer<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    limit: usize,
+) -> Option<(PyResult<Bound<'py, PyAny>>, usize)> {
+    if data.get(..2)? != [0x94, 0x01] {
         return None;
     }
     let mut pos = 2;
-    let msgid = uint(message, &mut pos)?;
-    if *message.get(pos)? != 0xc0 {
+    let msgid = uint(data, &mut pos)?;
+    if *data.get(pos)? != 0xc0 {
         return None;
     }
     pos += 1;
-    let result = raw(message, &mut pos, true)?;
-    if pos != message.len() {
+    let result = raw(data, &mut pos, true)?;
+    if pos > limit {
         return None;
     }
-    let value = match inner_value(py, result)? {
-        Ok(value) => value,
-        Err(error) => return Some(Err(error)),
-    };
-    Some((msgid, value).into_pyobject(py))
+    let tuple = inner_value(py, result)?
+        .and_then(|value| (msgid, value).into_pyobject(py).map(Bound::into_any));
+    Some((tuple, pos))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -486,6 +498,25 @@ impl MsgpackReader {
                 pending.scan = Scan::default();
                 return Ok(None);
             }
+            // The hot path's messages are read at once, without the scan: the fast readers
+            // check every byte of them the scan would (and the limit), and go no further than
+            // the bytes there are (an unfinished message is left to the scan).
+            let fast = if pending.read == 0 {
+                None
+            } else {
+                match self.fast {
+                    Fast::None => None,
+                    Fast::Requests => dispatch(py, &bytes[start..], self.limit),
+                    Fast::Answers => answer(py, &bytes[start..], self.limit),
+                }
+            };
+            if let Some((tuple, len)) = fast {
+                out.append(tuple?)?;
+                pending.read += 1;
+                pending.scan = Scan::default();
+                start += len;
+                continue;
+            }
             if pending.scan.pos < start {
                 pending.scan.pos = start;
             }
@@ -493,21 +524,7 @@ impl MsgpackReader {
                 pending.scan.pos -= start;
                 return Ok(Some(start));
             };
-            let message = &bytes[start..end];
-            let fast = if pending.read == 0 {
-                None
-            } else {
-                match self.fast {
-                    Fast::None => None,
-                    Fast::Requests => dispatch(py, message),
-                    Fast::Answers => answer(py, message),
-                }
-            };
-            let value = match fast {
-                Some(tuple) => tuple?.into_any(),
-                None => build(py, message, &mut 0)?,
-            };
-            out.append(value)?;
+            out.append(build(py, &bytes[start..end], &mut 0)?)?;
             pending.read += 1;
             pending.scan = Scan::default();
             start = end;

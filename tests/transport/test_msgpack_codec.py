@@ -251,6 +251,31 @@ def test_the_first_message_is_never_taken_apart() -> None:
     ]
 
 
+@settings(max_examples=100)
+@given(st.sampled_from(["requests", "answers"]), st.text(max_size=300), st.integers(1, 64))
+def test_a_hot_path_message_of_exactly_the_limit_is_read_and_one_byte_more_refused(
+    fast: str, value: str, chunk: int
+) -> None:
+    """Whatever the reads: the hot path reads a whole message at once, without the scan."""
+    if fast == "requests":
+        frame = wire.request(3, "echo", wire.pack_value(value, "the payload", "echo"), 1.5)
+        expected: Any = (3, "echo", value, 1.5)
+    else:
+        frame = wire.answer(3, value)
+        expected = (3, value)
+    for limit in (len(frame), len(frame) - 1):
+        decoder = wire.FrameDecoder(limit, fast)
+        decoder.feed(b"\xc0")  # the first message (the hello's place) is never taken apart
+        if limit == len(frame):
+            assert feed_split(decoder, frame * 2, list(range(chunk, 2 * len(frame), chunk))) == [
+                expected,
+                expected,
+            ]
+        else:
+            with pytest.raises(wire.FrameTooLarge):
+                feed_split(decoder, frame, list(range(chunk, len(frame), chunk)))
+
+
 def test_a_decoder_takes_apart_only_known_modes() -> None:
     with pytest.raises(ValueError, match="'requests' or 'answers'"):
         wire.FrameDecoder(100, "both")

@@ -353,7 +353,21 @@ class _Link(asyncio.Protocol):
         frame = wire.call(msgid, handler, value, timeout)
         if frame is None or len(frame) > self._limit:
             return None
-        return self._start(msgid, frame, None if timeout is None else self._loop.time() + timeout)
+        # What _start does, written out: a call fewer on every call.
+        self._next_msgid = (msgid + 1) & 0xFFFFFFFF
+        answer = self._loop.create_future()
+        calls = self._calls
+        if calls or self._unsent:
+            self._write(frame)
+        else:  # an idle socket: no request to batch with, so none to wait a turn for
+            cast(asyncio.Transport, self._transport).write(frame)
+        calls[msgid] = answer
+        if self._ping_timer is None:
+            self._last_heard = self._loop.time()
+            self._ping_timer = self._loop.call_later(self._shared.ping[0], self._check_alive)
+        if timeout is not None:
+            self._shared.deadlines.add(self._loop.time() + timeout, answer)
+        return self, msgid, answer
 
     def send(
         self, handler: str, payload: bytes, timeout: float | None, deadline: float | None
@@ -373,6 +387,8 @@ class _Link(asyncio.Protocol):
         return self._start(msgid, frame, deadline)
 
     def _start(self, msgid: int, frame: bytes, deadline: float | None) -> _Sent:
+        """Writes ``frame``, the request of call ``msgid``; registers its answer and
+        ``deadline``. (:meth:`call` does the same, written out.)"""
         self._next_msgid = (msgid + 1) & 0xFFFFFFFF
         answer = self._loop.create_future()
         calls = self._calls
