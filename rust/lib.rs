@@ -4,6 +4,7 @@ mod bucket_divisor;
 mod bucket_map;
 mod bucket_payload;
 mod bucket_range;
+mod coroutine_send;
 mod cpu_lanes;
 mod crc32c;
 mod dispatch_times;
@@ -40,6 +41,8 @@ mod _core {
     use crate::bucket_payload::BucketPayload;
     #[pymodule_export]
     use crate::bucket_range::BucketRange;
+    #[pymodule_export]
+    use crate::coroutine_send::coroutine_send;
     #[pymodule_export]
     use crate::events::parse_bucket_row;
     #[pymodule_export]

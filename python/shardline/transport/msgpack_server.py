@@ -14,6 +14,7 @@ from contextvars import copy_context
 from types import CoroutineType, MappingProxyType
 from typing import Any, cast
 
+from shardline._core import coroutine_send
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
@@ -482,30 +483,34 @@ class _Link(asyncio.Protocol):
         loop = self._loop
         try:
             if type(handling) is CoroutineType:
-                waiting_on = context.run(handling.send, None)
-                call = loop.create_task(
-                    self._run(msgid, name, Rest(handling, waiting_on), seconds), context=context
+                # (its return told apart without a StopIteration)
+                returned, value = context.run(coroutine_send, handling, None)
+                call = (
+                    None
+                    if returned
+                    else loop.create_task(
+                        self._run(msgid, name, Rest(handling, value), seconds), context=context
+                    )
                 )
             else:  # another awaitable (a handler marked a coroutine function): awaited by _run
-                started = start_eagerly(loop, self._run(msgid, name, handling, seconds))
-                if started is None:
+                call = start_eagerly(loop, self._run(msgid, name, handling, seconds))
+                if call is None:
                     return  # answered already: it did not wait
-                call = started
-        except StopIteration as done:
-            # The common answer, written here (what _result and _write do, without their
-            # calls): a plain result within the limit, sent at the end of data_received,
-            # which is where _dispatch runs.
-            frame = wire.answer(msgid, done.value)
-            if frame is not None and len(frame) <= self._answer_limit:
-                self._unsent.append(frame)
-            else:
-                self._write(self._result(msgid, name, done.value))
-            return
         except asyncio.CancelledError:
             self._write(_stopped(msgid))
             return
         except Exception as error:
             self._write(_failed(msgid, name, error))
+            return
+        if call is None:
+            # The common answer, written here (what _result and _write do, without their
+            # calls): a plain result within the limit, sent at the end of data_received,
+            # which is where _dispatch runs.
+            frame = wire.answer(msgid, value)
+            if frame is not None and len(frame) <= self._answer_limit:
+                self._unsent.append(frame)
+            else:
+                self._write(self._result(msgid, name, value))
             return
         calls[msgid] = call
         call.add_done_callback(functools.partial(self._finished, msgid))
