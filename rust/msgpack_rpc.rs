@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple, PyType};
+use std::cell::RefCell;
 
 /// msgpack-python refuses a 1025th container nested in the others; so does this reader.
 const MAX_DEPTH: usize = 1024;
@@ -240,11 +241,9 @@ fn int<'py>(
 fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Result<Bound<'py, PyString>, Refusal> {
     // CPython checks the UTF-8 as it decodes it; Rust says what is wrong with a string it
     // refuses (the same strings: neither reads a surrogate, an overlong form or past U+10FFFF)
-    PyString::from_bytes(py, bytes).or_else(|failure| match std::str::from_utf8(bytes) {
-        Err(error) => Err(Refusal::Malformed(format!(
-            "a string is not UTF-8: {error}"
-        ))),
-        Ok(_) => Err(Refusal::Python(failure)),
+    PyString::from_bytes(py, bytes).map_err(|failure| match std::str::from_utf8(bytes) {
+        Err(error) => Refusal::Malformed(format!("a string is not UTF-8: {error}")),
+        Ok(_) => Refusal::Python(failure),
     })
 }
 
@@ -697,6 +696,59 @@ pub fn msgpack_request<'py>(
     Ok(PyBytes::new(py, &out))
 }
 
+/// The most a frame's scratch buffer keeps between two frames.
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// Where a frame with a packed value inside is written, reused from frame to frame.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The frame `head`, then `value` packed (by [`pack_plain`]) as a bin, then `tail`: written in
+/// one buffer reused by each thread, so that a frame costs one allocation, its bytes object's;
+/// None when `value` is not one [`pack_plain`] packs or its packing is over 32 bits long.
+fn frame_with_value<'py>(
+    py: Python<'py>,
+    head: impl FnOnce(&mut Vec<u8>),
+    value: &Bound<'py, PyAny>,
+    tail: impl FnOnce(&mut Vec<u8>),
+) -> Option<Bound<'py, PyBytes>> {
+    let write = |out: &mut Vec<u8>| -> Option<Bound<'py, PyBytes>> {
+        out.clear();
+        head(out);
+        // room for the bin's header, the longest form; the head moves up to it once the
+        // value's length is known
+        let head_len = out.len();
+        out.extend_from_slice(&[0; 5]);
+        if !pack_plain(value, out, 0) {
+            return None;
+        }
+        let len = out.len() - head_len - 5;
+        let header: &[u8] = match len {
+            0..=0xff => &[0xc4, len as u8],
+            0x100..=0xffff => &[0xc5, (len >> 8) as u8, len as u8],
+            _ if len <= u32::MAX as usize => &(0xc6_u64 << 32 | len as u64).to_be_bytes()[3..],
+            _ => return None,
+        };
+        let start = 5 - header.len();
+        out.copy_within(..head_len, start);
+        out[start + head_len..head_len + 5].copy_from_slice(header);
+        tail(out);
+        Some(PyBytes::new(py, &out[start..]))
+    };
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut out) => {
+            let frame = write(&mut out);
+            if out.capacity() > SCRATCH_KEPT {
+                *out = Vec::new();
+            }
+            frame
+        }
+        // (pack_plain runs no Python code, so nothing re-enters; were it to, a buffer of its own)
+        Err(_) => write(&mut Vec::new()),
+    })
+}
+
 /// [`msgpack_request`] with `value` packed as the payload (in the same call, byte for byte as
 /// msgpack-python packs it) and `timeout` the seconds left (a negative count sent as 0, as
 /// `max(timeout, 0.0)` makes it); None when the call is not that simple: `value` is not one
@@ -723,21 +775,17 @@ pub fn msgpack_call<'py>(
         return None;
     };
     let handler = handler.to_str().ok()?;
-    let mut body = Vec::with_capacity(64);
-    if !pack_plain(value, &mut body, 0)
-        || body.len() > u32::MAX as usize
-        || handler.len() > u32::MAX as usize
-    {
+    if handler.len() > u32::MAX as usize {
         return None;
     }
-    let mut out = Vec::with_capacity(40 + handler.len() + body.len());
-    out.extend_from_slice(&[0x94, 0x00]);
-    put_uint(&mut out, msgid);
-    put_raw(&mut out, DISPATCH, false);
-    out.push(0x93);
-    put_raw(&mut out, handler.as_bytes(), false);
-    put_raw(&mut out, &body, true);
-    match seconds {
+    let head = |out: &mut Vec<u8>| {
+        out.extend_from_slice(&[0x94, 0x00]);
+        put_uint(out, msgid);
+        put_raw(out, DISPATCH, false);
+        out.push(0x93);
+        put_raw(out, handler.as_bytes(), false);
+    };
+    let tail = |out: &mut Vec<u8>| match seconds {
         None => out.push(0xc0),
         Some(seconds) => {
             // Python's max(seconds, 0.0): -0.0 and NaN stay as they are
@@ -745,8 +793,8 @@ pub fn msgpack_call<'py>(
             out.push(0xcb);
             out.extend_from_slice(&seconds.to_bits().to_be_bytes());
         }
-    }
-    Some(PyBytes::new(py, &out))
+    };
+    frame_with_value(py, head, value, tail)
 }
 
 /// `[1, msgid, nil, result]` packed, `result` as bin (or nil), as msgpack-python writes it.
@@ -890,16 +938,12 @@ pub fn msgpack_answer<'py>(
     msgid: u64,
     value: &Bound<'py, PyAny>,
 ) -> Option<Bound<'py, PyBytes>> {
-    let mut body = Vec::with_capacity(64);
-    if !pack_plain(value, &mut body, 0) || body.len() > u32::MAX as usize {
-        return None;
-    }
-    let mut out = Vec::with_capacity(16 + body.len());
-    out.extend_from_slice(&[0x94, 0x01]);
-    put_uint(&mut out, msgid);
-    out.push(0xc0);
-    put_raw(&mut out, &body, true);
-    Some(PyBytes::new(py, &out))
+    let head = |out: &mut Vec<u8>| {
+        out.extend_from_slice(&[0x94, 0x01]);
+        put_uint(out, msgid);
+        out.push(0xc0);
+    };
+    frame_with_value(py, head, value, |_| {})
 }
 
 #[cfg(test)]

@@ -387,6 +387,20 @@ def test_call_leaves_any_other_call_to_the_step_by_step_path(
     assert wire.call(1, handler, value, timeout) is None
 
 
+# bytes values whose packing is 2, 255, 256, 65,535, 65,536 and 200,005 bytes long: the bin
+# around it takes a header of 2, 3 or 5 bytes
+@pytest.mark.parametrize("length", [0, 253, 254, 65_532, 65_533, 200_000])
+def test_answer_and_call_write_every_length_of_bin_as_msgpack_python_does(length: int) -> None:
+    """Frames in a row share one scratch buffer: each comes out whole all the same."""
+    value = b"x" * length
+    for _ in range(2):
+        assert wire.answer(9, value) == reference.packed([1, 9, None, reference.packed(value)])
+        assert wire.call(9, "echo", value, 1.0) == reference.packed(
+            [0, 9, "shardline.dispatch", ["echo", reference.packed(value), 1.0]]
+        )
+        assert wire.answer(10, "short") == reference.packed([1, 10, None, b"\xa5short"])
+
+
 def test_answer_packs_64_containers_deep_and_no_deeper() -> None:
     deep: Any = 1
     for _ in range(64):
