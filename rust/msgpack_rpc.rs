@@ -335,6 +335,7 @@ fn dispatch<'py>(
     py: Python<'py>,
     data: &[u8],
     limit: usize,
+    last_handler: &mut Option<Py<PyString>>,
 ) -> Option<(PyResult<Bound<'py, PyAny>>, usize)> {
     if data.get(..2)? != [0x94, 0x00] {
         return None;
@@ -351,8 +352,24 @@ fn dispatch<'py>(
     if pos > limit {
         return None;
     }
-    // (CPython checks the UTF-8 as it decodes it)
-    let handler = PyString::from_bytes(py, handler).ok()?;
+    // A client sends the same few names over and over: the last one's str is handed over
+    // again (no new str, no hashing it for the handlers' lookup). CPython checks the UTF-8
+    // of a new one as it decodes it.
+    let handler = match last_handler {
+        Some(last)
+            if last
+                .bind(py)
+                .to_str()
+                .is_ok_and(|text| text.as_bytes() == handler) =>
+        {
+            last.bind(py).clone()
+        }
+        _ => {
+            let new = PyString::from_bytes(py, handler).ok()?;
+            *last_handler = Some(new.clone().unbind());
+            new
+        }
+    };
     let tuple = inner_value(py, payload)?.and_then(|argument| {
         (msgid, handler, argument, seconds)
             .into_pyobject(py)
@@ -416,6 +433,8 @@ struct Pending {
     busy: bool,
     /// A refusal ends the stream: it has lost its framing.
     refused: bool,
+    /// The handler named by the last dispatch request read.
+    last_handler: Option<Py<PyString>>,
 }
 
 /// Reads the MessagePack-RPC messages of a byte stream, whatever the split of its reads.
@@ -505,7 +524,9 @@ impl MsgpackReader {
             } else {
                 match self.fast {
                     Fast::None => None,
-                    Fast::Requests => dispatch(py, &bytes[start..], self.limit),
+                    Fast::Requests => {
+                        dispatch(py, &bytes[start..], self.limit, &mut pending.last_handler)
+                    }
                     Fast::Answers => answer(py, &bytes[start..], self.limit),
                 }
             };

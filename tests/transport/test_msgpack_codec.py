@@ -276,6 +276,17 @@ def test_a_hot_path_message_of_exactly_the_limit_is_read_and_one_byte_more_refus
                 feed_split(decoder, frame, list(range(chunk, len(frame), chunk)))
 
 
+def test_a_handler_named_again_is_handed_over_as_the_same_str() -> None:
+    names = ["echo", "echo", "ёж", "ёж", "echo", "e", "echo"]
+    frames = [wire.request(n, name, b"\xc0", None) for n, name in enumerate(names)]
+    decoder = wire.FrameDecoder(100, "requests")
+    decoder.feed(b"\xc0")
+    read = [message for frame in frames for message in decoder.feed(frame)]
+    assert [message[1] for message in read] == names
+    assert read[1][1] is read[0][1]
+    assert read[3][1] is read[2][1]
+
+
 def test_a_decoder_takes_apart_only_known_modes() -> None:
     with pytest.raises(ValueError, match="'requests' or 'answers'"):
         wire.FrameDecoder(100, "both")
