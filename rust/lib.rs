@@ -4,6 +4,7 @@ mod bucket_divisor;
 mod bucket_map;
 mod bucket_payload;
 mod bucket_range;
+mod coroutine_send;
 mod cpu_lanes;
 mod crc32c;
 mod dispatch_times;
@@ -41,6 +42,8 @@ mod _core {
     #[pymodule_export]
     use crate::bucket_range::BucketRange;
     #[pymodule_export]
+    use crate::coroutine_send::coroutine_send;
+    #[pymodule_export]
     use crate::events::parse_bucket_row;
     #[pymodule_export]
     use crate::instance::Instance;
@@ -48,8 +51,8 @@ mod _core {
     use crate::map_stats::MapStats;
     #[pymodule_export]
     use crate::msgpack_rpc::{
-        msgpack_answer, msgpack_plain, msgpack_request, msgpack_result, msgpack_unpack,
-        MsgpackReader,
+        msgpack_answer, msgpack_call, msgpack_plain, msgpack_request, msgpack_result,
+        msgpack_unpack, MsgpackReader,
     };
     #[pymodule_export]
     use crate::pool::WorkerPool;

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple, PyType};
+use std::cell::RefCell;
 
 /// msgpack-python refuses a 1025th container nested in the others; so does this reader.
 const MAX_DEPTH: usize = 1024;
@@ -238,12 +239,12 @@ fn int<'py>(
 }
 
 fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Result<Bound<'py, PyString>, Refusal> {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => Ok(PyString::new(py, text)),
-        Err(error) => Err(Refusal::Malformed(format!(
-            "a string is not UTF-8: {error}"
-        ))),
-    }
+    // CPython checks the UTF-8 as it decodes it; Rust says what is wrong with a string it
+    // refuses (the same strings: neither reads a surrogate, an overlong form or past U+10FFFF)
+    PyString::from_bytes(py, bytes).map_err(|failure| match std::str::from_utf8(bytes) {
+        Err(error) => Refusal::Malformed(format!("a string is not UTF-8: {error}")),
+        Ok(_) => Refusal::Python(failure),
+    })
 }
 
 /// The unsigned integer at `data[*pos]`, if that is one.
@@ -326,53 +327,92 @@ fn timeout(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
     Some(Some(if seconds < 0.0 { 0.0 } else { seconds }))
 }
 
-/// The fields of `[0, msgid, "shardline.dispatch", [handler, payload, timeout]]` with a
-/// non-negative msgid, a UTF-8 handler, a bin payload and a readable timeout, if the message
-/// is exactly that.
-fn dispatch<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, PyTuple>>> {
-    if message.get(..2)? != [0x94, 0x00] {
+/// `(msgid, handler, argument, timeout)` of `[0, msgid, "shardline.dispatch", [handler,
+/// payload, timeout]]` with a non-negative msgid, a UTF-8 handler, a bin payload holding one
+/// readable value (`argument`, that value) and a readable timeout, if `data` starts with
+/// exactly that message, at most `limit` bytes long; with the message's length.
+fn dispatch<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    limit: usize,
+    last_handler: &mut Option<Py<PyString>>,
+) -> Option<(PyResult<Bound<'py, PyAny>>, usize)> {
+    if data.get(..2)? != [0x94, 0x00] {
         return None;
     }
     let mut pos = 2;
-    let msgid = uint(message, &mut pos)?;
-    if raw(message, &mut pos, false)? != DISPATCH || *message.get(pos)? != 0x93 {
+    let msgid = uint(data, &mut pos)?;
+    if raw(data, &mut pos, false)? != DISPATCH || *data.get(pos)? != 0x93 {
         return None;
     }
     pos += 1;
-    let handler = std::str::from_utf8(raw(message, &mut pos, false)?).ok()?;
-    let payload = raw(message, &mut pos, true)?;
-    let seconds = timeout(message, &mut pos)?;
-    if pos != message.len() {
+    let handler = raw(data, &mut pos, false)?;
+    let payload = raw(data, &mut pos, true)?;
+    let seconds = timeout(data, &mut pos)?;
+    if pos > limit {
         return None;
     }
-    Some(
-        (
-            msgid,
-            PyString::new(py, handler),
-            PyBytes::new(py, payload),
-            seconds,
-        )
-            .into_pyobject(py),
-    )
+    // A client sends the same few names over and over: the last one's str is handed over
+    // again (no new str, no hashing it for the handlers' lookup). CPython checks the UTF-8
+    // of a new one as it decodes it.
+    let handler = match last_handler {
+        Some(last)
+            if last
+                .bind(py)
+                .to_str()
+                .is_ok_and(|text| text.as_bytes() == handler) =>
+        {
+            last.bind(py).clone()
+        }
+        _ => {
+            let new = PyString::from_bytes(py, handler).ok()?;
+            *last_handler = Some(new.clone().unbind());
+            new
+        }
+    };
+    let tuple = inner_value(py, payload)?.and_then(|argument| {
+        (msgid, handler, argument, seconds)
+            .into_pyobject(py)
+            .map(Bound::into_any)
+    });
+    Some((tuple, pos))
 }
 
-/// `(msgid, result)` of `[1, msgid, nil, result bin]` with a non-negative msgid, if the
-/// message is exactly that.
-fn answer<'py>(py: Python<'py>, message: &[u8]) -> Option<PyResult<Bound<'py, PyTuple>>> {
-    if message.get(..2)? != [0x94, 0x01] {
+/// The value packed in a payload or result bin; None when it is not one value this protocol
+/// reads (the message is then handed over whole, for the Python side to answer as it would
+/// any unreadable payload), `Some(Err)` when Python failed to make it.
+fn inner_value<'py>(py: Python<'py>, bytes: &[u8]) -> Option<PyResult<Bound<'py, PyAny>>> {
+    match value_of(py, bytes) {
+        Ok(value) => Some(Ok(value)),
+        Err(Refusal::Python(error)) => Some(Err(error)),
+        Err(Refusal::Malformed(_) | Refusal::TooLarge) => None,
+    }
+}
+
+/// `(msgid, value)` of `[1, msgid, nil, result bin]` with a non-negative msgid and a result
+/// holding one readable value (`value`, that value), if `data` starts with exactly that
+/// message, at most `limit` bytes long; with the message's length.
+fn answer<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    limit: usize,
+) -> Option<(PyResult<Bound<'py, PyAny>>, usize)> {
+    if data.get(..2)? != [0x94, 0x01] {
         return None;
     }
     let mut pos = 2;
-    let msgid = uint(message, &mut pos)?;
-    if *message.get(pos)? != 0xc0 {
+    let msgid = uint(data, &mut pos)?;
+    if *data.get(pos)? != 0xc0 {
         return None;
     }
     pos += 1;
-    let result = raw(message, &mut pos, true)?;
-    if pos != message.len() {
+    let result = raw(data, &mut pos, true)?;
+    if pos > limit {
         return None;
     }
-    Some((msgid, PyBytes::new(py, result)).into_pyobject(py))
+    let tuple = inner_value(py, result)?
+        .and_then(|value| (msgid, value).into_pyobject(py).map(Bound::into_any));
+    Some((tuple, pos))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -393,6 +433,8 @@ struct Pending {
     busy: bool,
     /// A refusal ends the stream: it has lost its framing.
     refused: bool,
+    /// The handler named by the last dispatch request read.
+    last_handler: Option<Py<PyString>>,
 }
 
 /// Reads the MessagePack-RPC messages of a byte stream, whatever the split of its reads.
@@ -474,6 +516,27 @@ impl MsgpackReader {
                 pending.scan = Scan::default();
                 return Ok(None);
             }
+            // The hot path's messages are read at once, without the scan: the fast readers
+            // check every byte of them the scan would (and the limit), and go no further than
+            // the bytes there are (an unfinished message is left to the scan).
+            let fast = if pending.read == 0 {
+                None
+            } else {
+                match self.fast {
+                    Fast::None => None,
+                    Fast::Requests => {
+                        dispatch(py, &bytes[start..], self.limit, &mut pending.last_handler)
+                    }
+                    Fast::Answers => answer(py, &bytes[start..], self.limit),
+                }
+            };
+            if let Some((tuple, len)) = fast {
+                out.append(tuple?)?;
+                pending.read += 1;
+                pending.scan = Scan::default();
+                start += len;
+                continue;
+            }
             if pending.scan.pos < start {
                 pending.scan.pos = start;
             }
@@ -481,21 +544,7 @@ impl MsgpackReader {
                 pending.scan.pos -= start;
                 return Ok(Some(start));
             };
-            let message = &bytes[start..end];
-            let fast = if pending.read == 0 {
-                None
-            } else {
-                match self.fast {
-                    Fast::None => None,
-                    Fast::Requests => dispatch(py, message),
-                    Fast::Answers => answer(py, message),
-                }
-            };
-            let value = match fast {
-                Some(tuple) => tuple?.into_any(),
-                None => build(py, message, &mut 0)?,
-            };
-            out.append(value)?;
+            out.append(build(py, &bytes[start..end], &mut 0)?)?;
             pending.read += 1;
             pending.scan = Scan::default();
             start = end;
@@ -576,21 +625,21 @@ impl MsgpackReader {
 /// limit beyond `data`'s); `ValueError` naming what is wrong otherwise.
 #[pyfunction]
 pub fn msgpack_unpack<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    let mut scan = Scan::default();
-    match scan_message(data, 0, data.len(), &mut scan) {
-        Ok(Some(end)) if end == data.len() => {}
-        Ok(Some(_)) => return Err(PyValueError::new_err("extra bytes after the value")),
-        Ok(None) | Err(Refusal::TooLarge) => {
-            return Err(PyValueError::new_err("the value is cut short"))
-        }
-        Err(Refusal::Malformed(what)) => return Err(PyValueError::new_err(what)),
-        Err(Refusal::Python(error)) => return Err(error),
-    }
-    build(py, data, &mut 0).map_err(|refusal| match refusal {
+    value_of(py, data).map_err(|refusal| match refusal {
         Refusal::Malformed(what) => PyValueError::new_err(what),
         Refusal::Python(error) => error,
         Refusal::TooLarge => PyValueError::new_err("the value is cut short"),
     })
+}
+
+/// The one msgpack value `data` holds (see [`msgpack_unpack`]).
+fn value_of<'py>(py: Python<'py>, data: &[u8]) -> Result<Bound<'py, PyAny>, Refusal> {
+    let mut scan = Scan::default();
+    match scan_message(data, 0, data.len(), &mut scan)? {
+        Some(end) if end == data.len() => build(py, data, &mut 0),
+        Some(_) => Err(Refusal::Malformed("extra bytes after the value".into())),
+        None => Err(Refusal::Malformed("the value is cut short".into())),
+    }
 }
 
 fn put_uint(out: &mut Vec<u8>, n: u64) {
@@ -666,6 +715,107 @@ pub fn msgpack_request<'py>(
         }
     }
     Ok(PyBytes::new(py, &out))
+}
+
+/// The most a frame's scratch buffer keeps between two frames.
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// Where a frame with a packed value inside is written, reused from frame to frame.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The frame `head`, then `value` packed (by [`pack_plain`]) as a bin, then `tail`: written in
+/// one buffer reused by each thread, so that a frame costs one allocation, its bytes object's;
+/// None when `value` is not one [`pack_plain`] packs or its packing is over 32 bits long.
+fn frame_with_value<'py>(
+    py: Python<'py>,
+    head: impl FnOnce(&mut Vec<u8>),
+    value: &Bound<'py, PyAny>,
+    tail: impl FnOnce(&mut Vec<u8>),
+) -> Option<Bound<'py, PyBytes>> {
+    let write = |out: &mut Vec<u8>| -> Option<Bound<'py, PyBytes>> {
+        out.clear();
+        head(out);
+        // room for the bin's header, the longest form; the head moves up to it once the
+        // value's length is known
+        let head_len = out.len();
+        out.extend_from_slice(&[0; 5]);
+        if !pack_plain(value, out, 0) {
+            return None;
+        }
+        let len = out.len() - head_len - 5;
+        let header: &[u8] = match len {
+            0..=0xff => &[0xc4, len as u8],
+            0x100..=0xffff => &[0xc5, (len >> 8) as u8, len as u8],
+            _ if len <= u32::MAX as usize => &(0xc6_u64 << 32 | len as u64).to_be_bytes()[3..],
+            _ => return None,
+        };
+        let start = 5 - header.len();
+        out.copy_within(..head_len, start);
+        out[start + head_len..head_len + 5].copy_from_slice(header);
+        tail(out);
+        Some(PyBytes::new(py, &out[start..]))
+    };
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut out) => {
+            let frame = write(&mut out);
+            if out.capacity() > SCRATCH_KEPT {
+                *out = Vec::new();
+            }
+            frame
+        }
+        // (pack_plain runs no Python code, so nothing re-enters; were it to, a buffer of its own)
+        Err(_) => write(&mut Vec::new()),
+    })
+}
+
+/// [`msgpack_request`] with `value` packed as the payload (in the same call, byte for byte as
+/// msgpack-python packs it) and `timeout` the seconds left (a negative count sent as 0, as
+/// `max(timeout, 0.0)` makes it); None when the call is not that simple: `value` is not one
+/// [`pack_plain`] packs, `handler` is not UTF-8 (a surrogate code point), `timeout` is
+/// neither None nor a float or int of exactly those types (nor an int a float holds), or a
+/// length is over 32 bits. The caller then takes the general path, which sends the call or
+/// says why not.
+#[pyfunction]
+#[pyo3(signature = (msgid, handler, value, timeout))]
+pub fn msgpack_call<'py>(
+    py: Python<'py>,
+    msgid: u64,
+    handler: &Bound<'py, PyString>,
+    value: &Bound<'py, PyAny>,
+    timeout: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, PyBytes>> {
+    let seconds = if timeout.is_none() {
+        None
+    } else if let Ok(float) = timeout.cast_exact::<PyFloat>() {
+        Some(float.value())
+    } else if let Ok(int) = timeout.cast_exact::<pyo3::types::PyInt>() {
+        Some(int.extract::<f64>().ok()?)
+    } else {
+        return None;
+    };
+    let handler = handler.to_str().ok()?;
+    if handler.len() > u32::MAX as usize {
+        return None;
+    }
+    let head = |out: &mut Vec<u8>| {
+        out.extend_from_slice(&[0x94, 0x00]);
+        put_uint(out, msgid);
+        put_raw(out, DISPATCH, false);
+        out.push(0x93);
+        put_raw(out, handler.as_bytes(), false);
+    };
+    let tail = |out: &mut Vec<u8>| match seconds {
+        None => out.push(0xc0),
+        Some(seconds) => {
+            // Python's max(seconds, 0.0): -0.0 and NaN stay as they are
+            let seconds = if seconds < 0.0 { 0.0 } else { seconds };
+            out.push(0xcb);
+            out.extend_from_slice(&seconds.to_bits().to_be_bytes());
+        }
+    };
+    frame_with_value(py, head, value, tail)
 }
 
 /// `[1, msgid, nil, result]` packed, `result` as bin (or nil), as msgpack-python writes it.
@@ -809,16 +959,12 @@ pub fn msgpack_answer<'py>(
     msgid: u64,
     value: &Bound<'py, PyAny>,
 ) -> Option<Bound<'py, PyBytes>> {
-    let mut body = Vec::with_capacity(64);
-    if !pack_plain(value, &mut body, 0) || body.len() > u32::MAX as usize {
-        return None;
-    }
-    let mut out = Vec::with_capacity(16 + body.len());
-    out.extend_from_slice(&[0x94, 0x01]);
-    put_uint(&mut out, msgid);
-    out.push(0xc0);
-    put_raw(&mut out, &body, true);
-    Some(PyBytes::new(py, &out))
+    let head = |out: &mut Vec<u8>| {
+        out.extend_from_slice(&[0x94, 0x01]);
+        put_uint(out, msgid);
+        out.push(0xc0);
+    };
+    frame_with_value(py, head, value, |_| {})
 }
 
 #[cfg(test)]

@@ -76,10 +76,21 @@ def timeout(value: Any) -> tuple[bool, float | None]:
     return True, max(float(value), 0.0)
 
 
+def _readable(inner: bytes) -> tuple[bool, Any]:
+    """``(True, value)`` for a payload or result bin holding one value the protocol reads,
+    ``(False, None)`` otherwise."""
+    try:
+        return True, model_unpack(inner)
+    except Refused:
+        return False, None
+
+
 def taken_apart(message: Any, fast: str | None) -> Any:
     """What the decoder hands over for ``message`` (not the stream's first): with
-    ``fast="requests"`` a well-formed dispatch as ``(msgid, handler, payload, timeout)``, with
-    ``fast="answers"`` a successful answer as ``(msgid, result)``; else ``message`` itself."""
+    ``fast="requests"`` a well-formed dispatch whose payload is readable as ``(msgid, handler,
+    argument, timeout)``, with ``fast="answers"`` a successful answer whose result is readable
+    as ``(msgid, value)`` (``argument`` and ``value`` read from their bins); else ``message``
+    itself."""
     if not (isinstance(message, list) and len(message) == 4):
         return message
     kind, msgid, third, fourth = message
@@ -95,9 +106,13 @@ def taken_apart(message: Any, fast: str | None) -> Any:
         ):
             readable, seconds = timeout(params[2])
             if readable:
-                return (msgid, params[0], params[1], seconds)
+                read, argument = _readable(params[1])
+                if read:
+                    return (msgid, params[0], argument, seconds)
     if fast == "answers" and kind == 1 and third is None and isinstance(fourth, bytes):
-        return (msgid, fourth)
+        read, value = _readable(fourth)
+        if read:
+            return (msgid, value)
     return message
 
 

@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,11 +98,29 @@ def test_items_expire_once_after_their_deadline_unless_they_ended(history: list[
     assert set(expired).isdisjoint(due)
 
 
-def test_the_heap_stays_within_a_constant_factor_of_the_pending_calls() -> None:
+@pytest.mark.parametrize("pending", [0, 1, 500])
+def test_the_entries_kept_stay_within_a_constant_factor_of_the_pending_calls(
+    pending: int,
+) -> None:
     loop = FakeLoop()
     ended: set[int] = set()
     deadlines: Deadlines[int] = Deadlines(loop, lambda item: None, ended.__contains__)  # type: ignore[arg-type]
+    for item in range(pending):
+        deadlines.add(30.0, -1 - item)  # calls that stay in flight throughout
+    most = 0
     for item in range(100_000):
-        deadlines.add(20.0, item)  # every call ends long before its deadline
+        deadlines.add(20.0, item)  # every other call ends long before its deadline
         ended.add(item)
-    assert len(deadlines._heap) <= 3 * 64
+        most = max(most, len(deadlines._added) + len(deadlines._heap))
+    assert most <= 3 * pending + 2 * 64
+
+
+def test_calls_that_end_before_the_next_sweep_never_reach_the_heap() -> None:
+    """At one call in flight, only the call in flight at the last sweep is in the heap."""
+    loop = FakeLoop()
+    ended: set[int] = set()
+    deadlines: Deadlines[int] = Deadlines(loop, lambda item: None, ended.__contains__)  # type: ignore[arg-type]
+    for item in range(1_000):
+        deadlines.add(20.0, item)
+        assert len(deadlines._heap) <= 1
+        ended.add(item)

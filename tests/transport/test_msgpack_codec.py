@@ -18,6 +18,15 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.wire import MalformedMessage
 from support import msgpack_reference as reference
 
+
+def packed(value: Any) -> bytes | None:
+    """``value`` packed, or None when msgpack cannot pack it (an int map key is fine)."""
+    try:
+        return reference.packed(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 # Every kind of msgpack value, keys other than str among them (which the protocol refuses).
 SCALARS = (
     st.none()
@@ -39,6 +48,9 @@ VALUES = st.recursive(
 )
 MSGIDS = st.integers(0, 2**64 - 1)
 TIMEOUTS = st.none() | st.floats() | st.integers(-(2**63), 2**64 - 1) | st.booleans()
+# A payload or result bin: a packed value (readable or not, as VALUES may hold an int map key),
+# or any bytes (mostly unreadable, some a value).
+INNER = VALUES.map(lambda value: packed(value) or b"") | st.binary()
 # Messages of the protocol, well-formed and not: what a decoder must hand over taken apart and
 # what it must leave alone.
 MESSAGES = st.one_of(
@@ -46,23 +58,15 @@ MESSAGES = st.one_of(
         st.just(0),
         MSGIDS,
         st.just("shardline.dispatch"),
-        st.tuples(st.text(), st.binary(), TIMEOUTS).map(list),
+        st.tuples(st.text(), INNER, TIMEOUTS).map(list),
     ).map(list),
-    st.tuples(st.just(1), MSGIDS, st.none(), st.binary()).map(list),
+    st.tuples(st.just(1), MSGIDS, st.none(), INNER).map(list),
     st.tuples(st.sampled_from([0, 1, 2, True]), VALUES, VALUES, VALUES).map(list),
     st.tuples(
         st.just(0), st.integers(-5, 5), st.just("shardline.dispatch"), st.lists(VALUES, max_size=4)
     ).map(list),
     VALUES,
 )
-
-
-def packed(value: Any) -> bytes | None:
-    """``value`` packed, or None when msgpack cannot pack it (an int map key is fine)."""
-    try:
-        return reference.packed(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def mutated(data: bytes, draw: st.DataObject) -> bytes:
@@ -243,8 +247,44 @@ def test_the_first_message_is_never_taken_apart() -> None:
     answer = wire.result(5, b"\xc0")
     assert wire.FrameDecoder(100, "answers").feed(answer * 2) == [
         [1, 5, None, b"\xc0"],
-        (5, b"\xc0"),
+        (5, None),
     ]
+
+
+@settings(max_examples=100)
+@given(st.sampled_from(["requests", "answers"]), st.text(max_size=300), st.integers(1, 64))
+def test_a_hot_path_message_of_exactly_the_limit_is_read_and_one_byte_more_refused(
+    fast: str, value: str, chunk: int
+) -> None:
+    """Whatever the reads: the hot path reads a whole message at once, without the scan."""
+    if fast == "requests":
+        frame = wire.request(3, "echo", wire.pack_value(value, "the payload", "echo"), 1.5)
+        expected: Any = (3, "echo", value, 1.5)
+    else:
+        frame = wire.answer(3, value)
+        expected = (3, value)
+    for limit in (len(frame), len(frame) - 1):
+        decoder = wire.FrameDecoder(limit, fast)
+        decoder.feed(b"\xc0")  # the first message (the hello's place) is never taken apart
+        if limit == len(frame):
+            assert feed_split(decoder, frame * 2, list(range(chunk, 2 * len(frame), chunk))) == [
+                expected,
+                expected,
+            ]
+        else:
+            with pytest.raises(wire.FrameTooLarge):
+                feed_split(decoder, frame, list(range(chunk, len(frame), chunk)))
+
+
+def test_a_handler_named_again_is_handed_over_as_the_same_str() -> None:
+    names = ["echo", "echo", "ёж", "ёж", "echo", "e", "echo"]
+    frames = [wire.request(n, name, b"\xc0", None) for n, name in enumerate(names)]
+    decoder = wire.FrameDecoder(100, "requests")
+    decoder.feed(b"\xc0")
+    read = [message for frame in frames for message in decoder.feed(frame)]
+    assert [message[1] for message in read] == names
+    assert read[1][1] is read[0][1]
+    assert read[3][1] is read[2][1]
 
 
 def test_a_decoder_takes_apart_only_known_modes() -> None:
@@ -322,6 +362,54 @@ def test_answer_and_pack_value_write_the_bytes_msgpack_python_writes_for_a_plain
 def test_answer_leaves_any_other_value_to_msgpack_python(value: Any) -> None:
     assert wire.answer(7, value) is None
     assert _core.msgpack_plain(value) is None
+
+
+@settings(max_examples=400)
+@given(MSGIDS, st.text(), PLAIN, st.none() | st.floats() | st.integers(-(2**70), 2**70))
+def test_call_writes_the_request_of_a_plain_payload_as_the_step_by_step_path_does(
+    msgid: int, handler: str, value: Any, timeout: float | None
+) -> None:
+    try:
+        seconds = None if timeout is None else max(timeout, 0.0)
+        expected = wire.request(
+            msgid, handler, wire.pack_value(value, "the payload", handler), seconds
+        )
+    except (ValueError, OverflowError):  # a surrogate in the handler, an int no float holds
+        assert wire.call(msgid, handler, value, timeout) is None
+        return
+    assert wire.call(msgid, handler, value, timeout) == expected
+
+
+@pytest.mark.parametrize(
+    ("handler", "value", "timeout"),
+    [
+        ("echo", Text("not plain"), None),
+        ("echo", [1, {2, 3}], 1.0),
+        ("\ud800", "a surrogate in the handler", None),
+        ("echo", "a bool timeout", True),
+        ("echo", "a str timeout", "1"),
+        ("echo", "an int no float holds", 10**400),
+    ],
+    ids=repr,
+)
+def test_call_leaves_any_other_call_to_the_step_by_step_path(
+    handler: str, value: Any, timeout: Any
+) -> None:
+    assert wire.call(1, handler, value, timeout) is None
+
+
+# bytes values whose packing is 2, 255, 256, 65,535, 65,536 and 200,005 bytes long: the bin
+# around it takes a header of 2, 3 or 5 bytes
+@pytest.mark.parametrize("length", [0, 253, 254, 65_532, 65_533, 200_000])
+def test_answer_and_call_write_every_length_of_bin_as_msgpack_python_does(length: int) -> None:
+    """Frames in a row share one scratch buffer: each comes out whole all the same."""
+    value = b"x" * length
+    for _ in range(2):
+        assert wire.answer(9, value) == reference.packed([1, 9, None, reference.packed(value)])
+        assert wire.call(9, "echo", value, 1.0) == reference.packed(
+            [0, 9, "shardline.dispatch", ["echo", reference.packed(value), 1.0]]
+        )
+        assert wire.answer(10, "short") == reference.packed([1, 10, None, b"\xa5short"])
 
 
 def test_answer_packs_64_containers_deep_and_no_deeper() -> None:

@@ -274,6 +274,26 @@ async def test_a_payload_the_worker_cannot_read_fails_that_call_alone(payload: A
         assert await opened.dispatch(Task("echo", 1)) == 1
 
 
+@pytest.mark.parametrize(
+    "result",
+    [{1: "int key"}, msgpack.ExtType(5, b"x"), [msgpack.Timestamp(1, 0)]],
+    ids=["int-key", "ext", "timestamp"],
+)
+async def test_a_result_the_client_cannot_read_fails_that_call_alone_as_a_bad_result(
+    result: Any,
+) -> None:
+    async def unreadable(payload: Any) -> Any:
+        return result
+
+    handlers = {**DEMO_HANDLERS, "unreadable": unreadable}
+    async with worker(handlers) as server, connection(server) as opened:
+        with pytest.raises(WorkerError, match="the result is unreadable") as refused:
+            await opened.dispatch(Task("unreadable"))
+        assert refused.value.remote_type == "shardline.BadResult"
+        assert refused.value.handler == "unreadable"
+        assert await opened.dispatch(Task("echo", 1)) == 1
+
+
 async def test_a_result_msgpack_cannot_carry_or_over_the_limit_is_a_bad_result() -> None:
     async def unpackable(payload: Any) -> Any:
         return object()

@@ -13,7 +13,7 @@ __all__ = ["Deadlines"]
 
 T = TypeVar("T")
 
-_SLACK = 64  # ended calls the heap may hold beyond twice the pending ones before a rebuild
+_SLACK = 64  # the fewest deadlines added between two sweeps
 
 
 class Deadlines(Generic[T]):
@@ -22,10 +22,13 @@ class Deadlines(Generic[T]):
 
     Implementation notes: a timeout scope or a timer per call costs more than a small call
     itself (with uvloop, about a third of a MessagePack-RPC echo's CPU), so the deadlines
-    share one timer, armed for the earliest of them: a call adds a heap entry, and re-arms
-    the timer only if its deadline is the earliest. A call that ends first leaves its entry
-    behind; the heap is rebuilt without those once they outnumber the pending ones, so it
-    stays within a constant factor of the calls in flight.
+    share one timer, armed for the earliest of them. Most calls end long before their
+    deadline, so adding one only appends it to a list (and re-arms the timer if it is the
+    earliest): a sweep, once that list is as long as the heap (and at least ``_SLACK``), and
+    the timer, move the entries of the calls not ended yet into a heap and drop the others.
+    A call that ends before the next sweep never reaches the heap, and both stay within a
+    constant factor of the calls in flight, each entry judged a constant number of times on
+    average.
     """
 
     def __init__(
@@ -37,18 +40,20 @@ class Deadlines(Generic[T]):
         self._loop = loop
         self._expire = expire
         self._ended = ended
+        self._added: list[tuple[float, T]] = []  # since the last sweep, in arrival order
         self._heap: list[tuple[float, int, T]] = []
+        self._sweep_at = _SLACK
         self._order = itertools.count()  # ties broken by arrival, never by comparing items
         self._timer: asyncio.TimerHandle | None = None
         self._armed_for = math.inf
 
     def add(self, deadline: float, item: T) -> None:
-        heap = self._heap
-        heapq.heappush(heap, (deadline, next(self._order), item))
+        added = self._added
+        added.append((deadline, item))
         if deadline < self._armed_for:
             self._arm(deadline)
-        elif len(heap) > 2 * _SLACK and len(heap) % _SLACK == 0:
-            self._compact()
+        if len(added) >= self._sweep_at:
+            self._sweep()
 
     def close(self) -> None:
         """Forgets every deadline; nothing expires after this."""
@@ -56,6 +61,7 @@ class Deadlines(Generic[T]):
             self._timer.cancel()
             self._timer = None
         self._armed_for = math.inf
+        self._added.clear()
         self._heap.clear()
 
     def _arm(self, deadline: float) -> None:
@@ -64,22 +70,35 @@ class Deadlines(Generic[T]):
         self._armed_for = deadline
         self._timer = self._loop.call_at(deadline, self._fire)
 
+    def _sweep(self) -> None:
+        """Moves the pending entries added since the last sweep into the heap; drops the ended
+        ones, there and in the heap."""
+        ended = self._ended
+        order = self._order
+        heap = [entry for entry in self._heap if not ended(entry[2])]
+        heap.extend((when, next(order), item) for when, item in self._added if not ended(item))
+        heapq.heapify(heap)
+        self._heap = heap
+        self._added = []
+        self._sweep_at = max(_SLACK, len(heap))
+
     def _fire(self) -> None:
         self._timer = None
         self._armed_for = math.inf
+        ended = self._ended
         heap = self._heap
+        order = self._order
+        for when, item in self._added:
+            if not ended(item):
+                heapq.heappush(heap, (when, next(order), item))
+        self._added = []
         now = self._loop.time()
         while heap and heap[0][0] <= now:
             _, _, item = heapq.heappop(heap)
-            if not self._ended(item):
+            if not ended(item):
                 self._expire(item)
-        while heap and self._ended(heap[0][2]):
+        while heap and ended(heap[0][2]):
             heapq.heappop(heap)
-        if heap:
+        # (an expiry adds nothing at once, but an add would have armed the timer itself)
+        if heap and heap[0][0] < self._armed_for:
             self._arm(heap[0][0])
-
-    def _compact(self) -> None:
-        pending = [entry for entry in self._heap if not self._ended(entry[2])]
-        if 2 * len(pending) + _SLACK < len(self._heap):
-            heapq.heapify(pending)
-            self._heap = pending

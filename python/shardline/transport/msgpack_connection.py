@@ -121,43 +121,39 @@ class MsgpackConnection:
             raise TransientRpcError(
                 f"the connection to the worker at {self.metadata.address} is closed"
             )
-        payload = wire.pack_value(task.payload, "the payload", handler)
-        if not handler.isascii():
-            _check_handler(handler)
-        if len(payload) > self._max_frame_bytes:
-            raise ValueError(
-                f"the task for handler {handler!r} is over {len(payload)} bytes,"
-                f" over the limit of {self._max_frame_bytes}"
-            )
         shared = self._shared
+        link = shared.link
+        # most calls go out in one step; any other is packed, checked and sent step by step
+        sent = None if link is None else link.call(handler, task.payload, timeout)
+        if sent is None:
+            payload = wire.pack_value(task.payload, "the payload", handler)
+            if not handler.isascii():
+                _check_handler(handler)
+            if len(payload) > self._max_frame_bytes:
+                raise ValueError(
+                    f"the task for handler {handler!r} is over {len(payload)} bytes,"
+                    f" over the limit of {self._max_frame_bytes}"
+                )
         shared.in_flight += 1
         try:
-            sent = shared.send(handler, payload, timeout)
             if sent is None:
-                sent = await shared.send_when_ready(handler, payload, timeout)
+                sent = shared.send(handler, payload, timeout)
+                if sent is None:
+                    sent = await shared.send_when_ready(handler, payload, timeout)
             link, msgid, answer = sent
             try:
-                error, result = await answer
+                return await answer
             except asyncio.CancelledError:
                 link.cancel(msgid)
                 raise
             except _Expired:
                 link.cancel(msgid)
                 raise shared.deadline_passed(timeout) from None
+            except _Failed as failed:
+                kind, type_name, message = failed.args
         finally:
             shared.end_call()
-        if error is None:
-            try:
-                return wire.unpack_value(result, "the result")
-            except MalformedMessage as unreadable:
-                raise WorkerError(
-                    BAD_RESULT,
-                    str(unreadable),
-                    handler=handler,
-                    address=self.metadata.address,
-                ) from None
         address = self.metadata.address
-        kind, type_name, message = error
         if kind in wire.TRANSIENT_KINDS:
             raise TransientRpcError(f"worker at {address}: {kind}: {type_name}: {message}")
         raise WorkerError(type_name, message, handler=handler, address=address)
@@ -185,12 +181,12 @@ class _Shared(LoopShared):
         self.ping = (ping_interval, ping_timeout)
         self.link: _Link | None = None
         self._dialling: asyncio.Task[_Link] | None = None
-        self._deadlines: Deadlines[asyncio.Future[Any]] = Deadlines(
+        self.deadlines: Deadlines[asyncio.Future[Any]] = Deadlines(
             loop, _expire, asyncio.Future.done
         )
 
     def _close(self) -> None:
-        self._deadlines.close()
+        self.deadlines.close()
         if self._dialling is not None:
             self._dialling.cancel()
         if self.link is not None:
@@ -203,17 +199,15 @@ class _Shared(LoopShared):
 
     def send(self, handler: str, payload: bytes, timeout: float | None) -> _Sent | None:
         """Sends the call on a socket that takes writes now: its link, msgid and the future
-        of its answer (``(None, result bytes)`` or ``((kind, type, message), None)``, or
-        :class:`_Expired` at its deadline); None if the socket is being dialled or full."""
+        of its answer (the result's value; :class:`_Failed` for an error answer or a result
+        this side cannot read, :class:`_Expired` at its deadline); None if the socket is being
+        dialled or full."""
         link = self.link
         if link is None or link.broken or link.paused:
             return None
         if timeout is None:
-            msgid, answer = link.send(handler, payload, None)
-        else:
-            msgid, answer = link.send(handler, payload, max(timeout, 0.0))
-            self._deadlines.add(self.loop.time() + timeout, answer)
-        return link, msgid, answer
+            return link.send(handler, payload, None, None)
+        return link.send(handler, payload, max(timeout, 0.0), self.loop.time() + timeout)
 
     async def send_when_ready(self, handler: str, payload: bytes, timeout: float | None) -> _Sent:
         """:meth:`send`, once the socket is dialled and takes writes; the wait counts
@@ -231,11 +225,8 @@ class _Shared(LoopShared):
                 raise self.deadline_passed(timeout) from None
             raise
         if deadline is None:
-            msgid, answer = link.send(handler, payload, None)
-        else:
-            msgid, answer = link.send(handler, payload, max(deadline - loop.time(), 0.0))
-            self._deadlines.add(deadline, answer)
-        return link, msgid, answer
+            return link.send(handler, payload, None, None)
+        return link.send(handler, payload, max(deadline - loop.time(), 0.0), deadline)
 
     def deadline_passed(self, timeout: float | None) -> TransientRpcError:
         return TransientRpcError(f"worker at {self.address}: deadline: {timeout} s passed")
@@ -332,10 +323,10 @@ class _Link(asyncio.Protocol):
         try:
             for message in self._decoder.feed(data):
                 if type(message) is tuple:
-                    # a successful answer (msgid, result), taken apart by the decoder
+                    # a successful answer (msgid, value), taken apart and read by the decoder
                     answer = calls.pop(message[0], None)
                     if answer is not None and not answer.done():
-                        answer.set_result((None, message[1]))
+                        answer.set_result(message[1])
                 else:
                     self._receive(message)
         except wire.FrameTooLarge as error:
@@ -351,32 +342,67 @@ class _Link(asyncio.Protocol):
             self._writable = self._loop.create_future()
         await asyncio.shield(self._writable)
 
-    def send(
-        self, handler: str, payload: bytes, timeout: float | None
-    ) -> tuple[int, asyncio.Future[Any]]:
-        """Writes the request (``timeout``: the seconds left to its deadline, or None);
-        returns its msgid and the future of its answer."""
-        if self.broken or self._transport is None:
-            raise TransientRpcError(f"worker at {self._shared.address}: connection lost")
+    def call(self, handler: str, value: Any, timeout: float | None) -> _Sent | None:
+        """Sends the call at once if it is a common one: on a socket that takes writes, a
+        plain payload packed in the request by the core (:func:`wire.call`), a request within
+        the limit; returns what :meth:`_Shared.send` returns. None otherwise, having sent
+        nothing: the caller packs and checks the call step by step (:meth:`send`)."""
+        if self.broken or self.paused:
+            return None
         msgid = self._next_msgid
+        frame = wire.call(msgid, handler, value, timeout)
+        if frame is None or len(frame) > self._limit:
+            return None
+        # What _start does, written out: a call fewer on every call.
         self._next_msgid = (msgid + 1) & 0xFFFFFFFF
-        frame = wire.request(msgid, handler, payload, timeout)
-        if len(frame) > self._limit:
-            raise ValueError(
-                f"the task for handler {handler!r} is {len(frame)} bytes, over the limit of"
-                f" {self._limit} (this side's or the worker's at {self._shared.address})"
-            )
         answer = self._loop.create_future()
         calls = self._calls
         if calls or self._unsent:
             self._write(frame)
         else:  # an idle socket: no request to batch with, so none to wait a turn for
-            self._transport.write(frame)
+            cast(asyncio.Transport, self._transport).write(frame)
         calls[msgid] = answer
         if self._ping_timer is None:
             self._last_heard = self._loop.time()
             self._ping_timer = self._loop.call_later(self._shared.ping[0], self._check_alive)
-        return msgid, answer
+        if timeout is not None:
+            self._shared.deadlines.add(self._loop.time() + timeout, answer)
+        return self, msgid, answer
+
+    def send(
+        self, handler: str, payload: bytes, timeout: float | None, deadline: float | None
+    ) -> _Sent:
+        """Writes the request (``timeout``: the seconds left to its ``deadline``, a
+        ``loop.time()``; both None for none); returns what :meth:`_Shared.send` returns."""
+        if self.broken or self._transport is None:
+            raise TransientRpcError(f"worker at {self._shared.address}: connection lost")
+        msgid = self._next_msgid
+        frame = wire.request(msgid, handler, payload, timeout)
+        if len(frame) > self._limit:
+            self._next_msgid = (msgid + 1) & 0xFFFFFFFF
+            raise ValueError(
+                f"the task for handler {handler!r} is {len(frame)} bytes, over the limit of"
+                f" {self._limit} (this side's or the worker's at {self._shared.address})"
+            )
+        return self._start(msgid, frame, deadline)
+
+    def _start(self, msgid: int, frame: bytes, deadline: float | None) -> _Sent:
+        """Writes ``frame``, the request of call ``msgid``; registers its answer and
+        ``deadline``. (:meth:`call` does the same, written out.)"""
+        self._next_msgid = (msgid + 1) & 0xFFFFFFFF
+        answer = self._loop.create_future()
+        calls = self._calls
+        if calls or self._unsent:
+            self._write(frame)
+        else:  # an idle socket: no request to batch with, so none to wait a turn for
+            cast(asyncio.Transport, self._transport).write(frame)
+        calls[msgid] = answer
+        if self._ping_timer is None:
+            self._last_heard = self._loop.time()
+            self._ping_timer = self._loop.call_later(self._shared.ping[0], self._check_alive)
+        if deadline is not None:
+            self._shared.deadlines.add(deadline, answer)
+        return self, msgid, answer
 
     def cancel(self, msgid: int) -> None:
         """Forgets the call and tells the worker to cancel it."""
@@ -419,12 +445,19 @@ class _Link(asyncio.Protocol):
         if answer.done():
             return
         if error is None and isinstance(result, bytes):
-            answer.set_result((None, result))
+            try:
+                value = wire.unpack_value(result, "the result")
+            except MalformedMessage as unreadable:
+                answer.set_exception(_Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable)))
+            else:
+                answer.set_result(value)
             return
         try:
-            answer.set_result((wire.read_error(error), None))
+            kind, type_name, message = wire.read_error(error)
         except MalformedMessage as unreadable:
             answer.set_exception(RpcError(f"worker at {self._shared.address}: {unreadable}"))
+        else:
+            answer.set_exception(_Failed(kind, type_name, message))
 
     def _check_alive(self) -> None:
         self._ping_timer = None
@@ -476,12 +509,17 @@ class _Link(asyncio.Protocol):
 
 _registries: Registries[_Key, _Shared] = Registries(_Shared)
 
-_Sent = tuple[_Link, int, "asyncio.Future[tuple[tuple[str, str, str] | None, Any]]"]
+_Sent = tuple[_Link, int, "asyncio.Future[Any]"]
 """A call on its way: the link it went on, its msgid, the future of its answer."""
 
 
 class _Expired(Exception):
     """Set on a call's answer when its deadline passes before the worker answered."""
+
+
+class _Failed(Exception):
+    """Set on a call's answer when the worker answered an error, or a result this side cannot
+    read: ``args`` are the error's kind, type and message."""
 
 
 def _expire(answer: asyncio.Future[Any]) -> None:

@@ -4,16 +4,17 @@ announced through discovery while it runs."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import logging
 import os
 import stat
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping
+from contextvars import copy_context
 from types import CoroutineType, MappingProxyType
 from typing import Any, cast
 
+from shardline._core import coroutine_send
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.host_port import join_host_port, split_host_port
 from shardline.transport import msgpack_wire as wire
@@ -349,8 +350,12 @@ class _Link(asyncio.Protocol):
                     return
         finally:
             self._receiving = False
-            if self._unsent:
-                self._flush()
+            unsent = self._unsent
+            if unsent:  # _flush, without its call
+                self._unsent = []
+                transport = self._transport
+                if transport is not None and not transport.is_closing():
+                    transport.write(b"".join(unsent))
 
     def _drop(self, reason: str) -> None:
         logger.error("closing the connection of %s: %s", self._peer, reason)
@@ -409,11 +414,26 @@ class _Link(asyncio.Protocol):
         except MalformedMessage as error:
             self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
             return
-        self._dispatch(msgid, name, payload, seconds)
+        try:
+            argument = wire.unpack_value(payload, "the payload")
+        except MalformedMessage as error:
+            self._dispatch(msgid, name, None, seconds, error)
+            return
+        self._dispatch(msgid, name, argument, seconds)
 
-    def _dispatch(self, msgid: int, name: str, payload: bytes, seconds: float | None) -> None:
-        """A well-formed dispatch request (the decoder hands these over already taken apart)."""
-        if msgid in self.calls:
+    def _dispatch(
+        self,
+        msgid: int,
+        name: str,
+        argument: Any,
+        seconds: float | None,
+        unreadable: MalformedMessage | None = None,
+    ) -> None:
+        """A well-formed dispatch request, its payload read (``argument``), or not
+        (``unreadable`` says why). The decoder hands these over already taken apart, the
+        payload read; those whose payload it cannot read come through :meth:`_request`."""
+        calls = self.calls
+        if msgid in calls:
             raise MalformedMessage(f"msgid {msgid} is already in flight")
         state = self._state
         if state.stopping:
@@ -421,7 +441,7 @@ class _Link(asyncio.Protocol):
                 msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker is stopping"
             )
             return
-        if len(self.calls) >= state.max_in_flight:
+        if len(calls) >= state.max_in_flight:
             self._answer_error(
                 msgid,
                 wire.BUSY,
@@ -438,19 +458,18 @@ class _Link(asyncio.Protocol):
                 f"no handler named {name!r} (this worker serves: {state.served})",
             )
             return
-        # The payload, then the handler's own coroutine up to its first wait, run here, in a
-        # copy of the context as a task would: a handler that answers at once (most of them)
-        # costs no task, no coroutine of this class and no turn of the loop; one that waits
-        # goes on as a task (_run) from where it waits. An exception of the first step is
-        # answered here as _run would answer it.
-        try:
-            argument = wire.unpack_value(payload, "the payload")
-        except MalformedMessage as error:
-            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
+        if unreadable is not None:
+            self._answer_error(
+                msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {unreadable}"
+            )
             return
+        # The handler's own coroutine up to its first wait, run here, in a copy of the context
+        # as a task would: a handler that answers at once (most of them) costs no task, no
+        # coroutine of this class and no turn of the loop; one that waits goes on as a task
+        # (_run) from where it waits. An exception of the first step is answered here as _run
+        # would answer it.
         handler, is_async = entry
-        loop = self._loop
-        context = contextvars.copy_context()
+        context = copy_context()
         if is_async:
             try:
                 handling = context.run(handler, argument)
@@ -464,27 +483,39 @@ class _Link(asyncio.Protocol):
                 return
         else:
             handling = asyncio.to_thread(handler, argument)
+        loop = self._loop
         try:
             if type(handling) is CoroutineType:
-                waiting_on = context.run(handling.send, None)
-                call = loop.create_task(
-                    self._run(msgid, name, Rest(handling, waiting_on), seconds), context=context
+                # (its return told apart without a StopIteration)
+                returned, value = context.run(coroutine_send, handling, None)
+                call = (
+                    None
+                    if returned
+                    else loop.create_task(
+                        self._run(msgid, name, Rest(handling, value), seconds), context=context
+                    )
                 )
             else:  # another awaitable (a handler marked a coroutine function): awaited by _run
-                started = start_eagerly(loop, self._run(msgid, name, handling, seconds))
-                if started is None:
+                call = start_eagerly(loop, self._run(msgid, name, handling, seconds))
+                if call is None:
                     return  # answered already: it did not wait
-                call = started
-        except StopIteration as done:
-            self._write(self._result(msgid, name, done.value))
-            return
         except asyncio.CancelledError:
             self._write(_stopped(msgid))
             return
         except Exception as error:
             self._write(_failed(msgid, name, error))
             return
-        self.calls[msgid] = call
+        if call is None:
+            # The common answer, written here (what _result and _write do, without their
+            # calls): a plain result within the limit, sent at the end of data_received,
+            # which is where _dispatch runs.
+            frame = wire.answer(msgid, value)
+            if frame is not None and len(frame) <= self._answer_limit:
+                self._unsent.append(frame)
+            else:
+                self._write(self._result(msgid, name, value))
+            return
+        calls[msgid] = call
         call.add_done_callback(functools.partial(self._finished, msgid))
         if seconds is not None:
             if self._deadlines is None:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from shardline._core import (
     MsgpackReader,
     msgpack_answer,
+    msgpack_call,
     msgpack_plain,
     msgpack_request,
     msgpack_result,
@@ -74,6 +75,7 @@ __all__ = [
     "FrameTooLarge",
     "MalformedMessage",
     "answer",
+    "call",
     "cancel",
     "error",
     "hello",
@@ -135,11 +137,12 @@ class FrameDecoder(MsgpackReader):
     stream has lost its framing) and the connection must be closed.
 
     Each message is its decoded value (lists, dicts, str, bytes, int, float, bool, None),
-    except, with ``fast="requests"``, a well-formed dispatch request after the first message,
-    which is ``(msgid, handler, payload, timeout)`` (``payload`` the bin, ``timeout`` None or
-    seconds as :func:`read_timeout` reads them), and with ``fast="answers"`` a successful
-    answer after the first message, ``(msgid, result)``; any other message, well-formed or
-    not, is its decoded value.
+    except, with ``fast="requests"``, a well-formed dispatch request after the first message
+    whose payload is readable, which is ``(msgid, handler, argument, timeout)`` (``argument``
+    the value packed in the payload bin, as :func:`unpack_value` reads it, ``timeout`` None
+    or seconds as :func:`read_timeout` reads them), and with ``fast="answers"`` a successful
+    answer after the first message whose result is readable, ``(msgid, value)`` (``value``
+    read likewise); any other message, well-formed or not, is its decoded value.
 
     Implementation notes: the Rust core's ``MsgpackReader`` does a read's work in one call:
     it finds each message's end (resuming an unfinished one where it stopped), refuses one
@@ -230,6 +233,15 @@ def read_hello(message: Any, peer: str) -> int:
 request = msgpack_request
 """``request(msgid, handler, payload, timeout)``: the dispatch request ``[0, msgid,
 "shardline.dispatch", [handler, payload bin, timeout]]`` packed (in the Rust core)."""
+
+
+call = msgpack_call
+"""``call(msgid, handler, value, timeout)``: :func:`request` with ``value`` packed as the
+payload (both in the Rust core, byte for byte as msgpack-python packs them) and ``timeout``
+the seconds left, a negative count sent as 0; None unless ``value`` is a plain value (see
+:data:`answer`), ``handler`` a str UTF-8 can carry and ``timeout`` None, a float or an int
+(exactly those types): the caller then packs and checks the call step by step (see
+:func:`pack_value`), which sends it or says why not."""
 
 
 def ping(msgid: int) -> bytes:
