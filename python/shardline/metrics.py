@@ -417,13 +417,14 @@ def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
     )
     not_admitted = CounterMetricFamily(
         "shardline_proxy_not_admitted",
-        "Workers discovery announced that the pool refused: it was at its lease.",
+        "Workers discovery announced that the pool refused: it was at its lease, or no "
+        "connection could be made to the record.",
         labels=labels,
     )
     evictions = CounterMetricFamily(
         "shardline_proxy_evictions",
         "Workers that left the pool, by reason: broken (a non-transient RpcError), dropped "
-        "(by discovery).",
+        "(by discovery), unconnectable (no connection could be made to its new record).",
         labels=[*labels, "reason"],
     )
     latency = HistogramMetricFamily(

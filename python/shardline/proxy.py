@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, cast
 
 from shardline._tasks import cancel_and_wait
 from shardline.balancers.explanation import (
@@ -41,9 +41,10 @@ class Connection(Protocol):
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
 
 
-EVICTION_REASONS = ("broken", "dropped")
+EVICTION_REASONS = ("broken", "dropped", "unconnectable")
 """Why a worker left the pool: ``broken`` (its dispatch raised an ``RpcError`` that is not
-transient), ``dropped`` (discovery said ``worker-dropped``)."""
+transient), ``dropped`` (discovery said ``worker-dropped``), ``unconnectable`` (``connect``
+raised on its new record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,11 @@ class ProxyStats:
     offered no worker more (not those a balancer raises itself, such as a keyed one finding no
     route). ``workers`` is the pool's size now; ``admissions``, ``refreshes`` (a pooled
     worker's connection replaced after ``worker-added`` or ``worker-updated``) and
-    ``not_admitted`` (a ``worker-added`` refused at the lease) count discovery's effects, and
-    ``evictions`` the workers that left the pool by reason (every one of
-    ``EVICTION_REASONS``, 0 until it happens). ``latency`` is the dispatch latency histogram,
+    ``not_admitted`` (a ``worker-added`` refused at the lease, or whose record ``connect``
+    raised on) count discovery's effects, and ``evictions`` the workers that left the pool by
+    reason (every one of ``EVICTION_REASONS``, 0 until it happens: ``unconnectable`` is a
+    pooled worker whose new record ``connect`` raised on, so its old address, superseded, is
+    not used either). ``latency`` is the dispatch latency histogram,
     None until :meth:`WorkerProxy.measure_latency` was called; on the round-robin native path
     it times a sample, one dispatch in 8 (see :class:`DispatchLatency`).
     """
@@ -327,7 +330,11 @@ class WorkerProxy:
             return
         pooled = self._context.workers.get(metadata.uid)
         if pooled is not None and event.type in ("worker-added", "worker-updated"):
-            connection = self._connect(metadata)
+            connection = self._connection_for(metadata)
+            if connection is _UNCONNECTABLE:
+                if self._evict(metadata):
+                    self._evictions["unconnectable"] += 1
+                return
             self._context.update_worker(metadata, connection)
             if connection is not pooled[1]:
                 _close(pooled[1])
@@ -335,7 +342,11 @@ class WorkerProxy:
             logger.info("worker %s refreshed: now at %s", metadata.uid, metadata.address)
         elif event.type == "worker-added":
             if self._lease is None or len(self._context) < self._lease:
-                self._context.add_worker(metadata, self._connect(metadata))
+                connection = self._connection_for(metadata)
+                if connection is _UNCONNECTABLE:
+                    self._not_admitted += 1
+                    return
+                self._context.add_worker(metadata, connection)
                 self._admissions += 1
                 logger.info("worker %s at %s admitted", metadata.uid, metadata.address)
             else:
@@ -343,6 +354,22 @@ class WorkerProxy:
                 logger.info("worker %s not admitted: the pool is at its lease", metadata.uid)
         elif event.type != "worker-updated":
             logger.warning("discovery event of unknown type %r skipped", event.type)
+
+    def _connection_for(self, metadata: WorkerMetadata) -> Connection:
+        """``connect(metadata)``, or ``_UNCONNECTABLE`` when it raises (``connect`` may return
+        anything, None included): one record the proxy cannot reach (a malformed address, an
+        unknown scheme) is logged and skipped, and the stream goes on (the second safety rule
+        in docs/architecture.md)."""
+        try:
+            return self._connect(metadata)
+        except Exception as error:
+            logger.warning(
+                "worker %s at %r skipped: no connection can be made to it: %s",
+                metadata.uid,
+                metadata.address,
+                error,
+            )
+            return _UNCONNECTABLE
 
     def _evict(self, metadata: WorkerMetadata) -> bool:
         """Evicts the uid, whichever connection it holds now (a refresh may have landed);
@@ -542,6 +569,10 @@ def _exhausted(task: Any, tried: Mapping[uuid.UUID, Exception | None]) -> NoWork
     return NoWorkersAvailable(
         f"no worker could take the task {task!r}: tried {', '.join(shown)}{more}"
     )
+
+
+_UNCONNECTABLE: Final[Connection] = cast(Connection, object())
+"""What ``WorkerProxy._connection_for`` returns for a record ``connect`` raised on."""
 
 
 def _close(connection: Connection) -> None:

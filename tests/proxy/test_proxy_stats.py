@@ -195,7 +195,7 @@ async def test_a_scripted_run_counts_every_outcome(balancer: Any) -> None:
         admissions=3 + 2,
         refreshes=1,
         not_admitted=1,
-        evictions={"broken": 3, "dropped": 2},
+        evictions={"broken": 3, "dropped": 2, "unconnectable": 0},
         latency=latency,
     )
     assert (latency.bounds[0], latency.bounds[-1]) == (0.000025, 10.0)
