@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from hypothesis import settings
@@ -21,6 +22,7 @@ from support.async_runner import run_async_test
 from support.etcd_server import EtcdServer
 from support.pg_server import PgServer
 from support.picodata_cluster import PicodataCluster
+from support.server_process import ServerProcess
 from support.worker_processes import Backend
 
 # Property tests check behaviour, not speed: on a shared, loaded machine a per-example deadline
@@ -42,6 +44,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
+Server = TypeVar("Server", bound=ServerProcess)
+
+
+def _running(server: Server) -> Iterator[Server]:
+    """``server`` started for a fixture's life and closed after it (also if it fails to start)."""
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture
 def topology() -> Topology:
     t = Topology()
@@ -52,12 +66,7 @@ def topology() -> Topology:
 @pytest.fixture(scope="session")
 def etcd() -> Iterator[EtcdServer]:
     """A real etcd on free loopback ports; a test that cannot have it fails, never skips."""
-    server = EtcdServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    yield from _running(EtcdServer())
 
 
 @pytest.fixture(scope="session")
@@ -65,36 +74,21 @@ def pg() -> Iterator[PgServer]:
     """A real PostgreSQL on a free loopback port (`tests/support/pg_server.py`); a test that
     cannot have it fails, never skips. Tests share the server: each takes its own database with
     `pg.create_database()` (or its own server, if it restarts or reconfigures it)."""
-    server = PgServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    yield from _running(PgServer())
 
 
 @pytest.fixture(scope="session")
 def etcd_ipv6() -> Iterator[EtcdServer]:
     """A real etcd serving clients on the IPv6 loopback (``http://[::1]:port``), shared like
     ``etcd``; take it only in a test marked ``support.ipv6.requires_ipv6``."""
-    server = EtcdServer(host="::1")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    yield from _running(EtcdServer(host="::1"))
 
 
 @pytest.fixture(scope="session")
 def pg_ipv6() -> Iterator[PgServer]:
     """A real PostgreSQL listening on the IPv6 loopback only (``[::1]``), shared like ``pg``;
     take it only in a test marked ``support.ipv6.requires_ipv6``."""
-    server = PgServer(host="::1")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    yield from _running(PgServer(host="::1"))
 
 
 @pytest.fixture(scope="module", params=balancer_driving.PROTOCOLS)
