@@ -765,7 +765,8 @@ fn frame_with_value<'py>(
             }
             frame
         }
-        // (pack_plain runs no Python code, so nothing re-enters; were it to, a buffer of its own)
+        // re-entered: pack_plain runs no Python code, but allocating the frame's bytes object
+        // can start a collection whose finalizer sends a frame; that one gets a buffer of its own
         Err(_) => write(&mut Vec::new()),
     })
 }
