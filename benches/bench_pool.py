@@ -20,6 +20,9 @@ address; the two membership rows differ by that path), so this floor is high by 
 difference of those rows, and its ratio a little under the most any pool behind these two calls
 could reach.
 
+``record construction, interleaved``: a ``WorkerMetadata`` made with keywords as discovery
+makes one, shardline's and wool's back to back (shardline's keeps its uid's key when made).
+
 And ``round-robin decision``: one ``delegate`` driven to its first candidate, which succeeds,
 or (issue 12) one ``select`` for the first candidate, with 8 and 1,024 workers; ``round-robin
 decision, interleaved`` times shardline's ``select`` and wool's ``delegate`` back to back.
@@ -168,6 +171,33 @@ def test_pool_operation_interleaved(
         benchmark, per_call, ours, theirs, CALLS, impl=f"shardline vs wool {op}, {size:,} workers"
     )
     assert len(made["shardline"].workers) == len(made["wool"].workers) == size
+
+
+def test_record_construction_interleaved(benchmark: Any, per_call: Callable[..., Any]) -> None:
+    """A record made as discovery makes one (keywords), shardline's and wool's back to back:
+    shardline's ``WorkerMetadata`` keeps its uid's key when it is made (issue 12), which the
+    admit + evict rows no longer pay."""
+    from wool.runtime.worker.metadata import WorkerMetadata as WoolMetadata
+
+    from .bench_goals import interleave
+
+    uids = [uuid.UUID(int=n + 1) for n in range(CALLS)]
+
+    def ours() -> Any:
+        made = None
+        for uid in uids:
+            made = WorkerMetadata(uid=uid, address="127.0.0.1:10000", pid=1, version="1")
+        return made
+
+    def theirs() -> Any:
+        made = None
+        for uid in uids:
+            made = WoolMetadata(uid=uid, address="127.0.0.1:10000", pid=1, version="1")
+        return made
+
+    assert ours().uid == theirs().uid == uids[-1]
+    benchmark.group = "record construction, interleaved"
+    interleave(benchmark, per_call, ours, theirs, CALLS, impl="shardline vs wool record")
 
 
 def delegate_decisions(

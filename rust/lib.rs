@@ -15,6 +15,7 @@ mod instance;
 mod int_arrays;
 mod int_key_lanes;
 mod key_encoding;
+mod keyed_record;
 mod lua_tostring;
 mod map_clear;
 mod map_stats;
@@ -47,6 +48,8 @@ mod _core {
     use crate::events::parse_bucket_row;
     #[pymodule_export]
     use crate::instance::Instance;
+    #[pymodule_export]
+    use crate::keyed_record::KeyedRecord;
     #[pymodule_export]
     use crate::map_stats::MapStats;
     #[pymodule_export]

@@ -15,6 +15,7 @@ use rustc_hash::FxHashSet;
 
 use crate::dispatch_times::{DispatchTimes, BOUNDS, SAMPLE_EVERY};
 use crate::gil_lock::GilLock;
+use crate::keyed_record::KeyedRecord;
 use crate::tally::Tally;
 use crate::workers_view::WorkersView;
 
@@ -161,8 +162,11 @@ struct AddressFilter {
 impl AddressFilter {
     /// 2**18 bits (32 KiB): few false hits up to some thousands of workers.
     const BITS: u32 = 18;
-    /// Rebuilt once this many more addresses were put in it than are pooled, so churn does not
-    /// fill it; rebuilding clears every word, so it is rare enough to cost little per write.
+    /// Rebuilt once this many more addresses were put in it than are pooled, plus as many as
+    /// are pooled, so churn does not fill it; rebuilding clears every word and visits every
+    /// pooled address, so it comes at most once per that many writes: O(1) per write, whatever
+    /// the pool's size (with a fixed margin alone, a pool of 100,000 workers rebuilt every
+    /// 32,768 admissions, 3 addresses visited per admission).
     const REBUILD_AFTER: usize = 1 << (Self::BITS - 3);
 
     fn new() -> Self {
@@ -177,6 +181,11 @@ impl AddressFilter {
         // the rest over the table.
         let hash = ((address >> 4) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - Self::BITS);
         ((hash >> 6) as usize, 1 << (hash & 63))
+    }
+
+    /// How many addresses may have been put in since the last rebuild, for `pooled` entries.
+    fn rebuild_after(pooled: usize) -> usize {
+        2 * pooled + Self::REBUILD_AFTER
     }
 
     fn may_contain(&self, address: usize) -> bool {
@@ -197,12 +206,12 @@ impl AddressFilter {
     fn note(&self, entries: &mut Entries, address: usize) {
         self.insert(address);
         entries.filtered += 1;
-        if entries.filtered > entries.index.len() + Self::REBUILD_AFTER {
+        if entries.filtered > Self::rebuild_after(entries.index.len()) {
             for word in &self.words {
                 word.store(0, Ordering::Relaxed);
             }
-            for entry in entries.live() {
-                self.insert(entry.uid_address());
+            for &address in entries.by_address.keys() {
+                self.insert(address);
             }
             entries.filtered = entries.index.len();
         }
@@ -383,7 +392,9 @@ impl Entries {
 ///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a
-///     `uuid.UUID` in Python; a second index by the uid object's address finds the pooled
+///     `uuid.UUID` in Python; a `WorkerMetadata` brings its uid and key along (its base,
+///     [`KeyedRecord`], kept them when it was made), so admitting, refreshing and evicting it
+///     read no attribute at all. A second index by the uid object's address finds the pooled
 ///     object itself (what `uids()` hands out and `remove_worker` usually gets back) without
 ///     even reading `uid.int`, and a lock-free filter of those addresses sends most other
 ///     objects straight to the key. Entries keep admission order in a vector with holes, so a refresh
@@ -491,11 +502,25 @@ impl WorkerPool {
     }
 }
 
+/// The uid object and key of the worker `metadata` describes: those a [`KeyedRecord`] kept
+/// when it was made, else read from `metadata.uid` and its `int`.
+fn uid_of(metadata: &Bound<'_, PyAny>) -> PyResult<(Py<PyAny>, u128)> {
+    let py = metadata.py();
+    if let Ok(record) = metadata.cast::<KeyedRecord>() {
+        if let Some((uid, key)) = record.get().kept() {
+            return Ok((uid.clone_ref(py), *key));
+        }
+    }
+    let uid = metadata.getattr(intern!(py, "uid"))?;
+    let key = key_of(&uid)?;
+    Ok((uid.unbind(), key))
+}
+
 fn entry_of(metadata: &Bound<'_, PyAny>, connection: &Bound<'_, PyAny>) -> PyResult<Entry> {
-    let uid = metadata.getattr(intern!(metadata.py(), "uid"))?;
+    let (uid, key) = uid_of(metadata)?;
     Ok(Entry {
-        key: key_of(&uid)?,
-        uid: uid.unbind(),
+        key,
+        uid,
         metadata: metadata.clone().unbind(),
         connection: connection.clone().unbind(),
         load: Load::default(),
@@ -555,6 +580,15 @@ impl WorkerPool {
     /// Evicts the worker `metadata.uid`; a no-op when it is not pooled.
     fn remove_worker(&self, metadata: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = metadata.py();
+        if let Ok(record) = metadata.cast::<KeyedRecord>() {
+            if let Some((_, key)) = record.get().kept() {
+                // the key is at hand: no address lookup to spare reading it
+                let removed = self.entries.write(py).remove(Who::Key(*key));
+                // the guard is gone: the removed objects' finalizers may use the pool
+                drop(removed);
+                return Ok(());
+            }
+        }
         let uid = metadata.getattr(intern!(py, "uid"))?;
         let address = uid.as_ptr() as usize;
         let removed = if self.addresses.may_contain(address) {
@@ -831,27 +865,40 @@ mod tests {
         let mut entries = Entries::default();
         pyo3::Python::initialize();
         pyo3::Python::attach(|py| {
-            // Churn past several rebuilds: admit one, evict the one before.
-            let uids: Vec<_> = (0..3 * AddressFilter::REBUILD_AFTER as u128 + 5)
-                .map(|key| (key, key.into_pyobject(py).unwrap().into_any().unbind()))
-                .collect();
-            for (index, (key, uid)) in uids.iter().enumerate() {
+            let admit = |entries: &mut Entries, key: u128| {
+                let uid = key.into_pyobject(py).unwrap().into_any().unbind();
+                let address = uid.as_ptr() as usize;
                 entries.put(super::Entry {
-                    key: *key,
-                    uid: uid.clone_ref(py),
+                    key,
+                    uid,
                     metadata: py.None(),
                     connection: py.None(),
                     load: Load::default(),
                 });
-                filter.note(&mut entries, uid.as_ptr() as usize);
-                if index > 0 {
-                    entries.remove(Who::Key(*key - 1));
-                }
-                assert!(entries
-                    .live()
-                    .all(|entry| filter.may_contain(entry.uid_address())));
+                filter.note(entries, address);
+            };
+            // A pool that stays, then churn past several rebuilds: admit one, evict the one
+            // before.
+            let stays = 1000u128;
+            for key in 0..stays {
+                admit(&mut entries, key);
             }
-            assert!(entries.filtered <= entries.index.len() + AddressFilter::REBUILD_AFTER);
+            let churn = 3 * AddressFilter::rebuild_after(stays as usize + 1) as u128;
+            for key in stays..stays + churn {
+                admit(&mut entries, key);
+                assert!(entries.filtered <= AddressFilter::rebuild_after(entries.index.len()));
+                if key > stays {
+                    entries.remove(Who::Key(key - 1));
+                }
+                if key % 4096 == 0 {
+                    assert!(entries
+                        .live()
+                        .all(|entry| filter.may_contain(entry.uid_address())));
+                }
+            }
+            assert!(entries
+                .live()
+                .all(|entry| filter.may_contain(entry.uid_address())));
         });
     }
 

@@ -10,6 +10,7 @@ __all__ = [
     "BucketPayload",
     "BucketRange",
     "Instance",
+    "KeyedRecord",
     "MapStats",
     "MsgpackReader",
     "PoolRotationSelect",
@@ -231,6 +232,22 @@ def msgpack_call(msgid: int, handler: str, value: Any, timeout: object) -> bytes
 def msgpack_result(msgid: int, result: bytes | None) -> bytes: ...
 def msgpack_answer(msgid: int, value: Any) -> bytes | None: ...
 def msgpack_plain(value: Any) -> bytes | None: ...
+
+@disjoint_base
+class KeyedRecord:
+    def __new__(
+        cls,
+        uid: Any = None,
+        address: Any = None,
+        pid: Any = None,
+        version: Any = None,
+        tags: Any = None,
+        extra: Any = None,
+        published: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Self: ...
+    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]: ...
 
 @disjoint_base
 class WorkerPool:

@@ -11,11 +11,21 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from shardline._core import KeyedRecord
+
 __all__ = ["DiscoveryEvent", "DiscoveryEventType", "WorkerMetadata"]
 
 
+_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+
+
+def _no_extra() -> Mapping[str, Any]:
+    # one shared empty mapping: read-only, and its dict is referenced nowhere else
+    return _NO_EXTRA
+
+
 @dataclass(frozen=True, slots=True)
-class WorkerMetadata:
+class WorkerMetadata(KeyedRecord):
     """One worker's record, as discovery announces it.
 
     Identity is ``uid``: two records with the same uid describe the same worker, whatever else
@@ -25,6 +35,11 @@ class WorkerMetadata:
     version of the record was published, when the record carries one (``None`` otherwise: a
     record from an older publisher, or one no publisher wrote). It takes no part in comparing
     records: the same record published again is equal to the one before.
+
+    Implementation notes:
+        Its base, the core's ``KeyedRecord``, keeps the uid and its 128-bit integer when the
+        record is made, so the pool admits, refreshes and evicts it without reading
+        ``metadata.uid`` or ``uid.int`` (records of other types are read, as before).
     """
 
     uid: uuid.UUID
@@ -32,7 +47,7 @@ class WorkerMetadata:
     pid: int
     version: str
     tags: frozenset[str] = frozenset()
-    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    extra: Mapping[str, Any] = field(default_factory=_no_extra)
     published: float | None = field(default=None, compare=False)
 
 

@@ -1,15 +1,22 @@
 """The pool finds the pooled uid object itself without reading ``uid.int`` (issue 12, section 3),
-and answers exactly as by key for every other object that names a worker."""
+and answers exactly as by key for every other object that names a worker. A
+:class:`WorkerMetadata` carries its uid and key from when it was made, so admitting, refreshing
+and evicting it read neither ``metadata.uid`` nor ``uid.int``; any other record type is read."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import inspect
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shardline import LoadBalancerContext, WorkerMetadata
+from shardline._core import KeyedRecord
 
 
 class CountingUid:
@@ -68,27 +75,102 @@ def test_an_equal_uid_object_still_finds_the_worker_and_takes_over_the_address_i
     assert twin not in pool
 
 
+class CountingMetadata(WorkerMetadata):
+    """A WorkerMetadata that counts how often its ``uid`` attribute is read."""
+
+    uid_reads = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "uid":
+            type(self).uid_reads += 1
+        return super().__getattribute__(name)
+
+
+def test_a_worker_metadata_is_admitted_refreshed_and_evicted_on_the_key_it_was_made_with() -> None:
+    pool = LoadBalancerContext()
+    uid = CountingUid(7)
+    record = CountingMetadata(uid=uid, address="h:1", pid=1, version="1")  # type: ignore[arg-type]
+    assert uid.reads == 1  # made: the key is read once
+    CountingMetadata.uid_reads = 0
+    pool.add_worker(record, "a")
+    assert pool.update_worker(record, "b")
+    assert pool.workers[uuid.UUID(int=7)] == (record, "b")  # type: ignore[index]
+    pool.remove_worker(record)
+    assert len(pool) == 0
+    assert (uid.reads, CountingMetadata.uid_reads) == (1, 0)
+    # an equal uid in a distinct record, not the pooled one: evicted by the key it carries
+    pool.add_worker(record, "a")
+    twin = CountingMetadata(uid=CountingUid(7), address="h:2", pid=2, version="1")  # type: ignore[arg-type]
+    pool.remove_worker(twin)
+    assert len(pool) == 0
+    assert CountingMetadata.uid_reads == 0
+
+
+def test_the_record_base_names_the_fields_of_worker_metadata_in_order() -> None:
+    # the base matches these keywords in place; one it does not name would cost a dict
+    named = list(inspect.signature(KeyedRecord).parameters)
+    fields = [field.name for field in dataclasses.fields(WorkerMetadata)]
+    assert named[: len(fields)] == fields
+
+
+def test_copies_and_replacements_of_a_record_carry_its_key() -> None:
+    record = WorkerMetadata(
+        uid=uuid.UUID(int=7), address="h:1", pid=1, version="1", extra={"zone": "a"}
+    )
+    pool = LoadBalancerContext()
+    pool.add_worker(record, "a")
+    copies = [
+        copy.copy(record),
+        copy.deepcopy(record),
+        dataclasses.replace(record, address="h:2"),
+    ]
+    for made in copies:
+        assert made.uid == record.uid
+        assert pool.update_worker(made, "b")
+        assert pool.workers[record.uid] == (made, "b")
+    pool.remove_worker(copies[-1])
+    assert len(pool) == 0
+
+
+def test_a_record_whose_uid_has_no_int_is_made_and_refused_by_the_pool_as_before() -> None:
+    record = WorkerMetadata(uid="not-a-uuid", address="h:1", pid=1, version="1")  # type: ignore[arg-type]
+    pool = LoadBalancerContext()
+    with pytest.raises(AttributeError):
+        pool.add_worker(record, "a")
+    with pytest.raises(AttributeError):
+        pool.add_worker(Record("not-a-uuid"), "a")
+    assert len(pool) == 0
+
+
 # Operations on a few workers, each named through one of two equal uid objects, so that both
-# lookups (by the pooled object's address, and by key) are exercised against each other.
+# lookups (by the pooled object's address, and by key) are exercised against each other, and
+# carried by a WorkerMetadata (which brings its key) or by a record of another type (read).
 operations = st.lists(
     st.tuples(
         st.sampled_from(["add", "update", "remove", "contains", "entry", "begin", "end"]),
         st.integers(0, 4),  # worker
         st.integers(0, 1),  # which of its two uid objects
+        st.booleans(),  # a WorkerMetadata, or a record of another type
     ),
     max_size=120,
 )
 
 
 @given(ops=operations)
-def test_lookups_by_any_uid_object_equal_a_uid_keyed_model(ops: list[tuple[str, int, int]]) -> None:
+def test_lookups_by_any_uid_object_equal_a_uid_keyed_model(
+    ops: list[tuple[str, int, int, bool]],
+) -> None:
     uids = [(uuid.UUID(int=n + 1), uuid.UUID(int=n + 1)) for n in range(5)]
     pool = LoadBalancerContext()
-    model: dict[uuid.UUID, tuple[WorkerMetadata, str]] = {}
+    model: dict[uuid.UUID, tuple[Any, str]] = {}
     inflight: dict[uuid.UUID, int] = {}
-    for step, (op, n, which) in enumerate(ops):
+    for step, (op, n, which, keyed) in enumerate(ops):
         uid = uids[n][which]
-        record = WorkerMetadata(uid=uid, address=f"h:{step}", pid=step, version="1")
+        record = (
+            WorkerMetadata(uid=uid, address=f"h:{step}", pid=step, version="1")
+            if keyed
+            else Record(uid)
+        )
         connection = f"conn-{step}"
         if op == "add":
             pool.add_worker(record, connection)
