@@ -1,5 +1,6 @@
 """The pool finds the pooled uid object itself without reading ``uid.int`` (issue 12, section 3),
-and answers exactly as by key for every other object that names a worker. A
+from the first lookup made with it on, and answers exactly as by key for every other object
+that names a worker. A
 :class:`WorkerMetadata` carries its uid and key from when it was made, so admitting, refreshing
 and evicting it read neither ``metadata.uid`` nor ``uid.int``; any other record type is read."""
 
@@ -39,12 +40,14 @@ class Record:
         self.uid = uid
 
 
-def test_the_pooled_uid_object_is_found_without_reading_its_int() -> None:
+def test_the_pooled_uid_object_is_found_without_reading_its_int_from_its_first_lookup_on() -> None:
     pool = LoadBalancerContext()
     uid = CountingUid(7)
     record = Record(uid)
     pool.add_worker(record, "conn")
     assert uid.reads == 1  # once, to key the entry
+    assert uid in pool  # the first lookup with it finds it by key, and indexes its address
+    assert uid.reads == 2
     assert uid in pool
     assert pool.entry(uid) == (record, "conn")
     assert pool.begin_dispatch(uid) == (record, "conn")
@@ -52,24 +55,38 @@ def test_the_pooled_uid_object_is_found_without_reading_its_int() -> None:
     assert pool.load(uid) == (0, 0.5)
     assert pool.uids() == [uid]
     pool.remove_worker(record)
-    assert uid.reads == 1
-    assert uid not in pool  # no longer pooled: found by key, which reads it again
     assert uid.reads == 2
+    assert uid not in pool  # no longer pooled: found by key, which reads it again
+    assert uid.reads == 3
+
+
+def test_a_worker_no_lookup_was_made_with_is_evicted_by_its_key() -> None:
+    pool = LoadBalancerContext()
+    uid = CountingUid(7)
+    pool.add_worker(Record(uid), "conn")
+    pool.remove_worker(Record(uid))
+    assert (uid.reads, len(pool)) == (2, 0)
+    assert uid not in pool
 
 
 def test_an_equal_uid_object_still_finds_the_worker_and_takes_over_the_address_index() -> None:
     pool = LoadBalancerContext()
     first, twin = CountingUid(7), CountingUid(7)
     pool.add_worker(Record(first), "a")
+    assert first in pool  # indexed
     assert twin in pool
     assert pool.entry(twin)[1] == "a"
-    # A refresh through the twin makes it the pooled object; the first is found by key.
+    # A refresh through the twin makes it the pooled object; from its first lookup on it is
+    # found by address, and the first object (no longer pooled) by key.
     pool.add_worker(Record(twin), "b")
     assert pool.uids() == [twin]
+    assert pool.entry(twin)[1] == "b"
     reads = twin.reads
     assert pool.entry(twin)[1] == "b"
     assert twin.reads == reads
+    reads = first.reads
     assert pool.entry(first)[1] == "b"
+    assert first.reads == reads + 1
     pool.remove_worker(Record(first))
     assert len(pool) == 0
     assert twin not in pool
