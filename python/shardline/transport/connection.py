@@ -20,7 +20,7 @@ from shardline.transport.wire import (
     Task,
     decode_reply,
     encode_request,
-    grpc_target,
+    grpc_record_target,
 )
 from shardline.workers import WorkerMetadata
 
@@ -44,7 +44,11 @@ class GrpcConnection:
     Must be made on a running event loop and used on that loop. ``credentials`` (a
     ``grpc.ChannelCredentials``) makes the channel secure; without them it is plaintext, which
     suits loopback. ``max_message_bytes`` bounds the requests sent and the replies accepted.
-    Use ``functools.partial(GrpcConnection, credentials=...)`` to give these to a proxy.
+    Use ``functools.partial(GrpcConnection, credentials=...)`` to give these to a proxy. An
+    address with no ``host:port`` after the scheme (a port from 1 to 65535; an IPv6 host in
+    brackets) is an :class:`~shardline.errors.InvalidAddress` naming it, raised here, before
+    anything is dialled, so a proxy skips such a record (``not_admitted``) instead of
+    evicting the worker at its first dispatch.
 
     ``await dispatch(task, timeout=None)`` runs the :class:`Task` on the worker and returns its
     handler's result. ``timeout`` (seconds) becomes the call's deadline, which the worker sees
@@ -86,11 +90,10 @@ class GrpcConnection:
     ) -> None:
         if max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+        target = grpc_record_target(metadata.address)
         self.metadata = metadata
         self._max_message_bytes = max_message_bytes
-        self._shared = acquire_channel(
-            grpc_target(metadata.address), credentials, max_message_bytes
-        )
+        self._shared = acquire_channel(target, credentials, max_message_bytes)
         self._finalizer = weakref.finalize(self, release, self._shared)
         # At exit the loop, and the channels on it, are gone already.
         self._finalizer.atexit = False
