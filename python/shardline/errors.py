@@ -9,6 +9,8 @@ argument, and a wait that runs out (a proxy's quorum, a ``LocalPool``'s start) a
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 __all__ = [
     "InstanceUnavailable",
     "InvalidAddress",
@@ -19,6 +21,7 @@ __all__ = [
     "NoWorkersAvailable",
     "PoolTimeout",
     "RpcError",
+    "RpcReason",
     "ShardlineError",
     "TierWithoutBuckets",
     "TransientRpcError",
@@ -93,13 +96,76 @@ class UnhashableKey(ShardlineError, TypeError):
     """A sharding-key value that the hashing scheme cannot encode (type or range)."""
 
 
+RpcReason = Literal[
+    "unspecified",
+    "unavailable",
+    "busy",
+    "shutting-down",
+    "cancelled",
+    "deadline",
+    "cannot-connect",
+    "connection-lost",
+    "unresponsive",
+    "closed",
+    "protocol",
+    "protocol-version",
+    "oversized",
+    "grpc-status",
+]
+"""Why a dispatch failed: the ``reason`` of an :class:`RpcError` (see there for each word)."""
+
+_RPC_REASONS: frozenset[str] = frozenset(get_args(RpcReason))
+
+
 class RpcError(ShardlineError):
-    """A dispatch to a worker failed; the proxy evicts the worker before trying another."""
+    """A dispatch to a worker failed; the proxy evicts the worker before trying another.
+
+    ``RpcError(message)`` is enough for a connection of one's own; the built-in transports
+    also say why, in words a caller can compare (``reason``, one vocabulary for both), and
+    name the worker (``address``, its record's address: ``msgpack+tcp://host:port``,
+    ``grpc://host:port``...). ``reason`` is one of :data:`RpcReason`:
+
+    - ``"unspecified"``: the default, when the raiser did not say;
+    - ``"unavailable"``: the worker refused the call for now (its handler raised
+      ``RetryElsewhere``); over gRPC, status ``UNAVAILABLE``, which also covers a worker that
+      cannot be reached or is stopping;
+    - ``"busy"``: the worker is overloaded (msgpack ``busy``, gRPC ``RESOURCE_EXHAUSTED``);
+    - ``"shutting-down"``: the worker is stopping (msgpack ``shutting_down``);
+    - ``"cancelled"``: the worker's side cancelled the call (gRPC ``CANCELLED``: a stopping
+      worker resets calls so);
+    - ``"deadline"``: the call's deadline passed, on either side (gRPC
+      ``DEADLINE_EXCEEDED``);
+    - ``"cannot-connect"``: no connection to the worker (refused, no socket file, or no
+      connection and hello within the connection's ``connect_timeout``);
+    - ``"connection-lost"``: the connection broke with the call in flight or being sent;
+    - ``"unresponsive"``: the worker did not answer a ping in time;
+    - ``"closed"``: the connection had been closed by its owner;
+    - ``"protocol"``: the worker sent what the protocol does not allow (not the transport's
+      format, a message that is not an answer, an error this side cannot read);
+    - ``"protocol-version"``: the worker speaks another version of the protocol;
+    - ``"oversized"``: the worker sent a frame over the connection's limit;
+    - ``"grpc-status"``: a gRPC status not named above (``UNIMPLEMENTED``, ``INTERNAL``...);
+      the message names it.
+
+    From ``"unavailable"`` to ``"closed"`` a built-in transport raises
+    :class:`TransientRpcError`, from ``"protocol"`` on a plain ``RpcError``. Another reason
+    is a ``ValueError`` naming it.
+    """
+
+    def __init__(
+        self, message: str, *, reason: RpcReason = "unspecified", address: str | None = None
+    ) -> None:
+        if reason not in _RPC_REASONS:
+            raise ValueError(f"{reason!r} is not an RpcReason (one of {sorted(_RPC_REASONS)})")
+        super().__init__(message)
+        self.reason: RpcReason = reason
+        self.address = address
 
 
 class TransientRpcError(RpcError):
     """A dispatch failed in a way worth retrying elsewhere (unavailable, deadline, overload, a
-    call the worker reset while stopping); the worker stays in the pool."""
+    call the worker reset while stopping); the worker stays in the pool. ``reason`` and
+    ``address`` as for :class:`RpcError`."""
 
 
 class NoWorkersAvailable(ShardlineError, LookupError):

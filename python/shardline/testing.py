@@ -141,6 +141,16 @@ class _Pool:
         shown = [self.name(uid) for uid in uids]
         return f"[{', '.join(shown)}]"
 
+    def broke(self, uid: uuid.UUID) -> RpcError:
+        """The failure of a dispatch to ``uid`` that evicts it."""
+        return RpcError(f"{self.name(uid)} broke", address=self.records[uid].address)
+
+    def busy(self, uid: uuid.UUID) -> TransientRpcError:
+        """The failure of a dispatch to ``uid`` that keeps it pooled."""
+        return TransientRpcError(
+            f"{self.name(uid)} is busy", reason="busy", address=self.records[uid].address
+        )
+
 
 class _Call:
     """One call of ``delegate``, driven one exchange at a time as ``WorkerProxy.dispatch``
@@ -209,10 +219,9 @@ class _Call:
         elif answer == "evict":
             if uid in self.pool.context:
                 self.pool.leave(uid)
-            await self._exchange(self.generator.athrow(RpcError(f"{self.pool.name(uid)} broke")))
+            await self._exchange(self.generator.athrow(self.pool.broke(uid)))
         else:
-            failure = TransientRpcError(f"{self.pool.name(uid)} is busy")
-            await self._exchange(self.generator.athrow(failure))
+            await self._exchange(self.generator.athrow(self.pool.busy(uid)))
 
     def _select_step(self) -> None:
         """The same exchange through ``select``: the outcome goes into ``tried``."""
@@ -231,9 +240,9 @@ class _Call:
                 if answer == "evict":
                     if uid in self.pool.context:
                         self.pool.leave(uid)
-                    self.outcomes[uid] = RpcError(f"{self.pool.name(uid)} broke")
+                    self.outcomes[uid] = self.pool.broke(uid)
                 else:
-                    self.outcomes[uid] = TransientRpcError(f"{self.pool.name(uid)} is busy")
+                    self.outcomes[uid] = self.pool.busy(uid)
         self.started = True
         assert self.select is not None
         try:
@@ -629,7 +638,7 @@ class _FlakyWorker:
         _dispatching.get().append(self.uid)
         await asyncio.sleep(0)  # a dispatch is an await: other calls run meanwhile
         if self.rng.random() < 0.6:
-            raise TransientRpcError("busy")
+            raise TransientRpcError("busy", reason="busy")
         return self.uid
 
 

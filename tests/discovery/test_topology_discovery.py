@@ -152,6 +152,44 @@ async def test_an_interval_re_reads_without_being_asked(topology: Topology) -> N
         await discovery.aclose()
 
 
+@pytest.mark.parametrize("origin", ["topology", "events"])
+async def test_the_interval_re_reads_only_once_membership_moved(
+    topology: Topology, origin: str
+) -> None:
+    """Followed directly, or beside a source of events, the topology is changed here by
+    something else: each interval checks its membership_version and re-reads nothing until
+    an instance or a replicaset changed."""
+    add_replicaset(topology, 1)
+    discovery = (
+        TopologyDiscovery(topology, interval=0.01)
+        if origin == "topology"
+        else TopologyDiscovery(Source(), topology=topology, interval=0.01)
+    )
+    rereads = 0
+    reread = discovery._reread
+
+    def counted() -> list[DiscoveryEvent]:
+        nonlocal rereads
+        rereads += 1
+        return reread()
+
+    discovery._reread = counted  # type: ignore[method-assign]
+    try:
+        assert await take(discovery, 1) == [("worker-added", inst_uuid(1))]
+        assert rereads == 1
+        with pytest.raises(TimeoutError):  # ten intervals, nothing moved
+            await asyncio.wait_for(anext(discovery), 0.1)
+        topology.apply(BucketEvent("default", 1, 3000, rs_uuid(1)))  # a map alone
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(discovery), 0.1)
+        assert rereads == 1
+        add_replicaset(topology, 2)
+        assert await take(discovery, 1) == [("worker-added", inst_uuid(2))]
+        assert rereads == 2
+    finally:
+        await discovery.aclose()
+
+
 async def test_a_filter_restricts_the_members_to_a_tier(topology: Topology) -> None:
     add_replicaset(topology, 1)
     add_replicaset(topology, 2, tier="other")
@@ -475,6 +513,25 @@ def expected_members(instances: dict[str, dict[str, Any]], tiers: dict[str, str]
     }
 
 
+def apply_to_model(event: Any, instances: dict[str, dict[str, Any]], tiers: dict[str, str]) -> None:
+    """``event`` applied to the model: instance fields by uuid, replicaset tiers by uuid."""
+    if isinstance(event, ReplicasetEvent):
+        tiers[event.replicaset_uuid] = event.tier or tiers[event.replicaset_uuid]
+    elif event.op == "delete":
+        instances.pop(event.instance_uuid, None)
+    else:
+        fields = instances.setdefault(
+            event.instance_uuid, {"address": None, "rs": None, "state": None}
+        )
+        for name, value in (
+            ("address", event.address),
+            ("rs", event.replicaset_uuid),
+            ("state", event.current_state),
+        ):
+            if value is not None:
+                fields[name] = value
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(model_events, min_size=1, max_size=4), min_size=1, max_size=10))
 def test_membership_follows_a_model_of_the_instances(batches: list[list[Any]]) -> None:
@@ -489,39 +546,84 @@ def test_membership_follows_a_model_of_the_instances(batches: list[list[Any]]) -
             for batch in batches:
                 for event in batch:
                     topology.apply(event)
-                    if isinstance(event, ReplicasetEvent):
-                        tiers[event.replicaset_uuid] = event.tier or tiers[event.replicaset_uuid]
-                    elif event.op == "delete":
-                        instances.pop(event.instance_uuid, None)
-                    else:
-                        fields = instances.setdefault(
-                            event.instance_uuid, {"address": None, "rs": None, "state": None}
-                        )
-                        for name, value in (
-                            ("address", event.address),
-                            ("rs", event.replicaset_uuid),
-                            ("state", event.current_state),
-                        ):
-                            if value is not None:
-                                fields[name] = value
+                    apply_to_model(event, instances, tiers)
                 discovery.refresh()
                 for event in await drain(discovery):
-                    uid, record = str(event.metadata.uid), event.metadata
-                    view = (record.address, record.extra["replicaset_uuid"], record.extra["tier"])
-                    if event.type == "worker-added":
-                        assert uid not in seen
-                        seen[uid] = view
-                    elif event.type == "worker-updated":
-                        assert seen[uid] != view, "a no-op update"
-                        seen[uid] = view
-                    else:
-                        assert event.type == "worker-dropped"
-                        del seen[uid]
+                    follow(seen, event)
                 assert seen == expected_members(instances, tiers)
         finally:
             await discovery.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), WAIT))
+
+
+async def take_ready(discovery: TopologyDiscovery, limit: int) -> list[DiscoveryEvent]:
+    """Up to ``limit`` events the stream hands out within a few turns of the loop."""
+    events: list[DiscoveryEvent] = []
+    while len(events) < limit:
+        pending = asyncio.ensure_future(anext(discovery))
+        for _ in range(5):
+            if pending.done():
+                break
+            await asyncio.sleep(0)
+        if not pending.done():
+            pending.cancel()  # the subscription keeps the event being waited for
+            await asyncio.gather(pending, return_exceptions=True)
+            break
+        events.append(pending.result())
+    return events
+
+
+def follow(seen: dict[str, Any], event: DiscoveryEvent) -> None:
+    """What a subscriber knows after ``event``, checked against the discovery contract."""
+    uid, record = str(event.metadata.uid), event.metadata
+    view = (record.address, record.extra["replicaset_uuid"], record.extra["tier"])
+    if event.type == "worker-added":
+        assert uid not in seen
+        seen[uid] = view
+    elif event.type == "worker-updated":
+        assert seen[uid] != view, "a no-op update"
+        seen[uid] = view
+    else:
+        assert event.type == "worker-dropped"
+        del seen[uid]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(model_events, min_size=1, max_size=4), st.integers(0, 3)),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_no_change_is_missed_by_the_checks_at_the_interval(
+    batches: list[tuple[list[Any], int]],
+) -> None:
+    """Without refresh(): changes made between two checks, or while the subscriber has taken
+    only part of a re-read's events, all reach it (a change the check missed would leave it
+    short of the model until the wait times out)."""
+
+    async def scenario() -> None:
+        topology = Topology()
+        topology.apply_tiers({"default": 30, "other": 30})
+        discovery = TopologyDiscovery(topology, interval=0.001)
+        instances: dict[str, dict[str, Any]] = {}
+        tiers: dict[str, str] = {}
+        seen: dict[str, Any] = {}
+        try:
+            for batch, taken in batches:
+                for event in batch:
+                    topology.apply(event)
+                    apply_to_model(event, instances, tiers)
+                for event in await take_ready(discovery, taken):
+                    follow(seen, event)
+            while seen != expected_members(instances, tiers):
+                follow(seen, await asyncio.wait_for(anext(discovery), WAIT))
+        finally:
+            await discovery.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 2 * WAIT))
 
 
 async def test_a_quorum_that_never_comes_says_why_the_source_found_nobody() -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -241,8 +241,11 @@ async def test_handler_errors_and_unknown_handlers_are_worker_errors() -> None:
 async def test_retry_elsewhere_is_transient(payload: Any, kind: str) -> None:
 
     async with worker() as server, connection(server) as opened:
-        with pytest.raises(TransientRpcError, match=f": {kind}: .*asked to fail transiently"):
+        with pytest.raises(
+            TransientRpcError, match=f": {kind}: .*asked to fail transiently"
+        ) as caught:
             await opened.dispatch(Task("fail-transiently", payload))
+        assert (caught.value.reason, caught.value.address) == (kind, server.address)
 
 
 async def test_payloads_msgpack_cannot_carry_are_refused_before_sending() -> None:
@@ -321,9 +324,10 @@ async def test_a_deadline_is_transient_and_cancels_the_handler_on_the_worker() -
             connection(server) as opened,
         ):
             begun = time.monotonic()
-            with pytest.raises(TransientRpcError, match="deadline"):
+            with pytest.raises(TransientRpcError, match="deadline") as caught:
                 await opened.dispatch(Task("wait"), timeout=0.2)
             took = time.monotonic() - begun
+            assert (caught.value.reason, caught.value.address) == ("deadline", server.address)
             await cancelled.wait()
             return took
 
@@ -378,8 +382,9 @@ async def test_calls_beyond_the_in_flight_bound_are_busy() -> None:
         held = [asyncio.ensure_future(opened.dispatch(Task("wait", n))) for n in range(2)]
         while waiting < 2:
             await asyncio.sleep(0.001)
-        with pytest.raises(TransientRpcError, match="busy"):
+        with pytest.raises(TransientRpcError, match="busy") as caught:
             await opened.dispatch(Task("wait", 3))
+        assert (caught.value.reason, caught.value.address) == ("busy", server.address)
         release.set()
         assert await asyncio.gather(*held) == [0, 1]
         assert await opened.dispatch(Task("wait", 4)) == 4
@@ -401,8 +406,9 @@ async def test_stopping_refuses_new_calls_as_shutting_down_and_lets_calls_in_fli
         stopping = asyncio.ensure_future(server.stop(10))
         while not server._state.stopping:
             await asyncio.sleep(0.001)
-        with pytest.raises(TransientRpcError, match="shutting_down"):
+        with pytest.raises(TransientRpcError, match="shutting_down") as caught:
             await opened.dispatch(Task("wait"))
+        assert (caught.value.reason, caught.value.address) == ("shutting-down", server.address)
         release.set()
         assert await held == "finished"
         await stopping
@@ -527,12 +533,14 @@ async def test_a_worker_sending_a_frame_over_the_limit_fails_the_calls_in_flight
 
     listener = await asyncio.start_server(talk, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
-    opened = MsgpackConnection(at(f"msgpack+tcp://127.0.0.1:{port}"), max_frame_bytes=5_000)
+    address = f"msgpack+tcp://127.0.0.1:{port}"
+    opened = MsgpackConnection(at(address), max_frame_bytes=5_000)
     calls = [asyncio.ensure_future(opened.dispatch(Task("echo", n))) for n in range(2)]
     for call in calls:
         with pytest.raises(RpcError, match="a frame over the limit of 5000 bytes") as failed:
             await call
         assert not isinstance(failed.value, TransientRpcError)
+        assert (failed.value.reason, failed.value.address) == ("oversized", address)
     opened.close()
     listener.close()
 
@@ -545,12 +553,143 @@ async def test_a_worker_of_another_version_is_refused_with_rpc_error() -> None:
 
     listener = await asyncio.start_server(talk, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
-    opened = MsgpackConnection(at(f"msgpack+tcp://127.0.0.1:{port}"))
+    address = f"msgpack+tcp://127.0.0.1:{port}"
+    opened = MsgpackConnection(at(address))
     with pytest.raises(RpcError, match="speaks shardline msgpack-rpc version 2") as refused:
         await opened.dispatch(Task("echo"))
     assert not isinstance(refused.value, TransientRpcError)
+    assert (refused.value.reason, refused.value.address) == ("protocol-version", address)
     opened.close()
     listener.close()
+
+
+Talk = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def raw_worker(talk: Talk) -> AsyncIterator[str]:
+    """A TCP listener on loopback whose every connection ``talk`` serves; yields its
+    ``msgpack+tcp://`` address."""
+    listener = await asyncio.start_server(talk, "127.0.0.1", 0)
+    try:
+        yield f"msgpack+tcp://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+async def says_hello_then_answers(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Callable[[int], bytes]
+) -> None:
+    writer.write(wire.hello(1 << 20))
+    requests = await read_messages(reader, 2)  # the hello and the request
+    writer.write(answer(requests[1][1]))
+    await reader.read()
+
+
+def answering(answer: Callable[[int], bytes]) -> Talk:
+    return lambda reader, writer: says_hello_then_answers(reader, writer, answer)
+
+
+async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()
+
+
+async def greets_then_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(wire.hello(1 << 20))
+    await reader.read()
+
+
+@pytest.mark.parametrize(
+    ("talk", "options", "timeout", "error", "reason", "match"),
+    [
+        (
+            answering(lambda msgid: wire.error(msgid, wire.DEADLINE, "TimeoutError", "late")),
+            {},
+            None,
+            TransientRpcError,
+            "deadline",
+            ": deadline: TimeoutError: late",
+        ),
+        (greets_then_silent, {}, 0.1, TransientRpcError, "deadline", "deadline: 0.1 s passed"),
+        (silent, {}, 0.1, TransientRpcError, "deadline", "deadline: 0.1 s passed"),
+        (
+            silent,
+            {"connect_timeout": 0.1},
+            None,
+            TransientRpcError,
+            "cannot-connect",
+            "no connection and hello within 0.1 s",
+        ),
+        (
+            answering(lambda msgid: msgpack.packb([1, msgid, {"kind": "odd"}, None])),
+            {},
+            None,
+            RpcError,
+            "protocol",
+            "carries an error this side cannot read",
+        ),
+        (
+            answering(lambda msgid: msgpack.packb([0, msgid, "x", []])),
+            {},
+            None,
+            RpcError,
+            "protocol",
+            "not a response",
+        ),
+    ],
+    ids=[
+        "worker-deadline",
+        "own-deadline",
+        "deadline-before-hello",
+        "no-hello",
+        "unreadable-error",
+        "not-a-response",
+    ],
+)
+async def test_each_failure_of_a_raw_worker_names_its_reason_and_address(
+    talk: Talk,
+    options: dict[str, Any],
+    timeout: float | None,
+    error: type[RpcError],
+    reason: str,
+    match: str,
+) -> None:
+
+    async with raw_worker(talk) as address:
+        opened = MsgpackConnection(at(address), **options)
+        with pytest.raises(error, match=match) as caught:
+            await opened.dispatch(Task("echo"), timeout=timeout)
+        opened.close()
+    assert isinstance(caught.value, TransientRpcError) == (error is TransientRpcError)
+    assert (caught.value.reason, caught.value.address) == (reason, address)
+
+
+async def test_a_call_waiting_for_a_full_socket_fails_as_connection_lost_when_it_breaks() -> None:
+    """A worker that reads nothing: the socket fills, the next call waits for it to take
+    writes, and fails with the others when the worker closes it."""
+    hung_up = asyncio.Event()
+
+    async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(wire.hello(1 << 30))
+        await hung_up.wait()
+        writer.transport.abort()
+
+    async with raw_worker(deaf) as address:
+        opened = MsgpackConnection(at(address), max_frame_bytes=1 << 30)
+        calls = [asyncio.ensure_future(opened.dispatch(Task("echo", b"x" * (1 << 20))))]
+        while (link := opened._shared.link) is None or not link.paused:
+            assert len(calls) < 64, "the socket took 64 MiB without pausing"
+            calls.append(asyncio.ensure_future(opened.dispatch(Task("echo", b"x" * (1 << 20)))))
+            await asyncio.sleep(0.001)
+        waiting = asyncio.ensure_future(opened.dispatch(Task("echo", 1)))
+        while link._writable is None:
+            await asyncio.sleep(0.001)
+        hung_up.set()
+        for call in [*calls, waiting]:
+            with pytest.raises(TransientRpcError, match="connection lost") as caught:
+                await call
+            assert (caught.value.reason, caught.value.address) == ("connection-lost", address)
+        opened.close()
 
 
 async def test_a_client_of_another_version_is_refused(caplog: pytest.LogCaptureFixture) -> None:
@@ -631,8 +770,10 @@ async def test_a_worker_killed_mid_call_fails_at_once_and_its_restart_is_dialled
             killed = time.monotonic()
             first.process.send_signal(signal.SIGKILL)
             for call in calls:
-                with pytest.raises(TransientRpcError, match="connection lost"):
+                with pytest.raises(TransientRpcError, match="connection lost") as caught:
                     await call
+                lost = (caught.value.reason, caught.value.address)
+                assert lost == ("connection-lost", record.address)
             took = time.monotonic() - killed
             await first.process.wait()
         # the same address: the port bound, or the socket file the dead worker left behind
@@ -661,9 +802,12 @@ async def test_an_unresponsive_worker_is_found_by_ping(tmp_path: Path) -> None:
             stuck.process.send_signal(signal.SIGSTOP)
             try:
                 begun = time.monotonic()
-                with pytest.raises(TransientRpcError, match="no answer to a ping"):
+                with pytest.raises(TransientRpcError, match="no answer to a ping") as caught:
                     await opened.dispatch(Task("echo", 2))
-                return time.monotonic() - begun
+                took = time.monotonic() - begun
+                silent = (caught.value.reason, caught.value.address)
+                assert silent == ("unresponsive", record.address)
+                return took
             finally:
                 stuck.process.send_signal(signal.SIGCONT)
                 opened.close()
@@ -681,11 +825,13 @@ async def test_a_dispatch_to_no_worker_is_transient(tmp_path: Path) -> None:
             f"msgpack+unix://{tmp_path}/none.sock",
         ):
             opened = MsgpackConnection(at(address))
-            with pytest.raises(TransientRpcError, match="cannot connect"):
+            with pytest.raises(TransientRpcError, match="cannot connect") as caught:
                 await opened.dispatch(Task("echo"))
+            assert (caught.value.reason, caught.value.address) == ("cannot-connect", address)
             opened.close()
-            with pytest.raises(TransientRpcError, match="is closed"):
+            with pytest.raises(TransientRpcError, match="is closed") as caught:
                 await opened.dispatch(Task("echo"))
+            assert (caught.value.reason, caught.value.address) == ("closed", address)
 
 
 async def test_a_proxy_over_local_discovery_spreads_tasks_over_two_worker_processes(

@@ -126,21 +126,22 @@ async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() 
 
 
 @pytest.mark.parametrize(
-    ("task", "timeout", "status"),
+    ("task", "timeout", "status", "reason"),
     [
-        (Task("fail-transiently"), None, "UNAVAILABLE"),
-        (Task("fail-transiently", "resource-exhausted"), None, "RESOURCE_EXHAUSTED"),
-        (Task("sleep", 5), 0.05, "DEADLINE_EXCEEDED"),
+        (Task("fail-transiently"), None, "UNAVAILABLE", "unavailable"),
+        (Task("fail-transiently", "resource-exhausted"), None, "RESOURCE_EXHAUSTED", "busy"),
+        (Task("sleep", 5), 0.05, "DEADLINE_EXCEEDED", "deadline"),
     ],
 )
 async def test_unavailable_overloaded_and_late_workers_fail_transiently(
-    task: Task, timeout: float | None, status: str
+    task: Task, timeout: float | None, status: str, reason: str
 ) -> None:
 
     async with worker() as server:
         connection = GrpcConnection(server.metadata)
-        with pytest.raises(TransientRpcError, match=status):
+        with pytest.raises(TransientRpcError, match=status) as caught:
             await connection.dispatch(task, timeout=timeout)
+        assert (caught.value.reason, caught.value.address) == (reason, server.metadata.address)
         assert await connection.dispatch(Task("echo", 1)) == 1
         connection.close()
 
@@ -151,8 +152,9 @@ async def test_calls_beyond_the_concurrency_limit_are_refused_as_overload() -> N
         connection = GrpcConnection(server.metadata)
         busy = asyncio.create_task(connection.dispatch(Task("sleep", 0.2)))
         await asyncio.sleep(0.05)
-        with pytest.raises(TransientRpcError, match="RESOURCE_EXHAUSTED"):
+        with pytest.raises(TransientRpcError, match="RESOURCE_EXHAUSTED") as caught:
             await connection.dispatch(Task("echo", 1))
+        assert (caught.value.reason, caught.value.address) == ("busy", server.metadata.address)
         assert await busy == 0.2
         assert await connection.dispatch(Task("echo", 1)) == 1
         connection.close()
@@ -172,16 +174,16 @@ async def _neither(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("behaviour", "message"),
+    ("behaviour", "message", "reason"),
     [
-        (_abort_internal, "INTERNAL: broken inside"),
-        (None, "UNIMPLEMENTED"),
-        (_not_json, "the reply is not JSON"),
-        (_neither, "neither a result nor a well-formed error"),
+        (_abort_internal, "INTERNAL: broken inside", "grpc-status"),
+        (None, "UNIMPLEMENTED", "grpc-status"),
+        (_not_json, "the reply is not JSON", "protocol"),
+        (_neither, "neither a result nor a well-formed error", "protocol"),
     ],
 )
 async def test_other_statuses_and_unreadable_replies_are_rpc_errors(
-    behaviour: Callable[[bytes, grpc.aio.ServicerContext], Any] | None, message: str
+    behaviour: Callable[[bytes, grpc.aio.ServicerContext], Any] | None, message: str, reason: str
 ) -> None:
 
     async with raw_server(behaviour) as address:
@@ -189,6 +191,7 @@ async def test_other_statuses_and_unreadable_replies_are_rpc_errors(
         with pytest.raises(RpcError, match=message) as caught:
             await connection.dispatch(Task("echo", 1))
         assert not isinstance(caught.value, TransientRpcError)
+        assert (caught.value.reason, caught.value.address) == (reason, address)
         connection.close()
 
 
@@ -204,8 +207,9 @@ async def test_a_call_the_worker_cancels_is_transient() -> None:
 
     async with raw_server(_cancel) as address:
         connection = GrpcConnection(at(address))
-        with pytest.raises(TransientRpcError, match="CANCELLED"):
+        with pytest.raises(TransientRpcError, match="CANCELLED") as caught:
             await connection.dispatch(Task("echo", 1))
+        assert (caught.value.reason, caught.value.address) == ("cancelled", address)
         connection.close()
 
 
@@ -336,11 +340,13 @@ async def test_a_worker_that_went_away_fails_transiently() -> None:
     async with worker() as server:
         connection = GrpcConnection(server.metadata)
         assert await connection.dispatch(Task("echo", 1)) == 1
-    with pytest.raises(TransientRpcError, match="UNAVAILABLE"):
+    with pytest.raises(TransientRpcError, match="UNAVAILABLE") as caught:
         await connection.dispatch(Task("echo", 1))
+    assert (caught.value.reason, caught.value.address) == ("unavailable", server.metadata.address)
     fresh = GrpcConnection(server.metadata)
-    with pytest.raises(TransientRpcError, match="UNAVAILABLE"):
+    with pytest.raises(TransientRpcError, match="UNAVAILABLE") as caught:
         await fresh.dispatch(Task("echo", 1))
+    assert (caught.value.reason, caught.value.address) == ("unavailable", server.metadata.address)
     connection.close()
     fresh.close()
 
@@ -355,8 +361,9 @@ async def test_a_closed_connection_fails_transiently_and_misuse_is_a_type_error(
             await connection.dispatch(Task(1))  # type: ignore[arg-type]
         connection.close()
         assert connection.closed
-        with pytest.raises(TransientRpcError, match="is closed"):
+        with pytest.raises(TransientRpcError, match="is closed") as caught:
             await connection.dispatch(Task("echo", 1))
+        assert (caught.value.reason, caught.value.address) == ("closed", server.metadata.address)
 
 
 # --- sizes and payloads --------------------------------------------------------------------
@@ -382,8 +389,9 @@ async def test_a_worker_refuses_oversize_requests_and_results() -> None:
 
     async with worker(handlers=named("a", large=large), max_message_bytes=1000) as server:
         connection = GrpcConnection(server.metadata)
-        with pytest.raises(TransientRpcError, match="RESOURCE_EXHAUSTED"):
+        with pytest.raises(TransientRpcError, match="RESOURCE_EXHAUSTED") as overload:
             await connection.dispatch(Task("echo", "x" * 2000))
+        assert (overload.value.reason, overload.value.address) == ("busy", server.metadata.address)
         with pytest.raises(WorkerError, match="over the limit of 1000") as caught:
             await connection.dispatch(Task("large"))
         assert caught.value.remote_type == BAD_RESULT
@@ -495,8 +503,12 @@ async def test_credentials_are_passed_through_to_server_and_channel(tmp_path: Pa
         plain = GrpcConnection(server.metadata)
         assert secure._shared is not plain._shared
         assert await secure.dispatch(Task("echo", "over TLS")) == "over TLS"
-        with pytest.raises(TransientRpcError, match="UNAVAILABLE"):
+        with pytest.raises(TransientRpcError, match="UNAVAILABLE") as caught:
             await plain.dispatch(Task("echo", 1), timeout=5)
+        assert (caught.value.reason, caught.value.address) == (
+            "unavailable",
+            server.metadata.address,
+        )
         secure.close()
         plain.close()
 
@@ -521,8 +533,9 @@ async def test_stopping_withdraws_the_record_then_lets_a_call_in_flight_finish()
     assert await call == 0.3
     await stopping
     await server.stop()
-    with pytest.raises(TransientRpcError, match="UNAVAILABLE"):
+    with pytest.raises(TransientRpcError, match="UNAVAILABLE") as caught:
         await connection.dispatch(Task("echo", 1))
+    assert (caught.value.reason, caught.value.address) == ("unavailable", server.metadata.address)
     connection.close()
 
 

@@ -693,18 +693,9 @@ async def _start(*command: str, **options: Any) -> asyncio.subprocess.Process:
 
 
 def _reason(error: TransientRpcError) -> str:
-    """A transient failure's reason: the gRPC status behind it (``UNAVAILABLE``…), or the
-    first words of a MessagePack-RPC connection's message after its ``worker at ADDRESS:``
-    prefix (``connection lost``, ``cannot connect``, ``deadline``…)."""
-    code = getattr(error.__cause__, "code", None)
-    if callable(code):
-        name = getattr(code(), "name", None)
-        if isinstance(name, str):
-            return name
-    message = str(error)
-    if message.startswith("worker at "):
-        return message.split(": ", 2)[1]
-    return message
+    """A transient failure's reason as the phase's notes show it: ``connection lost``,
+    ``cannot connect``, ``deadline``..."""
+    return error.reason.replace("-", " ")
 
 
 def _at(worker: _Worker) -> str:

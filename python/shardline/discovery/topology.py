@@ -31,7 +31,7 @@ __all__ = ["TopologyDiscovery", "instance_record"]
 logger = logging.getLogger("shardline.discovery.topology")
 
 DEFAULT_INTERVAL: Final = 1.0
-"""Seconds between two re-reads of a topology given without a source."""
+"""Seconds between two checks of a topology given without a source."""
 
 DEFAULT_CHECK_INTERVAL: Final = 0.05
 """Seconds between two checks of the followed topology's ``membership_version``."""
@@ -82,8 +82,11 @@ class TopologyDiscovery(Subscription):
     """The online instances of a :class:`~shardline.Topology` as a stream of discovery events.
 
     ``TopologyDiscovery(topology)`` follows a topology that something else keeps current: it
-    reads the topology's instances at once, then again every ``interval`` seconds (1 s by
-    default; ``None``: only when asked) and whenever :meth:`refresh` is called.
+    reads the topology's instances at once, then checks its ``membership_version`` every
+    ``interval`` seconds (1 s by default; ``None``: never) and re-reads them when it moved,
+    and re-reads them whenever :meth:`refresh` is called. Every change of an instance or a
+    replicaset moves that counter, so none is missed, and a check that finds it unmoved costs
+    no re-read; a bucket map changing alone costs none either.
 
     ``TopologyDiscovery(source, topology=...)`` follows a *source* and applies what it hands
     out to ``topology`` (a new empty one when not given; see :attr:`topology`). This stream is
@@ -105,8 +108,9 @@ class TopologyDiscovery(Subscription):
       and re-reads the instances after every burst of items. An item the topology refuses
       (``InvalidEvent``, ``UnknownTier``, or any other exception from applying it) is logged,
       counted in ``skipped`` under ``"rejected"`` and skipped, and the source's ``resync()`` is
-      called if it has one; it never ends the stream. ``interval`` adds periodic re-reads
-      (default: none).
+      called if it has one; it never ends the stream. ``interval`` adds periodic checks of
+      ``membership_version`` as above (default: none), for changes that something else makes
+      to the topology.
 
     When the source ends (or ``run`` returns, the source being closed), the stream ends after a
     last re-read; when it raises, the stream raises the same error. ``aclose()`` stops running
@@ -127,17 +131,19 @@ class TopologyDiscovery(Subscription):
 
     Implementation notes:
         A re-read copies the instances and replicasets out of the topology (one read lock
-        each) and walks them, O(instances). With a ``TopologySource``, the timed re-read is
-        skipped while ``Topology.membership_version`` has not moved; a topology followed
-        directly is re-read at every ``interval``. Instances and replicasets are immutable
-        values that the topology replaces on every change, so an instance whose object and
-        replicaset object are the ones of the previous re-read keeps its previous record
-        without building a new one. Items of a source are applied by a task of this stream;
-        a re-read waits until that task yields to the event loop, so a burst of items the
-        source had ready (a whole poll) costs one re-read. A ``TopologySource``'s ``run``
-        gives no signal when it has applied something, hence the check of its counter at an
-        interval: a change reaches the pool up to ``interval`` seconds after it reached the
-        topology (``refresh()`` re-reads at once).
+        each) and walks them, O(instances). Whatever the origin, the timed re-read is skipped
+        while ``Topology.membership_version`` has not moved since the last re-read began: the
+        counter is read before the instances and replicasets, and moves after every change of
+        either is stored, so a change made during or after a re-read moves it past the value
+        read. Instances and replicasets are immutable values that the topology replaces on
+        every change, so an instance whose object and replicaset object are the ones of the
+        previous re-read keeps its previous record without building a new one. Items of a
+        source are applied by a task of this stream; a re-read waits until that task yields to
+        the event loop, so a burst of items the source had ready (a whole poll) costs one
+        re-read. A ``TopologySource``'s ``run``, like whatever changes a topology followed
+        directly, gives no signal when it has applied something, hence the check of the
+        counter at an interval: a change reaches the pool up to ``interval`` seconds after it
+        reached the topology (``refresh()`` re-reads at once).
     """
 
     def __init__(
@@ -295,7 +301,7 @@ class TopologyDiscovery(Subscription):
                     async with asyncio.timeout(self._interval):
                         await self._wake.wait()
                 except TimeoutError:
-                    reread = self._runner is None or self._membership_moved()
+                    reread = self._membership_moved()
         finally:
             if pump is not None and not pump.done():
                 await cancel_and_wait(pump)

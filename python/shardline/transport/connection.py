@@ -11,7 +11,7 @@ with requires_extra("grpc", __name__):
     import grpc
     import grpc.aio
 
-from shardline.errors import RpcError, TransientRpcError, WorkerError
+from shardline.errors import RpcError, RpcReason, TransientRpcError, WorkerError
 from shardline.transport.channels import acquire_channel
 from shardline.transport.loop_shared import release
 from shardline.transport.wire import (
@@ -20,22 +20,21 @@ from shardline.transport.wire import (
     Task,
     decode_reply,
     encode_request,
-    grpc_target,
+    grpc_record_target,
 )
 from shardline.workers import WorkerMetadata
 
 __all__ = ["GrpcConnection"]
 
-# CANCELLED reaches a caller only from the other side (its own cancellation is CancelledError):
-# a worker that is stopping resets some calls that way instead of answering UNAVAILABLE
-_TRANSIENT_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.CANCELLED,
-    }
-)
+# The statuses worth trying another worker for, and their reasons. CANCELLED reaches a caller
+# only from the other side (its own cancellation is CancelledError): a worker that is stopping
+# resets some calls that way instead of answering UNAVAILABLE.
+_TRANSIENT_CODES: dict[grpc.StatusCode, RpcReason] = {
+    grpc.StatusCode.UNAVAILABLE: "unavailable",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "deadline",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "busy",
+    grpc.StatusCode.CANCELLED: "cancelled",
+}
 
 
 class GrpcConnection:
@@ -45,23 +44,30 @@ class GrpcConnection:
     Must be made on a running event loop and used on that loop. ``credentials`` (a
     ``grpc.ChannelCredentials``) makes the channel secure; without them it is plaintext, which
     suits loopback. ``max_message_bytes`` bounds the requests sent and the replies accepted.
-    Use ``functools.partial(GrpcConnection, credentials=...)`` to give these to a proxy.
+    Use ``functools.partial(GrpcConnection, credentials=...)`` to give these to a proxy. An
+    address with no ``host:port`` after the scheme (a port from 1 to 65535; an IPv6 host in
+    brackets) is an :class:`~shardline.errors.InvalidAddress` naming it, raised here, before
+    anything is dialled, so a proxy skips such a record (``not_admitted``) instead of
+    evicting the worker at its first dispatch.
 
     ``await dispatch(task, timeout=None)`` runs the :class:`Task` on the worker and returns its
     handler's result. ``timeout`` (seconds) becomes the call's deadline, which the worker sees
     too. Failures, as :class:`WorkerProxy` expects them:
 
     - ``TransientRpcError`` (the worker stays pooled; the proxy tries another): the worker is
-      unreachable or shutting down (``UNAVAILABLE``, or ``CANCELLED`` for a call it reset
-      while stopping), the deadline passed
-      (``DEADLINE_EXCEEDED``), the worker is overloaded (``RESOURCE_EXHAUSTED``), or this
-      connection was closed;
-    - ``RpcError`` (the proxy evicts the worker): any other gRPC status, or a reply that does
-      not follow the wire format;
+      unreachable or shutting down (``UNAVAILABLE``, reason ``"unavailable"``; or
+      ``CANCELLED``, ``"cancelled"``, for a call it reset while stopping), the deadline passed
+      (``DEADLINE_EXCEEDED``, ``"deadline"``), the worker is overloaded
+      (``RESOURCE_EXHAUSTED``, ``"busy"``), or this connection was closed (``"closed"``);
+    - ``RpcError`` (the proxy evicts the worker): any other gRPC status (``"grpc-status"``),
+      or a reply that does not follow the wire format (``"protocol"``);
     - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
       handler raised, or the worker has no handler of that name;
     - ``TypeError`` / ``ValueError`` before anything is sent: ``task`` is not a ``Task`` with a
       str handler, its payload is not JSON, or the request would exceed ``max_message_bytes``.
+
+    Every ``RpcError`` it raises has its ``address`` (``metadata.address``) and ``reason`` set
+    (see :class:`~shardline.errors.RpcError`).
 
     ``close()`` (idempotent, synchronous) says this connection is no longer needed; calls in
     flight through it finish normally. A connection that is garbage-collected unclosed is
@@ -84,11 +90,10 @@ class GrpcConnection:
     ) -> None:
         if max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+        target = grpc_record_target(metadata.address)
         self.metadata = metadata
         self._max_message_bytes = max_message_bytes
-        self._shared = acquire_channel(
-            grpc_target(metadata.address), credentials, max_message_bytes
-        )
+        self._shared = acquire_channel(target, credentials, max_message_bytes)
         self._finalizer = weakref.finalize(self, release, self._shared)
         # At exit the loop, and the channels on it, are gone already.
         self._finalizer.atexit = False
@@ -111,7 +116,11 @@ class GrpcConnection:
             raise TypeError(f"a GrpcConnection dispatches Task objects, not {type(task).__name__}")
         address = self.metadata.address
         if not self._finalizer.alive:
-            raise TransientRpcError(f"the connection to the worker at {address} is closed")
+            raise TransientRpcError(
+                f"the connection to the worker at {address} is closed",
+                reason="closed",
+                address=address,
+            )
         request = encode_request(task, self._max_message_bytes)
         shared = self._shared
         shared.begin_call()
@@ -120,15 +129,18 @@ class GrpcConnection:
         except grpc.aio.AioRpcError as error:
             code = error.code()
             message = f"worker at {address}: {code.name}: {error.details()}"
-            if code in _TRANSIENT_CODES:
-                raise TransientRpcError(message) from error
-            raise RpcError(message) from error
+            reason = _TRANSIENT_CODES.get(code)
+            if reason is not None:
+                raise TransientRpcError(message, reason=reason, address=address) from error
+            raise RpcError(message, reason="grpc-status", address=address) from error
         finally:
             shared.end_call()
         try:
             result, failure = decode_reply(reply)
         except MalformedMessage as error:
-            raise RpcError(f"worker at {address}: {error}") from None
+            raise RpcError(
+                f"worker at {address}: {error}", reason="protocol", address=address
+            ) from None
         if failure is not None:
             raise WorkerError(*failure, handler=task.handler, address=address)
         return result

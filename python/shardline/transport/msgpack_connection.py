@@ -7,7 +7,7 @@ import logging
 import weakref
 from typing import Any, cast
 
-from shardline.errors import RpcError, TransientRpcError, WorkerError
+from shardline.errors import RpcError, RpcReason, TransientRpcError, WorkerError
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.loop_shared import LoopShared, Registries, release
@@ -20,6 +20,14 @@ logger = logging.getLogger("shardline.transport.msgpack_connection")
 
 # What makes two connections share a socket: the address and every setting.
 _Key = tuple[str, int, float, float, float]
+
+# The reason of each error kind a caller retries elsewhere (wire.TRANSIENT_KINDS).
+_TRANSIENT_REASONS: dict[str, RpcReason] = {
+    wire.BUSY: "busy",
+    wire.UNAVAILABLE: "unavailable",
+    wire.SHUTTING_DOWN: "shutting-down",
+    wire.DEADLINE: "deadline",
+}
 
 
 class MsgpackConnection:
@@ -54,6 +62,12 @@ class MsgpackConnection:
     - ``TypeError`` / ``ValueError`` before anything is sent: ``task`` is not a ``Task`` with a
       str handler, its payload is not msgpack, or the request would exceed ``max_frame_bytes``
       or the limit the worker announced.
+
+    Every ``RpcError`` it raises has its ``address`` (``metadata.address``) and ``reason`` set
+    (see :class:`~shardline.errors.RpcError`): ``"cannot-connect"``, ``"connection-lost"``,
+    ``"unresponsive"``, ``"deadline"``, ``"busy"``, ``"unavailable"``, ``"shutting-down"`` or
+    ``"closed"`` for a ``TransientRpcError``; ``"protocol-version"``, ``"oversized"`` or
+    ``"protocol"`` for the others.
 
     Cancelling ``dispatch`` (or its deadline passing) sends the worker a cancel for the call.
 
@@ -118,8 +132,11 @@ class MsgpackConnection:
         if not isinstance(handler, str):
             raise TypeError(f"a task's handler is a str, not {type(handler).__name__}")
         if self._closed:
+            address = self.metadata.address
             raise TransientRpcError(
-                f"the connection to the worker at {self.metadata.address} is closed"
+                f"the connection to the worker at {address} is closed",
+                reason="closed",
+                address=address,
             )
         shared = self._shared
         link = shared.link
@@ -154,8 +171,13 @@ class MsgpackConnection:
         finally:
             shared.end_call()
         address = self.metadata.address
-        if kind in wire.TRANSIENT_KINDS:
-            raise TransientRpcError(f"worker at {address}: {kind}: {type_name}: {message}")
+        reason = _TRANSIENT_REASONS.get(kind)
+        if reason is not None:
+            raise TransientRpcError(
+                f"worker at {address}: {kind}: {type_name}: {message}",
+                reason=reason,
+                address=address,
+            )
         raise WorkerError(type_name, message, handler=handler, address=address)
 
 
@@ -229,7 +251,11 @@ class _Shared(LoopShared):
         return link.send(handler, payload, max(deadline - loop.time(), 0.0), deadline)
 
     def deadline_passed(self, timeout: float | None) -> TransientRpcError:
-        return TransientRpcError(f"worker at {self.address}: deadline: {timeout} s passed")
+        return TransientRpcError(
+            f"worker at {self.address}: deadline: {timeout} s passed",
+            reason="deadline",
+            address=self.address,
+        )
 
     async def _ready(self) -> _Link:
         link = self.link
@@ -263,11 +289,15 @@ class _Shared(LoopShared):
             if isinstance(error, TimeoutError):
                 raise TransientRpcError(
                     f"worker at {self.address}: no connection and hello within"
-                    f" {self.connect_timeout} s"
+                    f" {self.connect_timeout} s",
+                    reason="cannot-connect",
+                    address=self.address,
                 ) from None
             if isinstance(error, OSError):
                 raise TransientRpcError(
-                    f"worker at {self.address}: cannot connect: {error}"
+                    f"worker at {self.address}: cannot connect: {error}",
+                    reason="cannot-connect",
+                    address=self.address,
                 ) from None
             raise
         return link
@@ -305,7 +335,14 @@ class _Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         cause = f": {exc}" if exc is not None else ""
-        self._fail(TransientRpcError(f"worker at {self._shared.address}: connection lost{cause}"))
+        address = self._shared.address
+        self._fail(
+            TransientRpcError(
+                f"worker at {address}: connection lost{cause}",
+                reason="connection-lost",
+                address=address,
+            )
+        )
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -330,9 +367,18 @@ class _Link(asyncio.Protocol):
                 else:
                     self._receive(message)
         except wire.FrameTooLarge as error:
-            self._violated(RpcError(f"worker at {self._shared.address} sent {error}"))
+            address = self._shared.address
+            self._violated(
+                RpcError(f"worker at {address} sent {error}", reason="oversized", address=address)
+            )
         except MalformedMessage as error:
-            self._violated(RpcError(f"worker at {self._shared.address}: {error}"))
+            address = self._shared.address
+            reason: RpcReason = (
+                "protocol-version" if isinstance(error, wire.VersionMismatch) else "protocol"
+            )
+            self._violated(
+                RpcError(f"worker at {address}: {error}", reason=reason, address=address)
+            )
 
     # --- what dispatch uses ---------------------------------------------------------------
 
@@ -375,7 +421,10 @@ class _Link(asyncio.Protocol):
         """Writes the request (``timeout``: the seconds left to its ``deadline``, a
         ``loop.time()``; both None for none); returns what :meth:`_Shared.send` returns."""
         if self.broken or self._transport is None:
-            raise TransientRpcError(f"worker at {self._shared.address}: connection lost")
+            address = self._shared.address
+            raise TransientRpcError(
+                f"worker at {address}: connection lost", reason="connection-lost", address=address
+            )
         msgid = self._next_msgid
         frame = wire.request(msgid, handler, payload, timeout)
         if len(frame) > self._limit:
@@ -455,7 +504,10 @@ class _Link(asyncio.Protocol):
         try:
             kind, type_name, message = wire.read_error(error)
         except MalformedMessage as unreadable:
-            answer.set_exception(RpcError(f"worker at {self._shared.address}: {unreadable}"))
+            address = self._shared.address
+            answer.set_exception(
+                RpcError(f"worker at {address}: {unreadable}", reason="protocol", address=address)
+            )
         else:
             answer.set_exception(_Failed(kind, type_name, message))
 
@@ -467,9 +519,12 @@ class _Link(asyncio.Protocol):
         now = self._loop.time()
         if self._ping_sent is not None:
             if now - self._ping_sent >= patience:
+                address = self._shared.address
                 self._violated(
                     TransientRpcError(
-                        f"worker at {self._shared.address}: no answer to a ping in {patience} s"
+                        f"worker at {address}: no answer to a ping in {patience} s",
+                        reason="unresponsive",
+                        address=address,
                     ),
                     log=logging.WARNING,
                 )

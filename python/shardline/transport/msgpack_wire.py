@@ -74,6 +74,7 @@ __all__ = [
     "FrameDecoder",
     "FrameTooLarge",
     "MalformedMessage",
+    "VersionMismatch",
     "answer",
     "call",
     "cancel",
@@ -125,6 +126,10 @@ class FrameTooLarge(MalformedMessage):
     def __init__(self, limit: int) -> None:
         super().__init__(f"a frame over the limit of {limit} bytes")
         self.limit = limit
+
+
+class VersionMismatch(MalformedMessage):
+    """A peer's hello announces another protocol version than :data:`PROTOCOL_VERSION`."""
 
 
 class FrameDecoder(MsgpackReader):
@@ -210,7 +215,7 @@ def hello(max_frame_bytes: int) -> bytes:
 
 def read_hello(message: Any, peer: str) -> int:
     """The frame limit a hello announces; :class:`MalformedMessage` naming ``peer`` when the
-    message is not a hello of this version."""
+    message is not a hello (:class:`VersionMismatch` when it is one of another version)."""
     if not (
         isinstance(message, list)
         and len(message) == 3
@@ -221,7 +226,7 @@ def read_hello(message: Any, peer: str) -> int:
         raise MalformedMessage(f"{peer} did not open with a {HELLO} notification: {message!r:.200}")
     version, limit = message[2].get("version"), message[2].get("max_frame_bytes")
     if version != PROTOCOL_VERSION:
-        raise MalformedMessage(
+        raise VersionMismatch(
             f"{peer} speaks shardline msgpack-rpc version {version!r:.50}, "
             f"this side speaks version {PROTOCOL_VERSION}"
         )

@@ -28,6 +28,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from shardline.errors import InvalidAddress
+from shardline.host_port import split_host_port
+
 __all__ = [
     "BAD_REQUEST",
     "BAD_RESULT",
@@ -36,6 +39,7 @@ __all__ = [
     "SCHEME",
     "UNKNOWN_HANDLER",
     "Task",
+    "grpc_record_target",
     "grpc_target",
 ]
 
@@ -160,3 +164,19 @@ def grpc_target(address: str) -> str:
     :func:`~shardline.transport.server.serve_grpc` publishes it, or a bare ``host:port`` (the
     form records had before the scheme, and a topology instance's address)."""
     return address[len(SCHEME) :] if address.startswith(SCHEME) else address
+
+
+def grpc_record_target(address: str) -> str:
+    """:func:`grpc_target` of a worker's published address, checked:
+    :class:`~shardline.errors.InvalidAddress` (a ``ValueError``) naming the address when what
+    is left is no ``host:port`` with a port from 1 to 65535."""
+    target = grpc_target(address)
+    try:
+        split_host_port(target)
+    except InvalidAddress as error:
+        raise InvalidAddress(
+            f"a gRPC worker's address is grpc://host:port or host:port, not {address!r}"
+            + (f": {error.reason}" if error.reason else ""),
+            reason=error.reason,
+        ) from None
+    return target
