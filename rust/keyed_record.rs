@@ -62,15 +62,4 @@ impl KeyedRecord {
         });
         Self { kept }
     }
-
-    /// Pickling and copying make the record again through `__new__` with its uid, so that
-    /// the copy carries its key too.
-    fn __getnewargs_ex__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        let py = slf.py();
-        let kwargs = PyDict::new(py);
-        kwargs.set_item(intern!(py, "uid"), slf.getattr(intern!(py, "uid"))?)?;
-        Ok((PyTuple::empty(py), kwargs))
-    }
 }

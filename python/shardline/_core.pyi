@@ -247,7 +247,6 @@ class KeyedRecord:
         *args: Any,
         **kwargs: Any,
     ) -> Self: ...
-    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]: ...
 
 @disjoint_base
 class WorkerPool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -36,6 +36,9 @@ class WorkerMetadata(KeyedRecord):
     record from an older publisher, or one no publisher wrote). It takes no part in comparing
     records: the same record published again is equal to the one before.
 
+    A record can be pickled and deep-copied (its ``extra`` travels as a plain dict and comes
+    back read-only).
+
     Implementation notes:
         Its base, the core's ``KeyedRecord``, keeps the uid and its 128-bit integer when the
         record is made, so the pool admits, refreshes and evicts it without reading
@@ -50,6 +53,24 @@ class WorkerMetadata(KeyedRecord):
     extra: Mapping[str, Any] = field(default_factory=_no_extra)
     published: float | None = field(default=None, compare=False)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a read-only mapping (what discovery makes ``extra``) cannot be pickled: a dict can
+        values = tuple(
+            dict(value) if name == "extra" else value
+            for name in _FIELDS
+            for value in (getattr(self, name),)
+        )
+        return _remade, (type(self), values)
+
+
+def _remade(cls: type[WorkerMetadata], values: tuple[Any, ...]) -> WorkerMetadata:
+    """A pickled or copied record made again, its ``extra`` read-only as discovery's are."""
+    made = dict(zip(_FIELDS, values, strict=True))
+    made["extra"] = MappingProxyType(made["extra"])
+    return cls(**made)
+
+
+_FIELDS = tuple(each.name for each in fields(WorkerMetadata))
 
 DiscoveryEventType = Literal["worker-added", "worker-updated", "worker-dropped"]
 

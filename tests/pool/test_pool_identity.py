@@ -9,7 +9,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import pickle
 import uuid
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -130,9 +132,15 @@ def test_the_record_base_names_the_fields_of_worker_metadata_in_order() -> None:
     assert named[: len(fields)] == fields
 
 
-def test_copies_and_replacements_of_a_record_carry_its_key() -> None:
+def test_copies_pickles_and_replacements_of_a_record_carry_its_key() -> None:
     record = WorkerMetadata(
-        uid=uuid.UUID(int=7), address="h:1", pid=1, version="1", extra={"zone": "a"}
+        uid=uuid.UUID(int=7),
+        address="h:1",
+        pid=1,
+        version="1",
+        tags=frozenset({"gpu"}),
+        extra=MappingProxyType({"zone": "a"}),  # read-only, as discovery makes it
+        published=12.5,
     )
     pool = LoadBalancerContext()
     pool.add_worker(record, "a")
@@ -140,13 +148,20 @@ def test_copies_and_replacements_of_a_record_carry_its_key() -> None:
         copy.copy(record),
         copy.deepcopy(record),
         dataclasses.replace(record, address="h:2"),
+        *(pickle.loads(pickle.dumps(record, protocol)) for protocol in range(6)),
     ]
     for made in copies:
-        assert made.uid == record.uid
+        assert made == record or made.address == "h:2"
+        assert (made.uid, made.published, type(made.extra)) == (record.uid, 12.5, MappingProxyType)
+        assert made.extra == {"zone": "a"}
         assert pool.update_worker(made, "b")
         assert pool.workers[record.uid] == (made, "b")
-    pool.remove_worker(copies[-1])
-    assert len(pool) == 0
+    uid = CountingUid(7)
+    counted = pickle.loads(pickle.dumps(CountingMetadata(uid=uid, address="h", pid=1, version="1")))  # type: ignore[arg-type]
+    assert type(counted) is CountingMetadata
+    CountingMetadata.uid_reads = 0
+    pool.remove_worker(counted)
+    assert (len(pool), CountingMetadata.uid_reads) == (0, 0)
 
 
 def test_a_record_whose_uid_has_no_int_is_made_and_refused_by_the_pool_as_before() -> None:
