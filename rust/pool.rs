@@ -167,11 +167,11 @@ struct AddressFilter {
 impl AddressFilter {
     /// 2**18 bits (32 KiB): few false hits up to some thousands of workers.
     const BITS: u32 = 18;
-    /// Rebuilt once this many more addresses were put in it than are pooled, plus as many as
-    /// are pooled, so churn does not fill it; rebuilding clears every word and visits every
-    /// pooled address, so it comes at most once per that many writes: O(1) per write, whatever
-    /// the pool's size (with a fixed margin alone, a pool of 100,000 workers rebuilt every
-    /// 32,768 admissions, 3 addresses visited per admission).
+    /// Rebuilt once this many more addresses were put in it than are indexed, plus as many as
+    /// are indexed, so churn does not fill it; rebuilding clears every word and visits every
+    /// indexed address, so it comes at most once per that many writes: O(1) per write, whatever
+    /// the pool's size (with a fixed margin alone, a pool of 100,000 workers rebuilt it every
+    /// 32,768 writes, 3 addresses visited per write).
     const REBUILD_AFTER: usize = 1 << (Self::BITS - 3);
 
     fn new() -> Self {
@@ -422,10 +422,10 @@ impl Entries {
 ///     object itself (what `uids()` and the rotation hand out, and balancers hand back) without
 ///     even reading `uid.int`, from the first lookup made with it on; a lock-free filter of
 ///     those addresses sends most other objects straight to the key. Entries keep admission
-///     order in a vector with holes, so a refresh keeps its position and a removal is O(1) amortised. No Python code runs while the lock
-///     is held: the uid is read before it is taken, displaced entries are dropped after it is
-///     released, and readers copy references under it (increfs) and build tuples and lists
-///     after. The lock is a `GilLock`: on an interpreter with a GIL, which that rule makes
+///     order in a vector with holes, so a refresh keeps its position and a removal is O(1)
+///     amortised. No Python code runs while the lock is held: the uid is read before it is
+///     taken, displaced entries are dropped after it is released, and readers copy references
+///     under it (increfs) and build tuples and lists after. The lock is a `GilLock`: on an interpreter with a GIL, which that rule makes
 ///     enough, a borrow count without atomic operations; `parking_lot::RwLock` on a
 ///     free-threaded one. Weak-referenceable, because balancers keep their per-pool state weakly.
 #[pyclass(frozen, subclass, weakref, module = "shardline", name = "WorkerPool")]
