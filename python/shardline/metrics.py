@@ -427,6 +427,12 @@ def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
         "(by discovery), unconnectable (no connection could be made to its new record).",
         labels=[*labels, "reason"],
     )
+    rpc_failures = CounterMetricFamily(
+        "shardline_proxy_rpc_failures",
+        "Dispatches to a worker that raised an RpcError (transient or broken), by its reason "
+        "(shardline.errors.RpcReason).",
+        labels=[*labels, "reason"],
+    )
     latency = HistogramMetricFamily(
         "shardline_proxy_dispatch_duration_seconds",
         "Time each timed dispatch to a worker took, whatever its outcome: every dispatch, "
@@ -446,6 +452,8 @@ def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
         not_admitted.add_metric(values, stats.not_admitted)
         for reason, count in stats.evictions.items():
             evictions.add_metric([*values, reason], count)
+        for reason, count in stats.rpc_failures.items():
+            rpc_failures.add_metric([*values, reason], count)
         if stats.latency is not None:
             cumulative = list(itertools.accumulate(stats.latency.counts))
             buckets = [
@@ -462,6 +470,7 @@ def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
         refreshes,
         not_admitted,
         evictions,
+        rpc_failures,
         latency,
     )
 

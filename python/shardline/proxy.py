@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, cast, get_args
 
 from shardline._tasks import cancel_and_wait
 from shardline.balancers.explanation import (
@@ -26,7 +26,7 @@ from shardline.balancers.protocol import (
 )
 from shardline.balancers.registry import create_balancer
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
-from shardline.errors import NoWorkersAvailable, RpcError, TransientRpcError
+from shardline.errors import NoWorkersAvailable, RpcError, RpcReason, TransientRpcError
 from shardline.pool.context import LoadBalancerContext
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
@@ -95,7 +95,10 @@ class ProxyStats:
     raised on) count discovery's effects, and ``evictions`` the workers that left the pool by
     reason (every one of ``EVICTION_REASONS``, 0 until it happens: ``unconnectable`` is a
     pooled worker whose new record ``connect`` raised on, so its old address, superseded, is
-    not used either). ``latency`` is the dispatch latency histogram,
+    not used either). ``rpc_failures`` counts the dispatches that raised an ``RpcError``
+    (``transient`` and ``broken`` together) by its ``reason`` (every
+    :data:`~shardline.errors.RpcReason`, 0 until it happens; an error without a known reason
+    counts as ``unspecified``). ``latency`` is the dispatch latency histogram,
     None until :meth:`WorkerProxy.measure_latency` was called; on the round-robin native path
     it times a sample, one dispatch in 8 (see :class:`DispatchLatency`).
     """
@@ -111,6 +114,7 @@ class ProxyStats:
     refreshes: int
     not_admitted: int
     evictions: Mapping[str, int]
+    rpc_failures: Mapping[str, int]
     latency: DispatchLatency | None
 
 
@@ -217,6 +221,7 @@ class WorkerProxy:
         self._refreshes = 0
         self._not_admitted = 0
         self._evictions = dict.fromkeys(EVICTION_REASONS, 0)
+        self._rpc_failures = dict.fromkeys(get_args(RpcReason), 0)
         self._quorum_reached = asyncio.Event()
         self._sentinel: asyncio.Task[None] | None = None
 
@@ -246,6 +251,7 @@ class WorkerProxy:
             refreshes=self._refreshes,
             not_admitted=self._not_admitted,
             evictions=MappingProxyType(dict(self._evictions)),
+            rpc_failures=MappingProxyType(dict(self._rpc_failures)),
             latency=None
             if latency is None
             else DispatchLatency(
@@ -381,8 +387,18 @@ class WorkerProxy:
         _close(pooled[1])
         return True
 
+    def _count_transient(self, error: TransientRpcError) -> None:
+        self._transient += 1
+        self._count_reason(error)
+
+    def _count_reason(self, error: RpcError) -> None:
+        # a plugin's subclass may skip RpcError.__init__, or set a word of its own
+        reason = getattr(error, "reason", "unspecified")
+        self._rpc_failures[reason if reason in self._rpc_failures else "unspecified"] += 1
+
     def _evict_broken(self, metadata: WorkerMetadata, error: RpcError) -> None:
         self._broken += 1
+        self._count_reason(error)
         if self._evict(metadata):
             self._evictions["broken"] += 1
             logger.info("worker %s at %s evicted: %s", metadata.uid, metadata.address, error)
@@ -446,7 +462,7 @@ class WorkerProxy:
                 try:
                     return await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
-                    self._transient += 1
+                    self._count_transient(error)
                     failure = error
                 except RpcError as error:
                     self._evict_broken(metadata, error)
@@ -483,7 +499,7 @@ class WorkerProxy:
                     try:
                         return await connection.dispatch(task, timeout=timeout)
                     except TransientRpcError as error:
-                        self._transient += 1
+                        self._count_transient(error)
                         failure = outcome = error
                     except RpcError as error:
                         self._evict_broken(metadata, error)
@@ -518,7 +534,7 @@ class WorkerProxy:
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
                 except TransientRpcError as error:
-                    self._transient += 1
+                    self._count_transient(error)
                     failure = offered[uid] = error
                     uid = await candidates.athrow(error)
                     continue

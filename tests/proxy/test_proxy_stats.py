@@ -1,5 +1,6 @@
 """`WorkerProxy.stats()` and `measure_latency()`: dispatches by outcome, exhausted calls,
-admissions, refreshes, evictions by reason, pool size and the latency histogram.
+admissions, refreshes, evictions by reason, RPC failures by reason, pool size and the latency
+histogram.
 
 A scripted run checks every number, through both balancer protocols (``balancer_protocol``)
 and the round-robin native path (whose latency the pool samples, one dispatch in
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import given, settings
@@ -29,6 +30,7 @@ from shardline import (
     WorkerMetadata,
     WorkerProxy,
 )
+from shardline.errors import RpcReason
 from shardline.pool.context import LoadBalancerContext
 from shardline.proxy import EVICTION_REASONS, DispatchLatency, ProxyStats
 
@@ -72,9 +74,9 @@ class Scripted:
         outcome = self.script.pop(0) if self.script else "ok"
         self.log.append((outcome, self.n))
         if outcome == "transient":
-            raise TransientRpcError(f"worker {self.n} is busy")
+            raise TransientRpcError(f"worker {self.n} is busy", reason="busy")
         if outcome == "broken":
-            raise RpcError(f"worker {self.n} is gone")
+            raise RpcError(f"worker {self.n} is gone", reason="protocol")
         if outcome == "error":
             raise ValueError(f"worker {self.n} cannot run {task!r}")
         return self.n
@@ -133,8 +135,15 @@ def zero_stats(balancer: str) -> ProxyStats:
         refreshes=0,
         not_admitted=0,
         evictions=dict.fromkeys(EVICTION_REASONS, 0),
+        rpc_failures=rpc_failures(),
         latency=None,
     )
+
+
+def rpc_failures(**counts: int) -> dict[str, int]:
+    """Every RpcReason at 0 but those given (``shutting_down`` for ``shutting-down``...)."""
+    zero = dict.fromkeys(get_args(RpcReason), 0)
+    return {**zero, **{name.replace("_", "-"): count for name, count in counts.items()}}
 
 
 @pytest.fixture(params=[RoundRobinLoadBalancer, LeastLoadedLoadBalancer])
@@ -196,12 +205,46 @@ async def test_a_scripted_run_counts_every_outcome(balancer: Any) -> None:
         refreshes=1,
         not_admitted=1,
         evictions={"broken": 3, "dropped": 2, "unconnectable": 0},
+        rpc_failures=rpc_failures(busy=3, protocol=3),
         latency=latency,
     )
     assert (latency.bounds[0], latency.bounds[-1]) == (0.000025, 10.0)
     assert len(latency.counts) == len(latency.bounds) + 1
     assert latency.count == expected_timed(proxy)
     assert 0 < latency.sum < 10
+
+
+class Unexplained(TransientRpcError):
+    """A plugin's error that never calls ``RpcError.__init__``: it has no ``reason``."""
+
+    def __init__(self) -> None:
+        pass
+
+
+class OwnWord(TransientRpcError):
+    """A plugin's error whose ``reason`` is a word of its own, set past the check."""
+
+    def __init__(self) -> None:
+        super().__init__("tired")
+        self.reason = "tired"  # type: ignore[assignment]
+
+
+async def test_an_rpc_error_without_a_known_reason_counts_as_unspecified() -> None:
+    fleet = Fleet()
+    await fleet.proxy.start()
+    fleet.stream.send("worker-added", record(1))
+    await fleet.settle()
+    connection = fleet.connections[1]
+    for error in (Unexplained(), OwnWord()):
+
+        async def fail(task: Any, *, timeout: float | None = None, error: Any = error) -> Any:
+            raise error
+
+        connection.dispatch = fail  # type: ignore[method-assign]
+        with pytest.raises(NoWorkersAvailable):
+            await fleet.proxy.dispatch("x")
+    await fleet.proxy.stop()
+    assert fleet.proxy.stats().rpc_failures == rpc_failures(unspecified=2)
 
 
 async def test_latency_is_none_until_asked_and_counts_only_from_then(balancer: Any) -> None:
@@ -307,6 +350,9 @@ def test_counts_match_a_replay_of_what_happened(
         evictions,
         len(pooled),
     )
+    assert stats.rpc_failures == rpc_failures(
+        busy=outcomes["transient"], protocol=outcomes["broken"]
+    )
     if measure:
         assert stats.latency is not None
         assert stats.latency.count == expected_timed(fleet.proxy)
@@ -365,6 +411,8 @@ async def test_a_registry_scraped_after_a_scripted_run_shows_every_number() -> N
     assert value("shardline_proxy_not_admitted_total") == 1
     assert value("shardline_proxy_evictions_total", reason="broken") == 1
     assert value("shardline_proxy_evictions_total", reason="dropped") == 1
+    for reason, count in rpc_failures(busy=2, protocol=1).items():
+        assert value("shardline_proxy_rpc_failures_total", reason=reason) == count
     assert samples[("shardline_proxy_workers", (("proxy", "api"),))] == 0
     histogram = "shardline_proxy_dispatch_duration_seconds"
     timed = expected_timed(fleet.proxy)
