@@ -152,6 +152,24 @@ async def test_an_interval_re_reads_without_being_asked(topology: Topology) -> N
         await discovery.aclose()
 
 
+async def test_a_topology_followed_directly_is_checked_every_50_ms_by_default(
+    topology: Topology,
+) -> None:
+    # a check is one counter read, so the default is the source path's; it was 1 s
+    add_replicaset(topology, 1)
+    discovery = TopologyDiscovery(topology)
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(anext(discovery), WAIT)
+        changed = loop.time()
+        add_replicaset(topology, 2)
+        second = await asyncio.wait_for(anext(discovery), WAIT)
+        assert str(second.metadata.uid) == inst_uuid(2)
+        assert loop.time() - changed < 0.75  # 0.05 s and the loop's own delays
+    finally:
+        await discovery.aclose()
+
+
 @pytest.mark.parametrize("origin", ["topology", "events"])
 async def test_the_interval_re_reads_only_once_membership_moved(
     topology: Topology, origin: str

@@ -30,11 +30,9 @@ __all__ = ["TopologyDiscovery", "instance_record"]
 
 logger = logging.getLogger("shardline.discovery.topology")
 
-DEFAULT_INTERVAL: Final = 1.0
-"""Seconds between two checks of a topology given without a source."""
-
 DEFAULT_CHECK_INTERVAL: Final = 0.05
-"""Seconds between two checks of the followed topology's ``membership_version``."""
+"""Seconds between two checks of the followed topology's ``membership_version`` (a read of one
+counter: a check that finds it unmoved costs nothing more)."""
 
 TopologyApply = Callable[[Topology, Any], object]
 """How one item of a source is applied to the topology (``apply_change`` by default)."""
@@ -83,7 +81,7 @@ class TopologyDiscovery(Subscription):
 
     ``TopologyDiscovery(topology)`` follows a topology that something else keeps current: it
     reads the topology's instances at once, then checks its ``membership_version`` every
-    ``interval`` seconds (1 s by default; ``None``: never) and re-reads them when it moved,
+    ``interval`` seconds (0.05 s by default; ``None``: never) and re-reads them when it moved,
     and re-reads them whenever :meth:`refresh` is called. Every change of an instance or a
     replicaset moves that counter, so none is missed, and a check that finds it unmoved costs
     no re-read; a bucket map changing alone costs none either.
@@ -164,7 +162,7 @@ class TopologyDiscovery(Subscription):
             if apply is not None:
                 raise ValueError("apply= applies a source's items; a topology has no source")
             self._topology = origin
-            period = DEFAULT_INTERVAL if isinstance(interval, _Default) else interval
+            period = DEFAULT_CHECK_INTERVAL if isinstance(interval, _Default) else interval
         elif isinstance(origin, TopologySource) and apply is None:
             self._topology = Topology() if topology is None else topology
             self._runner = origin
