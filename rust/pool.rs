@@ -256,6 +256,16 @@ impl Entries {
         self.slots.iter().flatten()
     }
 
+    /// The pooled entry at position `n` of the admission order: O(1) while no removal left a
+    /// hole, O(slots) otherwise.
+    fn nth_live(&self, n: usize) -> Option<&Entry> {
+        if self.slots.len() == self.index.len() {
+            self.slots.get(n)?.as_ref()
+        } else {
+            self.live().nth(n)
+        }
+    }
+
     /// The next pooled entry of the rotation that `skip` does not exclude, moving the rotation
     /// past it; None when every pooled entry is excluded (or none is pooled). Looks at each
     /// slot at most once per attempt, starting where the rotation stands.
@@ -832,6 +842,17 @@ impl WorkerPool {
         Ok(self
             .with_entry(uid, |entry| entry.load.read())?
             .unwrap_or((0, 0.0)))
+    }
+
+    /// Of the pooled workers at positions `first` and `second` of the admission order, the uid
+    /// of the one with fewer dispatches in flight (ties: the lower latency average, then
+    /// `first`), as `load(uid)` compares them; None when a position is past the last worker.
+    /// `LeastLoadedLoadBalancer`'s draw in one call, without listing the pool.
+    fn less_loaded_of(&self, py: Python<'_>, first: usize, second: usize) -> Option<Py<PyAny>> {
+        let entries = self.entries.read(py);
+        let (a, b) = (entries.nth_live(first)?, entries.nth_live(second)?);
+        let pick = if a.load.read() <= b.load.read() { a } else { b };
+        Some(pick.uid.clone_ref(py))
     }
 
     /// The pooled uids, in admission order (a snapshot).

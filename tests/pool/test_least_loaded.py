@@ -8,9 +8,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardline import LoadBalancerContext, LoadBalancerLike, WorkerProxy
 from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
+from shardline.balancers.protocol import NOTHING_TRIED
 from support.balancer_driving import start
 from support.fakes import Harness, Stream, added
 from support.workers import worker
@@ -139,3 +142,40 @@ async def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
     assert seen == [(1, 0.0)]
     assert inflight_after == 0
     assert latency > 0.0
+
+
+class ListedPool:
+    """The same workers and loads as a pool, but not a ``WorkerPool``: the balancer lists them
+    (the general path, the reference for the pool's own draw)."""
+
+    def __init__(self, context: LoadBalancerContext) -> None:
+        self.workers = dict(context.workers)
+        self.load = context.load
+
+
+@settings(max_examples=200)
+@given(
+    size=st.integers(0, 12),
+    evicted=st.sets(st.integers(0, 11)),
+    loads=st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0])), max_size=12),
+    seed=st.integers(0, 2**32),
+)
+def test_the_pools_own_draw_picks_what_listing_the_workers_picks(
+    size: int, evicted: set[int], loads: list[tuple[int, float]], seed: int
+) -> None:
+    context = pool(*range(size))
+    for n in evicted & set(range(size - 1)):  # holes in the admission order, the last kept
+        context.remove_worker(worker(n))
+    for uid, (in_flight, latency) in zip(list(context.workers), loads, strict=False):
+        if latency:
+            context.begin_dispatch(uid)
+            context.end_dispatch(uid, latency)
+        for _ in range(in_flight):
+            context.begin_dispatch(uid)
+    fast = LeastLoadedLoadBalancer(random.Random(seed))
+    listed = LeastLoadedLoadBalancer(random.Random(seed))
+    reference = ListedPool(context)
+    for _ in range(4):
+        assert fast.select(None, context=context, tried=NOTHING_TRIED) == listed.select(
+            None, context=reference, tried=NOTHING_TRIED
+        )
