@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -183,27 +183,19 @@ async def test_the_interval_re_reads_only_once_membership_moved(
         if origin == "topology"
         else TopologyDiscovery(Source(), topology=topology, interval=0.01)
     )
-    rereads = 0
-    reread = discovery._reread
-
-    def counted() -> list[DiscoveryEvent]:
-        nonlocal rereads
-        rereads += 1
-        return reread()
-
-    discovery._reread = counted  # type: ignore[method-assign]
+    rereads = count_rereads(discovery)
     try:
         assert await take(discovery, 1) == [("worker-added", inst_uuid(1))]
-        assert rereads == 1
+        assert rereads() == 1
         with pytest.raises(TimeoutError):  # ten intervals, nothing moved
             await asyncio.wait_for(anext(discovery), 0.1)
         topology.apply(BucketEvent("default", 1, 3000, rs_uuid(1)))  # a map alone
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(anext(discovery), 0.1)
-        assert rereads == 1
+        assert rereads() == 1
         add_replicaset(topology, 2)
         assert await take(discovery, 1) == [("worker-added", inst_uuid(2))]
-        assert rereads == 2
+        assert rereads() == 2
     finally:
         await discovery.aclose()
 
@@ -290,21 +282,13 @@ async def test_a_burst_of_source_events_costs_one_re_read(topology: Topology) ->
     burst = [event for n in range(1, 9) for event in replicaset_events(n)]
     source = Source(*burst)
     discovery = TopologyDiscovery(source, topology=topology)
-    rereads = 0
-    reread = discovery._reread
-
-    def counted() -> list[DiscoveryEvent]:
-        nonlocal rereads
-        rereads += 1
-        return reread()
-
-    discovery._reread = counted  # type: ignore[method-assign]
+    rereads = count_rereads(discovery)
     try:
         events = await drain(discovery)
         assert sorted(changes(events)) == sorted(
             ("worker-added", inst_uuid(n)) for n in range(1, 9)
         )
-        assert rereads <= 2  # the first read may come before the source's first item
+        assert rereads() <= 2  # the first read may come before the source's first item
     finally:
         await discovery.aclose()
 
@@ -399,18 +383,10 @@ async def test_a_topology_source_is_run_as_it_runs_itself(topology: Topology) ->
         assert source.resyncs == 1
         assert discovery.skipped == {}
         # nothing applied: the check at the interval re-reads nothing
-        rereads = 0
-        reread = discovery._reread
-
-        def counted() -> list[DiscoveryEvent]:
-            nonlocal rereads
-            rereads += 1
-            return reread()
-
-        discovery._reread = counted  # type: ignore[method-assign]
+        rereads = count_rereads(discovery)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(anext(discovery), 0.1)
-        assert rereads == 0
+        assert rereads() == 0
         # the source closed: run() returns, the stream ends after a last re-read
         source.queue.put_nowait(InstanceEvent("delete", inst_uuid(2)))
         await source.aclose()
@@ -573,6 +549,20 @@ def test_membership_follows_a_model_of_the_instances(batches: list[list[Any]]) -
             await discovery.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), WAIT))
+
+
+def count_rereads(discovery: TopologyDiscovery) -> Callable[[], int]:
+    """Makes ``discovery`` count its re-reads of the topology; returns the count so far."""
+    count = 0
+    reread = discovery._reread
+
+    def counted() -> list[DiscoveryEvent]:
+        nonlocal count
+        count += 1
+        return reread()
+
+    discovery._reread = counted  # type: ignore[method-assign]
+    return lambda: count
 
 
 async def take_ready(discovery: TopologyDiscovery, limit: int) -> list[DiscoveryEvent]:
