@@ -1,7 +1,9 @@
 """Instructions per query (callgrind) for one way: 16 callers x 200
-`fetchrow("SELECT $1::bigint", k)`
-(issue 11; outside the suite: `serve.py WORKTREE` starts the bench's stand-in cluster and prints
-its DSN, `count.sh VENV DSN WAY [VARIANT_MODULE]` counts one way (a variant module adds ways: `ways(client, raw, query) -> {name: fn}`); per query = (WAY - empty) / 3200).
+`fetchrow("SELECT $1::bigint", k)` (issue 11; outside the suite).
+
+`serve.py WORKTREE` starts the bench's stand-in cluster and prints its DSN; `count.sh VENV DSN
+WAY [VARIANT_MODULE]` counts one way (a variant module adds ways: `ways(client, raw, query) ->
+{name: fn}`); per query = (WAY - empty) / 3200.
 
 Run under `valgrind --tool=callgrind --toggle-collect=functools_reduce`: only the counted section
 (one run_until_complete, called through functools.reduce) is collected. Ways: raw, wrapped (raw
