@@ -565,23 +565,6 @@ def count_rereads(discovery: TopologyDiscovery) -> Callable[[], int]:
     return lambda: count
 
 
-async def take_ready(discovery: TopologyDiscovery, limit: int) -> list[DiscoveryEvent]:
-    """Up to ``limit`` events the stream hands out within a few turns of the loop."""
-    events: list[DiscoveryEvent] = []
-    while len(events) < limit:
-        pending = asyncio.ensure_future(anext(discovery))
-        for _ in range(5):
-            if pending.done():
-                break
-            await asyncio.sleep(0)
-        if not pending.done():
-            pending.cancel()  # the subscription keeps the event being waited for
-            await asyncio.gather(pending, return_exceptions=True)
-            break
-        events.append(pending.result())
-    return events
-
-
 def follow(seen: dict[str, Any], event: DiscoveryEvent) -> None:
     """What a subscriber knows after ``event``, checked against the discovery contract."""
     uid, record = str(event.metadata.uid), event.metadata
@@ -624,7 +607,7 @@ def test_no_change_is_missed_by_the_checks_at_the_interval(
                 for event in batch:
                     topology.apply(event)
                     apply_to_model(event, instances, tiers)
-                for event in await take_ready(discovery, taken):
+                for event in await drain(discovery, taken):
                     follow(seen, event)
             while seen != expected_members(instances, tiers):
                 follow(seen, await asyncio.wait_for(anext(discovery), WAIT))

@@ -66,11 +66,12 @@ def added(n: int, **changes: Any) -> DiscoveryEvent:
     return DiscoveryEvent("worker-added", worker(n, **changes))
 
 
-async def drain(discovery: TopologyDiscovery) -> list[DiscoveryEvent]:
-    """Every event the stream has ready: it is driven until it waits (nothing here does I/O,
-    so a stream with something to hand out does so within a few turns of the loop)."""
+async def drain(discovery: TopologyDiscovery, limit: int | None = None) -> list[DiscoveryEvent]:
+    """Every event the stream has ready, or the first ``limit`` of them: it is driven until it
+    waits (nothing here does I/O, so a stream with something to hand out does so within a few
+    turns of the loop)."""
     events: list[DiscoveryEvent] = []
-    while True:
+    while limit is None or len(events) < limit:
         pending = asyncio.ensure_future(anext(discovery))
         for _ in range(20):
             if pending.done():
@@ -83,6 +84,7 @@ async def drain(discovery: TopologyDiscovery) -> list[DiscoveryEvent]:
         if isinstance(pending.exception(), StopAsyncIteration):
             return events
         events.append(pending.result())
+    return events
 
 
 class Source:
