@@ -125,7 +125,7 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
 
 def _two_of(rng: random.Random, count: int) -> tuple[int, int]:
     """Two distinct positions of ``count`` (at least 2), drawn uniformly: two ``randrange``
-    calls, a fifth of what ``rng.sample`` costs."""
+    calls, a third of what ``rng.sample`` costs (0.48 against 1.41 µs here)."""
     first = rng.randrange(count)
     second = rng.randrange(count - 1)
     return first, second + (second >= first)
