@@ -5,12 +5,14 @@ ends there instead of waiting on (``docs/architecture.md``: a loop must also be 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
 
-from shardline import WorkerMetadata
+from shardline import DiscoveryEvent, WorkerMetadata
 from shardline.discovery.local import LocalDiscovery
+from shardline.discovery.subscription import RecordFeed, Subscription
 from shardline.discovery.topology import TopologyDiscovery
 from support.cancellation import STEPS, settled, steps, stop_cancelled
 from support.fakes import Source
@@ -121,3 +123,29 @@ async def test_a_topology_discovery_closed_around_a_change_ends_at_once(turns: i
     closing = asyncio.create_task(discovery.aclose())
     assert await closes_within(closing)
     assert not await settled()
+
+
+async def test_an_event_that_arrives_as_its_wait_is_cancelled_is_handed_to_the_next_wait() -> None:
+    """The step ends (its event ready) in the turn of the loop in which the waiting caller is
+    cancelled, before the caller resumes: the event must not be lost with the wait."""
+    gate, produced = asyncio.Event(), asyncio.Event()
+    event = DiscoveryEvent("worker-added", worker(1))
+
+    async def stream() -> AsyncGenerator[DiscoveryEvent, None]:
+        await gate.wait()
+        produced.set()  # in the same turn as the step ends, on the yield below
+        yield event
+
+    subscription = Subscription(stream(), RecordFeed())
+    try:
+        waiter = asyncio.ensure_future(anext(subscription))
+        await asyncio.sleep(0)
+        gate.set()
+        await produced.wait()  # the step has ended; the waiter resumes a turn later
+        assert not waiter.done()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert await asyncio.wait_for(anext(subscription), 5) is event
+    finally:
+        await subscription.aclose()

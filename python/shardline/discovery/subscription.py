@@ -169,9 +169,16 @@ class Subscription(AsyncIterator[DiscoveryEvent]):
         pending = self._next
         try:
             event = await asyncio.shield(pending)
-        finally:
-            if pending.done():
+        except asyncio.CancelledError:
+            # the step stays for the next call, even when it ended in the same turn of the
+            # loop as this wait was cancelled: its event is not lost
+            if pending.cancelled():
                 self._next = None
+            raise
+        except BaseException:
+            self._next = None
+            raise
+        self._next = None
         self._taken(event)
         return event
 
