@@ -34,13 +34,15 @@ same moments of a shared machine; ``extra_info["by_way"]`` holds each way's figu
 quartiles):
 
 ``routed query before I/O``: per key of a block of 1,024, what a keyed query costs the client
-before any I/O. shardline: ``Client._take(key, False)`` (``Topology.route`` of the key, the
-instance's pool found, an idle connection popped) then ``InstancePool.release`` of it: the
-client's keyed hot path, which is private (the client has no public "acquire by key"; see
-RESULTS.md). picopyn: ``async with pool.acquire_by_sharding_key(factory.create_key({"id":
-k})): pass`` (key factory, bucket id, ``find_bucket_master``, acquire by instance uuid under
-the pool's lock, release through ``asyncio.shield``): its public API. Beside them, the
-routing alone: ``Topology.route`` against ``create_key`` + ``Topology.find_bucket_master``.
+besides the driver's work. shardline: its ``fetchval`` method as ``client._query_method``
+builds it, with a stub in place of asyncpg's ``fetchval`` (a coroutine returning the key): the
+whole hot path (``Topology.route`` of the key, the instance's pool found, an idle connection
+popped and checked, the query's coroutine, the connection given back), which is private (the
+client has no public "acquire by key"; see RESULTS.md). picopyn: ``async with
+pool.acquire_by_sharding_key(factory.create_key({"id": k})): pass`` (key factory, bucket id,
+``find_bucket_master``, acquire by instance uuid under the pool's lock, release through
+``asyncio.shield``): its public API. Beside them, the routing alone: ``Topology.route`` against
+``create_key`` + ``Topology.find_bucket_master``.
 Each way runs a block as one coroutine (``loop.run_until_complete``), so the loop's own cost
 is shared alike.
 
@@ -99,6 +101,7 @@ from picopyn.asynchronous.pool import Pool as PicopynPool
 from picopyn.query_metadata import PreparedStatementMetadata
 
 import shardline.picodata
+from shardline.picodata.client import _query_method
 
 from .benchkit import cpu_snapshot, int_keys, percentiles
 from .picodata_standin import OID_INT8, TIER, StandinCluster
@@ -252,9 +255,15 @@ def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
 # --- routed query before I/O -------------------------------------------------------------------
 
 
+async def _driver_stub(connection: Any, query: str, key: int) -> int:
+    """Stands in for asyncpg's ``fetchval`` in the before-I/O way: no I/O, the key back."""
+    return key
+
+
 def route_ways(c: Clients) -> dict[str, Callable[[Sequence[int]], Awaitable[None]]]:
     db = c.shardline
-    take = db._take  # the hot path of a keyed write, before the query is sent
+    # the client's own query method, built around a driver call that does nothing
+    fetchval = _query_method(_driver_stub, "").__get__(db)
     route = db.topology.route
     pool = c.picopyn
     create_key = c.factory.create_key
@@ -262,11 +271,9 @@ def route_ways(c: Clients) -> dict[str, Callable[[Sequence[int]], Awaitable[None
     topology = pool.topology
     assert topology is not None
 
-    async def shardline_take_release(block: Sequence[int]) -> None:
+    async def shardline_query(block: Sequence[int]) -> None:
         for key in block:
-            taken = take(key, False)
-            assert taken is not None
-            taken[0].release(taken[1])
+            await fetchval(SELECT, key, key=key)
 
     async def shardline_route(block: Sequence[int]) -> None:
         for key in block:
@@ -282,7 +289,7 @@ def route_ways(c: Clients) -> dict[str, Callable[[Sequence[int]], Awaitable[None
             topology.find_bucket_master(TIER, create_key({"id": key}).bucket_id)
 
     return {
-        "shardline: route + take + release": shardline_take_release,
+        "shardline: a keyed query, the driver stubbed": shardline_query,
         "picopyn: acquire_by_sharding_key(create_key) + release": picopyn_acquire_release,
         "shardline: Topology.route only": shardline_route,
         "picopyn: create_key + find_bucket_master only": picopyn_route,
@@ -294,13 +301,19 @@ def test_route_before_io(benchmark: Any, clients: Clients) -> None:
     # each key's master must have an idle connection for take() to find (opened by a query)
     for key in KEYS[:CHECKED_KEYS]:
         assert c.run(c.shardline.fetchval(SELECT, key, key=key)) == key
+    pools = c.shardline._pools
+    connects = sum(p.connects for p in pools.values())
     for key in KEYS[: 2 * ROUTE_BLOCK]:
-        taken = c.shardline._take(key, False)
-        assert taken is not None, f"no idle connection of the master of {key}"
-        taken[0].release(taken[1])
         master = c.shardline.topology.route(TIER, key)
         assert master is not None
         assert master.address.rpartition(":")[0] == c.cluster.expected_host(key)
+        assert pools[master.uuid].idle, f"no idle connection of the master of {key}"
+    ways = route_ways(c)
+    # every key served on the hot path: an idle connection of its master, none opened
+    queries = sum(p.queries for p in pools.values())
+    c.run(ways["shardline: a keyed query, the driver stubbed"](KEYS[:ROUTE_BLOCK]))
+    assert sum(p.queries for p in pools.values()) == queries + ROUTE_BLOCK
+    assert sum(p.connects for p in pools.values()) == connects
     ways = route_ways(c)
     names = list(ways)
     timed: dict[str, list[float]] = {name: [] for name in names}
@@ -325,7 +338,7 @@ def test_route_before_io(benchmark: Any, clients: Clients) -> None:
         calls_per_round=len(names) * ROUTE_BLOCK,
         by_way={name: summary(samples) for name, samples in kept.items()},
         ratios={
-            "picopyn acquire+release / shardline take+release": ratio_summary(
+            "picopyn acquire+release / shardline keyed query, driver stubbed": ratio_summary(
                 [p / s for p, s in zip(kept[names[1]], kept[full], strict=True)]
             ),
             "picopyn route / shardline route": ratio_summary(

@@ -42,7 +42,7 @@ async def until(condition: Callable[[], bool], what: str) -> None:
 async def noticed(db: Client, name: str) -> None:
     """Waits until the client's idle connections to the instance ``name`` (whose forwarder was
     stopped) are seen closed: a query sent on one before that would fail after sending."""
-    idle = db._pools[_uuid(name)]._idle
+    idle = db._pools[_uuid(name)].idle
     await until(lambda: all(connection.is_closed() for connection in idle), f"{name} noticed")
 
 
@@ -197,7 +197,7 @@ async def test_a_broken_idle_connection_is_discarded_and_replaced(pg: PgServer) 
         pool = db.stats().pools[_uuid("r2_1")]
         assert (pool.open, pool.idle) == (1, 1)
         c.forwarders["r2_1"].drop()
-        idle = db._pools[_uuid("r2_1")]._idle  # the test waits until the client can tell
+        idle = db._pools[_uuid("r2_1")].idle  # the test waits until the client can tell
         await until(lambda: idle[0].is_closed(), "the broken connection noticed")
         port = await db.fetchval("SELECT inet_client_port()", key=key)
         assert c.instance_of(port) == "r2_1"

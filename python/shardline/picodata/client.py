@@ -79,11 +79,18 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
     arguments choose (see the class), the connection given back once it returns.
 
     Implementation notes:
-        The method built here is the only coroutine frame between the caller and the
-        driver. With a shared ``_run`` coroutine awaited by each method, that second frame
-        (resumed at every wake-up of the query) cost about 1 µs of CPU per query at 16 in
-        flight, some 3% of the throughput in an interleaved measurement; four hand-written
-        methods would have repeated the logic four times.
+        The method built here is the only frame of Python between the caller and the driver
+        on the hot path: a keyed write, or a query without a key, whose instance has an idle
+        connection that is open. It routes the key, pops that connection from the pool's
+        ``idle`` list and appends it back (when :meth:`InstancePool.release` would do no
+        more) itself, calling no function written in Python but asyncpg's ``is_closed()`` and
+        ``is_in_transaction()``; anything else goes through :meth:`Client._connection` and
+        :meth:`InstancePool.release`. Each Python call it saves is a frame resumed at every
+        query: with ``_take``, ``InstancePool.take`` and ``release`` called, a query cost
+        about 2,500 more instructions (callgrind, 16 in flight; see benches/RESULTS.md), some
+        3% of the client's work. A shared ``_run`` coroutine awaited by each method would add
+        a second frame resumed at every wake-up of the query (about 1 µs per query); four
+        hand-written methods would repeat the logic four times.
     """
 
     async def query(
@@ -96,10 +103,25 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
         timeout: float | None = None,
         **options: Any,
     ) -> Any:
-        taken = self._take(key, read_only)
-        pool, connection = (
-            taken if taken is not None else await self._connection(key, read_only, strict)
-        )
+        if key is _NO_KEY:
+            online = self._online
+            self._turn += 1
+            pool = online[self._turn % len(online)] if online else None
+        elif read_only:
+            pool = None
+        elif key.__class__ is ShardingKey:
+            pool = self._routes.get(id(self._route(key.tier, key.values)))
+        else:
+            pool = self._routes.get(id(self._route(self._tier, key)))
+        if pool is not None and (idle := pool.idle) and not idle[-1].is_closed():
+            connection = idle.pop()
+            pool.queries += 1
+            if key is _NO_KEY:
+                self._unkeyed += 1
+            else:
+                self._keyed += 1
+        else:
+            pool, connection = await self._connection(key, read_only, strict)
         try:
             if timeout is None and not options:
                 # asyncpg's defaults: no keyword dict to build and parse (~1,000 instructions)
@@ -109,7 +131,10 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
         except BaseException as error:
             self._failed(pool, connection, error)
             raise
-        pool.release(connection)
+        if pool.waiters or pool.closing or connection.is_in_transaction():
+            pool.release(connection)
+        else:
+            pool.idle.append(connection)
         return result
 
     query.__name__ = run.__name__
@@ -411,38 +436,11 @@ class Client:
         """Runs ``query`` and returns ``column`` (default 0) of its first row, or None.""",
     )
 
-    def _take(self, key: Any, read_only: bool) -> tuple[InstancePool, Any] | None:
-        """The hot path: (pool, an idle connection) for a keyed write to the key's master or
-        a query without a key to the next online instance; None when anything needs more
-        than that (a read, no route, no idle connection)."""
-        if key is _NO_KEY:
-            online = self._online
-            self._turn += 1
-            if online:
-                pool = online[self._turn % len(online)]
-                connection = pool.take()
-                if connection is not None:
-                    self._unkeyed += 1
-                    return pool, connection
-            return None
-        if read_only:
-            return None
-        if key.__class__ is ShardingKey:
-            instance = self._route(key.tier, key.values)
-        else:
-            instance = self._route(self._tier, key)
-        routed = self._routes.get(id(instance))
-        if routed is not None:
-            connection = routed.take()
-            if connection is not None:
-                self._keyed += 1
-                return routed, connection
-        return None
-
     async def _connection(
         self, key: Any, read_only: bool, strict: bool | None
     ) -> tuple[InstancePool, Any]:
-        """(pool, connection) for a query :meth:`_take` could not serve at once."""
+        """(pool, connection) for a query the hot path could not serve (see
+        :func:`_query_method`)."""
         if key is _NO_KEY:
             return await self._unkeyed_connection()
         if read_only:
@@ -555,8 +553,8 @@ class Client:
         return replicas
 
     async def _unkeyed_connection(self) -> tuple[InstancePool, Any]:
-        """A connection to the online instance whose turn it is (see :meth:`_take`), or the
-        next one that can be reached."""
+        """A connection to the online instance whose turn it is, or the next one that can be
+        reached."""
         self._check_open()
         pool, connection = await self._any_connection(self._turn)
         self._unkeyed += 1

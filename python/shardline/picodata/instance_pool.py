@@ -67,6 +67,12 @@ class InstancePool:
         reused, the others may age out server-side); a released connection goes straight to
         the oldest waiter. A waiter is woken with ``None`` when a slot frees up without a
         connection (one was discarded or failed to open), and opens one itself.
+
+        The client's query methods pop from ``idle`` and append to it themselves (no call of
+        Python on the hot path, see ``client._query_method``), within this contract: they
+        pop the last connection only if it is open, count it in ``queries``, and append it
+        back only while no one waits, the pool is not closing and the connection is not in a
+        transaction, i.e. exactly when :meth:`take` and :meth:`release` would do no more.
     """
 
     def __init__(
@@ -86,11 +92,14 @@ class InstancePool:
         self._connect = connect
         self._size = size
         self._acquire_timeout = acquire_timeout
-        self._idle: list[Any] = []
+        self.idle: list[Any] = []
+        """The idle connections, the warmest last (read-only but for the client's hot path)."""
         self._open = 0  # connections open or being opened
         self._opening = 0
-        self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
-        self._closing = False
+        self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        """The acquisitions waiting for a connection, the oldest first (read-only)."""
+        self.closing = False
+        """True once :meth:`aclose` was called (read-only)."""
         self._drained: asyncio.Event | None = None
         # connections discarded and being closed politely in the background
         self._closing_tasks: set[asyncio.Task[None]] = set()
@@ -114,18 +123,14 @@ class InstancePool:
         """True while the instance is in its backoff after a failed connect."""
         return self._failures_in_a_row > 0 and time.monotonic() < self._retry_at
 
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
     def stats(self) -> PoolStats:
         return PoolStats(
             uuid=self.uuid,
             address=self.address,
             size=self._size,
             open=self._open,
-            idle=len(self._idle),
-            in_use=self._open - self._opening - len(self._idle),
+            idle=len(self.idle),
+            in_use=self._open - self._opening - len(self.idle),
             waits=self.waits,
             timeouts=self.timeouts,
             connects=self.connects,
@@ -139,7 +144,7 @@ class InstancePool:
 
     def take(self) -> Any:
         """An idle connection, or None if none is idle (or the pool is closing)."""
-        idle = self._idle
+        idle = self.idle
         while idle:
             connection = idle.pop()
             if not connection.is_closed():
@@ -155,7 +160,7 @@ class InstancePool:
         ``redial``), :class:`~shardline.errors.PoolTimeout` if all stay busy."""
         deadline: float | None = None  # of the wait for a busy pool, set when it starts
         while True:
-            if self._closing:
+            if self.closing:
                 raise self._closed_error()
             connection = self.take()  # counts the query itself
             if connection is not None:
@@ -180,23 +185,23 @@ class InstancePool:
         """Gives back a connection :meth:`take` or :meth:`acquire` handed out. A connection
         that is ``broken`` or still in a transaction is closed instead of reused."""
         # a connection closed meanwhile is found out by take(), not on every release
-        if broken or self._closing or connection.is_in_transaction():
+        if broken or self.closing or connection.is_in_transaction():
             self._discard(connection, terminate=broken)
             return
-        waiters = self._waiters
+        waiters = self.waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(connection)
                 return
-        self._idle.append(connection)
+        self.idle.append(connection)
 
     async def probe(self) -> bool:
         """If the instance is unreachable and its backoff is over, tries to open a connection
         and keeps it idle; True if the instance is (or was found) reachable. Meant for a
         background task, so that an instance that comes back has a connection waiting."""
-        if self._closing or not self._failures_in_a_row:
-            return not self._closing
+        if self.closing or not self._failures_in_a_row:
+            return not self.closing
         if self.down or self._open >= self._size:
             return False
         try:
@@ -210,15 +215,15 @@ class InstancePool:
 
     async def aclose(self) -> None:
         """Closes the pool once the queries using it have finished (see the class)."""
-        if not self._closing:
-            self._closing = True
-            idle, self._idle = self._idle, []
+        if not self.closing:
+            self.closing = True
+            idle, self.idle = self.idle, []
             for connection in idle:
                 self._forget(connection)
             await asyncio.gather(*(_close(connection) for connection in idle))
             error = self._closed_error()
-            while self._waiters:
-                waiter = self._waiters.popleft()
+            while self.waiters:
+                waiter = self.waiters.popleft()
                 if not waiter.done():
                     waiter.set_exception(error)
             if self.connects:
@@ -272,7 +277,7 @@ class InstancePool:
         self.connects += 1
         self._opening -= 1
         self._failures_in_a_row = 0
-        if self._closing:
+        if self.closing:
             self.release(connection)
             raise self._closed_error()
         return connection
@@ -281,7 +286,7 @@ class InstancePool:
         """Waits until the loop time ``deadline`` for a released connection (or None: a freed
         slot)."""
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        self.waiters.append(waiter)
         try:
             async with asyncio.timeout_at(deadline):
                 return await waiter
@@ -300,7 +305,7 @@ class InstancePool:
         """A waiter that gave up may have been handed a connection (or woken for a slot) in
         the same instant: pass that on, so it is not lost."""
         with contextlib.suppress(ValueError):
-            self._waiters.remove(waiter)
+            self.waiters.remove(waiter)
         if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
             connection = waiter.result()
             if connection is not None:
@@ -312,14 +317,14 @@ class InstancePool:
 
     def _wake_for_slot(self) -> None:
         """A slot freed up without a connection to hand over: the oldest waiter opens one."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
+        while self.waiters:
+            waiter = self.waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 return
 
     def _discard(self, connection: Any, *, terminate: bool) -> None:
-        if not self._closing:
+        if not self.closing:
             self.discarded += 1
         self._forget(connection)
         if terminate or connection.is_closed():
@@ -328,14 +333,14 @@ class InstancePool:
             task = asyncio.get_running_loop().create_task(_close(connection))
             self._closing_tasks.add(task)
             task.add_done_callback(self._closing_tasks.discard)
-        if not self._closing:
+        if not self.closing:
             self._wake_for_slot()
 
     def _forget(self, connection: Any) -> None:
         """One connection fewer is open (it was closed, or is being closed)."""
         del connection
         self._open -= 1
-        if self._closing and not self._open and self._drained is not None:
+        if self.closing and not self._open and self._drained is not None:
             self._drained.set()
 
     def _closed_error(self) -> InstanceUnavailable:
