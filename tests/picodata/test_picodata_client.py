@@ -206,6 +206,18 @@ async def test_a_broken_idle_connection_is_discarded_and_replaced(pg: PgServer) 
         assert db.stats().retries == 0
 
 
+async def test_a_connection_a_query_left_in_a_transaction_is_not_reused(pg: PgServer) -> None:
+
+    async with cluster(pg) as c, connect(c.url, tier="default") as db:
+        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
+        port = await db.fetchval("SELECT inet_client_port()", key=key)
+        assert await db.execute("BEGIN", key=key) == "BEGIN"  # on that idle connection
+        pool = pool_of(db, "r2_1")
+        assert (pool.queries, pool.discarded, pool.open, pool.idle) == (2, 1, 0, 0)
+        assert await db.fetchval("SELECT inet_client_port()", key=key) != port
+        assert pool_of(db, "r2_1").connects == 2
+
+
 async def test_a_key_without_a_route_falls_back_after_a_poll_or_raises_when_strict(
     pg: PgServer, caplog: pytest.LogCaptureFixture
 ) -> None:
