@@ -298,7 +298,7 @@ def route_ways(c: Clients) -> dict[str, Callable[[Sequence[int]], Awaitable[None
 
 def test_route_before_io(benchmark: Any, clients: Clients) -> None:
     c = clients
-    # each key's master must have an idle connection for take() to find (opened by a query)
+    # each key's master must have an idle connection for the hot path to find (opened by a query)
     for key in KEYS[:CHECKED_KEYS]:
         assert c.run(c.shardline.fetchval(SELECT, key, key=key)) == key
     pools = c.shardline._pools
@@ -314,7 +314,6 @@ def test_route_before_io(benchmark: Any, clients: Clients) -> None:
     c.run(ways["shardline: a keyed query, the driver stubbed"](KEYS[:ROUTE_BLOCK]))
     assert sum(p.queries for p in pools.values()) == queries + ROUTE_BLOCK
     assert sum(p.connects for p in pools.values()) == connects
-    ways = route_ways(c)
     names = list(ways)
     timed: dict[str, list[float]] = {name: [] for name in names}
     blocks = key_blocks(ROUTE_BLOCK)
