@@ -85,10 +85,10 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
         ``idle`` list and appends it back (when :meth:`InstancePool.release` would do no
         more) itself, calling no function written in Python but asyncpg's ``is_closed()`` and
         ``is_in_transaction()``; anything else goes through :meth:`Client._connection` and
-        :meth:`InstancePool.release`. Each Python call it saves is a frame resumed at every
-        query: with ``_take``, ``InstancePool.take`` and ``release`` called, a query cost
-        about 2,500 more instructions (callgrind, 16 in flight; see benches/RESULTS.md), some
-        3% of the client's work. A shared ``_run`` coroutine awaited by each method would add
+        :meth:`InstancePool.release`. Each Python call it saves is a frame entered at every
+        query: with a routing helper, ``InstancePool.take`` and ``release`` called, a query
+        cost about 2,500 more instructions (callgrind, 16 in flight; see benches/RESULTS.md),
+        some 3% of the client's work. A shared ``_run`` coroutine awaited by each method would add
         a second frame resumed at every wake-up of the query (about 1 µs per query); four
         hand-written methods would repeat the logic four times.
     """
