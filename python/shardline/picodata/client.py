@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Literal, Protocol, Self, TypeVar
 
 from shardline._extras import requires_extra
 
@@ -28,6 +28,7 @@ from shardline.errors import (
     UnknownTier,
 )
 from shardline.host_port import split_host_port
+from shardline.picodata.driver_shortcut import shortcut_allowed
 from shardline.picodata.instance_pool import InstancePool
 from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
 from shardline.picodata.stats import ClientStats, Explanation
@@ -43,6 +44,11 @@ WARNING_INTERVAL = 60.0
 _NO_KEY: Any = object()
 
 _T_co = TypeVar("_T_co", covariant=True)
+
+_SHORTCUT = shortcut_allowed(asyncpg.__version__)
+
+_Shape = Literal["rows", "row", "value"]
+"""What a query method returns of the rows: all of them, the first, its first column."""
 
 
 class _Query(Protocol[_T_co]):
@@ -74,9 +80,12 @@ class _FetchVal(Protocol):
     ) -> Coroutine[Any, Any, Any]: ...
 
 
-def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
+def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | None = None) -> Any:
     """One of :class:`Client`'s query methods: asyncpg's ``run`` on the connection that the
-    arguments choose (see the class), the connection given back once it returns.
+    arguments choose (see the class), the connection given back once it returns. ``shape``
+    (for ``fetch``, ``fetchrow`` and ``fetchval``) says what ``run`` returns of the rows, so
+    that the hot path may await ``Connection._execute`` in its place (see
+    :mod:`shardline.picodata.driver_shortcut`).
 
     Implementation notes:
         The method built here is the only frame of Python between the caller and the driver
@@ -90,8 +99,13 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
         cost about 2,500 more instructions (callgrind, 16 in flight; see benches/RESULTS.md),
         some 3% of the client's work. A shared ``_run`` coroutine awaited by each method would add
         a second frame resumed at every wake-up of the query (about 1 µs per query); four
-        hand-written methods would repeat the logic four times.
+        hand-written methods would repeat the logic four times. Where the driver shortcut
+        applies, awaiting asyncpg's ``_execute`` instead of ``run`` removes asyncpg's own
+        frame too (the connection's ``is_closed()``, which ``run`` would check first, has
+        just been checked).
     """
+    limit = 0 if shape == "rows" else 1
+    shortcut = shape is not None and _SHORTCUT
 
     async def query(
         self: Client,
@@ -120,10 +134,20 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str) -> Any:
                 self._unkeyed += 1
             else:
                 self._keyed += 1
+            direct = shortcut and not options
         else:
             pool, connection = await self._connection(key, read_only, strict)
+            direct = False
         try:
-            if timeout is None and not options:
+            if direct:
+                rows = await connection._execute(query, args, limit, timeout)
+                if shape == "rows":
+                    result = rows
+                elif not rows:
+                    result = None
+                else:
+                    result = rows[0] if shape == "row" else rows[0][0]
+            elif timeout is None and not options:
                 # asyncpg's defaults: no keyword dict to build and parse (~1,000 instructions)
                 result = await run(connection, query, *args)
             else:
@@ -426,14 +450,17 @@ class Client:
     fetch: _Query[list[Any]] = _query_method(
         asyncpg.Connection.fetch,
         """Runs ``query`` and returns its rows (``asyncpg.Record``).""",
+        "rows",
     )
     fetchrow: _Query[Any] = _query_method(
         asyncpg.Connection.fetchrow,
         """Runs ``query`` and returns its first row (``asyncpg.Record``), or None.""",
+        "row",
     )
     fetchval: _FetchVal = _query_method(
         asyncpg.Connection.fetchval,
         """Runs ``query`` and returns ``column`` (default 0) of its first row, or None.""",
+        "value",
     )
 
     async def _connection(

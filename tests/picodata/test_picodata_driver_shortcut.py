@@ -1,0 +1,110 @@
+"""The hot path's shortcut past asyncpg's ``fetch``/``fetchrow``/``fetchval``
+(``shardline.picodata.driver_shortcut``): the same results as asyncpg's methods, taken only
+on the checked asyncpg releases and only on the hot path."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import asyncpg
+import pytest
+
+from shardline.picodata import connect
+from shardline.picodata.driver_shortcut import shortcut_allowed
+from support.forwarded_cluster import cluster
+from support.pg_server import PgServer
+
+pytestmark = pytest.mark.async_timeout(60)
+
+INSTALLED = shortcut_allowed(asyncpg.__version__)
+
+# each query with its arguments: no row, one row, three rows, a row of two columns
+QUERIES = [
+    ("SELECT 1 WHERE false", ()),
+    ("SELECT $1::bigint", (7,)),
+    ("SELECT g FROM generate_series(1, $1::int) AS g", (3,)),
+    ("SELECT $1::text AS a, $2::int AS b", ("x", 2)),
+]
+
+
+@pytest.mark.parametrize(
+    ("version", "allowed"),
+    [
+        ("0.29.0", True),
+        ("0.30.0", True),
+        ("0.32.0", True),
+        ("0.28.0", False),
+        ("0.33.0", False),
+        ("1.0.0", False),
+        ("0.30.0rc1", True),
+        ("dev", False),
+        ("", False),
+    ],
+)
+def test_the_shortcut_is_allowed_on_the_checked_releases_only(version: str, allowed: bool) -> None:
+    assert shortcut_allowed(version) is allowed
+
+
+@pytest.fixture
+def awaited_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of the frame that awaited each ``Connection._execute`` since: ``query`` (the
+    client's, the shortcut) or asyncpg's ``fetch``/``fetchrow``/``fetchval``."""
+    names: list[str] = []
+    execute = asyncpg.Connection._execute
+
+    async def spy(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        names.append(sys._getframe(1).f_code.co_name)
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "_execute", spy)
+    return names
+
+
+async def test_the_shortcut_returns_what_asyncpg_s_methods_return(
+    pg: PgServer, awaited_by: list[str]
+) -> None:
+    async with cluster(pg) as c, connect(c.url, tier="default") as db:
+        raw = await asyncpg.connect(c.url)
+        try:
+            for query, args in QUERIES:
+                for method in ("fetch", "fetchrow", "fetchval"):
+                    expected = await getattr(raw, method)(query, *args)
+                    for key in (1, 1, 2):  # the second on the connection the first gave back
+                        awaited_by.clear()
+                        got = await getattr(db, method)(query, *args, key=key)
+                        assert got == expected, (method, query)
+                        assert awaited_by[-1] in ("query", method)
+                    # with a timeout too, and with the options only asyncpg's methods take
+                    timed = await getattr(db, method)(query, *args, key=1, timeout=5.0)
+                    assert timed == expected
+                    assert awaited_by[-1] == ("query" if INSTALLED else method)
+                    if method == "fetchval":
+                        first = await raw.fetchrow(query, *args)
+                        got = await db.fetchval(query, *args, key=1, column=-1)
+                        assert got == (None if first is None else first[-1])
+                        assert awaited_by[-1] == "fetchval"
+                    else:
+                        got = await getattr(db, method)(
+                            query, *args, key=1, record_class=asyncpg.Record
+                        )
+                        assert got == expected
+                        assert awaited_by[-1] == method
+        finally:
+            await raw.close()
+
+
+async def test_the_hot_path_takes_the_shortcut_where_allowed(
+    pg: PgServer, awaited_by: list[str]
+) -> None:
+    async with cluster(pg) as c, connect(c.url, tier="default") as db:
+        for method in ("fetch", "fetchrow", "fetchval"):
+            await getattr(db, method)("SELECT 1", key=3)
+            await getattr(db, method)("SELECT 1")  # no key: the next online instance
+        awaited_by.clear()
+        for method in ("fetch", "fetchrow", "fetchval"):
+            await getattr(db, method)("SELECT 1", key=3)  # an idle connection: the hot path
+        assert awaited_by == (["query"] * 3 if INSTALLED else ["fetch", "fetchrow", "fetchval"])
+        awaited_by.clear()
+        assert await db.execute("SELECT $1::int", 1, key=3) == "SELECT 1"
+        assert awaited_by == ["execute"]  # never shortened
