@@ -47,22 +47,23 @@ def test_the_shortcut_is_allowed_on_the_checked_releases_only(version: str, allo
 
 
 @pytest.fixture
-def awaited_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The name of the frame that awaited each ``Connection._execute`` since: ``query`` (the
-    client's, the shortcut) or asyncpg's ``fetch``/``fetchrow``/``fetchval``."""
-    names: list[str] = []
+def awaited_by(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Per query text, the name of the frame that awaited each ``Connection._execute`` of it
+    since: ``query`` (the client's, the shortcut) or asyncpg's ``fetch``/``fetchrow``/
+    ``fetchval``. By query text, because the client's catalog polls run meanwhile."""
+    names: dict[str, list[str]] = {}
     execute = asyncpg.Connection._execute
 
-    async def spy(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
-        names.append(sys._getframe(1).f_code.co_name)
-        return await execute(self, *args, **kwargs)
+    async def spy(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        names.setdefault(query, []).append(sys._getframe(1).f_code.co_name)
+        return await execute(self, query, *args, **kwargs)
 
     monkeypatch.setattr(asyncpg.Connection, "_execute", spy)
     return names
 
 
 async def test_the_shortcut_returns_what_asyncpg_s_methods_return(
-    pg: PgServer, awaited_by: list[str]
+    pg: PgServer, awaited_by: dict[str, list[str]]
 ) -> None:
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
         raw = await asyncpg.connect(c.url)
@@ -71,40 +72,39 @@ async def test_the_shortcut_returns_what_asyncpg_s_methods_return(
                 for method in ("fetch", "fetchrow", "fetchval"):
                     expected = await getattr(raw, method)(query, *args)
                     for key in (1, 1, 2):  # the second on the connection the first gave back
-                        awaited_by.clear()
                         got = await getattr(db, method)(query, *args, key=key)
                         assert got == expected, (method, query)
-                        assert awaited_by[-1] in ("query", method)
+                        assert awaited_by[query][-1] in ("query", method)
                     # with a timeout too, and with the options only asyncpg's methods take
                     timed = await getattr(db, method)(query, *args, key=1, timeout=5.0)
                     assert timed == expected
-                    assert awaited_by[-1] == ("query" if INSTALLED else method)
+                    assert awaited_by[query][-1] == ("query" if INSTALLED else method)
                     if method == "fetchval":
                         first = await raw.fetchrow(query, *args)
                         got = await db.fetchval(query, *args, key=1, column=-1)
                         assert got == (None if first is None else first[-1])
-                        assert awaited_by[-1] == "fetchval"
+                        assert awaited_by[query][-1] == "fetchval"
                     else:
                         got = await getattr(db, method)(
                             query, *args, key=1, record_class=asyncpg.Record
                         )
                         assert got == expected
-                        assert awaited_by[-1] == method
+                        assert awaited_by[query][-1] == method
         finally:
             await raw.close()
 
 
 async def test_the_hot_path_takes_the_shortcut_where_allowed(
-    pg: PgServer, awaited_by: list[str]
+    pg: PgServer, awaited_by: dict[str, list[str]]
 ) -> None:
+    probe = "SELECT 1 AS shortcut_probe"
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        for method in ("fetch", "fetchrow", "fetchval"):
-            await getattr(db, method)("SELECT 1", key=3)
-            await getattr(db, method)("SELECT 1")  # no key: the next online instance
+        await db.fetch(probe, key=3)  # opens the connection of key 3's master
         awaited_by.clear()
         for method in ("fetch", "fetchrow", "fetchval"):
-            await getattr(db, method)("SELECT 1", key=3)  # an idle connection: the hot path
-        assert awaited_by == (["query"] * 3 if INSTALLED else ["fetch", "fetchrow", "fetchval"])
-        awaited_by.clear()
-        assert await db.execute("SELECT $1::int", 1, key=3) == "SELECT 1"
-        assert awaited_by == ["execute"]  # never shortened
+            await getattr(db, method)(probe, key=3)  # its idle connection: the hot path
+        expected = ["query"] * 3 if INSTALLED else ["fetch", "fetchrow", "fetchval"]
+        assert awaited_by[probe] == expected
+        written = "SELECT $1::int AS shortcut_probe"
+        assert await db.execute(written, 1, key=3) == "SELECT 1"
+        assert awaited_by[written] == ["execute"]  # never shortened
