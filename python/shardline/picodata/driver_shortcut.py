@@ -10,7 +10,7 @@ Implementation notes:
     (their bodies and ``_execute``'s signature compared across these releases' sources). The
     client's hot path already checks ``is_closed()`` on the connection it pops, so awaiting
     ``_execute`` directly does the same work with one coroutine frame less, resumed at every
-    wake-up of the query: about 4,400 instructions fewer per query (benches/RESULTS.md, "the
+    wake-up of the query: about 3,700 instructions fewer per query (benches/RESULTS.md, "the
     driver's frame"). A release outside the list keeps the public methods: nothing breaks
     when asyncpg changes, the hot path only gets slower. ``execute`` is never shortened (its
     body differs between these releases). The client calls asyncpg's methods as
