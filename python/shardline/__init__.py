@@ -23,6 +23,7 @@ from shardline._core import (
 )
 from shardline._lazy import lazy_exports
 from shardline.errors import (
+    DeadlineExceeded,
     InstanceUnavailable,
     InvalidAddress,
     InvalidArgument,
@@ -30,6 +31,7 @@ from shardline.errors import (
     InvalidRecord,
     MissingExtra,
     NoWorkersAvailable,
+    OutcomeUnknown,
     PoolTimeout,
     RpcError,
     ShardlineError,
@@ -67,6 +69,7 @@ __all__ = [
     "BucketEvent",
     "BucketLoadBalancer",
     "BucketRange",
+    "DeadlineExceeded",
     "DiscoveryEvent",
     "DispatchExplanation",
     "Instance",
@@ -84,6 +87,7 @@ __all__ = [
     "MapStats",
     "MissingExtra",
     "NoWorkersAvailable",
+    "OutcomeUnknown",
     "PoolTimeout",
     "ProxyStats",
     "Replicaset",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
+    "DeadlineExceeded",
     "InstanceUnavailable",
     "InvalidAddress",
     "InvalidArgument",
@@ -19,6 +20,7 @@ __all__ = [
     "InvalidRecord",
     "MissingExtra",
     "NoWorkersAvailable",
+    "OutcomeUnknown",
     "PoolTimeout",
     "RpcError",
     "RpcReason",
@@ -150,22 +152,78 @@ class RpcError(ShardlineError):
     From ``"unavailable"`` to ``"closed"`` a built-in transport raises
     :class:`TransientRpcError`, from ``"protocol"`` on a plain ``RpcError``. Another reason
     is a ``ValueError`` naming it.
+
+    ``sent`` says whether the task may have started on the worker: False (the default) when
+    the failure came before the request reached it (no connection, refused as ``busy``,
+    ``shutting-down`` before it started, a handler's ``RetryElsewhere``), True when it was
+    written to the worker and the outcome is unknown (the deadline passed, the connection
+    was lost or the worker stopped answering with the call in flight). The proxy never sends
+    a task again after a failure with ``sent`` true unless the task is idempotent.
     """
 
     def __init__(
-        self, message: str, *, reason: RpcReason = "unspecified", address: str | None = None
+        self,
+        message: str,
+        *,
+        reason: RpcReason = "unspecified",
+        address: str | None = None,
+        sent: bool = False,
     ) -> None:
         if reason not in _RPC_REASONS:
             raise ValueError(f"{reason!r} is not an RpcReason (one of {sorted(_RPC_REASONS)})")
         super().__init__(message)
         self.reason: RpcReason = reason
         self.address = address
+        self.sent = sent
 
 
 class TransientRpcError(RpcError):
     """A dispatch failed in a way worth retrying elsewhere (unavailable, deadline, overload, a
     call the worker reset while stopping); the worker stays in the pool. ``reason`` and
     ``address`` as for :class:`RpcError`."""
+
+
+class OutcomeUnknown(RpcError):
+    """The task reached a worker and its connection was lost (or the worker stopped
+    answering) before the result came back: the task may have run, so the proxy did not send
+    it again (it is not idempotent). ``reason``, ``address`` and ``sent`` (always true) as
+    for :class:`RpcError`; ``uid`` is the worker's; the transport's error is the
+    ``__cause__``."""
+
+    def __init__(
+        self, message: str, *, reason: RpcReason, address: str | None, uid: object
+    ) -> None:
+        super().__init__(message, reason=reason, address=address, sent=True)
+        self.uid = uid
+
+
+class DeadlineExceeded(ShardlineError, TimeoutError):
+    """A call's deadline passed: ``timeout`` seconds (the caller's, or the proxy's default)
+    bound the whole call, every attempt inside it.
+
+    ``timeout`` is the deadline's length in seconds; ``tried`` the workers the call was sent
+    to or refused by, in order, as ``(uid, address, reason)`` with ``reason`` the
+    :data:`RpcReason` of that attempt's failure (``"deadline"`` for the attempt the deadline
+    cut short); ``may_have_run`` whether the task was sent to a worker that had not answered
+    when the deadline passed (then it may have run there, or may still run: a worker drops a
+    request whose deadline passed before it starts, and cancels an async handler at it);
+    ``address`` that worker's address, or None. The message says all of this.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        timeout: float,
+        tried: tuple[tuple[object, str | None, str], ...] = (),
+        may_have_run: bool = False,
+        address: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+        self.tried = tried
+        self.may_have_run = may_have_run
+        self.address = address
 
 
 class NoWorkersAvailable(ShardlineError, LookupError):

@@ -62,10 +62,16 @@ _MAX_ERROR_MESSAGE_CHARS = 8 * 1024
 @dataclass(frozen=True, slots=True)
 class Task:
     """What a worker is asked to do: run its handler named ``handler`` on ``payload``, which
-    must be JSON-serialisable (``None`` by default)."""
+    must be JSON-serialisable (``None`` by default).
+
+    ``idempotent`` (False by default) says that running the task twice does no harm: only
+    then does a proxy send it again after it reached a worker whose answer never came (a
+    deadline, a lost connection), or hedge it on a second worker. It never travels to the
+    worker."""
 
     handler: str
     payload: Any = None
+    idempotent: bool = False
 
 
 class MalformedMessage(ValueError):
