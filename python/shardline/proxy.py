@@ -328,8 +328,6 @@ class WorkerProxy:
         # reads the load or the pool keeps health
         self._load = needs_load(self._balancer) or health is not None
         self._hedging = hedging
-        if hedging:
-            self._context.time_dispatches()  # the hedge delay is read off the histogram
         self._hedge_delay = _FIRST_HEDGE_DELAY
         self._hedge_window: tuple[float, tuple[int, ...]] | None = None
         self._latency_measured = False
@@ -462,7 +460,7 @@ class WorkerProxy:
         ``CancelledError`` at once."""
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
-            await cancel_and_wait(watcher)
+            watcher.cancel()  # it only ever waits or reads the pool: it ends at once
         sentinel, self._sentinel = self._sentinel, None
         if sentinel is not None:
             await cancel_and_wait(sentinel)
@@ -738,9 +736,7 @@ class WorkerProxy:
                     tried = MappingProxyType(outcomes)
                 outcomes[uid] = attempt_error
                 if attempt_error is not None:
-                    self._failed(
-                        task, uid, metadata, failure, idempotent, timeout, deadline, tried
-                    )
+                    self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)
         timed = self._timed
         candidates = self._balancer.delegate(task, context=context)
         offered: dict[uuid.UUID, Exception | None] = {}  # written only on a miss or a failure
@@ -999,7 +995,8 @@ class WorkerProxy:
         if window is not None and now - window[0] < _HEDGE_REFRESH:
             return self._hedge_delay
         _, latency = self._context.dispatch_counts()
-        if latency is None:
+        if latency is None:  # the first hedged call: the delay is read off the histogram
+            self._context.time_dispatches()
             return self._hedge_delay
         counts = tuple(latency[0])
         if window is None:
@@ -1029,7 +1026,9 @@ class WorkerProxy:
                     reason,
                 )
             else:
-                logger.info("worker %s at %s re-admitted: its probe succeeded", uid, metadata.address)
+                logger.info(
+                    "worker %s at %s re-admitted: its probe succeeded", uid, metadata.address
+                )
 
     def _dispatch_count(self) -> int:
         return self._context.dispatch_counts()[0] + self._dispatched
