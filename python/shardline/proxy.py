@@ -47,6 +47,7 @@ from shardline.retry_budget import RetryBudget
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = [
+    "DEFAULT_HEALTH",
     "DEFAULT_TIMEOUT",
     "EVICTION_REASONS",
     "Connection",
@@ -95,9 +96,10 @@ class DispatchLatency:
     longer than every bound. ``sum`` is their total in seconds. Each timed dispatch to a worker
     is one sample, whatever its outcome, so a call that tried two workers is two.
 
-    Which dispatches are timed: every one, except the first attempts of a balancer that
-    declares ``pool_rotation`` and ``needs_load = False`` (the built-in round-robin), which
-    the pool hands out natively; of those, one in ``LoadBalancerContext.DISPATCH_SAMPLE`` (8)
+    Which dispatches are timed: every one, except, on a proxy without passive health
+    (``health=None``), the first attempts of a balancer that declares ``pool_rotation`` and
+    ``needs_load = False`` (the built-in round-robin), which the pool hands out natively
+    uncounted; of those, one in ``LoadBalancerContext.DISPATCH_SAMPLE`` (8)
     is timed, the pool's 8th, 16th… such dispatch since it was made. So on that path
     :attr:`count` is about an eighth of the dispatches, while :attr:`ProxyStats.dispatched`
     stays exact; the buckets and the mean (``sum / count``) describe the dispatches as a
@@ -137,7 +139,8 @@ class ProxyStats:
     :data:`~shardline.errors.RpcReason`, 0 until it happens; an error without a known reason
     counts as ``unspecified``). ``latency`` is the dispatch latency histogram,
     None until :meth:`WorkerProxy.measure_latency` was called; on the round-robin native path
-    it times a sample, one dispatch in 8 (see :class:`DispatchLatency`).
+    of a proxy without health it times a sample, one dispatch in 8 (see
+    :class:`DispatchLatency`).
 
     ``deadlines`` counts the calls that raised :class:`~shardline.DeadlineExceeded`,
     ``outcomes_unknown`` those that raised :class:`~shardline.OutcomeUnknown` (a task that
@@ -181,7 +184,8 @@ _FAILURE: Final = LoadBalancerContext.OUTCOME_FAILURE
 _DEADLINE: Final = LoadBalancerContext.OUTCOME_DEADLINE
 _NEUTRAL: Final = LoadBalancerContext.OUTCOME_NEUTRAL
 
-_DEFAULT_HEALTH: Final = HealthPolicy()
+DEFAULT_HEALTH: Final = HealthPolicy()
+"""The passive health policy of a proxy made without ``health=``."""
 _DEFAULT_BUDGET: Final = RetryBudget()
 
 # Hedging: the delay before a second attempt is the dispatches' 95th percentile over the last
@@ -301,7 +305,7 @@ class WorkerProxy:
         quorum: int = 1,
         quorum_timeout: float = 60.0,
         timeout: float = DEFAULT_TIMEOUT,
-        health: HealthPolicy | None = _DEFAULT_HEALTH,
+        health: HealthPolicy | None = DEFAULT_HEALTH,
         retry_budget: RetryBudget | None = _DEFAULT_BUDGET,
         hedging: bool = True,
     ) -> None:
@@ -699,7 +703,7 @@ class WorkerProxy:
                     raise RuntimeError(
                         f"balancer {self._balancer!r} offered worker {uid} twice in one call"
                     )
-                attempt_error: Exception | None = None
+                attempt_error: RpcError | None = None
                 try:
                     if timed:
                         metadata, connection, started = context.start_dispatch(uid)
@@ -736,7 +740,9 @@ class WorkerProxy:
                     tried = MappingProxyType(outcomes)
                 outcomes[uid] = attempt_error
                 if attempt_error is not None:
-                    self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)
+                    self._failed(
+                        task, uid, metadata, attempt_error, idempotent, timeout, deadline, tried
+                    )
         timed = self._timed
         candidates = self._balancer.delegate(task, context=context)
         offered: dict[uuid.UUID, Exception | None] = {}  # written only on a miss or a failure
@@ -819,7 +825,9 @@ class WorkerProxy:
         if getattr(error, "reason", None) == "deadline" or _monotonic() >= deadline:
             raise self._deadline_exceeded(task, timeout, tried, error) from error
         if getattr(error, "sent", False) and not idempotent:
-            address = getattr(error, "address", None) or (metadata and metadata.address)
+            address = getattr(error, "address", None) or (
+                None if metadata is None else metadata.address
+            )
             self._outcomes_unknown += 1
             raise OutcomeUnknown(
                 f"the task {task!r} reached worker {uid} at {address} and may have run"

@@ -17,11 +17,13 @@ from types import TracebackType
 from typing import Any
 
 from shardline._extras import require_extra
+from shardline.balancers.round_robin import RoundRobinLoadBalancer
 from shardline.checks import check_count, check_seconds
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
 from shardline.errors import WorkerStartError
-from shardline.proxy import DEFAULT_TIMEOUT, Connection, WorkerProxy
+from shardline.pool.health import HealthPolicy
+from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
@@ -98,7 +100,9 @@ class LocalPool:
     stopped before the error propagates.
 
     ``await dispatch(task, timeout=None, idempotent=None)`` is the proxy's
-    :meth:`~shardline.WorkerProxy.dispatch` (round robin with passive health; the same errors):
+    :meth:`~shardline.WorkerProxy.dispatch` (the same errors), with the ``loadbalancer``
+    (round robin by default) and the passive ``health`` policy given (the default one; None
+    for none), as :class:`~shardline.WorkerProxy` takes them:
     ``timeout`` bounds the whole call, and defaults to the pool's ``timeout``
     (:data:`~shardline.proxy.DEFAULT_TIMEOUT`, 1 s); a task that reached a worker is sent again
     only if it is idempotent. ``workers`` lists the records of the pooled workers and ``pids``
@@ -150,9 +154,13 @@ class LocalPool:
         max_restarts: int = 10,
         restart_window: float = 60.0,
         timeout: float = DEFAULT_TIMEOUT,
+        loadbalancer: BalancerSpec = RoundRobinLoadBalancer,
+        health: HealthPolicy | None = DEFAULT_HEALTH,
     ) -> None:
         self._spec = check_spec(handlers)
         self._timeout = check_seconds("timeout", timeout)
+        self._loadbalancer = loadbalancer
+        self._health = health
         if workers is None:
             workers = os.cpu_count() or 1
         check_count("workers", workers)
@@ -258,6 +266,8 @@ class LocalPool:
             connect=connect_and_keep,
             quorum=0,
             timeout=self._timeout,
+            loadbalancer=self._loadbalancer,
+            health=self._health,
         )
         await self._proxy.start()
         for _ in range(self._workers):
