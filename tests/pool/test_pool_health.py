@@ -75,7 +75,7 @@ def hidden(pool: WorkerPool, n: int) -> bool:
     views = [
         u not in pool.workers,
         u not in list(pool.workers),
-        u not in pool.workers.keys(),
+        u not in pool.workers,
         all(record.uid != u for record, _ in pool.workers.values()),
         all(key != u for key, _ in pool.workers.items()),
         pool.workers.get(u) is None,
@@ -105,8 +105,10 @@ def test_consecutive_failures_eject_and_hide_the_worker_from_every_read() -> Non
     assert not hidden(pool, 1)
     assert call(pool, clock, 1, DEADLINE) is True  # deadline misses count as failures
     assert hidden(pool, 1)
-    assert len(pool.workers) == 3 and len(pool) == 4
-    assert uid(1) in pool and pool.pooled(uid(1)) == (worker(1), "conn-1")
+    assert len(pool.workers) == 3
+    assert len(pool) == 4
+    assert uid(1) in pool
+    assert pool.pooled(uid(1)) == (worker(1), "conn-1")
     assert [member[0] for member in pool.members()] == [uid(k) for k in range(1, 5)]
     health = pool.health(uid(1))
     assert health == WorkerHealth(
@@ -195,7 +197,8 @@ def test_a_worker_idle_for_long_is_not_stuck_when_a_call_starts() -> None:
     pool.begin_dispatch(uid(2))
     clock.advance(5 * MS)
     call(pool, clock, 3, SUCCESS)
-    assert not hidden(pool, 1) and not hidden(pool, 2)
+    assert not hidden(pool, 1)
+    assert not hidden(pool, 2)
 
 
 def test_a_latency_outlier_is_ejected_at_most_every_100_ms() -> None:
@@ -258,7 +261,8 @@ def test_the_probe_readmits_and_a_failed_probe_ejects_for_longer() -> None:
     pool.finish_dispatch(uid(1), probe, NEUTRAL)
     assert pool.health(uid(1)).state == "probation"  # type: ignore[union-attr]
     picked = pool.dispatch_next([uid(2), uid(3), uid(4)], True)
-    assert picked is not None and picked[0] == uid(1)
+    assert picked is not None
+    assert picked[0] == uid(1)
     assert pool.health(uid(1)).state == "probing"  # type: ignore[union-attr]
     pool.finish_dispatch(uid(1), picked[3], SUCCESS)
     health = pool.health(uid(1))
@@ -310,7 +314,8 @@ def test_never_more_than_the_share_ejected_and_always_one() -> None:
     for n in (1, 2):
         for _ in range(5):
             call(pool, clock, n, FAILURE)
-    assert hidden(pool, 1) and not hidden(pool, 2)
+    assert hidden(pool, 1)
+    assert not hidden(pool, 2)
     assert pool.health(uid(2)).state == "healthy"  # type: ignore[union-attr]
     assert pool.health_counts()[2] == 1
     pool20, clock20 = health_pool(n=20, max_ejected_share=0.1)
@@ -330,7 +335,8 @@ def test_refresh_keeps_health_and_eviction_forgets_it() -> None:
     assert pool.health(uid(1)).times_ejected == 1  # type: ignore[union-attr]
     assert pool.pooled(uid(1)) == (dataclasses.replace(worker(1), version="3"), "newer-conn")
     pool.remove_worker(worker(1))
-    assert pool.health(uid(1)) is None and pool.pooled(uid(1)) is None
+    assert pool.health(uid(1)) is None
+    assert pool.pooled(uid(1)) is None
     assert pool.health_counts() == (1, 0, 0)
     pool.add_worker(worker(1), "back")
     assert not hidden(pool, 1)
@@ -440,4 +446,10 @@ def test_the_health_events_hold_the_worker_as_it_was() -> None:
         call(pool, clock, 1, FAILURE)
     pool.remove_worker(worker(1))
     ((event_uid, metadata, kind, reason, seconds),) = pool.drain_health_events()
-    assert (event_uid, metadata, kind, reason, seconds) == (uid(1), worker(1), "ejected", "failures", 1.0)
+    assert (event_uid, metadata, kind, reason, seconds) == (
+        uid(1),
+        worker(1),
+        "ejected",
+        "failures",
+        1.0,
+    )

@@ -37,7 +37,9 @@ class Worker:
     """One pooled worker as the model keeps it."""
 
     record: WorkerMetadata
-    state: str = "healthy"  # "healthy", "ejected" (until `at`), "probing" (its probe started at `at`)
+    state: str = (
+        "healthy"  # "healthy", "ejected" (until `at`), "probing" (its probe started at `at`)
+    )
     at: int = 0
     consecutive: int = 0
     success: float = 1.0
@@ -334,7 +336,8 @@ class HealthMachine(RuleBasedStateMachine):
         assert w is not None
         model.begin(w)
         metadata, _, started = self.pool.start_dispatch(uid)
-        assert metadata is w.record and started == model.now
+        assert metadata is w.record
+        assert started == model.now
         return int(started)
 
     def finish_on(self, uid: uuid.UUID, started: int, outcome: int) -> None:
@@ -383,7 +386,8 @@ class HealthMachine(RuleBasedStateMachine):
             return
         assert picked is not None
         uid, metadata, _, started = picked
-        assert uid == expected and metadata is model.workers[uid].record
+        assert uid == expected
+        assert metadata is model.workers[uid].record
         if count:
             model.begin(model.workers[uid])
             assert started == model.now
@@ -429,7 +433,9 @@ class HealthMachine(RuleBasedStateMachine):
     def drain(self) -> None:
         drained = self.pool.drain_health_events()
         expected, self.model.events = self.model.events, []
-        assert [(uid, kind, reason, seconds) for uid, _, kind, reason, seconds in drained] == expected
+        assert [
+            (uid, kind, reason, seconds) for uid, _, kind, reason, seconds in drained
+        ] == expected
         for uid, metadata, *_ in drained:
             assert metadata.uid == uid
 
@@ -492,7 +498,8 @@ class HealthMachine(RuleBasedStateMachine):
             pooled = pool.pooled(uid)
             assert (pooled is None) == (w is None)
             if w is not None:
-                assert pooled is not None and pooled[0] is w.record
+                assert pooled is not None
+                assert pooled[0] is w.record
 
     @invariant()
     def health_as_modelled(self) -> None:
@@ -509,6 +516,4 @@ class HealthMachine(RuleBasedStateMachine):
 
 
 TestHealthAgainstModel = HealthMachine.TestCase
-TestHealthAgainstModel.settings = settings(
-    max_examples=300, stateful_step_count=80, deadline=None
-)
+TestHealthAgainstModel.settings = settings(max_examples=300, stateful_step_count=80, deadline=None)

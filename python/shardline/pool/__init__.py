@@ -1,8 +1,8 @@
 """The worker pool: workers keyed by uid, and the view balancers read."""
 
 from shardline._core import WorkerPool
-from shardline.pool.health import HealthPolicy, WorkerHealth
 from shardline.pool.context import LoadBalancerContext, LoadBalancerContextView, WorkersView
+from shardline.pool.health import HealthPolicy, WorkerHealth
 from shardline.workers import WorkerMetadata
 
 __all__ = [
