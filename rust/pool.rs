@@ -964,8 +964,17 @@ impl WorkerPool {
     /// which reports no outcome: such a dispatch is never a probe.
     fn begin_dispatch<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
+        // the stuck rule needs to know when a worker stopped being idle
+        let now = if self.health_on.load(Ordering::Relaxed) {
+            self.now()
+        } else {
+            0
+        };
         let pair = self.with_visible(uid, |entry| {
-            entry.load.begin();
+            let before = entry.load.begin();
+            if let Some(health) = &entry.health {
+                health.started(before, now);
+            }
             entry.pair(py)
         });
         let pair = pair.ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
