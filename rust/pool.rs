@@ -1017,22 +1017,26 @@ impl WorkerPool {
     }
 
     /// Runs the periodic health rules now (the stuck rule over every worker, the latency
-    /// outliers when due), as a `finish_dispatch` does; returns whether health events wait to
-    /// be drained. A no-op returning False before `configure_health`. For a timer of the
-    /// caller's: when a stalled worker holds every caller, no dispatch ends or starts to run
-    /// the rules until their deadlines.
-    fn check_health(&self, py: Python<'_>) -> bool {
+    /// outliers when due), as a `finish_dispatch` does; returns `(pending, busy)`: whether
+    /// health events wait to be drained, and whether any worker has dispatches in flight.
+    /// `(False, False)` before `configure_health`. For a timer of the caller's: when a
+    /// stalled worker holds every caller, no dispatch ends or starts to run the rules until
+    /// their deadlines; with nothing in flight, nothing can be stuck, and the timer may wait
+    /// longer.
+    fn check_health(&self, py: Python<'_>) -> (bool, bool) {
         if !self.health_on.load(Ordering::Relaxed) {
-            return false;
+            return (false, false);
         }
         let now = self.now();
-        {
+        let busy = {
             let entries = self.entries.read(py);
             if let Some(policy) = &entries.policy {
                 self.check_all(py, &entries, policy, now);
             }
-        }
-        self.pending.load(Ordering::Relaxed)
+            let busy = entries.live().any(|entry| entry.load.estimate().0 > 0);
+            busy
+        };
+        (self.pending.load(Ordering::Relaxed), busy)
     }
 
     /// The dispatch to `uid` begun by `start_dispatch` or a counted `dispatch_next` (which
