@@ -734,7 +734,11 @@ fn too_long(what: &str, len: usize) -> PyResult<()> {
 /// The params' array header: four params with a deadline, the three of the first version
 /// without one (which a worker of that version reads).
 fn params_header(deadline: Option<f64>) -> u8 {
-    if deadline.is_some() { 0x94 } else { 0x93 }
+    if deadline.is_some() {
+        0x94
+    } else {
+        0x93
+    }
 }
 
 /// A float64, or nil.

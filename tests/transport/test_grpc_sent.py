@@ -64,9 +64,7 @@ async def test_a_worker_that_cannot_be_reached_was_not_sent_the_task() -> None:
     assert (closed.reason, closed.sent) == ("closed", False)
 
 
-@pytest.mark.parametrize(
-    ("handler", "reason"), [("refuse", "unavailable"), ("overloaded", "busy")]
-)
+@pytest.mark.parametrize(("handler", "reason"), [("refuse", "unavailable"), ("overloaded", "busy")])
 async def test_a_handler_that_asks_to_retry_elsewhere_was_not_sent_the_task(
     handler: str, reason: str
 ) -> None:

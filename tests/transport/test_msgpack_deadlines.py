@@ -129,8 +129,10 @@ async def test_a_request_read_after_its_deadline_is_answered_not_started_and_nev
             peer.writer.write(dispatch(1, "record", "late", 10.0, now - 0.5))
             peer.writer.write(dispatch(2, "record", "in time", 10.0, now + 10.0))
             late, in_time = await peer.read(), await peer.read()
-    assert late[1] == 1 and late[3] is None
-    assert late[2]["kind"] == wire.DEADLINE and late[2]["started"] is False
+    assert late[1] == 1
+    assert late[3] is None
+    assert late[2]["kind"] == wire.DEADLINE
+    assert late[2]["started"] is False
     assert "not started" in late[2]["message"]
     assert in_time[1:3] == [2, None]
     assert ran == ["in time"]
@@ -167,10 +169,12 @@ async def test_requests_without_a_deadline_the_worker_can_place_run(
     clock: str | None, params: tuple[Any, ...]
 ) -> None:
     ran.clear()
-    async with worker() as server:
-        async with raw_client(server, None if clock is None else time.monotonic()) as peer:
-            peer.writer.write(dispatch(7, "record", "ran", *params))
-            answer = await peer.read()
+    async with (
+        worker() as server,
+        raw_client(server, None if clock is None else time.monotonic()) as peer,
+    ):
+        peer.writer.write(dispatch(7, "record", "ran", *params))
+        answer = await peer.read()
     assert answer[1:3] == [7, None]
     assert msgpack.unpackb(answer[3]) == "ran"
     assert ran == ["ran"]
@@ -395,7 +399,8 @@ async def test_a_sync_call_dropped_from_the_thread_queue_is_answered_not_started
         dropped = await peer.read()
         release.set()
         first = await peer.read()
-    assert dropped[1] == 2 and dropped[2]["kind"] == wire.DEADLINE
+    assert dropped[1] == 2
+    assert dropped[2]["kind"] == wire.DEADLINE
     assert dropped[2]["started"] is False
     assert first[1:3] == [1, None]
 

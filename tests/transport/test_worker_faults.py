@@ -51,9 +51,7 @@ async def test_a_stalled_worker_that_resumes_drops_the_calls_its_callers_gave_up
             assert await connection.dispatch(Task("record", {"file": str(ran), "tag": "before"}))
             async with stopped(metadata.pid):
                 calls = [
-                    connection.dispatch(
-                        Task("record", {"file": str(ran), "tag": n}), timeout=0.2
-                    )
+                    connection.dispatch(Task("record", {"file": str(ran), "tag": n}), timeout=0.2)
                     for n in range(20)
                 ]
                 failures = await asyncio.gather(*calls, return_exceptions=True)
@@ -149,7 +147,8 @@ async def local_worker(
     try:
         async with asyncio.timeout(20.0):
             added = await events.get()
-        assert added.type == "worker-added" and added.metadata.pid == process.pid
+        assert added.type == "worker-added"
+        assert added.metadata.pid == process.pid
         yield added.metadata, events
     finally:
         with contextlib.suppress(ProcessLookupError):

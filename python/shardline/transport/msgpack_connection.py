@@ -456,7 +456,9 @@ class _Link(asyncio.Protocol):
                 f"worker at {address}: connection lost", reason="connection-lost", address=address
             )
         msgid = self._next_msgid
-        frame = wire.request(msgid, handler, payload, timeout, deadline if self._deadlines else None)
+        frame = wire.request(
+            msgid, handler, payload, timeout, deadline if self._deadlines else None
+        )
         if len(frame) > self._limit:
             self._next_msgid = (msgid + 1) & 0xFFFFFFFF
             raise ValueError(

@@ -153,9 +153,10 @@ class FrameDecoder(MsgpackReader):
     whose payload is readable, which is ``(msgid, handler, argument, timeout, deadline)``
     (``argument`` the value packed in the payload bin, as :func:`unpack_value` reads it,
     ``timeout`` None or seconds as :func:`read_timeout` reads them, ``deadline`` None when
-    the request has three params or a nil one, else a finite float), and with ``fast="answers"`` a successful
-    answer after the first message whose result is readable, ``(msgid, value)`` (``value``
-    read likewise); any other message, well-formed or not, is its decoded value.
+    the request has three params or a nil one, else a finite float), and with
+    ``fast="answers"`` a successful answer after the first message whose result is readable,
+    ``(msgid, value)`` (``value`` read likewise); any other message, well-formed or not, is
+    its decoded value.
 
     Implementation notes: the Rust core's ``MsgpackReader`` does a read's work in one call:
     it finds each message's end (resuming an unfinished one where it stopped), refuses one
@@ -260,9 +261,7 @@ def read_hello(message: Any, peer: str) -> Hello:
 
 
 def _finite(value: Any) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 request = msgpack_request

@@ -138,8 +138,8 @@ async def serve_grpc(
     target = join_host_port(host, port)
     checked = check_handlers(handlers)
     publisher = free_publisher(discovery)
-    threads = handler_threads(threads)
-    servicer = _Servicer(checked, max_message_bytes, threads)
+    executor = handler_threads(threads)
+    servicer = _Servicer(checked, max_message_bytes, executor)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
@@ -162,7 +162,7 @@ async def serve_grpc(
         else:
             bound = server.add_secure_port(target, credentials)
     except RuntimeError as error:
-        threads.shutdown(wait=False)
+        executor.shutdown(wait=False)
         raise OSError(f"cannot serve at {address}: {error}") from None
     metadata = WorkerMetadata(
         uid=uuid.uuid4() if uid is None else uid,
@@ -180,10 +180,10 @@ async def serve_grpc(
     except BaseException:
         release_publisher(publisher)
         await server.stop(None)
-        threads.shutdown(wait=False)
+        executor.shutdown(wait=False)
         raise
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
-    return WorkerServer(server, metadata, publisher, grace, threads)
+    return WorkerServer(server, metadata, publisher, grace, executor)
 
 
 class _Servicer:

@@ -41,7 +41,9 @@ class RetryElsewhere(Exception):
     """Raised by a handler to end the call with a status the caller retries on another worker
     (``TransientRpcError``); the worker stays pooled. Over gRPC the status is ``UNAVAILABLE``,
     or ``RESOURCE_EXHAUSTED`` when ``overloaded`` is true; over msgpack the error kind is
-    ``shutting_down``, or ``busy`` when ``overloaded`` is true."""
+    ``unavailable``, or ``busy`` when ``overloaded`` is true. Either way the caller's error
+    says the task was not sent (``RpcError.sent`` false): the handler asked for it to go
+    elsewhere, so it must not have done anything it would do again there."""
 
     def __init__(self, message: str = "", *, overloaded: bool = False) -> None:
         super().__init__(message)
