@@ -138,6 +138,24 @@ async def test_a_request_read_after_its_deadline_is_answered_not_started_and_nev
     assert ran == ["in time"]
 
 
+async def test_a_hello_read_late_is_corrected_by_the_requests_that_follow() -> None:
+    """A hello that reached the worker 10 s after it was written would place every deadline
+    10 s late; a request written and read at once tells the worker the clocks' true offset."""
+    ran.clear()
+    async with worker() as server, raw_client(server, time.monotonic() - 10.0) as peer:
+        now = time.monotonic()
+        peer.writer.write(dispatch(1, "record", "prompt", 10.0, now + 10.0))
+        prompt = await peer.read()
+        # written 10.5 s ago, its caller gone 0.5 s ago: dropped
+        now = time.monotonic()
+        peer.writer.write(dispatch(2, "record", "stale", 10.0, now - 0.5))
+        stale = await peer.read()
+    assert prompt[1:3] == [1, None]
+    assert stale[2]["kind"] == wire.DEADLINE
+    assert stale[2]["started"] is False
+    assert ran == ["prompt"]
+
+
 async def test_a_running_handler_is_cancelled_at_the_earlier_of_its_timeout_and_deadline() -> None:
     async with worker() as server, raw_client(server, time.monotonic()) as peer:
         loop = asyncio.get_running_loop()

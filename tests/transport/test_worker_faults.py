@@ -46,15 +46,24 @@ async def test_a_stalled_worker_that_resumes_drops_the_calls_its_callers_gave_up
     async with LocalPool(SPEC, workers=1) as pool:
         (metadata,) = pool.workers
         connection = connect(metadata)
+        loop = asyncio.get_running_loop()
         try:
             # the socket and its hellos (the client's clock) are up before the stall
-            assert await connection.dispatch(Task("record", {"file": str(ran), "tag": "before"}))
+            began = loop.time()
+            payload = {"file": str(ran), "tag": "before"}
+            assert await connection.dispatch(Task("record", payload), timeout=5.0)
+            # The worker places this client's deadlines late by at most what it saw of a
+            # request's transit (the round trip just made, at most); resumed once the callers'
+            # deadlines are past by more than that, it must drop every one of their calls.
+            margin = loop.time() - began
             async with stopped(metadata.pid):
                 calls = [
                     connection.dispatch(Task("record", {"file": str(ran), "tag": n}), timeout=0.2)
                     for n in range(20)
                 ]
+                given_up = loop.time() + 0.2
                 failures = await asyncio.gather(*calls, return_exceptions=True)
+                await asyncio.sleep(max(0.0, given_up + margin - loop.time()))
             for failure in failures:
                 assert isinstance(failure, TransientRpcError), failure
                 # given up on with the request written: as far as the caller knows, it may run

@@ -51,6 +51,11 @@ MAX_IN_FLIGHT = 1024
 
 _TRANSIENT_TYPE = "shardline.RetryElsewhere"
 
+# How fast a client's clock may run slower than this side's, in seconds per second (100 ppm,
+# a common crystal's tolerance): an offset learnt earlier is let grow at this rate, so drift
+# never makes it too small (which would drop requests before their deadline).
+_DRIFT = 1e-4
+
 
 class MsgpackWorkerServer(AnnouncedServer):
     """A running worker, made by :func:`serve_msgpack`. ``metadata`` is the record it
@@ -319,9 +324,11 @@ class _Link(asyncio.Protocol):
         self._peer = "a client"
         self._peer_limit: int | None = None
         self._answer_limit = 0  # no answer goes out before the client's hello
-        # time.monotonic() here minus the client's clock, from its hello: where its
-        # deadlines fall on this side's clock (None: the client sent no clock)
+        # time.monotonic() here minus the client's clock, at most: where its deadlines fall
+        # on this side's clock (None: the client sent no clock), and when it was last
+        # tightened (see _place)
         self._clock_offset: float | None = None
+        self._offset_at = 0.0
         self._dropped = 0  # requests expired before they were read, in the current read
         self.calls: dict[int, asyncio.Task[None]] = {}
         # Calls the client cancelled: they end without an answer.
@@ -414,7 +421,8 @@ class _Link(asyncio.Protocol):
             if hello.clock is not None:
                 # Read now, not at the turn's start: an offset too small would expire every
                 # later request early; one too large (the hello's transit) only drops late.
-                self._clock_offset = time.monotonic() - hello.clock
+                self._offset_at = time.monotonic()
+                self._clock_offset = self._offset_at - hello.clock
             return
         if not isinstance(message, list) or not message:
             raise MalformedMessage(f"a message is not a MessagePack-RPC array: {message!r:.200}")
@@ -492,7 +500,7 @@ class _Link(asyncio.Protocol):
             self._write(_stopped(msgid, False))
             return
         if deadline is not None and self._clock_offset is not None:
-            left = deadline + self._clock_offset - time.monotonic()
+            left = self._place(deadline, seconds)
             if left <= 0:
                 # its caller gave up while it waited to be read (this worker stalled)
                 self._dropped += 1
@@ -593,6 +601,26 @@ class _Link(asyncio.Protocol):
             if self._deadlines is None:
                 self._deadlines = Deadlines(loop, self._expire, _call_ended)
             self._deadlines.add(loop.time() + seconds, (msgid, call))
+
+    def _place(self, deadline: float, seconds: float | None) -> float:
+        """The seconds left until ``deadline`` (on the client's clock), ``seconds`` the
+        request's timeout; tightens the clock offset with what the request tells.
+
+        Implementation notes: the client wrote the request at ``deadline - seconds`` on its
+        clock (its deadline is its clock plus the timeout it sends; a negative one is sent as
+        0, which only moves that instant earlier), so ``now - (deadline - seconds)`` is the
+        offset plus this request's transit and wait: never below the offset. The smallest
+        such sample (the hello's included) is the tightest bound, and a stall only makes
+        samples larger. The bound kept is let grow at :data:`_DRIFT`, so a client's clock
+        running slower than this side's never makes it too small."""
+        now = time.monotonic()
+        assert self._clock_offset is not None
+        offset = self._clock_offset + (now - self._offset_at) * _DRIFT
+        if seconds is not None:
+            offset = min(offset, now - (deadline - seconds))
+        self._clock_offset = offset
+        self._offset_at = now
+        return deadline + offset - now
 
     def _cancel(self, params: Any) -> None:
         if not (isinstance(params, list) and len(params) == 1 and isinstance(params[0], int)):
