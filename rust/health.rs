@@ -158,17 +158,6 @@ pub enum Transition {
     Readmitted,
 }
 
-/// What a hand-out finds of a worker.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum HandOut {
-    /// Visible and healthy.
-    Plain,
-    /// This dispatch is its probe.
-    Probe,
-    /// Hidden (ejected, probing, or the probe was just claimed by another caller).
-    Hidden,
-}
-
 /// The pool-wide part: how many workers are not healthy (what every read checks first, and
 /// what the share cap counts), the times of the last periodic checks, and the totals.
 #[derive(Default)]
@@ -317,27 +306,24 @@ impl WorkerHealth {
         }
     }
 
-    /// The hand-out of the worker at `now` for a dispatch that will report its outcome (timed
-    /// from `now`): claims the probe of a worker on probation. Call only when the pool has an
-    /// unhealthy worker.
-    pub fn hand_out(&self, now: u64) -> HandOut {
+    /// Whether the worker may be handed out at `now` for a dispatch that will report its
+    /// outcome (timed from `now`): a worker on probation may, and this dispatch is its probe,
+    /// unless another caller claimed the probe first. Call only when the pool has an unhealthy
+    /// worker.
+    pub fn hand_out(&self, now: u64) -> bool {
         let state = self.state.load(Ordering::Acquire);
         match state & TAG {
-            HEALTHY => HandOut::Plain,
-            EJECTED if now >= state >> 2 => {
-                let claimed = self.state.compare_exchange(
+            HEALTHY => true,
+            EJECTED if now >= state >> 2 => self
+                .state
+                .compare_exchange(
                     state,
                     word(PROBING, now),
                     Ordering::AcqRel,
                     Ordering::Relaxed,
-                );
-                if claimed.is_ok() {
-                    HandOut::Probe
-                } else {
-                    HandOut::Hidden
-                }
-            }
-            _ => HandOut::Hidden,
+                )
+                .is_ok(),
+            _ => false,
         }
     }
 
@@ -539,8 +525,9 @@ mod tests {
         assert!(pool.any_unhealthy());
         assert!(!health.visible(SECOND + SECOND / 2));
         assert_eq!(health.state(2 * SECOND), State::Probation);
-        assert_eq!(health.hand_out(2 * SECOND), HandOut::Probe);
-        assert_eq!(health.hand_out(2 * SECOND), HandOut::Hidden);
+        assert!(health.hand_out(2 * SECOND));
+        assert_eq!(health.state(2 * SECOND), State::Probing);
+        assert!(!health.hand_out(2 * SECOND));
         // an old call's outcome decides nothing
         assert_eq!(
             health.finish(Outcome::Success, SECOND, 2 * SECOND, &policy, &pool, 4),
@@ -558,13 +545,13 @@ mod tests {
         let (policy, pool) = (policy(), PoolHealth::default());
         let health = WorkerHealth::new(0);
         health.eject(0, Reason::Stuck, &policy, &pool, 4).unwrap();
-        assert_eq!(health.hand_out(SECOND), HandOut::Probe);
+        assert!(health.hand_out(SECOND));
         assert_eq!(
             health.finish(Outcome::Neutral, SECOND, SECOND, &policy, &pool, 4),
             None
         );
         assert_eq!(health.state(SECOND), State::Probation);
-        assert_eq!(health.hand_out(SECOND + 1), HandOut::Probe);
+        assert!(health.hand_out(SECOND + 1));
         let again = health.finish(Outcome::Failure, SECOND + 1, 2 * SECOND, &policy, &pool, 4);
         assert_eq!(
             again,
@@ -587,7 +574,7 @@ mod tests {
         assert!(b.eject(0, Reason::Latency, &policy, &pool, 20).is_some());
         assert_eq!(policy.ejection(40), 30.0);
         // re-admitted at 1 s after its first ejection: one decays after 30 s healthy
-        assert_eq!(a.hand_out(SECOND), HandOut::Probe);
+        assert!(a.hand_out(SECOND));
         a.finish(Outcome::Success, SECOND, SECOND, &policy, &pool, 20);
         assert_eq!(a.times_ejected(30 * SECOND, &policy), 1);
         assert_eq!(a.times_ejected(31 * SECOND, &policy), 0);

@@ -18,7 +18,7 @@ use rustc_hash::FxHashSet;
 use crate::dispatch_times::{DispatchTimes, BOUNDS, SAMPLE_EVERY};
 use crate::gil_lock::GilLock;
 use crate::health::{
-    median, HandOut, Outcome, Policy, PoolHealth, State, Transition, WorkerHealth, OUTLIER_QUORUM,
+    median, Outcome, Policy, PoolHealth, State, Transition, WorkerHealth, OUTLIER_QUORUM,
 };
 use crate::keyed_record::KeyedRecord;
 use crate::tally::Tally;
@@ -588,7 +588,7 @@ impl WorkerPool {
         let (Some(health), Some(policy)) = (&entry.health, &entries.policy) else {
             return true;
         };
-        if probe && self.health.any_unhealthy() && health.hand_out(now) == HandOut::Hidden {
+        if probe && self.health.any_unhealthy() && !health.hand_out(now) {
             return false;
         }
         let (inflight, latency) = entry.load.estimate();
@@ -689,12 +689,14 @@ impl WorkerPool {
     }
 
     /// `f` of the entry `uid` names if a balancer may see it now; None otherwise.
-    fn with_visible<R>(&self, uid: &Bound<'_, PyAny>, f: impl Fn(&Entry) -> R) -> Option<R> {
+    fn with_visible<R>(
+        &self,
+        uid: &Bound<'_, PyAny>,
+        f: impl Fn(&Entry) -> R,
+    ) -> PyResult<Option<R>> {
         let sight = self.sight();
-        self.with_entry(uid, |_, entry| sight.sees(entry).then(|| f(entry)))
-            .ok()
-            .flatten()
-            .flatten()
+        let found = self.with_entry(uid, |_, entry| sight.sees(entry).then(|| f(entry)))?;
+        Ok(found.flatten())
     }
 
     /// `(metadata, connection)` of every visible worker, in admission order: one consistent
@@ -746,7 +748,8 @@ impl WorkerPool {
 
     /// Whether `uid` is pooled and a balancer may see it now (`in` of the `workers` view).
     pub(crate) fn contains_visible(&self, uid: &Bound<'_, PyAny>) -> bool {
-        self.with_visible(uid, |_| ()).is_some()
+        self.with_visible(uid, |_| ())
+            .is_ok_and(|found| found.is_some())
     }
 
     /// The keys of the uids in `tried`, read before the lock that picks is taken: a pooled
@@ -925,8 +928,9 @@ impl WorkerPool {
     /// or is ejected.
     pub(crate) fn entry<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
+        let missing = || PyKeyError::new_err(uid.clone().unbind());
         let pair = self.with_visible(uid, |entry| entry.pair(py));
-        let pair = pair.ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
+        let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
     }
 
@@ -977,7 +981,8 @@ impl WorkerPool {
             }
             entry.pair(py)
         });
-        let pair = pair.ok_or_else(|| PyKeyError::new_err(uid.clone().unbind()))?;
+        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
     }
 
@@ -1260,9 +1265,10 @@ impl WorkerPool {
 
     /// `(dispatches in flight, latency average in seconds)` of the worker `uid`; `(0, 0.0)`
     /// for a worker not pooled, ejected, or never dispatched to.
-    fn load(&self, uid: &Bound<'_, PyAny>) -> (u32, f64) {
-        self.with_visible(uid, |entry| entry.load.read())
-            .unwrap_or((0, 0.0))
+    fn load(&self, uid: &Bound<'_, PyAny>) -> PyResult<(u32, f64)> {
+        Ok(self
+            .with_visible(uid, |entry| entry.load.read())?
+            .unwrap_or((0, 0.0)))
     }
 
     /// Of the pooled workers at positions `first` and `second` of the admission order, the uid

@@ -516,4 +516,4 @@ class HealthMachine(RuleBasedStateMachine):
 
 
 TestHealthAgainstModel = HealthMachine.TestCase
-TestHealthAgainstModel.settings = settings(max_examples=300, stateful_step_count=80, deadline=None)
+TestHealthAgainstModel.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)

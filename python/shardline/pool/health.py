@@ -49,7 +49,7 @@ class HealthPolicy:
     - ``failures=5``: A50's and Envoy's consecutive-failure threshold, as is.
     - ``success_rate=0.6``: a worker failing every other call crosses it on its 7th failure
       (the average falls 1.0, 0.9, 0.91, 0.819… and is 0.594 after the 7th), within 10 of
-      its failures; one failure in 10 keeps it above 0.85.
+      its failures, while one failure in 10 keeps it above 0.84.
     - ``stuck_multiple=8.0``, ``stuck_floor=0.02``: no call completing for 8 times the recent
       latency is far past a healthy worker's tail, while a worker answering in 2.5 ms or less
       that stops under load is ejected 20 ms after it stops, long before any deadline. The
