@@ -408,8 +408,16 @@ impl Entries {
             }
         };
         // A worker admitted and soon evicted again is usually the last one: leave no hole.
+        let slots = self.slots.len();
         while let Some(None) = self.slots.last() {
             self.slots.pop();
+        }
+        // A rotation that stood in the slots just dropped starts over: were it left where it
+        // stood, which worker admitted later comes next would depend on how many holes
+        // compaction had taken away since.
+        let rotation = self.rotation.get_mut();
+        if self.slots.len() < slots && *rotation >= self.slots.len() {
+            *rotation = 0;
         }
         if self.slots.len() > 2 * self.index.len() + 8 {
             self.compact();
