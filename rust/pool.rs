@@ -1007,6 +1007,25 @@ impl WorkerPool {
         (metadata, connection, now).into_pyobject(py)
     }
 
+    /// Runs the periodic health rules now (the stuck rule over every worker, the latency
+    /// outliers when due), as a `finish_dispatch` does; returns whether health events wait to
+    /// be drained. A no-op returning False before `configure_health`. For a timer of the
+    /// caller's: when a stalled worker holds every caller, no dispatch ends or starts to run
+    /// the rules until their deadlines.
+    fn check_health(&self, py: Python<'_>) -> bool {
+        if !self.health_on.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = self.now();
+        {
+            let entries = self.entries.read(py);
+            if let Some(policy) = &entries.policy {
+                self.check_all(py, &entries, policy, now);
+            }
+        }
+        self.pending.load(Ordering::Relaxed)
+    }
+
     /// The dispatch to `uid` begun by `start_dispatch` or a counted `dispatch_next` (which
     /// returned `started`) has ended with `outcome` (an `OUTCOME_*` code: success, the
     /// default, also when the handler raised; failure of the transport; a missed deadline;
