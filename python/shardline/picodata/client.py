@@ -131,8 +131,9 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
 
     Implementation notes:
         The method built here is the only frame of Python between the caller and the driver
-        on the hot path: a keyed write, or a query without a key, whose instance has an idle
-        connection that is open. It routes the key, pops that connection from the pool's
+        on the hot path: a keyed write, or a query without a key, whose instance is not
+        watched for its health and has an idle connection that is open. It routes the key,
+        stores the deadline sweeper's tick for the connection, pops that connection from the pool's
         ``idle`` list and appends it back (when :meth:`InstancePool.release` would do no
         more) itself, calling no function written in Python but asyncpg's ``is_closed()`` and
         ``is_in_transaction()``; anything else goes through :meth:`Client._connection` and
@@ -558,10 +559,14 @@ class Client:
                 for connection, lent in list(pool.lent.items()):
                     # lent at tick `lent`, after that sweep: it has run for more than
                     # tick - lent - 1 intervals
-                    if lent is not None and tick - lent > _DEADLINE_STEPS:
-                        if id(connection) not in idle and connection not in pool.expired:
-                            pool.expired.add(connection)
-                            connection.terminate()
+                    if (
+                        lent is not None
+                        and tick - lent > _DEADLINE_STEPS
+                        and id(connection) not in idle
+                        and connection not in pool.expired
+                    ):
+                        pool.expired.add(connection)
+                        connection.terminate()
 
     @property
     def topology(self) -> Topology:
@@ -806,7 +811,7 @@ class Client:
         duration); logs and counts what changed."""
         health = self._health
         uid = pool.uid
-        if outcome == _FAILURE or outcome == _DEADLINE:
+        if outcome in (_FAILURE, _DEADLINE):
             pool.watched = True
         if not started:
             if outcome == _NEUTRAL:
