@@ -133,8 +133,8 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
         The method built here is the only frame of Python between the caller and the driver
         on the hot path: a keyed write, or a query without a key, whose instance is not
         watched for its health and has an idle connection that is open. It routes the key,
-        stores the deadline sweeper's tick for the connection, pops that connection from the pool's
-        ``idle`` list and appends it back (when :meth:`InstancePool.release` would do no
+        pops that connection from the pool's ``idle`` list, stores the deadline sweeper's
+        tick for it, and appends it back (when :meth:`InstancePool.release` would do no
         more) itself, calling no function written in Python but asyncpg's ``is_closed()`` and
         ``is_in_transaction()``; anything else goes through :meth:`Client._connection` and
         :meth:`InstancePool.release`. Each Python call it saves is a frame entered at every
@@ -359,7 +359,7 @@ class Client:
         which reports their start (``start_dispatch``: the probe of an instance whose
         ejection has passed is claimed there) and their end. An unwatched instance is healthy
         in the registry: only a failure or a deadline miss, reported whether watched or not,
-        can change that (the two rules that read the time in flight are off). Ejected
+        can change that (the stuck-call and latency-outlier rules are off). Ejected
         instances are found by the registry's live view of the visible ones.
 
         The default deadline is not asyncpg's ``timeout``: that arms and cancels an event
@@ -369,7 +369,9 @@ class Client:
         for the connection it lends (one dict store), and a sweeper task, ``DEADLINE_STEPS``
         times per ``timeout``, closes each connection still lent since more than that many
         ticks, marking it in ``InstancePool.expired`` so that the query's error is read as its
-        deadline.
+        deadline. The gate and the store together cost the hot path about 620 instructions
+        per query (callgrind, one caller, 1,000 keyed ``fetchrow``: 100,965 before, 101,510
+        to 101,585 after).
     """
 
     def __init__(
@@ -806,9 +808,9 @@ class Client:
             return 0
 
     def _finish(self, pool: InstancePool, started: int, outcome: int) -> None:
-        """Reports how a query on ``pool`` ended (``started`` from :meth:`_report_start`; 0 for one
-        that was not reported from its start, whose failure is then reported as a query of no
-        duration); logs and counts what changed."""
+        """Reports how a query on ``pool`` ended (``started`` from :meth:`_report_start`; 0
+        for one that was not reported from its start, whose failure is then reported as a
+        query of no duration); logs and counts what changed."""
         health = self._health
         uid = pool.uid
         if outcome in (_FAILURE, _DEADLINE):
