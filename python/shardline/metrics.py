@@ -311,6 +311,26 @@ def _client_metrics(client: Client) -> Iterator[Metric]:
     for reason in _REASONS:
         poll_failures.add_metric([reason], stats.poll_failures.get(reason, 0))
     yield poll_failures
+    yield CounterMetricFamily(
+        "shardline_picodata_deadlines",
+        "Queries that passed their deadline (raised DeadlineExceeded).",
+        value=stats.deadlines,
+    )
+    yield CounterMetricFamily(
+        "shardline_picodata_ejections",
+        "Instances ejected for reads by their passive health.",
+        value=stats.ejections,
+    )
+    yield CounterMetricFamily(
+        "shardline_picodata_readmissions",
+        "Ejected instances re-admitted after a probe query succeeded.",
+        value=stats.readmissions,
+    )
+    yield GaugeMetricFamily(
+        "shardline_picodata_ejected_instances",
+        "Instances ejected for reads now (or waiting for their probe).",
+        value=stats.ejected,
+    )
     yield from _pool_metrics(stats.pools)
 
 
