@@ -991,9 +991,12 @@ class WorkerProxy:
         except RpcError as error:
             outcome = _outcome_of(error)
             raise
-        except WorkerError:
-            outcome = _SUCCESS
+        except asyncio.CancelledError:  # the losing attempt, or the caller's cancellation
+            raise
+        except BaseException as error:  # it reaches the caller
             self._errors += 1
+            if isinstance(error, WorkerError):
+                outcome = _SUCCESS
             raise
         else:
             outcome = _SUCCESS

@@ -168,3 +168,35 @@ async def test_a_call_without_timeout_is_bounded_by_the_pools_deadline() -> None
     assert raised.value.timeout == 0.3
     assert raised.value.may_have_run
     assert waited < 0.3 + 1.0  # the deadline, not the stall (the block lasts until here)
+
+
+async def test_a_stalled_worker_is_ejected_before_any_call_on_it_ends() -> None:
+    """Every caller soon waits on the stalled worker, so no dispatch ends or starts: the
+    proxy's own timer must find it stuck, long before the calls' deadline."""
+    async with LocalPool(SPEC, workers=4, timeout=5.0) as pool:
+        await warm(pool)
+        sick = pool.pids[0]
+        stop = asyncio.Event()
+
+        async def caller() -> None:
+            while not stop.is_set():
+                await pool.dispatch(Task("whoami"))
+
+        callers = [asyncio.create_task(caller()) for _ in range(8)]
+        loop = asyncio.get_running_loop()
+        try:
+            with stopped(sick):
+                began = loop.time()
+                await until(lambda: pool.proxy.stats().ejections >= 1, "ejection", bound=4.0)
+                waited = loop.time() - began
+                stop.set()
+            await asyncio.gather(*callers)
+        finally:
+            for each in callers:
+                each.cancel()
+            await asyncio.gather(*callers, return_exceptions=True)
+    # ejected while the calls it held still had seconds to go (the timer's interval is 10 ms)
+    assert waited < 4.0
+    health = pool.proxy.stats()
+    assert health.ejections >= 1
+    assert health.deadlines == 0
