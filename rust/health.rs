@@ -416,12 +416,23 @@ impl WorkerHealth {
                     self.consecutive.store(0, Ordering::Relaxed);
                 }
                 self.average(1.0);
-                if !probe {
+                // A worker ejected as stuck that completes a call was slow, not stuck (a
+                // process the scheduler left waiting, a long call): it comes back at once,
+                // rather than hold one of the cap's places while a sick worker stays in.
+                let unstuck = state & TAG == EJECTED
+                    && self.reason.load(Ordering::Relaxed) == Reason::Stuck as u8;
+                if !probe && !unstuck {
                     return None;
                 }
                 self.state
                     .compare_exchange(state, HEALTHY, Ordering::AcqRel, Ordering::Relaxed)
                     .ok()?;
+                if unstuck {
+                    // this ejection does not lengthen the next one
+                    let _ = self
+                        .times
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                }
                 self.consecutive.store(0, Ordering::Relaxed);
                 self.success.store(1.0f64.to_bits(), Ordering::Relaxed);
                 self.healthy_since.store(now, Ordering::Relaxed);

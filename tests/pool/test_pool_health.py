@@ -171,6 +171,34 @@ def test_a_stuck_worker_is_ejected_by_another_workers_finish_before_its_calls_en
     assert hidden(pool, 1)
 
 
+def test_a_worker_ejected_as_stuck_that_completes_a_call_is_back_at_once() -> None:
+    """It was slow, not stuck (a process the scheduler left waiting): it must not hold the
+    cap's one place of a pool of four, and its ejection does not lengthen the next."""
+    pool, clock = health_pool()
+    for n in range(1, 5):
+        call(pool, clock, n, SUCCESS, took=MS)
+    _, _, slow_started = pool.start_dispatch(uid(1))
+    clock.advance(21 * MS)
+    with pytest.raises(KeyError):
+        pool.start_dispatch(uid(1))  # stuck: ejected as it is handed out
+    assert pool.health_counts() == (1, 0, 1)
+    clock.advance(5 * MS)
+    assert pool.finish_dispatch(uid(1), slow_started, SUCCESS) is True
+    health = pool.health(uid(1))
+    assert health is not None
+    assert (health.state, health.times_ejected) == ("healthy", 0)
+    assert pool.health_counts() == (1, 1, 0)
+    assert not hidden(pool, 1)
+    assert [event[2:4] for event in pool.drain_health_events()] == [
+        ("ejected", "stuck"),
+        ("readmitted", ""),
+    ]
+    # the place is free: another worker failing in a row is ejected now
+    for _ in range(5):
+        call(pool, clock, 2, FAILURE)
+    assert hidden(pool, 2)
+
+
 def test_a_stuck_worker_is_ejected_when_handed_out() -> None:
     pool, clock = health_pool()
     call(pool, clock, 1, SUCCESS, took=MS)

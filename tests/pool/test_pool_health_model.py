@@ -196,7 +196,10 @@ class Model:
             w.progress = self.now
             w.consecutive = 0
             self.average(w, 1.0)
-            if probe:
+            unstuck = w.state == "ejected" and w.reason == "stuck"
+            if unstuck:
+                w.times = max(0, w.times - 1)
+            if probe or unstuck:
                 w.state, w.at = "healthy", 0
                 w.success, w.healthy_since = 1.0, self.now
                 self.unhealthy -= 1

@@ -36,6 +36,9 @@ class HealthPolicy:
     - its latency average is above ``latency_outlier`` times the median of the visible
       workers that have one (at least 3 of them), and above ``stuck_floor``.
 
+    A worker ejected as stuck that then completes a call (one it held) is re-admitted at
+    once, its ejection not counted towards the next: it was slow, not stuck.
+
     Its ``n``-th ejection lasts ``min(base_ejection * n, max_ejection)`` seconds; ``n`` drops by
     one for each ``max_ejection`` spent healthy since its last re-admission. Once the ejection
     has passed, the next dispatch handed to it is its probe: a success re-admits it, a failure
