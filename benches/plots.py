@@ -215,9 +215,14 @@ def faults_figure(data: dict[str, Any]) -> Figure:
         ax.set_title(info["scenario"], fontsize="medium")
         # wool's hundreds of calls/s beside shardline's tens of thousands, and the zeros of a
         # stalled pool: logarithmic above 100, linear below
-        ax.set_yscale("symlog", linthresh=100)
-        log_values(ax.yaxis)
-        ax.set_ylim(0, None)
+        ax.set_yscale("symlog", linthresh=100, linscale=0.5)
+        ax.yaxis.set_major_locator(
+            ticker.SymmetricalLogLocator(linthresh=100, base=10, subs=(1, 3))
+        )
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.10g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        top = max((max(f["series"], default=0) for f in info["systems"].values()), default=0)
+        ax.set_ylim(0, max(top, 100) * 1.6)
         ax.grid(True, which="both", alpha=0.3)
     for ax in axes[len(scenarios) :]:
         ax.set_visible(False)
