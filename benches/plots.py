@@ -245,11 +245,12 @@ def faults_figure(data: dict[str, Any]) -> Figure:
 
 # bench_faults.py's systems: a color and a line style each, the same in every panel
 FAULT_STYLES = (
+    ("standalone workers + LocalDiscovery, health=None", ("tab:brown", "-")),
+    ("standalone", ("navy", "-")),
     ("health=None", ("tab:orange", "-")),
     ("least-loaded", ("tab:cyan", "-")),
     ("3 workers", ("0.45", ":")),
-    ("LocalPool", ("tab:blue", "-")),
-    ("shardline", ("navy", "-")),
+    ("shardline", ("tab:blue", "-")),
 )
 
 
