@@ -30,7 +30,7 @@ default deadline; wool's calls then have none); one worker SIGKILLed; one worker
 (it blocks ``9 x`` the run's own steady per-call time of a worker in every call); one worker
 refusing every other call with ``RetryElsewhere`` (see ``fault_handlers.py``); one caller
 sending a task whose handler raises ``SystemExit`` every ``EXIT_EVERY`` s during the fault
-(the other 16 keep calling ``echo``).
+(the 16 callers keep calling ``echo``).
 
 A caller waits ``FAILURE_PAUSE`` s after a failed call before its next one (a call that fails
 at once would otherwise spin the event loop and starve the pool's own tasks). The steady state
@@ -40,17 +40,19 @@ cost: the median over the pairs of the ratio with / without of the whole run's c
 
 Measured per system (``extra_info["systems"][name]``): ``series``, completed calls per
 ``BIN`` s as calls/s from the start; ``steady_per_s`` (``WARM`` s to the fault) and
-``fault_per_s`` (the fault's window) and their ratio; ``p50_ms``/``p99_ms``/``max_ms`` of
-every call and of the calls that ended during the fault; ``failures``, caller-visible
-errors by type, split plain / idempotent (``DeadlineExceeded`` says whether the task may have
+``fault_per_s`` (the fault's window) and their ratio, ``run_per_s`` (``WARM`` s to the end);
+``p50_ms``/``p99_ms``/``max_ms`` of every call, and (``fault_window``) of the calls running
+at some moment of the fault's window; ``failures``, caller-visible errors by type, split
+plain / idempotent (``DeadlineExceeded`` says whether the task may have
 run; a call still waiting ``DRAIN`` s after the run ended is "still waiting"); ``run_twice``,
 plain task ids recorded as run more than once by the workers (``idempotent_run_twice``
 alike, which hedging may cause by design); ``died``, worker processes that exited during
 the run (the one the benchmark SIGKILLed not counted); ``proxy``, the change in
 ``WorkerProxy.stats()`` over the run and ``failed_attempts_from_fault`` (``transient`` +
 ``broken`` from the fault on); for the fail-half scenario ``failures_before_ejection``, the
-victim's refusals before its first gap of ``EJECTION_GAP`` s without calls (the pool stopped
-offering it calls: an ejection, seen from the worker). ``extra_info["goals"]`` judges the
+victim's refusals before its first gap of ``EJECTION_GAP`` s without calls while the other
+workers ran ``EJECTION_OTHERS`` or more (the pool stopped offering it calls: an ejection, seen
+from the worker). ``extra_info["goals"]`` judges the
 issue's goals on these, for each system they apply to.
 
 A run is a round of ``benchmark.pedantic`` (one round: the figures are in ``extra_info``; the
