@@ -709,6 +709,7 @@ def test_faults(benchmark: Any, scenario: str) -> None:
     benchmark.pedantic(round_, rounds=1, iterations=1, warmup_rounds=0)
     benchmark.extra_info.update(
         impl="every system in turn, fresh workers each",
+        calls_per_round=1,  # report.py's unit: the round is the whole scenario
         scenario=scenario,
         workers=WORKERS,
         callers=CALLERS,
