@@ -11,6 +11,7 @@ mod dispatch_times;
 mod errors;
 mod events;
 mod gil_lock;
+mod health;
 mod instance;
 mod int_arrays;
 mod int_key_lanes;

@@ -327,10 +327,44 @@ fn timeout(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
     Some(Some(if seconds < 0.0 { 0.0 } else { seconds }))
 }
 
-/// `(msgid, handler, argument, timeout)` of `[0, msgid, "shardline.dispatch", [handler,
-/// payload, timeout]]` with a non-negative msgid, a UTF-8 handler, a bin payload holding one
-/// readable value (`argument`, that value) and a readable timeout, if `data` starts with
-/// exactly that message, at most `limit` bytes long; with the message's length.
+/// A request's deadline (nil: none), if it is nil, a finite float or an int (as the nearest
+/// float); anything else is left to the Python side to refuse.
+fn deadline(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
+    let b = *data.get(*pos)?;
+    let (seconds, len) = match b {
+        0xc0 => {
+            *pos += 1;
+            return Some(None);
+        }
+        0xcb => (f64::from_bits(be(data.get(*pos + 1..*pos + 9)?)), 9),
+        0xca => (
+            f64::from(f32::from_bits(be(data.get(*pos + 1..*pos + 5)?) as u32)),
+            5,
+        ),
+        0x00..=0x7f | 0xcc..=0xcf => return uint(data, pos).map(|n| Some(n as f64)),
+        0xe0..=0xff => (f64::from(b as i8), 1),
+        0xd0..=0xd3 => {
+            let width = 1 << (b - 0xd0);
+            let bits = be(data.get(*pos + 1..*pos + 1 + width)?);
+            // sign-extended from its width
+            let shift = 64 - 8 * width as u32;
+            (((bits << shift) as i64 >> shift) as f64, 1 + width)
+        }
+        _ => return None,
+    };
+    if !seconds.is_finite() {
+        return None;
+    }
+    *pos += len;
+    Some(Some(seconds))
+}
+
+/// `(msgid, handler, argument, timeout, deadline)` of `[0, msgid, "shardline.dispatch",
+/// [handler, payload, timeout]]` (`deadline` None) or of `[..., [handler, payload, timeout,
+/// deadline]]` with a non-negative msgid, a UTF-8 handler, a bin payload holding one readable
+/// value (`argument`, that value), a readable timeout and a deadline nil or a finite float64,
+/// if `data` starts with exactly that message, at most `limit` bytes long; with the message's
+/// length.
 fn dispatch<'py>(
     py: Python<'py>,
     data: &[u8],
@@ -342,13 +376,22 @@ fn dispatch<'py>(
     }
     let mut pos = 2;
     let msgid = uint(data, &mut pos)?;
-    if raw(data, &mut pos, false)? != DISPATCH || *data.get(pos)? != 0x93 {
+    if raw(data, &mut pos, false)? != DISPATCH {
+        return None;
+    }
+    let params = *data.get(pos)?;
+    if params != 0x93 && params != 0x94 {
         return None;
     }
     pos += 1;
     let handler = raw(data, &mut pos, false)?;
     let payload = raw(data, &mut pos, true)?;
     let seconds = timeout(data, &mut pos)?;
+    let until = if params == 0x94 {
+        deadline(data, &mut pos)?
+    } else {
+        None
+    };
     if pos > limit {
         return None;
     }
@@ -371,7 +414,7 @@ fn dispatch<'py>(
         }
     };
     let tuple = inner_value(py, payload)?.and_then(|argument| {
-        (msgid, handler, argument, seconds)
+        (msgid, handler, argument, seconds, until)
             .into_pyobject(py)
             .map(Bound::into_any)
     });
@@ -446,8 +489,9 @@ struct Pending {
 ///
 /// `feed(data)` returns the messages `data` completes, in order: each the decoded value (lists,
 /// dicts, str, bytes, int, float, bool, None), except, after the first message, a dispatch
-/// request (with `fast="requests"`) as `(msgid, handler, payload, timeout)` and a successful
-/// answer (with `fast="answers"`) as `(msgid, result)`, with `timeout` None or seconds ≥ 0.
+/// request (with `fast="requests"`) as `(msgid, handler, payload, timeout, deadline)` and a
+/// successful answer (with `fast="answers"`) as `(msgid, result)`, with `timeout` None or
+/// seconds ≥ 0 and `deadline` None (none sent) or a finite float.
 ///
 /// Implementation notes: a message completed within one read is decoded from that read's
 /// bytes; only an unfinished one is copied, and its scan resumes where it stopped (the open
@@ -687,32 +731,52 @@ fn too_long(what: &str, len: usize) -> PyResult<()> {
     Ok(())
 }
 
-/// `[0, msgid, "shardline.dispatch", [handler, payload, timeout]]` packed, the bytes
-/// msgpack-python's packer writes for it (`payload` as bin, `timeout` as a float64 or nil).
+/// The params' array header: four params with a deadline, the three of the first version
+/// without one (which a worker of that version reads).
+fn params_header(deadline: Option<f64>) -> u8 {
+    if deadline.is_some() {
+        0x94
+    } else {
+        0x93
+    }
+}
+
+/// A float64, or nil.
+fn put_seconds(out: &mut Vec<u8>, seconds: Option<f64>) {
+    match seconds {
+        None => out.push(0xc0),
+        Some(seconds) => {
+            out.push(0xcb);
+            out.extend_from_slice(&seconds.to_bits().to_be_bytes());
+        }
+    }
+}
+
+/// `[0, msgid, "shardline.dispatch", [handler, payload, timeout, deadline]]` packed, the bytes
+/// msgpack-python's packer writes for it (`payload` as bin, `timeout` and `deadline` as
+/// float64 or nil); without a deadline, the three params `[handler, payload, timeout]`.
 #[pyfunction]
-#[pyo3(signature = (msgid, handler, payload, timeout))]
+#[pyo3(signature = (msgid, handler, payload, timeout, deadline=None))]
 pub fn msgpack_request<'py>(
     py: Python<'py>,
     msgid: u64,
     handler: &str,
     payload: &[u8],
     timeout: Option<f64>,
+    deadline: Option<f64>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     too_long("the handler's name", handler.len())?;
     too_long("the payload", payload.len())?;
-    let mut out = Vec::with_capacity(40 + handler.len() + payload.len());
+    let mut out = Vec::with_capacity(48 + handler.len() + payload.len());
     out.extend_from_slice(&[0x94, 0x00]);
     put_uint(&mut out, msgid);
     put_raw(&mut out, DISPATCH, false);
-    out.push(0x93);
+    out.push(params_header(deadline));
     put_raw(&mut out, handler.as_bytes(), false);
     put_raw(&mut out, payload, true);
-    match timeout {
-        None => out.push(0xc0),
-        Some(seconds) => {
-            out.push(0xcb);
-            out.extend_from_slice(&seconds.to_bits().to_be_bytes());
-        }
+    put_seconds(&mut out, timeout);
+    if deadline.is_some() {
+        put_seconds(&mut out, deadline);
     }
     Ok(PyBytes::new(py, &out))
 }
@@ -777,15 +841,16 @@ fn frame_with_value<'py>(
 /// [`pack_plain`] packs, `handler` is not UTF-8 (a surrogate code point), `timeout` is
 /// neither None nor a float or int of exactly those types (nor an int a float holds), or a
 /// length is over 32 bits. The caller then takes the general path, which sends the call or
-/// says why not.
+/// says why not. `deadline` is sent as [`msgpack_request`] sends it.
 #[pyfunction]
-#[pyo3(signature = (msgid, handler, value, timeout))]
+#[pyo3(signature = (msgid, handler, value, timeout, deadline=None))]
 pub fn msgpack_call<'py>(
     py: Python<'py>,
     msgid: u64,
     handler: &Bound<'py, PyString>,
     value: &Bound<'py, PyAny>,
     timeout: &Bound<'py, PyAny>,
+    deadline: Option<f64>,
 ) -> Option<Bound<'py, PyBytes>> {
     let seconds = if timeout.is_none() {
         None
@@ -804,16 +869,14 @@ pub fn msgpack_call<'py>(
         out.extend_from_slice(&[0x94, 0x00]);
         put_uint(out, msgid);
         put_raw(out, DISPATCH, false);
-        out.push(0x93);
+        out.push(params_header(deadline));
         put_raw(out, handler.as_bytes(), false);
     };
-    let tail = |out: &mut Vec<u8>| match seconds {
-        None => out.push(0xc0),
-        Some(seconds) => {
-            // Python's max(seconds, 0.0): -0.0 and NaN stay as they are
-            let seconds = if seconds < 0.0 { 0.0 } else { seconds };
-            out.push(0xcb);
-            out.extend_from_slice(&seconds.to_bits().to_be_bytes());
+    let tail = |out: &mut Vec<u8>| {
+        // Python's max(seconds, 0.0): -0.0 and NaN stay as they are
+        put_seconds(out, seconds.map(|s| if s < 0.0 { 0.0 } else { s }));
+        if deadline.is_some() {
+            put_seconds(out, deadline);
         }
     };
     frame_with_value(py, head, value, tail)

@@ -1,20 +1,25 @@
 //! The uid-keyed worker pool: uid → (metadata, connection), in admission order.
 
 use std::collections::hash_map::Entry as MapEntry;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use pyo3::exceptions::PyKeyError;
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 use rustc_hash::FxHashMap;
 use rustc_hash::FxHashSet;
 
 use crate::dispatch_times::{DispatchTimes, BOUNDS, SAMPLE_EVERY};
 use crate::gil_lock::GilLock;
+use crate::health::{
+    median, Outcome, Policy, PoolHealth, State, Transition, WorkerHealth, OUTLIER_QUORUM,
+};
 use crate::keyed_record::KeyedRecord;
 use crate::tally::Tally;
 use crate::workers_view::WorkersView;
@@ -26,6 +31,9 @@ struct Entry {
     metadata: Py<PyAny>,
     connection: Py<PyAny>,
     load: Load,
+    /// Its health, once the pool's health was configured (boxed: a pool without it pays one
+    /// pointer per worker).
+    health: Option<Box<WorkerHealth>>,
     /// Whether `uid`'s address is in [`Entries::by_address`]: from the first lookup with that
     /// very object on.
     indexed: bool,
@@ -66,15 +74,22 @@ impl Default for Load {
 }
 
 impl Load {
-    fn begin(&self) {
-        self.inflight.fetch_add(1, Ordering::Relaxed);
+    /// One more dispatch in flight; returns how many there were before.
+    fn begin(&self) -> u32 {
+        self.inflight.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn end(&self, seconds: f64) {
+    /// One dispatch fewer in flight, whose time says nothing of the worker (a deadline it
+    /// missed, a call cancelled).
+    fn leave(&self) {
         // saturating: a worker evicted and admitted again mid-dispatch starts from zero
         let _ = self
             .inflight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    fn end(&self, seconds: f64) {
+        self.leave();
         let _ = self
             .latency
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
@@ -89,10 +104,15 @@ impl Load {
     }
 
     fn read(&self) -> (u32, f64) {
-        let latency = f64::from_bits(self.latency.load(Ordering::Relaxed));
+        let (inflight, latency) = self.estimate();
+        (inflight, if latency.is_nan() { 0.0 } else { latency })
+    }
+
+    /// Dispatches in flight and the latency average, NaN before any.
+    fn estimate(&self) -> (u32, f64) {
         (
             self.inflight.load(Ordering::Relaxed),
-            if latency.is_nan() { 0.0 } else { latency },
+            f64::from_bits(self.latency.load(Ordering::Relaxed)),
         )
     }
 
@@ -121,9 +141,10 @@ fn clock_ns() -> u64 {
         .saturating_add(1)
 }
 
-/// Seconds since `started` (a [`clock_ns`] reading); 0 for a reading from the future.
-fn seconds_since(started: u64) -> f64 {
-    clock_ns().saturating_sub(started) as f64 * 1e-9
+/// Seconds from `started` to `now` (readings of the pool's clock); 0 for a reading from the
+/// future.
+fn seconds_between(started: u64, now: u64) -> f64 {
+    now.saturating_sub(started) as f64 * 1e-9
 }
 
 /// Entries in admission order. A removal leaves a hole that iteration skips (none when it
@@ -148,6 +169,8 @@ struct Entries {
     /// The rotation: the slot where the next [`Entries::next_in_rotation`] starts looking.
     /// Shared by every call on the pool; atomic, because it advances under the read lock.
     rotation: AtomicUsize,
+    /// The health policy, once `configure_health` was called: every entry has its health then.
+    policy: Option<Policy>,
 }
 
 /// A lock-free hint of which addresses are pooled uid objects, read before any lock is taken.
@@ -315,6 +338,11 @@ impl Entries {
             }
             MapEntry::Vacant(vacant) => {
                 vacant.insert(self.slots.len());
+                let mut entry = entry;
+                if self.policy.is_some() {
+                    // idle: its first dispatch marks its progress
+                    entry.health = Some(Box::new(WorkerHealth::new(0)));
+                }
                 self.slots.push(Some(entry));
                 None
             }
@@ -331,10 +359,12 @@ impl Entries {
         }
     }
 
-    /// Puts `entry` in `slot` (which holds an entry of the same key), carrying its load over.
+    /// Puts `entry` in `slot` (which holds an entry of the same key), carrying its load and
+    /// health over.
     fn replace(&mut self, slot: usize, mut entry: Entry) -> Option<Entry> {
-        if let Some(old) = &self.slots[slot] {
+        if let Some(old) = &mut self.slots[slot] {
             entry.load = old.load.carry();
+            entry.health = old.health.take();
             if old.indexed {
                 self.by_address.remove(&old.uid_address());
             }
@@ -378,8 +408,16 @@ impl Entries {
             }
         };
         // A worker admitted and soon evicted again is usually the last one: leave no hole.
+        let slots = self.slots.len();
         while let Some(None) = self.slots.last() {
             self.slots.pop();
+        }
+        // A rotation that stood in the slots just dropped starts over: were it left where it
+        // stood, which worker admitted later comes next would depend on how many holes
+        // compaction had taken away since.
+        let rotation = self.rotation.get_mut();
+        if self.slots.len() < slots && *rotation >= self.slots.len() {
+            *rotation = 0;
         }
         if self.slots.len() > 2 * self.index.len() + 8 {
             self.compact();
@@ -424,6 +462,14 @@ impl Entries {
 /// finalizer may use the pool, even one that runs inside a pool method (a displaced
 /// connection's, or one a garbage collection runs).
 ///
+/// Passive health (off until `configure_health`): from the outcome each `finish_dispatch`
+/// reports, a sick worker is ejected and hidden from every read a balancer makes (`workers`,
+/// `next_in_rotation`, `rotation_order`, `dispatch_next`, `less_loaded_of`, `load`, `entry`,
+/// `start_dispatch`, `begin_dispatch`, `uids`) until its ejection time passes and a probe
+/// succeeds; the pool's own membership (`len(pool)`, `uid in pool`, `pooled`, `members`)
+/// still counts it. The rules are `shardline.pool.health.HealthPolicy`'s; `health(uid)`,
+/// `health_counts()` and `drain_health_events()` read them.
+///
 /// Implementation notes:
 ///     Keyed by the uid's 128-bit integer, read from `uid.int`, so no operation hashes a
 ///     `uuid.UUID` in Python; a `WorkerMetadata` brings its uid and key along (its base,
@@ -438,6 +484,12 @@ impl Entries {
 ///     under it (increfs) and build tuples and lists after. The lock is a `GilLock`: on an interpreter with a GIL, which that rule makes
 ///     enough, a borrow count without atomic operations; `parking_lot::RwLock` on a
 ///     free-threaded one. Weak-referenceable, because balancers keep their per-pool state weakly.
+///
+///     Health transitions are compare-and-swaps of each worker's state word under the read
+///     lock (see `health.rs`), made by the calls a dispatch makes anyway, at the clock
+///     readings they already take; a read checks a worker's visibility only while the
+///     pool-wide count of unhealthy workers is nonzero (one relaxed load otherwise). Events
+///     wait in a queue of increfs until `drain_health_events` builds their tuples.
 #[pyclass(frozen, subclass, weakref, module = "shardline", name = "WorkerPool")]
 pub struct WorkerPool {
     entries: GilLock<Entries>,
@@ -446,26 +498,180 @@ pub struct WorkerPool {
     dispatched: Tally,
     /// Latencies of the dispatches `finish_dispatch` ends, once `time_dispatches` was called.
     times: DispatchTimes,
+    health: PoolHealth,
+    /// Whether `configure_health` was called: read before the lock, to take the clock reading
+    /// the health rules need.
+    health_on: AtomicBool,
+    events: Mutex<Vec<Event>>,
+    /// Whether `events` is not empty, read without its lock by every `finish_dispatch`.
+    pending: AtomicBool,
+    /// The tests' clock, when pinned (`_pin_clock`); 0 for the monotonic clock.
+    pinned: AtomicU64,
+}
+
+/// A health transition waiting for `drain_health_events`: increfs of the worker's uid and
+/// metadata, taken under the lock.
+struct Event {
+    uid: Py<PyAny>,
+    metadata: Py<PyAny>,
+    transition: Transition,
+}
+
+/// Which workers a read may show: all of them, or, while some worker is unhealthy, those
+/// visible at `now`.
+#[derive(Clone, Copy)]
+struct Sight {
+    check: bool,
+    now: u64,
+}
+
+impl Sight {
+    #[inline]
+    fn sees(self, entry: &Entry) -> bool {
+        !self.check
+            || entry
+                .health
+                .as_ref()
+                .is_none_or(|health| health.visible(self.now))
+    }
 }
 
 fn key_of(uid: &Bound<'_, PyAny>) -> PyResult<u128> {
     uid.getattr(intern!(uid.py(), "int"))?.extract()
 }
 
+static HEALTH_POLICY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static WORKER_HEALTH: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+/// Where `HealthPolicy` and `WorkerHealth` are defined.
+const HEALTH_MODULE: &str = "shardline.pool.health";
+
 impl WorkerPool {
-    /// `f` of the pooled entry `uid` names, under the read lock (so `f` runs no Python code);
-    /// None when it is not pooled. Found by the object's address when it is the pooled uid
-    /// object itself and was looked up before, else by its key, read from `uid.int` before the
-    /// lock is taken again; a pooled uid object found by key is indexed by its address then.
+    /// A reading of the pool's clock: the pinned time, or [`clock_ns`].
+    #[inline]
+    fn now(&self) -> u64 {
+        match self.pinned.load(Ordering::Relaxed) {
+            0 => clock_ns(),
+            pinned => pinned,
+        }
+    }
+
+    /// What a read may show now: one relaxed load, and a clock reading only while some worker
+    /// is unhealthy.
+    #[inline]
+    fn sight(&self) -> Sight {
+        if self.health.any_unhealthy() {
+            Sight {
+                check: true,
+                now: self.now(),
+            }
+        } else {
+            Sight {
+                check: false,
+                now: 0,
+            }
+        }
+    }
+
+    /// Queues the event of `transition` of `entry` (under the lock: increfs only).
+    fn record(&self, py: Python<'_>, entry: &Entry, transition: Transition) {
+        let mut events = self.events.lock();
+        events.push(Event {
+            uid: entry.uid.clone_ref(py),
+            metadata: entry.metadata.clone_ref(py),
+            transition,
+        });
+        self.pending.store(true, Ordering::Relaxed);
+    }
+
+    /// The hand-out of `entry` at `now` for a dispatch timed from `now`: whether it may go
+    /// (claiming its probe if it is on probation, when `probe`), after the stuck rule.
+    fn hand_out(
+        &self,
+        py: Python<'_>,
+        entries: &Entries,
+        entry: &Entry,
+        now: u64,
+        probe: bool,
+    ) -> bool {
+        let (Some(health), Some(policy)) = (&entry.health, &entries.policy) else {
+            return true;
+        };
+        if probe && self.health.any_unhealthy() && !health.hand_out(now) {
+            return false;
+        }
+        let (inflight, latency) = entry.load.estimate();
+        let pooled = entries.index.len();
+        match health.check_stuck(inflight, latency, now, policy, &self.health, pooled) {
+            Some(transition) => {
+                self.record(py, entry, transition);
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// The periodic rules, run from a `finish_dispatch` at `now` when due: the stuck rule
+    /// over every worker, the latency-outlier rule over the visible ones.
+    fn check_all(&self, py: Python<'_>, entries: &Entries, policy: &Policy, now: u64) {
+        let pooled = entries.index.len();
+        if self.health.scan_due(now, policy) {
+            for entry in entries.live() {
+                if let Some(health) = &entry.health {
+                    let (inflight, latency) = entry.load.estimate();
+                    let stuck =
+                        health.check_stuck(inflight, latency, now, policy, &self.health, pooled);
+                    if let Some(transition) = stuck {
+                        self.record(py, entry, transition);
+                    }
+                }
+            }
+        }
+        if self.health.outliers_due(now) {
+            let sight = Sight { check: true, now };
+            let estimated: Vec<(&Entry, f64)> = entries
+                .live()
+                .filter(|entry| sight.sees(entry))
+                .map(|entry| (entry, entry.load.estimate().1))
+                .filter(|(_, latency)| !latency.is_nan())
+                .collect();
+            if estimated.len() < OUTLIER_QUORUM {
+                return;
+            }
+            let mut latencies: Vec<f64> = estimated.iter().map(|(_, latency)| *latency).collect();
+            let bound = policy.latency_outlier * median(&mut latencies);
+            for (entry, latency) in estimated {
+                let Some(health) = &entry.health else {
+                    continue;
+                };
+                if latency > bound && latency > policy.stuck_floor && health.healthy() {
+                    let reason = crate::health::Reason::Latency;
+                    if let Some(transition) =
+                        health.eject(now, reason, policy, &self.health, pooled)
+                    {
+                        self.record(py, entry, transition);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `f` of the pooled entry `uid` names, with the entries, under the read lock (so `f`
+    /// runs no Python code); None when it is not pooled. Found by the object's address when
+    /// it is the pooled uid object itself and was looked up before, else by its key, read
+    /// from `uid.int` before the lock is taken again; a pooled uid object found by key is
+    /// indexed by its address then. Ejected workers are found too.
     fn with_entry<R>(
         &self,
         uid: &Bound<'_, PyAny>,
-        f: impl Fn(&Entry) -> R,
+        f: impl Fn(&Entries, &Entry) -> R,
     ) -> PyResult<Option<R>> {
         let py = uid.py();
         let address = uid.as_ptr() as usize;
         if self.addresses.may_contain(address) {
-            let found = self.entries.read(py).find(Who::Address(address)).map(&f);
+            let entries = self.entries.read(py);
+            let found = entries
+                .find(Who::Address(address))
+                .map(|entry| f(&entries, entry));
             if found.is_some() {
                 return Ok(found);
             }
@@ -475,7 +681,7 @@ impl WorkerPool {
             let entries = self.entries.read(py);
             match entries.get(key) {
                 Some(entry) => (
-                    Some(f(entry)),
+                    Some(f(&entries, entry)),
                     !entry.indexed && entry.uid_address() == address,
                 ),
                 None => (None, false),
@@ -490,13 +696,26 @@ impl WorkerPool {
         Ok(found)
     }
 
-    /// `(metadata, connection)` of every pooled worker, in admission order: one consistent
+    /// `f` of the entry `uid` names if a balancer may see it now; None otherwise.
+    fn with_visible<R>(
+        &self,
+        uid: &Bound<'_, PyAny>,
+        f: impl Fn(&Entry) -> R,
+    ) -> PyResult<Option<R>> {
+        let sight = self.sight();
+        let found = self.with_entry(uid, |_, entry| sight.sees(entry).then(|| f(entry)))?;
+        Ok(found.flatten())
+    }
+
+    /// `(metadata, connection)` of every visible worker, in admission order: one consistent
     /// snapshot, copied under one read lock, its tuples built after it is released.
     pub(crate) fn values_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let sight = self.sight();
         let pairs: Vec<[Py<PyAny>; 2]> = self
             .entries
             .read(py)
             .live()
+            .filter(|entry| sight.sees(entry))
             .map(|entry| entry.pair(py))
             .collect();
         let values = pairs
@@ -506,13 +725,15 @@ impl WorkerPool {
         PyList::new(py, values)
     }
 
-    /// `(uid, (metadata, connection))` of every pooled worker, in admission order: one
+    /// `(uid, (metadata, connection))` of every visible worker, in admission order: one
     /// consistent snapshot, copied under one read lock, its tuples built after it is released.
     pub(crate) fn items_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let sight = self.sight();
         let entries: Vec<(Py<PyAny>, [Py<PyAny>; 2])> = self
             .entries
             .read(py)
             .live()
+            .filter(|entry| sight.sees(entry))
             .map(|entry| (entry.uid.clone_ref(py), entry.pair(py)))
             .collect();
         let items = entries
@@ -520,6 +741,23 @@ impl WorkerPool {
             .map(|(uid, pair)| (uid, PyTuple::new(py, pair)?).into_pyobject(py))
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, items)
+    }
+
+    /// How many workers a balancer may see now (`len` of the `workers` view).
+    pub(crate) fn visible_len(&self, py: Python<'_>) -> usize {
+        let sight = self.sight();
+        let entries = self.entries.read(py);
+        if sight.check {
+            entries.live().filter(|entry| sight.sees(entry)).count()
+        } else {
+            entries.index.len()
+        }
+    }
+
+    /// Whether `uid` is pooled and a balancer may see it now (`in` of the `workers` view).
+    pub(crate) fn contains_visible(&self, uid: &Bound<'_, PyAny>) -> bool {
+        self.with_visible(uid, |_| ())
+            .is_ok_and(|found| found.is_some())
     }
 
     /// The keys of the uids in `tried`, read before the lock that picks is taken: a pooled
@@ -575,8 +813,39 @@ fn entry_of(metadata: &Bound<'_, PyAny>, connection: &Bound<'_, PyAny>) -> PyRes
         metadata: metadata.clone().unbind(),
         connection: connection.clone().unbind(),
         load: Load::default(),
+        health: None,
         indexed: false,
     })
+}
+
+/// The policy in `policy`, a `HealthPolicy` (which validated its fields when it was made).
+fn policy_of(policy: &Bound<'_, PyAny>) -> PyResult<Policy> {
+    let py = policy.py();
+    let class = HEALTH_POLICY.import(py, HEALTH_MODULE, "HealthPolicy")?;
+    if !policy.is_instance(class)? {
+        return Err(PyTypeError::new_err(format!(
+            "configure_health takes a HealthPolicy, not {}",
+            policy.get_type().name()?
+        )));
+    }
+    let field = |name: &str| policy.getattr(name);
+    Ok(Policy {
+        failures: field("failures")?.extract()?,
+        success_rate: field("success_rate")?.extract()?,
+        stuck_multiple: field("stuck_multiple")?.extract()?,
+        stuck_floor: field("stuck_floor")?.extract()?,
+        base_ejection: field("base_ejection")?.extract()?,
+        max_ejection: field("max_ejection")?.extract()?,
+        max_ejected_share: field("max_ejected_share")?.extract()?,
+        latency_outlier: field("latency_outlier")?.extract()?,
+    })
+}
+
+/// Removes a worker's share of the pool-wide health counts, for an entry just evicted.
+fn forget(pool: &PoolHealth, removed: Option<&Entry>) {
+    if let Some(health) = removed.and_then(|entry| entry.health.as_deref()) {
+        pool.forget(health);
+    }
 }
 
 #[pymethods]
@@ -588,10 +857,16 @@ impl WorkerPool {
             addresses: AddressFilter::new(),
             dispatched: Tally::default(),
             times: DispatchTimes::default(),
+            health: PoolHealth::default(),
+            health_on: AtomicBool::new(false),
+            events: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            pinned: AtomicU64::new(0),
         }
     }
 
-    /// Admits the worker `metadata.uid`, or replaces its entry (keeping its position).
+    /// Admits the worker `metadata.uid`, or replaces its entry (keeping its position, load
+    /// and health).
     fn add_worker(
         &self,
         metadata: &Bound<'_, PyAny>,
@@ -606,8 +881,9 @@ impl WorkerPool {
         Ok(())
     }
 
-    /// Refreshes the entry of `metadata.uid` if it is pooled; otherwise changes nothing (a
-    /// refresh never admits). Returns whether the worker was pooled.
+    /// Refreshes the entry of `metadata.uid` if it is pooled, keeping its load and health;
+    /// otherwise changes nothing (a refresh never admits). Returns whether the worker was
+    /// pooled.
     fn update_worker(
         &self,
         metadata: &Bound<'_, PyAny>,
@@ -623,13 +899,14 @@ impl WorkerPool {
         Ok(pooled)
     }
 
-    /// Evicts the worker `metadata.uid`; a no-op when it is not pooled.
+    /// Evicts the worker `metadata.uid`, forgetting its health; a no-op when it is not pooled.
     fn remove_worker(&self, metadata: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = metadata.py();
         if let Ok(record) = metadata.cast::<KeyedRecord>() {
             if let Some((_, key)) = record.get().kept() {
                 // the key is at hand: no address lookup to spare reading it
                 let removed = self.entries.write(py).remove(Who::Key(*key));
+                forget(&self.health, removed.as_ref());
                 // the guard is gone: the removed objects' finalizers may use the pool
                 drop(removed);
                 return Ok(());
@@ -649,29 +926,70 @@ impl WorkerPool {
                 self.entries.write(py).remove(Who::Key(key))
             }
         };
+        forget(&self.health, removed.as_ref());
         // the guard is gone: the removed objects' finalizers may use the pool
         drop(removed);
         Ok(())
     }
 
-    /// `(metadata, connection)` of the worker `uid`; raises `KeyError` when it is not pooled.
+    /// `(metadata, connection)` of the worker `uid`; raises `KeyError` when it is not pooled
+    /// or is ejected.
     pub(crate) fn entry<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
         let missing = || PyKeyError::new_err(uid.clone().unbind());
-        let pair = self.with_entry(uid, |entry| entry.pair(py));
+        let pair = self.with_visible(uid, |entry| entry.pair(py));
         let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
     }
 
+    /// `(metadata, connection)` of the worker `uid`, ejected or not; None when it is not
+    /// pooled (the proxy's bookkeeping, not a balancer's read).
+    fn pooled<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let py = uid.py();
+        match self.with_entry(uid, |_, entry| entry.pair(py))? {
+            Some(pair) => Ok(Some(PyTuple::new(py, pair)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `(uid, metadata, connection)` of every pooled worker, ejected or not, in admission
+    /// order (a snapshot).
+    fn members<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let members: Vec<[Py<PyAny>; 3]> = self
+            .entries
+            .read(py)
+            .live()
+            .map(|entry| {
+                let [metadata, connection] = entry.pair(py);
+                [entry.uid.clone_ref(py), metadata, connection]
+            })
+            .collect();
+        let members = members
+            .into_iter()
+            .map(|member| PyTuple::new(py, member))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, members)
+    }
+
     /// `(metadata, connection)` of the worker `uid`, counting one more dispatch in flight to
-    /// it; raises `KeyError` when it is not pooled. Pair with `end_dispatch`.
+    /// it; raises `KeyError` when it is not pooled or is ejected. Pair with `end_dispatch`,
+    /// which reports no outcome: such a dispatch is never a probe.
     fn begin_dispatch<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
-        let missing = || PyKeyError::new_err(uid.clone().unbind());
-        let pair = self.with_entry(uid, |entry| {
-            entry.load.begin();
+        // the stuck rule needs to know when a worker stopped being idle
+        let now = if self.health_on.load(Ordering::Relaxed) {
+            self.now()
+        } else {
+            0
+        };
+        let pair = self.with_visible(uid, |entry| {
+            let before = entry.load.begin();
+            if let Some(health) = &entry.health {
+                health.started(before, now);
+            }
             entry.pair(py)
         });
+        let missing = || PyKeyError::new_err(uid.clone().unbind());
         let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
     }
@@ -679,43 +997,130 @@ impl WorkerPool {
     /// A dispatch to `uid` that took `seconds` has ended, however it ended; a no-op when the
     /// worker has left.
     fn end_dispatch(&self, uid: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
-        self.with_entry(uid, |entry| entry.load.end(seconds))?;
+        self.with_entry(uid, |_, entry| entry.load.end(seconds))?;
         Ok(())
     }
 
     /// `(metadata, connection, started)` of the worker `uid`, counting one more dispatch in
     /// flight to it, where `started` is an opaque reading of the pool's clock; raises
-    /// `KeyError` when it is not pooled. Pair with `finish_dispatch(uid, started)`, which
-    /// times the dispatch: the caller reads no clock.
+    /// `KeyError` when it is not pooled or is ejected (or, with health on, is found stuck now
+    /// and ejected). Pair with `finish_dispatch(uid, started, outcome)`, which times the
+    /// dispatch: the caller reads no clock. With health on, the first such dispatch to a
+    /// worker on probation is its probe.
     fn start_dispatch<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
-        let missing = || PyKeyError::new_err(uid.clone().unbind());
-        let pair = self.with_entry(uid, |entry| {
-            entry.load.begin();
-            entry.pair(py)
+        let now = self.now();
+        let sight = Sight {
+            check: self.health.any_unhealthy(),
+            now,
+        };
+        let pair = self.with_entry(uid, |entries, entry| {
+            if !sight.sees(entry) || !self.hand_out(py, entries, entry, now, true) {
+                return None;
+            }
+            let before = entry.load.begin();
+            if let Some(health) = &entry.health {
+                health.started(before, now);
+            }
+            Some(entry.pair(py))
         });
-        let [metadata, connection] = pair.map_err(|_| missing())?.ok_or_else(missing)?;
-        (metadata, connection, clock_ns()).into_pyobject(py)
+        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let [metadata, connection] = pair.map_err(|_| missing())?.flatten().ok_or_else(missing)?;
+        (metadata, connection, now).into_pyobject(py)
+    }
+
+    /// Runs the periodic health rules now (the stuck rule over every worker, the latency
+    /// outliers when due), as a `finish_dispatch` does; returns `(pending, busy)`: whether
+    /// health events wait to be drained, and whether any worker has dispatches in flight.
+    /// `(False, False)` before `configure_health`. For a timer of the caller's: when a
+    /// stalled worker holds every caller, no dispatch ends or starts to run the rules until
+    /// their deadlines; with nothing in flight, nothing can be stuck, and the timer may wait
+    /// longer.
+    fn check_health(&self, py: Python<'_>) -> (bool, bool) {
+        if !self.health_on.load(Ordering::Relaxed) {
+            return (false, false);
+        }
+        let now = self.now();
+        let busy = {
+            let entries = self.entries.read(py);
+            if let Some(policy) = &entries.policy {
+                self.check_all(py, &entries, policy, now);
+            }
+            let busy = entries.live().any(|entry| entry.load.estimate().0 > 0);
+            busy
+        };
+        (self.pending.load(Ordering::Relaxed), busy)
     }
 
     /// The dispatch to `uid` begun by `start_dispatch` or a counted `dispatch_next` (which
-    /// returned `started`) has ended, however it ended: its latency is the time since, on the
-    /// pool's clock, and goes into the worker's load (a no-op when the worker has left) and,
-    /// once `time_dispatches` was called, into the pool's histogram (even if it has left).
-    fn finish_dispatch(&self, uid: &Bound<'_, PyAny>, started: u64) -> PyResult<()> {
-        let seconds = seconds_since(started);
+    /// returned `started`) has ended with `outcome` (an `OUTCOME_*` code: success, the
+    /// default, also when the handler raised; failure of the transport; a missed deadline;
+    /// neutral, when the caller cancelled). Its latency is the time since, on the pool's
+    /// clock, and goes into the worker's load (a no-op when the worker has left; a deadline
+    /// or neutral outcome leaves the average alone, as the time was the caller's) and, once
+    /// `time_dispatches` was called, into the pool's histogram (even if it has left). With
+    /// health on, the outcome feeds the worker's health and the pool's periodic checks run
+    /// when due. Returns whether health events wait for `drain_health_events`.
+    #[pyo3(signature = (uid, started, outcome = 0))]
+    fn finish_dispatch(&self, uid: &Bound<'_, PyAny>, started: u64, outcome: u8) -> PyResult<bool> {
+        let py = uid.py();
+        let outcome = Outcome::of(outcome).ok_or_else(|| {
+            PyValueError::new_err(format!("outcome must be 0, 1, 2 or 3, not {outcome}"))
+        })?;
+        let now = self.now();
+        let seconds = seconds_between(started, now);
         if self.times.is_on() {
             self.times.observe(seconds);
         }
-        self.with_entry(uid, |entry| entry.load.end(seconds))?;
-        Ok(())
+        self.with_entry(uid, |entries, entry| {
+            match outcome {
+                Outcome::Success | Outcome::Failure => entry.load.end(seconds),
+                Outcome::Deadline | Outcome::Neutral => entry.load.leave(),
+            }
+            let (Some(health), Some(policy)) = (&entry.health, &entries.policy) else {
+                return;
+            };
+            let pooled = entries.index.len();
+            if let Some(transition) =
+                health.finish(outcome, started, now, policy, &self.health, pooled)
+            {
+                self.record(py, entry, transition);
+            }
+            self.check_all(py, entries, policy, now);
+        })?;
+        Ok(self.pending.load(Ordering::Relaxed))
+    }
+
+    /// The outcome codes of `finish_dispatch`.
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn OUTCOME_SUCCESS() -> u8 {
+        0
+    }
+
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn OUTCOME_FAILURE() -> u8 {
+        1
+    }
+
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn OUTCOME_DEADLINE() -> u8 {
+        2
+    }
+
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn OUTCOME_NEUTRAL() -> u8 {
+        3
     }
 
     /// The dispatch `dispatch_next` handed out uncounted but timed (a nonzero `started`) has
     /// ended, however it ended: its latency goes into the pool's histogram, and nowhere else
-    /// (it was never counted in flight, so no worker's load changes).
+    /// (it was never counted in flight, so no worker's load or health changes).
     fn observe_dispatch(&self, started: u64) {
-        self.times.observe(seconds_since(started));
+        self.times.observe(seconds_between(started, self.now()));
     }
 
     /// From now on, `finish_dispatch` also counts each latency in the pool's histogram
@@ -758,12 +1163,13 @@ impl WorkerPool {
         SAMPLE_EVERY
     }
 
-    /// The next pooled worker of the pool's rotation that is not in `tried` (any iterable of
-    /// uids), moving the rotation past it; None when every pooled worker is in `tried`.
+    /// The next visible pooled worker of the pool's rotation that is not in `tried` (any
+    /// iterable of uids), moving the rotation past it; None when every visible worker is in
+    /// `tried`.
     ///
     /// The rotation is a cursor over admission order, shared by every caller on this pool:
     /// successive calls go round the pool, a worker admitted later takes its turn when the
-    /// cursor reaches it, and an evicted one is skipped.
+    /// cursor reaches it, and an evicted or ejected one is skipped.
     #[pyo3(signature = (tried = None))]
     pub(crate) fn next_in_rotation<'py>(
         &self,
@@ -771,33 +1177,41 @@ impl WorkerPool {
         tried: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let skip = self.keys_of(tried)?;
+        let sight = self.sight();
         let entries = self.entries.read(py);
         let uid = entries
-            .next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
+            .next_in_rotation(|entry| {
+                (!skip.is_empty() && skip.contains(&entry.key)) || !sight.sees(entry)
+            })
             .map(|entry| entry.uid.clone_ref(py));
         Ok(uid)
     }
 
-    /// The pooled uids in the order `next_in_rotation` would hand them out from where the
-    /// rotation stands now, without moving it (a snapshot: a concurrent caller may move it).
+    /// The visible pooled uids in the order `next_in_rotation` would hand them out from where
+    /// the rotation stands now, without moving it (a snapshot: a concurrent caller may move
+    /// it).
     fn rotation_order<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let sight = self.sight();
         let uids: Vec<Py<PyAny>> = {
             let entries = self.entries.read(py);
             entries
                 .rotation_order()
+                .filter(|entry| sight.sees(entry))
                 .map(|entry| entry.uid.clone_ref(py))
                 .collect()
         };
         PyList::new(py, uids)
     }
 
-    /// `(uid, metadata, connection, started)` of the next pooled worker of the rotation not in
-    /// `tried`, as `next_in_rotation` picks it, in one call; None when there is none. With
-    /// `count`, the dispatch is counted in flight and `started` is a reading of the pool's
-    /// clock for `finish_dispatch`. Without, nothing is counted in flight, and `started` is 0
-    /// unless the dispatch is one the latency histogram samples (after `time_dispatches`, one
-    /// in `DISPATCH_SAMPLE`), when it is a nonzero reading for `observe_dispatch`. Either way
-    /// a worker handed out counts as one dispatch in `dispatch_counts`.
+    /// `(uid, metadata, connection, started)` of the next visible pooled worker of the
+    /// rotation not in `tried`, as `next_in_rotation` picks it, in one call; None when there
+    /// is none. With `count`, the dispatch is counted in flight and `started` is a reading of
+    /// the pool's clock for `finish_dispatch` (with health on, a worker on probation handed
+    /// out so is probed, and one found stuck is ejected and passed over). Without, nothing is
+    /// counted in flight, and `started` is 0 unless the dispatch is one the latency histogram
+    /// samples (after `time_dispatches`, one in `DISPATCH_SAMPLE`), when it is a nonzero
+    /// reading for `observe_dispatch`. Either way a worker handed out counts as one dispatch
+    /// in `dispatch_counts`.
     #[pyo3(signature = (tried = None, count = false))]
     fn dispatch_next<'py>(
         &self,
@@ -806,21 +1220,42 @@ impl WorkerPool {
         count: bool,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let skip = self.keys_of(tried)?;
+        let health_on = self.health_on.load(Ordering::Relaxed);
+        let now = if count || health_on { self.now() } else { 0 };
         let entries = self.entries.read(py);
-        let Some(entry) =
-            entries.next_in_rotation(|entry| !skip.is_empty() && skip.contains(&entry.key))
-        else {
-            return Ok(None);
+        let entry = loop {
+            // re-read each turn: a worker passed over just now is hidden from the next
+            let sight = Sight {
+                check: self.health.any_unhealthy(),
+                now,
+            };
+            let Some(entry) = entries.next_in_rotation(|entry| {
+                (!skip.is_empty() && skip.contains(&entry.key)) || !sight.sees(entry)
+            }) else {
+                return Ok(None);
+            };
+            if !health_on || self.hand_out(py, &entries, entry, now, count) {
+                break entry;
+            }
         };
         if count {
-            entry.load.begin();
+            let before = entry.load.begin();
+            if let Some(health) = &entry.health {
+                health.started(before, now);
+            }
         }
         let nth = self.dispatched.add(1);
         let uid = entry.uid.clone_ref(py);
         let [metadata, connection] = entry.pair(py);
         drop(entries);
-        let started = if count || self.times.samples(nth) {
-            clock_ns()
+        let started = if count {
+            now
+        } else if self.times.samples(nth) {
+            if now == 0 {
+                self.now()
+            } else {
+                now
+            }
         } else {
             0
         };
@@ -829,50 +1264,164 @@ impl WorkerPool {
         ))
     }
 
-    /// The live, read-only view uid → `(metadata, connection)` of this pool, in admission
-    /// order (see `WorkersView`).
+    /// The live, read-only view uid → `(metadata, connection)` of this pool's visible
+    /// workers, in admission order (see `WorkersView`).
     #[getter]
     fn workers(slf: &Bound<'_, Self>) -> WorkersView {
         WorkersView::of(slf)
     }
 
     /// `(dispatches in flight, latency average in seconds)` of the worker `uid`; `(0, 0.0)`
-    /// for a worker not pooled or never dispatched to.
+    /// for a worker not pooled, ejected, or never dispatched to.
     fn load(&self, uid: &Bound<'_, PyAny>) -> PyResult<(u32, f64)> {
         Ok(self
-            .with_entry(uid, |entry| entry.load.read())?
+            .with_visible(uid, |entry| entry.load.read())?
             .unwrap_or((0, 0.0)))
     }
 
     /// Of the pooled workers at positions `first` and `second` of the admission order, the uid
     /// of the one with fewer dispatches in flight (ties: the lower latency average, then
     /// `first`), as `load(uid)` compares them; None when a position is past the last worker.
-    /// `LeastLoadedLoadBalancer`'s draw in one call, without listing the pool.
+    /// Positions count every pooled worker, as `len(pool)` does: one that falls on an ejected
+    /// worker stands for the next visible one after it (round the admission order), and None
+    /// comes back when none is visible. `LeastLoadedLoadBalancer`'s draw in one call, without
+    /// listing the pool.
     fn less_loaded_of(&self, py: Python<'_>, first: usize, second: usize) -> Option<Py<PyAny>> {
+        let sight = self.sight();
         let entries = self.entries.read(py);
-        let (a, b) = (entries.nth_live(first)?, entries.nth_live(second)?);
+        let (a, b) = if sight.check {
+            let live: Vec<&Entry> = entries.live().collect();
+            let visible_from = |position: usize| {
+                (position < live.len()).then_some(())?;
+                (0..live.len())
+                    .map(|step| live[(position + step) % live.len()])
+                    .find(|entry| sight.sees(entry))
+            };
+            (visible_from(first)?, visible_from(second)?)
+        } else {
+            (entries.nth_live(first)?, entries.nth_live(second)?)
+        };
         let pick = if a.load.read() <= b.load.read() { a } else { b };
         Some(pick.uid.clone_ref(py))
     }
 
-    /// The pooled uids, in admission order (a snapshot).
+    /// The visible pooled uids, in admission order (a snapshot; `members()` lists every
+    /// pooled worker).
     pub(crate) fn uids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let sight = self.sight();
         let uids: Vec<Py<PyAny>> = self
             .entries
             .read(py)
             .live()
+            .filter(|entry| sight.sees(entry))
             .map(|entry| entry.uid.clone_ref(py))
             .collect();
         PyList::new(py, uids)
     }
 
+    /// Whether `uid` is pooled, ejected or not.
     pub(crate) fn __contains__(&self, uid: &Bound<'_, PyAny>) -> bool {
-        self.with_entry(uid, |_| ())
+        self.with_entry(uid, |_, _| ())
             .is_ok_and(|found| found.is_some())
     }
 
+    /// How many workers are pooled, ejected or not.
     pub(crate) fn __len__(&self, py: Python<'_>) -> usize {
         self.entries.read(py).index.len()
+    }
+
+    /// Turns passive health on with `policy` (a `shardline.pool.health.HealthPolicy`), or
+    /// replaces the policy in force; the workers' health so far is kept.
+    fn configure_health(&self, policy: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = policy.py();
+        let policy = policy_of(policy)?;
+        let now = self.now();
+        let mut entries = self.entries.write(py);
+        for entry in entries.slots.iter_mut().flatten() {
+            // calls already in flight count as started now
+            entry
+                .health
+                .get_or_insert_with(|| Box::new(WorkerHealth::new(now)));
+        }
+        entries.policy = Some(policy);
+        drop(entries);
+        self.health.restart();
+        self.health_on.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The health of the worker `uid` as a `shardline.pool.health.WorkerHealth`, ejected or
+    /// not; None when it is not pooled or health was never configured.
+    fn health<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = uid.py();
+        let now = self.now();
+        let read = self.with_entry(uid, |entries, entry| {
+            let (health, policy) = (entry.health.as_ref()?, entries.policy.as_ref()?);
+            let state = health.state(now);
+            let (consecutive, success, times, reason) = health.read(now, policy);
+            let (inflight, latency) = entry.load.read();
+            let left = match state {
+                State::Ejected { left_ns } => left_ns as f64 * 1e-9,
+                _ => 0.0,
+            };
+            Some((
+                state.name(),
+                consecutive,
+                inflight,
+                latency,
+                success,
+                times,
+                left,
+                reason,
+            ))
+        })?;
+        let Some(fields) = read.flatten() else {
+            return Ok(None);
+        };
+        let class = WORKER_HEALTH.import(py, HEALTH_MODULE, "WorkerHealth")?;
+        class.call1(fields).map(Some)
+    }
+
+    /// `(ejections, re-admissions, workers ejected now)`, where ejected now counts those on
+    /// probation too (not yet re-admitted), as the cap on ejections does.
+    fn health_counts(&self) -> (u64, u64, usize) {
+        self.health.counts()
+    }
+
+    /// The health events since the last call, oldest first, each
+    /// `(uid, metadata, kind, reason, seconds)`: kind "ejected" (reason why, seconds the
+    /// ejection's length) or "readmitted" (reason "", seconds 0.0).
+    fn drain_health_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let events = {
+            let mut events = self.events.lock();
+            self.pending.store(false, Ordering::Relaxed);
+            std::mem::take(&mut *events)
+        };
+        let events = events
+            .into_iter()
+            .map(|event| {
+                let (kind, reason, seconds) = match event.transition {
+                    Transition::Ejected { reason, seconds } => ("ejected", reason.name(), seconds),
+                    Transition::Readmitted => ("readmitted", "", 0.0),
+                };
+                (event.uid, event.metadata, kind, reason, seconds).into_pyobject(py)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, events)
+    }
+
+    /// Pins the pool's clock at `ns` nanoseconds (a positive time), or unpins it with None:
+    /// the tests' seam for time. Only for tests: readings taken before and after pinning are
+    /// not comparable.
+    #[pyo3(signature = (ns, /))]
+    fn _pin_clock(&self, ns: Option<u64>) -> PyResult<()> {
+        if ns == Some(0) || ns.is_some_and(|ns| ns >= 1 << 62) {
+            return Err(PyValueError::new_err(format!(
+                "the pinned clock must be in 1..2**62 ns, not {ns:?}"
+            )));
+        }
+        self.pinned.store(ns.unwrap_or(0), Ordering::Relaxed);
+        Ok(())
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -885,14 +1434,24 @@ impl WorkerPool {
                 visit.call(&entry.connection)?;
             }
         }
+        if let Some(events) = self.events.try_lock() {
+            for event in events.iter() {
+                visit.call(&event.uid)?;
+                visit.call(&event.metadata)?;
+            }
+        }
         Ok(())
     }
 
     fn __clear__(&self) {
         // the collector calls this attached (under the GIL), with no token to show for it
         let entries = Python::attach(|py| std::mem::take(&mut *self.entries.write(py)));
-        // the guard is gone: the entries' finalizers may use the pool
+        self.health.reset();
+        let events = std::mem::take(&mut *self.events.lock());
+        self.pending.store(false, Ordering::Relaxed);
+        // the guards are gone: the entries' finalizers may use the pool
         drop(entries);
+        drop(events);
     }
 }
 
@@ -931,6 +1490,7 @@ mod tests {
                     metadata: py.None(),
                     connection: py.None(),
                     load: Load::default(),
+                    health: None,
                     indexed: false,
                 });
                 // as its first lookup does
@@ -975,6 +1535,7 @@ mod tests {
                     metadata: py.None(),
                     connection: py.None(),
                     load: super::Load::default(),
+                    health: None,
                     indexed: false,
                 });
                 // looked up with every other one: only those are indexed by address

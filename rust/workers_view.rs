@@ -7,9 +7,11 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::pool::WorkerPool;
 
-/// A live, read-only mapping uid → `(metadata, connection)` over a pool, in admission order.
+/// A live, read-only mapping uid → `(metadata, connection)` over a pool's visible workers (an
+/// ejected worker is not in it; see `WorkerPool`), in admission order.
 ///
-/// A view captured earlier reflects every later admission, refresh and eviction. It has no
+/// A view captured earlier reflects every later admission, refresh, eviction, ejection and
+/// re-admission. It has no
 /// way to write: item assignment and deletion raise `TypeError`. It is a
 /// `collections.abc.Mapping` (registered): `get`, `keys`, `values` and `items` behave as a
 /// mapping's. `keys()`, `values()` and `items()` are a `KeysView`, `ValuesView` and
@@ -18,8 +20,8 @@ use crate::pool::WorkerPool;
 /// leaves, is refreshed or joins while it runs changes nothing it yields.
 ///
 /// Implementation notes:
-///     Each operation is the pool's own (`entry`, `uids`, `__contains__`, `__len__`, the
-///     snapshots), called in Rust, so reading through the view costs what reading the pool
+///     Each operation is the pool's own (`entry`, `uids`, `contains_visible`, `visible_len`,
+///     the snapshots), called in Rust, so reading through the view costs what reading the pool
 ///     does; it holds a strong reference to the pool, so a view outlives nothing it reads.
 ///     The values and items views are the subclasses in `shardline/_workers_views.py`, whose
 ///     iteration reads `_values_snapshot` / `_items_snapshot` (a `collections.abc` view would
@@ -61,7 +63,7 @@ impl WorkersView {
     }
 
     fn __contains__(&self, uid: &Bound<'_, PyAny>) -> bool {
-        self.pool.get().__contains__(uid)
+        self.pool.get().contains_visible(uid)
     }
 
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -69,7 +71,7 @@ impl WorkersView {
     }
 
     fn __len__(&self, py: Python<'_>) -> usize {
-        self.pool.get().__len__(py)
+        self.pool.get().visible_len(py)
     }
 
     /// `(metadata, connection)` of the worker `uid`, or `default` when it is not pooled.

@@ -311,6 +311,26 @@ def _client_metrics(client: Client) -> Iterator[Metric]:
     for reason in _REASONS:
         poll_failures.add_metric([reason], stats.poll_failures.get(reason, 0))
     yield poll_failures
+    yield CounterMetricFamily(
+        "shardline_picodata_deadlines",
+        "Queries that passed their deadline (raised DeadlineExceeded).",
+        value=stats.deadlines,
+    )
+    yield CounterMetricFamily(
+        "shardline_picodata_ejections",
+        "Instances ejected for reads by their passive health.",
+        value=stats.ejections,
+    )
+    yield CounterMetricFamily(
+        "shardline_picodata_readmissions",
+        "Ejected instances re-admitted after a probe query succeeded.",
+        value=stats.readmissions,
+    )
+    yield GaugeMetricFamily(
+        "shardline_picodata_ejected_instances",
+        "Instances ejected for reads now (or waiting for their probe).",
+        value=stats.ejected,
+    )
     yield from _pool_metrics(stats.pools)
 
 
@@ -433,6 +453,29 @@ def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
         "(shardline.errors.RpcReason).",
         labels=[*labels, "reason"],
     )
+    calls_ended = CounterMetricFamily(
+        "shardline_proxy_calls_failed",
+        "Calls that raised, by outcome: deadline (DeadlineExceeded: the call's deadline "
+        "passed), outcome-unknown (OutcomeUnknown: the task reached a worker whose answer never "
+        "came, and was not sent again).",
+        labels=[*labels, "outcome"],
+    )
+    retries = CounterMetricFamily(
+        "shardline_proxy_retries",
+        "Retries and hedges, by whether the retry budget allowed them (allowed, refused), and "
+        "hedges sent (hedged).",
+        labels=[*labels, "outcome"],
+    )
+    health = CounterMetricFamily(
+        "shardline_proxy_health_transitions",
+        "Passive health: workers ejected, and re-admitted after a successful probe.",
+        labels=[*labels, "transition"],
+    )
+    ejected = GaugeMetricFamily(
+        "shardline_proxy_ejected_workers",
+        "Pooled workers passive health has ejected now.",
+        labels=labels,
+    )
     latency = HistogramMetricFamily(
         "shardline_proxy_dispatch_duration_seconds",
         "Time each timed dispatch to a worker took, whatever its outcome: every dispatch, "
@@ -454,6 +497,14 @@ def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
             evictions.add_metric([*values, reason], count)
         for reason, count in stats.rpc_failures.items():
             rpc_failures.add_metric([*values, reason], count)
+        calls_ended.add_metric([*values, "deadline"], stats.deadlines)
+        calls_ended.add_metric([*values, "outcome-unknown"], stats.outcomes_unknown)
+        retries.add_metric([*values, "allowed"], stats.retries)
+        retries.add_metric([*values, "refused"], stats.retries_refused)
+        retries.add_metric([*values, "hedged"], stats.hedges)
+        health.add_metric([*values, "ejected"], stats.ejections)
+        health.add_metric([*values, "readmitted"], stats.readmissions)
+        ejected.add_metric(values, stats.ejected)
         if stats.latency is not None:
             cumulative = list(itertools.accumulate(stats.latency.counts))
             buckets = [
@@ -471,6 +522,10 @@ def _dispatch_metrics(proxies: Mapping[str, WorkerProxy]) -> Iterator[Metric]:
         not_admitted,
         evictions,
         rpc_failures,
+        calls_ended,
+        retries,
+        health,
+        ejected,
         latency,
     )
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
+import dataclasses
+import itertools
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterable, Callable, Mapping
+from collections.abc import AsyncIterable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any, Final, Protocol, cast, get_args
@@ -14,6 +18,7 @@ from shardline._tasks import cancel_and_wait
 from shardline.balancers.explanation import (
     DispatchExplanation,
     DispatchProtocol,
+    Excluded,
     explain_dispatch,
 )
 from shardline.balancers.protocol import (
@@ -26,17 +31,50 @@ from shardline.balancers.protocol import (
 )
 from shardline.balancers.registry import create_balancer
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
-from shardline.errors import NoWorkersAvailable, RpcError, RpcReason, TransientRpcError
+from shardline.checks import check_seconds
+from shardline.errors import (
+    DeadlineExceeded,
+    NoWorkersAvailable,
+    OutcomeUnknown,
+    RpcError,
+    RpcReason,
+    TransientRpcError,
+    WorkerError,
+)
 from shardline.pool.context import LoadBalancerContext
+from shardline.pool.health import HealthPolicy, WorkerHealth
+from shardline.retry_budget import RetryBudget
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
-__all__ = ["EVICTION_REASONS", "Connection", "DispatchLatency", "ProxyStats", "WorkerProxy"]
+__all__ = [
+    "DEFAULT_HEALTH",
+    "DEFAULT_TIMEOUT",
+    "EVICTION_REASONS",
+    "Connection",
+    "DispatchLatency",
+    "ProxyStats",
+    "WorkerProxy",
+]
 
 logger = logging.getLogger("shardline.proxy")
 
+DEFAULT_TIMEOUT = 1.0
+"""The deadline, in seconds, of a call made without ``timeout=``, unless the proxy was given
+another. Finite, so that no call waits forever on a worker that stalled; one second, because
+the services shardline serves count their latency in milliseconds and a call still waiting
+after a second has almost always lost its caller (Tarantool's crud bounds its vshard calls
+with 2 s by default, vshard's router with 0.5 s per attempt), and because a caller held by a
+stalled worker is held at most that long: with a longer default, a stall of a few seconds
+holds every caller that reached the stalled worker for its whole length. A task that takes
+longer says so with ``timeout=``."""
+
 
 class Connection(Protocol):
-    """How the proxy reaches one worker."""
+    """How the proxy reaches one worker.
+
+    ``dispatch(task, timeout=seconds)`` must raise once ``timeout`` seconds have passed (an
+    ``RpcError`` with ``reason="deadline"``): the proxy relies on it to bound the call. An
+    ``RpcError`` says with ``sent`` whether the task may have reached the worker."""
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
 
@@ -58,9 +96,10 @@ class DispatchLatency:
     longer than every bound. ``sum`` is their total in seconds. Each timed dispatch to a worker
     is one sample, whatever its outcome, so a call that tried two workers is two.
 
-    Which dispatches are timed: every one, except the first attempts of a balancer that
-    declares ``pool_rotation`` and ``needs_load = False`` (the built-in round-robin), which
-    the pool hands out natively; of those, one in ``LoadBalancerContext.DISPATCH_SAMPLE`` (8)
+    Which dispatches are timed: every one, except, on a proxy without passive health
+    (``health=None``), the first attempts of a balancer that declares ``pool_rotation`` and
+    ``needs_load = False`` (the built-in round-robin), which the pool hands out natively
+    uncounted; of those, one in ``LoadBalancerContext.DISPATCH_SAMPLE`` (8)
     is timed, the pool's 8th, 16th… such dispatch since it was made. So on that path
     :attr:`count` is about an eighth of the dispatches, while :attr:`ProxyStats.dispatched`
     stays exact; the buckets and the mean (``sum / count``) describe the dispatches as a
@@ -100,7 +139,16 @@ class ProxyStats:
     :data:`~shardline.errors.RpcReason`, 0 until it happens; an error without a known reason
     counts as ``unspecified``). ``latency`` is the dispatch latency histogram,
     None until :meth:`WorkerProxy.measure_latency` was called; on the round-robin native path
-    it times a sample, one dispatch in 8 (see :class:`DispatchLatency`).
+    of a proxy without health it times a sample, one dispatch in 8 (see
+    :class:`DispatchLatency`).
+
+    ``deadlines`` counts the calls that raised :class:`~shardline.DeadlineExceeded`,
+    ``outcomes_unknown`` those that raised :class:`~shardline.OutcomeUnknown` (a task that
+    reached a worker whose answer never came, not sent again); ``retries`` the retries the
+    retry budget allowed (second attempts after a failure and hedges alike) and
+    ``retries_refused`` those it refused; ``hedges`` the hedged attempts sent. ``ejections``
+    and ``readmissions`` count the pool's passive-health ejections and the re-admissions after
+    a successful probe, ``ejected`` the workers ejected now (all 0 without health).
     """
 
     balancer: str
@@ -116,9 +164,46 @@ class ProxyStats:
     evictions: Mapping[str, int]
     rpc_failures: Mapping[str, int]
     latency: DispatchLatency | None
+    deadlines: int = 0
+    outcomes_unknown: int = 0
+    retries: int = 0
+    retries_refused: int = 0
+    hedges: int = 0
+    ejections: int = 0
+    readmissions: int = 0
+    ejected: int = 0
 
 
 BalancerSpec = str | LoadBalancerLike | type[LoadBalancerLike] | Callable[[], LoadBalancerLike]
+
+_monotonic = time.monotonic
+
+# How a dispatch ended, for the pool's health (WorkerPool.finish_dispatch)
+_SUCCESS: Final = LoadBalancerContext.OUTCOME_SUCCESS
+_FAILURE: Final = LoadBalancerContext.OUTCOME_FAILURE
+_DEADLINE: Final = LoadBalancerContext.OUTCOME_DEADLINE
+_NEUTRAL: Final = LoadBalancerContext.OUTCOME_NEUTRAL
+
+DEFAULT_HEALTH: Final = HealthPolicy()
+"""The passive health policy of a proxy made without ``health=``."""
+_DEFAULT_BUDGET: Final = RetryBudget()
+
+# Hedging: the delay before a second attempt is the dispatches' 95th percentile over the last
+# window of at least _HEDGE_SAMPLES dispatches (recomputed at most every _HEDGE_REFRESH s),
+# never under _MIN_HEDGE_DELAY; before any is known, _FIRST_HEDGE_DELAY.
+_HEDGE_PERCENTILE = 0.95
+_HEDGE_SAMPLES = 20
+_HEDGE_REFRESH = 0.5
+_MIN_HEDGE_DELAY = 0.001
+_FIRST_HEDGE_DELAY = 0.05
+
+# How often an idle proxy (no dispatch in flight) has the pool look for stuck workers.
+_IDLE_WATCH = 0.2
+
+
+def _outcome_of(error: RpcError) -> int:
+    """What a dispatch that raised ``error`` says of its worker's health."""
+    return _DEADLINE if getattr(error, "reason", None) == "deadline" else _FAILURE
 
 
 def _balancer_of(spec: BalancerSpec) -> LoadBalancerLike:
@@ -170,9 +255,43 @@ class WorkerProxy:
     - a balancer offering a worker twice in one call, or another one after a success:
       ``RuntimeError``.
 
+    **One deadline per call.** ``dispatch(task, timeout=...)`` bounds the whole call: every
+    attempt runs inside it and is given the seconds that remain, which the worker sees too
+    (it never starts a request whose deadline has passed, and cancels an async handler at
+    it). Without ``timeout=`` the call has the proxy's ``timeout`` (:data:`DEFAULT_TIMEOUT`,
+    1 s, unless given another). When it passes, the call raises
+    :class:`~shardline.DeadlineExceeded` (a ``TimeoutError``) naming the workers tried and
+    whether the task may have run on the last one.
+
+    **At most once, unless the task is idempotent.** A failure before the task reached a
+    worker (no connection, ``busy``, ``shutting-down`` before it started, a handler's
+    ``RetryElsewhere``: an ``RpcError`` whose ``sent`` is false) goes to the next candidate
+    as above. Once the task reached a worker and its answer never came (the connection was
+    lost, the worker stopped answering: ``sent`` true), it is never sent again: the call
+    raises :class:`~shardline.OutcomeUnknown` naming the worker, since the task may have
+    run there. A task declared idempotent (``Task(..., idempotent=True)``, or
+    ``dispatch(task, idempotent=True)``) is sent to the next candidate instead, and, with
+    ``hedging`` on (the default) and a ``select`` balancer, is also *hedged*: when its first
+    attempt has not answered within the 95th percentile of the recent dispatch latencies, a
+    second attempt goes to the next candidate, the first answer wins and the other attempt
+    is cancelled on the wire. Retries and hedges draw on ``retry_budget`` (a
+    :class:`~shardline.retry_budget.RetryBudget`: a fifth of the dispatches plus ten a
+    second, by default); when it is spent the call raises ``NoWorkersAvailable`` rather than
+    retry; ``retry_budget=None`` retries without limit.
+
+    **Passive health.** With ``health`` (a :class:`~shardline.pool.health.HealthPolicy`; the
+    default one unless None), the pool keeps per worker its consecutive failures and
+    deadline misses, its calls in flight, a latency and a success-rate estimate, and ejects
+    a worker that crosses the policy's thresholds (failures in a row, a low success rate, a
+    call stuck far beyond the recent latency, a latency far above the pool's): no balancer
+    is offered it, whatever the balancer, until its ejection time has passed and one probe
+    call has succeeded. A handler's error (``WorkerError``) is a success here: the worker
+    answered. See :class:`~shardline.pool.health.HealthPolicy` for the rules and defaults.
+
     Logs on ``shardline.proxy``: INFO when a worker is admitted, refreshed, evicted (with the
-    error that evicted it), dropped by discovery or not admitted because the pool is at its
-    lease; never a line per dispatch.
+    error that evicted it), dropped by discovery, not admitted because the pool is at its
+    lease, ejected by health (with the reason and for how long) or re-admitted; never a line
+    per dispatch.
 
     ``stats()`` counts all of this (:class:`ProxyStats`); ``measure_latency()`` adds a
     histogram of the dispatch latencies to it, which costs each timed dispatch two clock
@@ -188,6 +307,10 @@ class WorkerProxy:
         lease: int | None = None,
         quorum: int = 1,
         quorum_timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT,
+        health: HealthPolicy | None = DEFAULT_HEALTH,
+        retry_budget: RetryBudget | None = _DEFAULT_BUDGET,
+        hedging: bool = True,
     ) -> None:
         if lease is not None and lease < 1:
             raise ValueError(f"lease must be at least 1 (or None for no cap), got {lease}")
@@ -197,10 +320,24 @@ class WorkerProxy:
             raise ValueError(f"quorum {quorum} can never be reached with lease {lease}")
         if quorum_timeout <= 0:
             raise ValueError(f"quorum_timeout must be positive, got {quorum_timeout}")
+        self._timeout = check_seconds("timeout", timeout)
+        if retry_budget is _DEFAULT_BUDGET:
+            retry_budget = RetryBudget()  # a bucket per proxy: the default object is a marker
+        self._retry_budget = retry_budget
         self._discovery = discovery
         self._balancer = _balancer_of(loadbalancer)
         self._select = select_of(self._balancer)
-        self._load = needs_load(self._balancer)
+        self._context = LoadBalancerContext()
+        self._health = health
+        if health is not None:
+            self._context.configure_health(health)
+        # every dispatch is counted in flight and ends with its outcome when the balancer
+        # reads the load or the pool keeps health
+        self._load = needs_load(self._balancer) or health is not None
+        self._hedging = hedging
+        self._hedge_delay = _FIRST_HEDGE_DELAY
+        self._hedge_window: tuple[float, tuple[int, ...]] | None = None
+        self._latency_measured = False
         # whether the select and delegate paths time their dispatches: the balancer's load, or
         # latency measured (the native path samples in the pool instead)
         self._timed = self._load
@@ -210,13 +347,15 @@ class WorkerProxy:
         self._lease = lease
         self._quorum = quorum
         self._quorum_timeout = quorum_timeout
-        self._context = LoadBalancerContext()
         # counted here for the paths written in Python; the pool counts its native path
         self._dispatched = 0
         self._transient = 0
         self._broken = 0
         self._errors = 0
         self._exhausted = 0
+        self._deadlines = 0
+        self._outcomes_unknown = 0
+        self._hedges = 0
         self._admissions = 0
         self._refreshes = 0
         self._not_admitted = 0
@@ -224,11 +363,12 @@ class WorkerProxy:
         self._rpc_failures = dict.fromkeys(get_args(RpcReason), 0)
         self._quorum_reached = asyncio.Event()
         self._sentinel: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def workers(self) -> list[WorkerMetadata]:
         """The records of the pooled workers, in admission order."""
-        return [metadata for metadata, _ in self._context.workers.values()]
+        return [metadata for _, metadata, _ in self._context.members()]
 
     def stats(self) -> ProxyStats:
         """The proxy's counts now (see :class:`ProxyStats`).
@@ -239,6 +379,8 @@ class WorkerProxy:
             which the paths written in Python add to where they already branch.
         """
         native, latency = self._context.dispatch_counts()
+        ejections, readmissions, ejected = self._context.health_counts()
+        budget = self._retry_budget
         return ProxyStats(
             balancer=type(self._balancer).__name__,
             dispatched=native + self._dispatched,
@@ -253,13 +395,26 @@ class WorkerProxy:
             evictions=MappingProxyType(dict(self._evictions)),
             rpc_failures=MappingProxyType(dict(self._rpc_failures)),
             latency=None
-            if latency is None
+            if latency is None or not self._latency_measured
             else DispatchLatency(
                 bounds=tuple(LoadBalancerContext.DISPATCH_BUCKETS),
                 counts=tuple(latency[0]),
                 sum=latency[1],
             ),
+            deadlines=self._deadlines,
+            outcomes_unknown=self._outcomes_unknown,
+            retries=0 if budget is None else budget.spent,
+            retries_refused=0 if budget is None else budget.refused,
+            hedges=self._hedges,
+            ejections=ejections,
+            readmissions=readmissions,
+            ejected=ejected,
         )
+
+    def health(self, uid: uuid.UUID) -> WorkerHealth | None:
+        """The passive health of the pooled worker ``uid`` now (see
+        :class:`~shardline.pool.health.WorkerHealth`); None when it is not pooled."""
+        return self._context.health(uid)
 
     def measure_latency(self) -> None:
         """From now on, times dispatches to workers into :attr:`ProxyStats.latency`
@@ -281,10 +436,15 @@ class WorkerProxy:
         """
         self._context.time_dispatches()
         self._timed = True
+        self._latency_measured = True
 
     async def start(self) -> None:
-        """Follows discovery in the background and waits for ``quorum`` pooled workers."""
+        """Follows discovery in the background and waits for ``quorum`` pooled workers; with
+        health on, also watches for stuck workers in the background (see the class
+        docstring)."""
         self._sentinel = asyncio.create_task(self._follow_discovery())
+        if self._health is not None:
+            self._watcher = asyncio.create_task(self._watch_health(self._health.stuck_floor / 2))
         if self._quorum == 0:
             return
         try:
@@ -305,9 +465,32 @@ class WorkerProxy:
         """Stops following discovery; the pool keeps its workers. Returns once the follower has
         ended (raising the discovery's error if it had failed); cancelled meanwhile, it raises
         ``CancelledError`` at once."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()  # it only ever waits or reads the pool: it ends at once
         sentinel, self._sentinel = self._sentinel, None
         if sentinel is not None:
             await cancel_and_wait(sentinel)
+
+    async def _watch_health(self, interval: float) -> None:
+        """Has the pool look for stuck workers every ``interval`` seconds while dispatches are
+        in flight, every ``_IDLE_WATCH`` seconds while none are.
+
+        Implementation notes:
+            The pool also checks a worker when it hands it out or a dispatch ends, but a
+            stalled worker soon holds every caller, and then neither happens until their
+            deadlines: this timer is what ejects it within tens of milliseconds. A check is
+            one pass over the pool in Rust, reading two counters per worker. An idle proxy
+            waking 100 times a second cost 2% of a core; idle, nothing can be stuck, so the
+            timer slows down, and the first check after calls begin comes within
+            ``_IDLE_WATCH``.
+        """
+        context = self._context
+        while True:
+            pending, busy = context.check_health()
+            if pending:
+                self._report_health()
+            await asyncio.sleep(interval if busy else max(interval, _IDLE_WATCH))
 
     async def __aenter__(self) -> WorkerProxy:
         await self.start()
@@ -334,7 +517,7 @@ class WorkerProxy:
                 self._evictions["dropped"] += 1
                 logger.info("worker %s at %s dropped by discovery", metadata.uid, metadata.address)
             return
-        pooled = self._context.workers.get(metadata.uid)
+        pooled = self._context.pooled(metadata.uid)
         if pooled is not None and event.type in ("worker-added", "worker-updated"):
             connection = self._connection_for(metadata)
             if connection is _UNCONNECTABLE:
@@ -380,26 +563,22 @@ class WorkerProxy:
     def _evict(self, metadata: WorkerMetadata) -> bool:
         """Evicts the uid, whichever connection it holds now (a refresh may have landed);
         False if it was not pooled."""
-        pooled = self._context.workers.get(metadata.uid)
+        pooled = self._context.pooled(metadata.uid)
         if pooled is None:
             return False
         self._context.remove_worker(metadata)
         _close(pooled[1])
         return True
 
-    def _count_transient(self, error: TransientRpcError) -> None:
-        self._transient += 1
-        self._count_reason(error)
-
     def _count_reason(self, error: RpcError) -> None:
         # a plugin's subclass may skip RpcError.__init__, or set a word of its own
         reason = getattr(error, "reason", "unspecified")
         self._rpc_failures[reason if reason in self._rpc_failures else "unspecified"] += 1
 
-    def _evict_broken(self, metadata: WorkerMetadata, error: RpcError) -> None:
+    def _evict_broken(self, metadata: WorkerMetadata | None, error: RpcError) -> None:
         self._broken += 1
         self._count_reason(error)
-        if self._evict(metadata):
+        if metadata is not None and self._evict(metadata):
             self._evictions["broken"] += 1
             logger.info("worker %s at %s evicted: %s", metadata.uid, metadata.address, error)
 
@@ -411,7 +590,8 @@ class WorkerProxy:
         The answer (:class:`~shardline.balancers.explanation.DispatchExplanation`) names the
         balancer and how the proxy drives it (the pool's rotation, ``select`` or
         ``delegate``), each candidate with its record and the reason the balancer offers it,
-        the pooled workers it would never offer and why, and, when there is no candidate,
+        the pooled workers it would never offer and why (among them those passive health
+        has ejected, with the reason and the time left), and, when there is no candidate,
         why not (no worker pooled, no route for the key…). Its ``first`` is the worker the
         next dispatch would try first, unless another call or a discovery event comes in
         between. Each built-in balancer explains itself exactly; a plugin without an
@@ -424,60 +604,104 @@ class WorkerProxy:
         protocol: DispatchProtocol = (
             "pool-rotation" if self._pool_rotation else "select" if self._select else "delegate"
         )
-        return explain_dispatch(
+        explanation = explain_dispatch(
             self._balancer, task, self._context, protocol=protocol, select=self._select
         )
+        ejected = tuple(self._ejected())
+        if not ejected:
+            return explanation
+        return dataclasses.replace(explanation, excluded=explanation.excluded + ejected)
 
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
+    def _ejected(self) -> Iterator[Excluded]:
+        """The pooled workers passive health hides from the balancer now, and why."""
+        if self._health is None or not self._context.health_counts()[2]:
+            return
+        for uid, metadata, _ in self._context.members():
+            health = self._context.health(uid)
+            if health is None or health.state in ("healthy", "probation"):
+                continue
+            if health.state == "probing":
+                why = "ejected by passive health; its probe call is running"
+            else:
+                why = (
+                    f"ejected by passive health ({health.reason}) for {health.ejected_for:.3g}"
+                    f" s more, then one probe call"
+                )
+            yield Excluded(uid, why, metadata)
+
+    async def dispatch(
+        self, task: Any, *, timeout: float | None = None, idempotent: bool | None = None
+    ) -> Any:
         """Runs ``task`` on a worker the balancer names; see the class docstring.
+
+        ``timeout`` (seconds; the proxy's ``timeout`` when None) is the call's one deadline:
+        every attempt runs inside it, each given what remains, and the worker sees it too.
+        ``idempotent`` (when None, the task's own ``idempotent`` attribute, False if it has
+        none) allows sending the task again after it reached a worker whose answer never came,
+        and hedging it.
 
         Implementation notes:
             Three paths in one coroutine (a helper coroutine per path would cost an extra
             frame and await on every dispatch): a balancer that declares ``pool_rotation``
             has its first candidate, connection and in-flight count from one Rust call
             (``dispatch_next``), and goes on through ``select`` after a failure; other
-            balancers go through ``select`` or ``delegate``. The load (a count in flight and
-            the latency, timed on the pool's clock in Rust) is kept only for a balancer that
-            needs it; the select and delegate paths also time every dispatch once
-            ``measure_latency`` was called, the native path only those the pool samples (a
-            nonzero ``started``); otherwise the uid is resolved with a plain pool lookup. The
-            native path's dispatches are counted by the pool
-            (``dispatch_next``); the other paths count theirs here, and every failure is
-            counted where its ``except`` already is, so a dispatch that succeeds on the native
-            path adds nothing in Python.
+            balancers go through ``select`` or ``delegate``. An idempotent task on a
+            ``select`` balancer with hedging on takes a fourth, slower path
+            (:meth:`_dispatch_hedged`). The load (a count in flight and the latency, timed on
+            the pool's clock in Rust) is kept when the balancer needs it or health is on,
+            and each dispatch then ends with its outcome (``finish_dispatch``), which is all
+            the health accounting costs; the select and delegate paths also time every
+            dispatch once ``measure_latency`` was called, the native path only those the
+            pool samples (a nonzero ``started``); otherwise the uid is resolved with a plain
+            pool lookup. The clock is read once per call, for the deadline; every failure is
+            handled by :meth:`_failed`, off the path of a call that succeeds.
         """
+        if timeout is None:
+            timeout = self._timeout
+        elif not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if idempotent is None:
+            idempotent = getattr(task, "idempotent", False) is True
+        deadline = _monotonic() + timeout
         context = self._context
-        failure: Exception | None = None
+        counted = self._load
+        failure: RpcError | None = None
         started = 0
+        outcome = _NEUTRAL
         select = self._select
         if select is not None:
+            if idempotent and self._hedging:
+                return await self._dispatch_hedged(task, timeout, deadline)
             tried: Tried = NOTHING_TRIED
             outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
-            outcome: Exception | None
             if self._pool_rotation:
-                picked = context.dispatch_next(None, self._load)
+                picked = context.dispatch_next(None, counted)
                 if picked is None:
                     raise self._exhausted_call(task, tried)
                 uid, metadata, connection, started = picked
                 try:
-                    return await connection.dispatch(task, timeout=timeout)
-                except TransientRpcError as error:
-                    self._count_transient(error)
-                    failure = error
+                    result = await connection.dispatch(task, timeout=timeout)
                 except RpcError as error:
-                    self._evict_broken(metadata, error)
                     failure = error
-                except BaseException:
+                    outcome = _outcome_of(error)
+                except BaseException as error:
                     self._errors += 1
+                    if isinstance(error, WorkerError):
+                        outcome = _SUCCESS
                     raise
+                else:
+                    outcome = _SUCCESS
+                    return result
                 finally:
-                    if started:  # counted for the balancer's load, or sampled for latency
-                        if self._load:
-                            context.finish_dispatch(uid, started)
+                    if started:  # counted for the load or health, or sampled for latency
+                        if counted:
+                            if context.finish_dispatch(uid, started, outcome):
+                                self._report_health()
                         else:
                             context.observe_dispatch(started)
                 outcomes = {uid: failure}
                 tried = MappingProxyType(outcomes)
+                self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)
             timed = self._timed
             while True:
                 uid = select(task, context=context, tried=tried)
@@ -487,33 +711,46 @@ class WorkerProxy:
                     raise RuntimeError(
                         f"balancer {self._balancer!r} offered worker {uid} twice in one call"
                     )
+                attempt_error: RpcError | None = None
                 try:
                     if timed:
                         metadata, connection, started = context.start_dispatch(uid)
                     else:
                         metadata, connection = context.entry(uid)
-                except KeyError:  # it left the pool: skipped, not failed
-                    outcome = None
+                except KeyError:  # it left the pool or was ejected: skipped, not failed
+                    pass
                 else:
                     self._dispatched += 1
+                    outcome = _NEUTRAL
                     try:
-                        return await connection.dispatch(task, timeout=timeout)
-                    except TransientRpcError as error:
-                        self._count_transient(error)
-                        failure = outcome = error
+                        result = await connection.dispatch(
+                            task,
+                            timeout=timeout
+                            if outcomes is None
+                            else self._remaining(task, timeout, deadline, tried),
+                        )
                     except RpcError as error:
-                        self._evict_broken(metadata, error)
-                        failure = outcome = error
-                    except BaseException:
+                        failure = attempt_error = error
+                        outcome = _outcome_of(error)
+                    except BaseException as error:
                         self._errors += 1
+                        if isinstance(error, WorkerError):
+                            outcome = _SUCCESS
                         raise
+                    else:
+                        outcome = _SUCCESS
+                        return result
                     finally:
-                        if timed:
-                            context.finish_dispatch(uid, started)
+                        if timed and context.finish_dispatch(uid, started, outcome):
+                            self._report_health()
                 if outcomes is None:
                     outcomes = {}
                     tried = MappingProxyType(outcomes)
-                outcomes[uid] = outcome
+                outcomes[uid] = attempt_error
+                if attempt_error is not None:
+                    self._failed(
+                        task, uid, metadata, attempt_error, idempotent, timeout, deadline, tried
+                    )
         timed = self._timed
         candidates = self._balancer.delegate(task, context=context)
         offered: dict[uuid.UUID, Exception | None] = {}  # written only on a miss or a failure
@@ -531,24 +768,34 @@ class WorkerProxy:
                     continue
                 dispatched = uid
                 self._dispatched += 1
+                outcome = _NEUTRAL
                 try:
-                    result = await connection.dispatch(task, timeout=timeout)
-                except TransientRpcError as error:
-                    self._count_transient(error)
-                    failure = offered[uid] = error
-                    uid = await candidates.athrow(error)
-                    continue
+                    result = await connection.dispatch(
+                        task,
+                        timeout=self._remaining(task, timeout, deadline, offered)
+                        if offered
+                        else timeout,
+                    )
                 except RpcError as error:
-                    self._evict_broken(metadata, error)
                     failure = offered[uid] = error
-                    uid = await candidates.athrow(error)
-                    continue
-                except BaseException:
+                    outcome = _outcome_of(error)
+                except BaseException as error:
                     self._errors += 1
+                    if isinstance(error, WorkerError):
+                        outcome = _SUCCESS
                     raise
+                else:
+                    outcome = _SUCCESS
                 finally:
-                    if timed:
-                        context.finish_dispatch(dispatched, started)
+                    if timed and context.finish_dispatch(dispatched, started, outcome):
+                        self._report_health()
+                if outcome != _SUCCESS:
+                    assert failure is not None
+                    self._failed(
+                        task, uid, metadata, failure, idempotent, timeout, deadline, offered
+                    )
+                    uid = await candidates.athrow(failure)
+                    continue
                 try:
                     await candidates.asend(uid)
                 except StopAsyncIteration:
@@ -560,6 +807,247 @@ class WorkerProxy:
             raise self._exhausted_call(task, offered) from failure
         finally:
             await candidates.aclose()
+
+    def _failed(
+        self,
+        task: Any,
+        uid: uuid.UUID,
+        metadata: WorkerMetadata | None,
+        error: RpcError,
+        idempotent: bool,
+        timeout: float,
+        deadline: float,
+        tried: Mapping[uuid.UUID, Exception | None],
+    ) -> None:
+        """Counts a dispatch that raised ``error`` (evicting the worker unless the error is
+        transient), then ends the call when it must end: its deadline passed
+        (:class:`~shardline.DeadlineExceeded`), the task reached the worker and is not
+        idempotent (:class:`~shardline.OutcomeUnknown`), or the retry budget is spent
+        (:class:`~shardline.NoWorkersAvailable`). Returns when the call may try another
+        worker."""
+        if isinstance(error, TransientRpcError):
+            self._transient += 1
+            self._count_reason(error)
+        else:
+            self._evict_broken(metadata, error)
+        if getattr(error, "reason", None) == "deadline" or _monotonic() >= deadline:
+            raise self._deadline_exceeded(task, timeout, tried, error) from error
+        if getattr(error, "sent", False) and not idempotent:
+            address = getattr(error, "address", None) or (
+                None if metadata is None else metadata.address
+            )
+            self._outcomes_unknown += 1
+            raise OutcomeUnknown(
+                f"the task {task!r} reached worker {uid} at {address} and may have run"
+                f" there; it is not idempotent, so it was not sent again: {error}",
+                reason=getattr(error, "reason", "unspecified"),
+                address=address,
+                uid=uid,
+            ) from error
+        budget = self._retry_budget
+        if budget is not None and not budget.take(self._dispatch_count(), _monotonic()):
+            self._exhausted += 1
+            raise NoWorkersAvailable(
+                f"no worker could take the task {task!r}: {uid} failed ({error}) and the"
+                f" proxy's retry budget is spent (retries: {budget.spent} allowed,"
+                f" {budget.refused} refused)"
+            ) from error
+
+    def _remaining(
+        self,
+        task: Any,
+        timeout: float,
+        deadline: float,
+        tried: Mapping[uuid.UUID, Exception | None],
+    ) -> float:
+        """The seconds left to the call's deadline, for an attempt after the first;
+        :class:`~shardline.DeadlineExceeded` when none are."""
+        remaining = deadline - _monotonic()
+        if remaining <= 0:
+            raise self._deadline_exceeded(task, timeout, tried, None)
+        return remaining
+
+    def _deadline_exceeded(
+        self,
+        task: Any,
+        timeout: float,
+        tried: Mapping[uuid.UUID, Exception | None],
+        error: RpcError | None,
+    ) -> DeadlineExceeded:
+        """The error of a call whose deadline passed; ``error`` is the last attempt's failure
+        (None when the deadline passed between attempts)."""
+        self._deadlines += 1
+        attempts = tuple(
+            (uid, getattr(failed, "address", None), getattr(failed, "reason", "unspecified"))
+            for uid, failed in tried.items()
+            if failed is not None
+        )
+        may_have_run = error is not None and bool(getattr(error, "sent", False))
+        address = getattr(error, "address", None) if may_have_run else None
+        where = (
+            f"; the task was sent to the worker at {address} and may have run there"
+            if may_have_run
+            else "; the task did not reach a worker that could still run it"
+        )
+        shown = ", ".join(f"{uid} ({reason})" for uid, _, reason in attempts) or "none"
+        return DeadlineExceeded(
+            f"the deadline of {timeout:g} s for the task {task!r} passed{where};"
+            f" workers tried: {shown}",
+            timeout=timeout,
+            tried=attempts,
+            may_have_run=may_have_run,
+            address=address,
+        )
+
+    async def _dispatch_hedged(self, task: Any, timeout: float, deadline: float) -> Any:
+        """An idempotent task on a ``select`` balancer: the first attempt as on the other
+        paths; if it has not answered within the hedge delay, a second attempt on the next
+        candidate (a retry, so it draws on the retry budget), the first answer wins and the
+        other attempt is cancelled (on the wire: the worker cancels its handler). A failure
+        goes on to the next candidate, whether or not the task reached the worker.
+
+        Implementation notes:
+            Each attempt is a task of :meth:`_attempt`, which ends the pool's count of it
+            with its outcome; a cancelled loser ends neutral (no health signal). The delay
+            is :meth:`_hedge_delay_now`, read once per call.
+        """
+        context = self._context
+        select = self._select
+        assert select is not None
+        loop = asyncio.get_running_loop()
+        outcomes: dict[uuid.UUID, Exception | None] = {}
+        tried = MappingProxyType(outcomes)
+        running: dict[asyncio.Task[Any], uuid.UUID] = {}
+        failure: RpcError | None = None
+        delay = self._hedge_delay_now()
+        hedged = False  # once a hedge was sent, or refused by the budget
+        start_next = True
+        try:
+            while True:
+                while start_next:
+                    uid = select(task, context=context, tried=tried)
+                    if uid is None:
+                        if running:
+                            break
+                        raise self._exhausted_call(task, tried) from failure
+                    if uid in outcomes:
+                        raise RuntimeError(
+                            f"balancer {self._balancer!r} offered worker {uid} twice in one call"
+                        )
+                    outcomes[uid] = None
+                    try:
+                        metadata, connection, started = context.start_dispatch(uid)
+                    except KeyError:  # it left the pool or was ejected: skipped
+                        continue
+                    self._dispatched += 1
+                    remaining = self._remaining(task, timeout, deadline, tried)
+                    attempt = loop.create_task(
+                        self._attempt(uid, connection, started, task, remaining)
+                    )
+                    running[attempt] = uid
+                    start_next = False
+                wait = deadline - _monotonic()
+                if not hedged and len(running) == 1:
+                    wait = min(wait, delay)
+                done, _ = await asyncio.wait(
+                    running, timeout=max(wait, 0.0), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    if _monotonic() >= deadline:
+                        late = TransientRpcError(
+                            "no answer before the deadline", reason="deadline", sent=True
+                        )
+                        raise self._deadline_exceeded(task, timeout, tried, late)
+                    hedged = True
+                    budget = self._retry_budget
+                    if budget is None or budget.take(self._dispatch_count(), _monotonic()):
+                        self._hedges += 1
+                        start_next = True
+                    continue
+                for attempt in done:
+                    uid = running.pop(attempt)
+                    try:
+                        return attempt.result()
+                    except RpcError as error:
+                        failure = outcomes[uid] = error
+                        pooled = context.pooled(uid)
+                        metadata = pooled[0] if pooled is not None else None
+                        self._failed(task, uid, metadata, error, True, timeout, deadline, tried)
+                start_next = not running
+        finally:
+            for attempt in running:
+                attempt.cancel()
+            if running:
+                await asyncio.wait(running)
+
+    async def _attempt(
+        self, uid: uuid.UUID, connection: Connection, started: int, task: Any, timeout: float
+    ) -> Any:
+        """One attempt of a hedged call, counted in the pool from ``start_dispatch`` (which
+        returned ``started``) to its outcome."""
+        outcome = _NEUTRAL
+        try:
+            result = await connection.dispatch(task, timeout=timeout)
+        except RpcError as error:
+            outcome = _outcome_of(error)
+            raise
+        except WorkerError:
+            outcome = _SUCCESS
+            self._errors += 1
+            raise
+        else:
+            outcome = _SUCCESS
+            return result
+        finally:
+            if self._context.finish_dispatch(uid, started, outcome):
+                self._report_health()
+
+    def _hedge_delay_now(self) -> float:
+        """The delay before a hedge: the 95th percentile of the dispatch latencies of the
+        latest window of at least ``_HEDGE_SAMPLES`` dispatches, refreshed at most every
+        ``_HEDGE_REFRESH`` seconds from the pool's histogram."""
+        now = _monotonic()
+        window = self._hedge_window
+        if window is not None and now - window[0] < _HEDGE_REFRESH:
+            return self._hedge_delay
+        _, latency = self._context.dispatch_counts()
+        if latency is None:  # the first hedged call: the delay is read off the histogram
+            self._context.time_dispatches()
+            return self._hedge_delay
+        counts = tuple(latency[0])
+        if window is None:
+            self._hedge_window = (now, counts)
+            return self._hedge_delay
+        recent = [now_count - then for now_count, then in zip(counts, window[1], strict=True)]
+        total = sum(recent)
+        if total < _HEDGE_SAMPLES:
+            return self._hedge_delay
+        cumulative = list(itertools.accumulate(recent))
+        bucket = bisect.bisect_left(cumulative, _HEDGE_PERCENTILE * total)
+        bounds = LoadBalancerContext.DISPATCH_BUCKETS
+        bound = bounds[min(bucket, len(bounds) - 1)]
+        self._hedge_delay = max(bound, _MIN_HEDGE_DELAY)
+        self._hedge_window = (now, counts)
+        return self._hedge_delay
+
+    def _report_health(self) -> None:
+        """Logs the pool's health events (ejections, re-admissions) at INFO."""
+        for uid, metadata, kind, reason, seconds in self._context.drain_health_events():
+            if kind == "ejected":
+                logger.info(
+                    "worker %s at %s ejected for %g s (%s)",
+                    uid,
+                    metadata.address,
+                    seconds,
+                    reason,
+                )
+            else:
+                logger.info(
+                    "worker %s at %s re-admitted: its probe succeeded", uid, metadata.address
+                )
+
+    def _dispatch_count(self) -> int:
+        return self._context.dispatch_counts()[0] + self._dispatched
 
     def _exhausted_call(
         self, task: Any, tried: Mapping[uuid.UUID, Exception | None]

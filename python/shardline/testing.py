@@ -675,6 +675,10 @@ async def _through_proxy(balancer: LoadBalancerLike, make_task: MakeTask) -> Non
         connect=lambda record: _FlakyWorker(record.uid, rng),
         quorum=size,
         quorum_timeout=_STEP_TIMEOUT,
+        # the balancer's conformance: every worker offered, none hidden by passive health,
+        # no retry refused by the budget
+        health=None,
+        retry_budget=None,
     )
     async with proxy:
         results = await asyncio.gather(*(one(n) for n in range(count)))

@@ -113,12 +113,19 @@ def frames(fdp: atheris.FuzzedDataProvider) -> None:
         if fdp.ConsumeBool()
         else fdp.PickValueInList([0.0, -1.0, 1.5, math.inf, -math.inf, math.nan, 1e300])
     )
+    deadline = (
+        None
+        if fdp.ConsumeBool()
+        else fdp.PickValueInList([0.0, -2.5, 12345.678, 1e300, math.inf, math.nan])
+    )
     try:
-        request = wire.request(msgid, handler, payload, timeout)
+        request = wire.request(msgid, handler, payload, timeout, deadline)
     except ValueError:
         check(any("\ud800" <= c <= "\udfff" for c in handler), f"request refused {show(handler)}")
         return
-    message = [0, msgid, "shardline.dispatch", [handler, payload, timeout]]
+    # no deadline: the three params a worker of the first release reads
+    params = [handler, payload, timeout] + ([] if deadline is None else [deadline])
+    message = [0, msgid, "shardline.dispatch", params]
     check(request == packed(message), f"request {show(message)} packed as {show(request)}")
     answer = wire.result(msgid, payload or None)
     check(

@@ -247,6 +247,7 @@ class DeclaredIdle(Rotating):
     ],
 )
 async def test_the_load_is_kept_only_for_a_balancer_that_needs_it(make: Any, kept: bool) -> None:
+    """Without passive health, which needs the load of every worker whatever the balancer."""
     balancer = make()
     assert needs_load(balancer) is kept
     seen: list[tuple[int, float]] = []
@@ -254,7 +255,7 @@ async def test_the_load_is_kept_only_for_a_balancer_that_needs_it(make: Any, kep
     async def scenario() -> tuple[int, float]:
         harness = Harness()
         proxy = WorkerProxy(
-            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=balancer
+            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=balancer, health=None
         )
         async with proxy:
             context = proxy._context

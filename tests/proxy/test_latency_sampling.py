@@ -72,6 +72,7 @@ class Fleet:
             loadbalancer=balancer,
             connect=self.connect,
             quorum=workers,
+            health=None,  # health counts and times every dispatch: these are the paths without
         )
         self.pool: LoadBalancerContext = self.proxy._context
 

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import shardline
 from shardline import (
     BucketEvent,
+    DeadlineExceeded,
     InstanceEvent,
     ReplicasetEvent,
     RoundRobinLoadBalancer,
@@ -283,6 +284,13 @@ async def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) ->
             assert samples["shardline_picodata_queries_total", (("kind", "unkeyed"),)] == 1
             assert samples["shardline_picodata_polls_total", ()] == stats.polls >= 1
             assert samples["shardline_picodata_retries_total", ()] == 0
+            with pytest.raises(DeadlineExceeded):
+                await db.fetchval("SELECT pg_sleep(10)", key=keys[0], timeout=0.05)
+            samples, stats = scrape(registry), db.stats()
+            assert samples["shardline_picodata_deadlines_total", ()] == 1
+            assert samples["shardline_picodata_ejections_total", ()] == 0
+            assert samples["shardline_picodata_readmissions_total", ()] == 0
+            assert samples["shardline_picodata_ejected_instances", ()] == 0
             r2_1 = (("instance", name_uuid("r2_1")),)
             assert (
                 samples["shardline_picodata_pool_queries_total", r2_1]
@@ -345,6 +353,10 @@ class _StubClient:
             epochs={},
             last_poll_failure=None,
             poll_durations=Histogram(DURATION_BUCKETS).snapshot(),
+            deadlines=0,
+            ejections=0,
+            readmissions=0,
+            ejected=0,
         )
 
 

@@ -2,7 +2,8 @@
 of the server, and each instance a TCP forwarder on its own loopback port to that server (its
 ``_pico_peer_address`` pgproto address), so a test sees which instance a query went through: the
 server sees the forwarder's upstream port as ``inet_client_port()``. Stopping a forwarder makes
-its instance unreachable; dropping its connections breaks them."""
+its instance unreachable; dropping its connections breaks them; stalling it makes the instance
+accept connections and never answer (as a SIGSTOPped server would) until it resumes."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ class Forwarder:
         self.upstream_ports: set[int] = set()
         self.accepted = 0
         self._server: asyncio.Server | None = None
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
 
     async def start(self) -> None:
@@ -54,6 +57,15 @@ class Forwarder:
             upstream.transport.abort()
         self._links.clear()
 
+    def stall(self) -> None:
+        """Stops forwarding, both ways, on every connection open or opened from now on: the
+        bytes already read wait, the rest stay in the sockets."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Forwards again what waited and what comes."""
+        self._flowing.set()
+
     @property
     def open_links(self) -> int:
         return len(self._links)
@@ -65,16 +77,21 @@ class Forwarder:
         link = (writer, up_writer)
         self._links.add(link)
         try:
-            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+            await asyncio.gather(
+                _pump(reader, up_writer, self._flowing), _pump(up_reader, writer, self._flowing)
+            )
         finally:
             self._links.discard(link)
             writer.transport.abort()
             up_writer.transport.abort()
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
+) -> None:
     with contextlib.suppress(ConnectionError, OSError):
         while data := await reader.read(65536):
+            await flowing.wait()
             writer.write(data)
             await writer.drain()
     writer.transport.abort()

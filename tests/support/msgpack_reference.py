@@ -76,6 +76,16 @@ def timeout(value: Any) -> tuple[bool, float | None]:
     return True, max(float(value), 0.0)
 
 
+def deadline(value: Any) -> tuple[bool, float | None]:
+    """``(True, seconds)`` for a deadline a worker reads (nil: none; a finite number);
+    ``(False, None)`` for one it answers ``bad_request``."""
+    if value is None:
+        return True, None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False, None
+    return True, float(value)
+
+
 def _readable(inner: bytes) -> tuple[bool, Any]:
     """``(True, value)`` for a payload or result bin holding one value the protocol reads,
     ``(False, None)`` otherwise."""
@@ -88,9 +98,9 @@ def _readable(inner: bytes) -> tuple[bool, Any]:
 def taken_apart(message: Any, fast: str | None) -> Any:
     """What the decoder hands over for ``message`` (not the stream's first): with
     ``fast="requests"`` a well-formed dispatch whose payload is readable as ``(msgid, handler,
-    argument, timeout)``, with ``fast="answers"`` a successful answer whose result is readable
-    as ``(msgid, value)`` (``argument`` and ``value`` read from their bins); else ``message``
-    itself."""
+    argument, timeout, deadline)``, with ``fast="answers"`` a successful answer whose result
+    is readable as ``(msgid, value)`` (``argument`` and ``value`` read from their bins); else
+    ``message`` itself."""
     if not (isinstance(message, list) and len(message) == 4):
         return message
     kind, msgid, third, fourth = message
@@ -100,15 +110,16 @@ def taken_apart(message: Any, fast: str | None) -> Any:
         params = fourth
         if (
             isinstance(params, list)
-            and len(params) == 3
+            and len(params) in (3, 4)
             and isinstance(params[0], str)
             and isinstance(params[1], bytes)
         ):
             readable, seconds = timeout(params[2])
-            if readable:
+            until = deadline(params[3]) if len(params) == 4 else (True, None)
+            if readable and until[0]:
                 read, argument = _readable(params[1])
                 if read:
-                    return (msgid, params[0], argument, seconds)
+                    return (msgid, params[0], argument, seconds, until[1])
     if fast == "answers" and kind == 1 and third is None and isinstance(fourth, bytes):
         read, value = _readable(fourth)
         if read:

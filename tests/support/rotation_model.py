@@ -10,7 +10,8 @@ from collections.abc import Collection
 class RotationModel:
     """The documented rotation of a pool: a cursor over the admission order. An admitted worker
     takes the next place (a refresh keeps its place); an evicted one leaves a hole, and holes at
-    the end are dropped. A call takes the first pooled worker it has not offered, from the
+    the end are dropped, and a cursor that stood among them (or past them) goes back to the
+    start. A call takes the first pooled worker it has not offered, from the
     cursor on and round to it, and moves the cursor past it; it gives up, leaving the cursor,
     once it has offered every pooled worker."""
 
@@ -25,8 +26,11 @@ class RotationModel:
     def evict(self, uid: uuid.UUID) -> None:
         if uid in self.places:
             self.places[self.places.index(uid)] = None
+        places = len(self.places)
         while self.places and self.places[-1] is None:
             self.places.pop()
+        if len(self.places) < places and self.cursor >= len(self.places):
+            self.cursor = 0
 
     def select(self, tried: Collection[uuid.UUID]) -> uuid.UUID | None:
         start = self.cursor if self.cursor < len(self.places) else 0

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 import shardline
-from shardline.errors import NoWorkersAvailable, WorkerStartError
+from shardline.errors import DeadlineExceeded, WorkerStartError
 from shardline.transport import LocalPool, Task
 
 T = TypeVar("T")
@@ -206,7 +206,7 @@ async def test_a_worker_still_running_after_the_grace_is_killed(
     async def scenario() -> list[int]:
         async with LocalPool(SPEC, workers=1, stop_grace=0.5) as pool:
             pids = pool.pids
-            with pytest.raises(NoWorkersAvailable):
+            with pytest.raises(DeadlineExceeded):
                 await pool.dispatch(Task("block"), timeout=0.2)
         return pids
 

@@ -259,7 +259,7 @@ def test_a_hot_path_message_of_exactly_the_limit_is_read_and_one_byte_more_refus
     """Whatever the reads: the hot path reads a whole message at once, without the scan."""
     if fast == "requests":
         frame = wire.request(3, "echo", wire.pack_value(value, "the payload", "echo"), 1.5)
-        expected: Any = (3, "echo", value, 1.5)
+        expected: Any = (3, "echo", value, 1.5, None)
     else:
         frame = wire.answer(3, value)
         expected = (3, value)

@@ -18,7 +18,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from shardline import RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
+from shardline import OutcomeUnknown, RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
 from shardline.discovery import InProcessDiscovery
 from shardline.errors import InvalidRecord, WorkerError
 from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve_grpc
@@ -329,10 +329,29 @@ async def test_through_a_proxy_a_worker_answering_internal_is_evicted() -> None:
         await InProcessDiscovery(namespace).publisher.publish("worker-added", broken)
         discovery = InProcessDiscovery(namespace).subscribe()
         async with WorkerProxy(discovery=discovery, connect=GrpcConnection, quorum=2) as proxy:
+            results = []
             for _ in range(3):
-                assert await proxy.dispatch(Task("whoami")) == "good"
+                try:
+                    results.append(await proxy.dispatch(Task("whoami")))
+                except OutcomeUnknown as error:  # the call reached it: not sent again
+                    results.append(error.address)
+            assert sorted(results) == sorted(["good", "good", broken.address])
             assert broken.uid not in {metadata.uid for metadata in proxy.workers}
             assert len(proxy.workers) == 1
+
+
+async def test_through_a_proxy_an_idempotent_task_goes_on_past_a_worker_answering_internal() -> (
+    None
+):
+    namespace = new_namespace()
+    async with worker(namespace, named("good")), raw_server(_abort_internal) as address:
+        broken = at(address)
+        await InProcessDiscovery(namespace).publisher.publish("worker-added", broken)
+        discovery = InProcessDiscovery(namespace).subscribe()
+        async with WorkerProxy(discovery=discovery, connect=GrpcConnection, quorum=2) as proxy:
+            for _ in range(3):
+                assert await proxy.dispatch(Task("whoami", idempotent=True)) == "good"
+            assert broken.uid not in {metadata.uid for metadata in proxy.workers}
 
 
 async def test_a_worker_that_went_away_fails_transiently() -> None:

@@ -501,7 +501,11 @@ class _Demo:
 
         while not stop.is_set():
             try:
-                await proxy.dispatch(Task("whoami"), timeout=self.settings.timeout / 4)
+                # whoami only reads: idempotent, so a call on a worker killed under it goes
+                # on to another worker rather than fail as "may have run"
+                await proxy.dispatch(
+                    Task("whoami", idempotent=True), timeout=self.settings.timeout / 4
+                )
             except Exception as error:  # counted and shown; the flow goes on
                 self.phase.failed[f"{type(error).__name__}: {error}"] += 1
                 self.run.failed += 1

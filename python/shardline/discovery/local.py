@@ -12,12 +12,12 @@ import re
 import sqlite3
 import stat
 import tempfile
+import threading
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from shardline._tasks import cancel_and_wait
 from shardline.checks import check_seconds
 from shardline.discovery.local_doorbell import Doorbell
 from shardline.discovery.local_store import Batch, LocalStore, Registration, connect, head
@@ -51,8 +51,10 @@ class LocalDiscovery:
     ``Subscription.skipped``; for that subscriber the worker is then absent (dropped, if it
     was shown).
 
-    Liveness: a publisher that has published heartbeats every ``heartbeat`` seconds. One that
-    stops (killed, or stalled) for longer than its ``liveness_timeout`` is presumed dead, and
+    Liveness: a publisher that has published heartbeats every ``heartbeat`` seconds, from a
+    thread of its own, so a handler that blocks the event loop (a ``time.sleep`` in an async
+    handler) does not cost its worker the membership. One that stops (killed, or its whole
+    process stalled) for longer than its ``liveness_timeout`` is presumed dead, and
     its records are withdrawn by the first handle on the namespace that notices, checking
     every ``heartbeat`` while it publishes or a subscription of it is being read: with the
     same settings everywhere, subscribers see the records dropped at most
@@ -271,7 +273,7 @@ class _LocalPublisher:
     def __init__(self, discovery: LocalDiscovery, registration: Registration) -> None:
         self._discovery = discovery
         self._registration = registration
-        self._heartbeats: asyncio.Task[None] | None = None
+        self._heartbeats: threading.Event | None = None  # set to stop them
 
     async def publish(self, type: DiscoveryEventType, metadata: WorkerMetadata) -> None:
         store = self._discovery._store
@@ -281,7 +283,13 @@ class _LocalPublisher:
             data = encode_record(stamped(metadata))
             await self._discovery._call(store.put, self._registration, metadata.uid.bytes, data)
             if self._heartbeats is None:
-                self._heartbeats = asyncio.create_task(self._beat())
+                self._heartbeats = threading.Event()
+                threading.Thread(
+                    target=self._beat,
+                    args=(self._heartbeats,),
+                    name=f"shardline-heartbeat-{self._discovery.namespace}",
+                    daemon=True,
+                ).start()
         else:
             raise ValueError(f"unknown discovery event type {type!r}")
 
@@ -291,21 +299,38 @@ class _LocalPublisher:
         withdraws nothing."""
         heartbeats, self._heartbeats = self._heartbeats, None
         if heartbeats is not None:
-            await cancel_and_wait(heartbeats)
+            # A beat already queued runs before the withdrawal below (one SQLite thread, in
+            # order); one queued after it finds the registration withdrawn and does nothing.
+            heartbeats.set()
         await self._discovery._call(self._discovery._store.withdraw, self._registration)
 
-    async def _beat(self) -> None:
+    def _beat(self, stopped: threading.Event) -> None:
+        """The heartbeat thread: a beat, and a reap of the publishers that lapsed, every
+        ``heartbeat`` seconds until ``stopped``.
+
+        Implementation notes: a thread, not a task of the event loop, which a handler that
+        blocks it would stall, so its worker would be presumed dead and added again when the
+        loop came back (a flap). The SQLite calls still run on the handle's SQLite thread,
+        the only one that uses its connection; this thread only queues them there."""
         discovery = self._discovery
-        while True:
-            await asyncio.sleep(discovery._heartbeat)
-            if discovery._closed:
-                return
+        store = discovery._store
+        while not stopped.wait(discovery._heartbeat):
             try:
-                await discovery._call(discovery._store.beat, self._registration)
-                await discovery._reap_if_due()
+                beat = discovery._executor.submit(_beat_and_reap, store, self._registration)
+            except RuntimeError:
+                return  # the handle closed
+            try:
+                beat.result()
             except sqlite3.Error as error:
                 # keep beating: a publisher that gives up here would be presumed dead
                 logger.warning("heartbeat in %s failed: %s", discovery.path, error)
+            except concurrent.futures.CancelledError:
+                return  # the handle closed
+
+
+def _beat_and_reap(store: LocalStore, registration: Registration) -> None:
+    store.beat(registration)
+    store.reap()
 
 
 def _busy(error: sqlite3.OperationalError) -> bool:

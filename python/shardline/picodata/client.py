@@ -10,17 +10,18 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any, Literal, Protocol, Self, TypeVar
+from typing import Any, Final, Literal, Protocol, Self, TypeVar
 
 from shardline._extras import requires_extra
 
 with requires_extra("pg", __name__):
     import asyncpg
 
-from shardline._core import Instance, Topology
+from shardline._core import Instance, Topology, WorkerPool
 from shardline._tasks import cancel_and_wait
 from shardline.checks import check_count, check_seconds
 from shardline.errors import (
+    DeadlineExceeded,
     InstanceUnavailable,
     InvalidAddress,
     InvalidArgument,
@@ -32,20 +33,61 @@ from shardline.picodata.driver_shortcut import shortcut_allowed
 from shardline.picodata.instance_pool import InstancePool
 from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
 from shardline.picodata.stats import ClientStats, Explanation
+from shardline.pool.health import HealthPolicy
 from shardline.topology.sources import EMPTY_MAP_WARNING_AFTER, PollingSource, pg_connect
 
-__all__ = ["Client", "connect"]
+__all__ = ["DEFAULT_TIMEOUT", "HEALTH_POLICY", "Client", "connect"]
 
 logger = logging.getLogger("shardline.picodata")
 
 WARNING_INTERVAL = 60.0
 """Seconds between two warnings of the same kind (a fallback for the same reason)."""
 
+DEFAULT_TIMEOUT = 5.0
+"""The deadline, in seconds, of a query made without ``timeout=``, unless :func:`connect` was
+given another. Finite, so that no query waits forever on an instance that stalled: its
+deadline is what ejects a stalled instance for reads and what a write to a stalled master
+raises at. Five times the worker proxy's 1 s (``shardline.proxy.DEFAULT_TIMEOUT``), because a
+healthy SQL query's duration spans far more than a task's: a keyed lookup takes a millisecond,
+a scan, an aggregate or a DDL statement seconds, and a default that cut those off would break
+queries that run today; and the same 5 s as ``acquire_timeout``, the client's bound on the
+other wait a query can have (for a connection of a busy instance). A longer query says so with
+``timeout=``."""
+
+_OFF = 1e9
+"""A stuck floor (seconds, 31 years) and a latency ratio no instance reaches: the rule is off."""
+
+HEALTH_POLICY = HealthPolicy(stuck_floor=_OFF, latency_outlier=_OFF)
+"""When the client ejects an instance for reads: the pool's rules and defaults
+(:class:`~shardline.pool.health.HealthPolicy`: 5 failures or deadline misses in a row, or a
+success rate under 0.6; ejected 1 s times its ejections, at most 30 s; re-admitted by a probe
+query that succeeds; at most 10% of the instances, always one, ejected at once), with the
+stuck-call and latency-outlier rules off. Those two compare a query's time with the recent
+ones: a worker's calls take about as long as each other, an instance's queries do not (a
+keyed lookup and a scan on the same instance differ a thousandfold, a master runs the writes
+and its replicas the reads), so a long query would pass for a stall. A query past its
+deadline is the stall signal here."""
+
 _NO_KEY: Any = object()
 
 _T_co = TypeVar("_T_co", covariant=True)
 
 _SHORTCUT = shortcut_allowed(asyncpg.__version__)
+
+# How a query ended, for the health registry (WorkerPool.finish_dispatch)
+_SUCCESS: Final = WorkerPool.OUTCOME_SUCCESS
+_FAILURE: Final = WorkerPool.OUTCOME_FAILURE
+_DEADLINE: Final = WorkerPool.OUTCOME_DEADLINE
+_NEUTRAL: Final = WorkerPool.OUTCOME_NEUTRAL
+
+_DEADLINE_STEPS = 10
+"""The client's deadline sweeper runs this many times per ``timeout``: a query made without
+``timeout=`` raises between 1 and 1.1 times it."""
+
+_PRISTINE = 0.999
+"""The success rate from which a healthy instance without a failure in a row is no longer
+watched (its successes no longer reported): the average comes back toward 1 without ever
+reaching it, and from here one more failure weighs within 0.1% as it would from 1."""
 
 _Shape = Literal["rows", "row", "value"]
 """What a query method returns of the rows: all of them, the first, its first column."""
@@ -89,9 +131,10 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
 
     Implementation notes:
         The method built here is the only frame of Python between the caller and the driver
-        on the hot path: a keyed write, or a query without a key, whose instance has an idle
-        connection that is open. It routes the key, pops that connection from the pool's
-        ``idle`` list and appends it back (when :meth:`InstancePool.release` would do no
+        on the hot path: a keyed write, or a query without a key, whose instance is not
+        watched for its health and has an idle connection that is open. It routes the key,
+        pops that connection from the pool's ``idle`` list, stores the deadline sweeper's
+        tick for it, and appends it back (when :meth:`InstancePool.release` would do no
         more) itself, calling no function written in Python but asyncpg's ``is_closed()`` and
         ``is_in_transaction()``; anything else goes through :meth:`Client._connection` and
         :meth:`InstancePool.release`. Each Python call it saves is a frame entered at every
@@ -127,7 +170,12 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
             pool = self._routes.get(id(self._route(key.tier, key.values)))
         else:
             pool = self._routes.get(id(self._route(self._tier, key)))
-        if pool is not None and (idle := pool.idle) and not idle[-1].is_closed():
+        if (
+            pool is not None
+            and not pool.watched
+            and (idle := pool.idle)
+            and not idle[-1].is_closed()
+        ):
             connection = idle.pop()
             pool.queries += 1
             if key is _NO_KEY:
@@ -135,9 +183,13 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
             else:
                 self._keyed += 1
             direct = shortcut and not options
+            started = 0
         else:
             pool, connection = await self._connection(key, read_only, strict)
             direct = False
+            started = self._report_start(pool) if pool.watched else 0
+        # the client's deadline, kept by its sweeper, unless the driver's timeout bounds it
+        pool.lent[connection] = self._tick if timeout is None else None
         try:
             if direct:
                 rows = await connection._execute(query, args, limit, timeout)
@@ -153,8 +205,14 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
             else:
                 result = await run(connection, query, *args, timeout=timeout, **options)
         except BaseException as error:
-            self._failed(pool, connection, error)
-            raise
+            raised = self._failed(
+                pool, connection, error, started, key is not _NO_KEY and not read_only, timeout
+            )
+            if raised is None:
+                raise
+            raise raised from error
+        if started:
+            self._finish(pool, started, _SUCCESS)
         if pool.waiters or pool.closing or connection.is_in_transaction():
             pool.release(connection)
         else:
@@ -178,6 +236,7 @@ def connect(
     poll_interval: float = 1.0,
     connect_kwargs: Mapping[str, Any] | None = None,
     warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> Client:
     """A client of the Picodata cluster whose catalog ``dsn`` reaches; use it as
     ``async with connect(...) as db:`` or ``db = await connect(...)`` (then ``await
@@ -203,6 +262,8 @@ def connect(
         warn_empty_after: seconds a tier's bucket map may stay empty (cleared and not
             refilled) before a WARNING on ``shardline.topology.sources`` says so; ``None``:
             never (see :meth:`~shardline.topology.sources.TopologySource.run`).
+        timeout: the deadline in seconds of every query made without ``timeout=`` (see
+            :data:`DEFAULT_TIMEOUT` and the class); finite.
 
     Raises ``ValueError`` naming the argument for an invalid one.
     """
@@ -216,6 +277,7 @@ def connect(
         poll_interval=poll_interval,
         connect_kwargs=connect_kwargs,
         warn_empty_after=warn_empty_after,
+        timeout=timeout,
     )
 
 
@@ -243,6 +305,29 @@ class Client:
       then; if that fails too, :class:`~shardline.errors.InstanceUnavailable`. An error after
       the query was sent is the driver's, raised as it is: the query is never repeated. If
       the connection broke, it is discarded and a poll is triggered.
+    - ``timeout=``: the query's deadline in seconds, from when it has a connection (the wait
+      for one is ``acquire_timeout``'s); without it, the client's (:func:`connect`'s
+      ``timeout``, :data:`DEFAULT_TIMEOUT` 5 s). A query still unanswered at its deadline
+      raises :class:`~shardline.errors.DeadlineExceeded` (a ``TimeoutError``) naming the
+      instance, with ``may_have_run`` true: it was sent, so it may have run, or may still run.
+      With ``timeout=`` the driver bounds the query and asks the server to cancel it; without
+      it, the client's deadline falls between 1 and 1.1 times the default, and the client
+      closes the query's connection then (the server may finish the statement: PostgreSQL
+      notices a closed connection when it next writes to it). Either way the connection is
+      discarded and the query never sent again. A keyed write's deadline also triggers a
+      poll of the catalog (its master may have failed over).
+    - Health: each instance's queries feed the rules of the pool's passive health
+      (:data:`HEALTH_POLICY`). A failure is a query whose connection broke, or a connect
+      that failed; a deadline miss counts as one; a server's error (a SQL error, a
+      constraint) is a success: the instance answered. After 5 failures in a row (or a
+      success rate under 0.6) the instance is ejected for reads: reads and unkeyed queries
+      skip it while any other candidate can serve them (a read still goes to its replicaset's
+      replicas in turn, then the master). Once its ejection (1 s, longer each time) has
+      passed, the next query handed to it is a probe: if it succeeds the instance is
+      re-admitted, else ejected again. A keyed write always goes to the master, ejected or
+      not: to a sick master it raises at its deadline. Ejections and re-admissions are
+      logged at INFO on ``shardline.picodata``, counted in :meth:`stats`, and shown by
+      :meth:`explain`.
 
     A client works on the event loop it was started on. :meth:`close` (or leaving ``async
     with``) waits for the queries in flight, then closes every connection.
@@ -262,6 +347,31 @@ class Client:
         and once per ``poll_interval`` in the background. A miss waits on
         ``PollingSource.refresh``, which joins a poll not started yet, so concurrent misses
         share one poll.
+
+        Health is a :class:`shardline.WorkerPool` used as a registry: one entry per
+        instance's pool (uid: the instance's uuid), never asked to balance; the rules are
+        its own, in Rust. Reporting every query would cost the hot path two calls into it
+        (its start and end, about 1,900 instructions of a query's 80,000), so an instance is
+        reported only while it is *watched* (``InstancePool.watched``): from its first
+        failure or deadline miss until, healthy again, it has no failure in a row and a
+        success rate back above 0.999. The hot path serves only unwatched instances and
+        costs one attribute test for it; a watched instance's queries take the slow path,
+        which reports their start (``start_dispatch``: the probe of an instance whose
+        ejection has passed is claimed there) and their end. An unwatched instance is healthy
+        in the registry: only a failure or a deadline miss, reported whether watched or not,
+        can change that (the stuck-call and latency-outlier rules are off). Ejected
+        instances are found by the registry's live view of the visible ones.
+
+        The default deadline is not asyncpg's ``timeout``: that arms and cancels an event
+        loop timer and reads the clock three times per query, about 22,700 instructions
+        (callgrind, one connection, ``SELECT $1::bigint``: 92,900 against 115,600), a quarter
+        of a query. Instead the hot path writes the sweeper's tick into ``InstancePool.lent``
+        for the connection it lends (one dict store), and a sweeper task, ``DEADLINE_STEPS``
+        times per ``timeout``, closes each connection still lent since more than that many
+        ticks, marking it in ``InstancePool.expired`` so that the query's error is read as its
+        deadline. The gate and the store together cost the hot path about 620 instructions
+        per query (callgrind, one caller, 1,000 keyed ``fetchrow``: 100,965 before, 101,510
+        to 101,585 after).
     """
 
     def __init__(
@@ -276,6 +386,7 @@ class Client:
         poll_interval: float = 1.0,
         connect_kwargs: Mapping[str, Any] | None = None,
         warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
         if not isinstance(tier, str) or not tier:
@@ -289,6 +400,7 @@ class Client:
         self._route_wait = check_seconds("route_wait", route_wait, zero=True)
         self._strict = strict
         self._poll_interval = check_seconds("poll_interval", poll_interval)
+        self._timeout = check_seconds("timeout", timeout)
         self._warn_empty_after = (
             None
             if warn_empty_after is None
@@ -339,7 +451,16 @@ class Client:
         self._fallbacks: Counter[str] = Counter()
         self._retries = 0
         self._unavailable = 0
+        self._deadlines = 0
         self._warned: dict[str, float] = {}
+        self._tick = 0  # of the deadline sweeper: how many sweeps so far
+        self._sweeper: asyncio.Task[None] | None = None
+
+        # the instances' health: one entry per pool (uid = the instance's uuid), its rules in
+        # Rust; _visible is the live view of the instances not ejected now
+        self._health = WorkerPool()
+        self._health.configure_health(HEALTH_POLICY)
+        self._visible = self._health.workers
 
     # life cycle
 
@@ -387,7 +508,9 @@ class Client:
             await self.close()
             raise
         self._sync()
-        self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+        loop = asyncio.get_running_loop()
+        self._maintenance = loop.create_task(self._maintain())
+        self._sweeper = loop.create_task(self._sweep())
         return self
 
     async def close(self) -> None:
@@ -404,11 +527,11 @@ class Client:
         await asyncio.shield(self._closing)
 
     async def _shut_down(self) -> None:
-        for task in (self._maintenance, self._runner):
+        for task in (self._maintenance, self._sweeper, self._runner):
             if task is not None:
                 task.cancel()
         await self._source.aclose()
-        for task in (self._maintenance, self._runner):
+        for task in (self._maintenance, self._sweeper, self._runner):
             if task is not None:
                 await cancel_and_wait(task)
         pools, self._pools = list(self._pools.values()), {}
@@ -423,6 +546,29 @@ class Client:
             await asyncio.sleep(self._poll_interval)
             self._sync()
             await asyncio.gather(*(pool.probe() for pool in list(self._pools.values())))
+
+    async def _sweep(self) -> None:
+        """Every ``timeout / DEADLINE_STEPS`` seconds: closes the connections whose query,
+        made without ``timeout=``, has run for ``timeout`` or more (see the class's notes)."""
+        interval = self._timeout / _DEADLINE_STEPS
+        while True:
+            await asyncio.sleep(interval)
+            self._tick = tick = self._tick + 1
+            for pool in list(self._pools.values()):
+                if not pool.lent:
+                    continue
+                idle = {id(connection) for connection in pool.idle}
+                for connection, lent in list(pool.lent.items()):
+                    # lent at tick `lent`, after that sweep: it has run for more than
+                    # tick - lent - 1 intervals
+                    if (
+                        lent is not None
+                        and tick - lent > _DEADLINE_STEPS
+                        and id(connection) not in idle
+                        and connection not in pool.expired
+                    ):
+                        pool.expired.add(connection)
+                        connection.terminate()
 
     @property
     def topology(self) -> Topology:
@@ -494,7 +640,7 @@ class Client:
                     self._keyed += 1
                     return pool, connection
             try:
-                connection = await pool.acquire(redial=attempt == 2)
+                connection = await self._acquire(pool, redial=attempt == 2)
             except InstanceUnavailable:
                 if attempt == 2 or self._closed:
                     self._unavailable += 1
@@ -620,28 +766,136 @@ class Client:
     async def _first_reachable(
         self, candidates: list[InstancePool], *, redial: bool
     ) -> tuple[Any, Any]:
-        """A connection from the first candidate that gives one; candidates in their backoff
-        are tried last. Raises the last candidate's InstanceUnavailable if none does."""
-        ordered = [pool for pool in candidates if not pool.down]
-        ordered += [pool for pool in candidates if pool.down]
+        """A connection from the first candidate that gives one, in order but for those
+        ejected for their health (tried last) and those in their connect backoff (tried
+        after the others of their kind). Raises the last candidate's InstanceUnavailable if
+        none does."""
+        ordered = sorted(candidates, key=lambda pool: (self._ejected(pool), pool.down))
         last: InstanceUnavailable | None = None
         for pool in ordered:
             try:
-                return pool, await pool.acquire(redial=redial)
+                return pool, await self._acquire(pool, redial=redial)
             except InstanceUnavailable as error:
                 last = error
         assert last is not None  # candidates is never empty
         raise last
 
-    def _failed(self, pool: InstancePool, connection: Any, error: BaseException) -> None:
+    async def _acquire(self, pool: InstancePool, *, redial: bool) -> Any:
+        """``pool.acquire``, a connect that fails reported to the health registry."""
+        try:
+            return await pool.acquire(redial=redial)
+        except InstanceUnavailable as error:
+            # dialled and failed (the driver's error chained), not refused during the backoff
+            # or because the pool closed
+            if error.__cause__ is not None:
+                self._finish(pool, 0, _FAILURE)
+            raise
+
+    # health
+
+    def _ejected(self, pool: InstancePool) -> bool:
+        """Whether reads skip ``pool``'s instance now (ejected, or its probe running)."""
+        return pool.watched and pool.uid not in self._visible
+
+    def _report_start(self, pool: InstancePool) -> int:
+        """Starts reporting a query on the watched ``pool`` to the health registry: the
+        registry's ``started`` reading, or 0 when the instance is hidden (ejected, or another
+        query is its probe) and the query is not reported. The first query handed an
+        instance whose ejection has passed is its probe."""
+        try:
+            return self._health.start_dispatch(pool.uid)[2]
+        except KeyError:
+            return 0
+
+    def _finish(self, pool: InstancePool, started: int, outcome: int) -> None:
+        """Reports how a query on ``pool`` ended (``started`` from :meth:`_report_start`; 0
+        for one that was not reported from its start, whose failure is then reported as a
+        query of no duration); logs and counts what changed."""
+        health = self._health
+        uid = pool.uid
+        if outcome in (_FAILURE, _DEADLINE):
+            pool.watched = True
+        if not started:
+            if outcome == _NEUTRAL:
+                return
+            started = self._report_start(pool)
+            if not started:
+                return
+        if health.finish_dispatch(uid, started, outcome):
+            self._log_health()
+        if outcome == _SUCCESS and pool.watched:
+            state = health.health(uid)
+            if state is None or (
+                state.state == "healthy"
+                and not state.consecutive_failures
+                and state.success_rate >= _PRISTINE
+            ):
+                pool.watched = False
+
+    def _log_health(self) -> None:
+        """Logs the health registry's events (ejections, re-admissions) at INFO."""
+        for _, pool, kind, reason, seconds in self._health.drain_health_events():
+            if kind == "ejected":
+                logger.info(
+                    "instance %s at %s ejected for reads for %g s (%s)",
+                    pool.label,
+                    pool.address,
+                    seconds,
+                    reason,
+                )
+            else:
+                logger.info(
+                    "instance %s at %s re-admitted for reads: its probe query succeeded",
+                    pool.label,
+                    pool.address,
+                )
+
+    def _failed(
+        self,
+        pool: InstancePool,
+        connection: Any,
+        error: BaseException,
+        started: int,
+        write: bool,
+        timeout: float | None,
+    ) -> DeadlineExceeded | None:
         """A query raised after it was sent: keep the connection if the server answered and
-        the session is intact, else discard it and ask for a poll (the instance may be gone)."""
+        the session is intact, else discard it and ask for a poll (the instance may be gone),
+        and report the outcome to the health registry (see the class). Returns the error to
+        raise instead of ``error``: :class:`DeadlineExceeded` when the deadline passed (a
+        keyed write's triggers a poll, the master may have changed), else None."""
         if isinstance(error, asyncpg.PostgresError) and not connection.is_closed():
             pool.release(connection)
-            return
+            if started:
+                self._finish(pool, started, _SUCCESS)
+            return None
+        broken = connection.is_closed()
+        # the driver's timeout, or the sweeper closed the connection at the client's deadline
+        deadline = isinstance(error, TimeoutError) or connection in pool.expired
         pool.release(connection, broken=True)
-        if not isinstance(error, asyncio.CancelledError | TimeoutError):
-            self._source.trigger()
+        if deadline and not isinstance(error, asyncio.CancelledError):
+            timeout = self._timeout if timeout is None else timeout
+            self._finish(pool, started, _DEADLINE)
+            self._deadlines += 1
+            if write:
+                self._source.trigger()
+            return DeadlineExceeded(
+                f"the query on instance {pool.label} at {pool.address} passed its deadline"
+                f" of {timeout:g} s: it was sent, so it may have run there (or may still run)"
+                + ("; a poll of the catalog was triggered" if write else ""),
+                timeout=timeout,
+                tried=((pool.uuid, pool.address, "deadline"),),
+                may_have_run=True,
+                address=pool.address,
+            )
+        if isinstance(error, asyncio.CancelledError):
+            self._finish(pool, started, _NEUTRAL)
+            return None
+        # a broken connection is the instance's failure; an error that left it open was
+        # the driver's or the caller's (arguments it cannot encode, ...): no signal
+        self._finish(pool, started, _FAILURE if broken else _NEUTRAL)
+        self._source.trigger()
+        return None
 
     # routing helpers
 
@@ -673,6 +927,7 @@ class Client:
                     name=instance.name,
                 )
                 self._pools[instance.uuid] = pool
+                self._health.add_worker(pool, pool)
         if len(self._routes) > 4 * self._instances + 64:
             # the Instance objects of past states are of no use any more
             self._forget_routes()
@@ -748,6 +1003,7 @@ class Client:
         return members
 
     def _retire(self, pool: InstancePool) -> None:
+        self._health.remove_worker(pool)
         task = asyncio.get_running_loop().create_task(pool.aclose())
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
@@ -779,10 +1035,11 @@ class Client:
         tables = self._tables
         if tables is None or table not in tables:
             pool, connection = await self._any_connection()
+            pool.lent[connection] = None  # not the sweeper's: these queries are the client's
             try:
                 tables = await load_tables(connection)
             except BaseException as error:
-                self._failed(pool, connection, error)
+                self._failed(pool, connection, error, 0, False, None)
                 raise
             pool.release(connection)
             self._tables = tables
@@ -796,7 +1053,9 @@ class Client:
     def stats(self) -> ClientStats:
         """A snapshot of the client's counters (see :class:`ClientStats`)."""
         state = self._source.state
-        pools = {uuid: pool.stats() for uuid, pool in self._pools.items()}
+        health = self._health
+        pools = {uuid: pool.stats(health.health(pool.uid)) for uuid, pool in self._pools.items()}
+        ejections, readmissions, ejected = health.health_counts()
         return ClientStats(
             routed=MappingProxyType(
                 {"keyed": self._keyed, "read-only": self._read_only, "unkeyed": self._unkeyed}
@@ -814,6 +1073,10 @@ class Client:
             ),
             last_poll_failure=state.last_failure,
             poll_durations=state.read_durations,
+            deadlines=self._deadlines,
+            ejections=ejections,
+            readmissions=readmissions,
+            ejected=ejected,
         )
 
     def explain(self, key: Any, *, tier: str | None = None) -> Explanation:
@@ -832,6 +1095,12 @@ class Client:
         master = topology.instances.get(master_uuid) if master_uuid is not None else None
         instance = self._route(key_tier, values)
         routable = self._pool_of(instance) is not None
+        master_pool = self._pools.get(master_uuid) if master_uuid is not None else None
+        members = (
+            [p for _, p in self._members_of(owner)] if owner is not None and self._started else []
+        )
+        if master_pool is not None and master_pool not in members:
+            members.append(master_pool)
         return Explanation(
             tier=key_tier,
             bucket=bucket,
@@ -848,6 +1117,10 @@ class Client:
             range_set_by=found.set_by if found is not None else None,
             routable=routable,
             reason=None if routable else self._why(key_tier, values, instance),
+            master_health=(
+                self._health.health(master_pool.uid) if master_pool is not None else None
+            ),
+            ejected=tuple(sorted(p.uuid for p in members if self._ejected(p))),
         )
 
 

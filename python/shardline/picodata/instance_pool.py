@@ -8,12 +8,14 @@ import contextlib
 import logging
 import math
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shardline.errors import InstanceUnavailable, PoolTimeout
 from shardline.host_port import split_host_port
 from shardline.picodata.stats import PoolStats
+from shardline.pool.health import WorkerHealth
 from shardline.topology.sources import pg_connect
 
 __all__ = ["InstancePool"]
@@ -86,8 +88,13 @@ class InstancePool:
         name: str | None = None,
     ) -> None:
         self.uuid = uuid
+        self.uid = _uid_of(uuid)
+        """The instance's uuid as a ``uuid.UUID``: its key in the client's health registry."""
         self.address = address
         self.name = name
+        self.watched = False
+        """True while the client reports this instance's queries to its health registry (see
+        ``Client``'s notes on health); the hot path serves only instances not watched."""
         self._host, self._port = split_host_port(address)
         self._connect = connect
         self._size = size
@@ -96,6 +103,12 @@ class InstancePool:
         """The idle connections, the warmest last (read-only but for the client's hot path)."""
         self._open = 0  # connections open or being opened
         self._opening = 0
+        self.lent: dict[Any, int | None] = {}
+        """Connection -> the client's deadline tick when it was last lent for a query (None:
+        a query the driver bounds itself); written by the client, entries dropped here when
+        the connection closes."""
+        self.expired: set[Any] = set()
+        """Connections the client closed because their query passed its deadline."""
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         """The acquisitions waiting for a connection, the oldest first (read-only)."""
         self.closing = False
@@ -123,7 +136,8 @@ class InstancePool:
         """True while the instance is in its backoff after a failed connect."""
         return self._failures_in_a_row > 0 and time.monotonic() < self._retry_at
 
-    def stats(self) -> PoolStats:
+    def stats(self, health: WorkerHealth | None = None) -> PoolStats:
+        """The pool's counters now, with ``health`` (the client's view of the instance)."""
         return PoolStats(
             uuid=self.uuid,
             address=self.address,
@@ -138,6 +152,7 @@ class InstancePool:
             discarded=self.discarded,
             down=self.down,
             queries=self.queries,
+            health=health,
         )
 
     # taking and giving back
@@ -185,6 +200,8 @@ class InstancePool:
         """Gives back a connection :meth:`take` or :meth:`acquire` handed out. A connection
         that is ``broken`` or still in a transaction is closed instead of reused."""
         # a connection closed meanwhile is found out by take(), not on every release
+        if connection in self.lent:
+            self.lent[connection] = None  # no query runs on it until one is lent it again
         if broken or self.closing or connection.is_in_transaction():
             self._discard(connection, terminate=broken)
             return
@@ -338,7 +355,8 @@ class InstancePool:
 
     def _forget(self, connection: Any) -> None:
         """One connection fewer is open (it was closed, or is being closed)."""
-        del connection
+        self.lent.pop(connection, None)
+        self.expired.discard(connection)
         self._open -= 1
         if self.closing and not self._open and self._drained is not None:
             self._drained.set()
@@ -350,6 +368,15 @@ class InstancePool:
             instance=self.uuid,
             address=self.address,
         )
+
+
+def _uid_of(instance_uuid: str) -> uuid.UUID:
+    """The instance's uuid as a ``uuid.UUID``; one derived from the text (uuid5) if the
+    catalog's is not a uuid, so that any instance has a key."""
+    try:
+        return uuid.UUID(instance_uuid)
+    except ValueError:
+        return uuid.uuid5(uuid.NAMESPACE_OID, instance_uuid)
 
 
 async def _close(connection: Any) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shardline._histogram import HistogramSnapshot
+from shardline.pool.health import WorkerHealth
 
 __all__ = ["ClientStats", "Explanation", "PoolStats"]
 
@@ -24,7 +25,9 @@ class PoolStats:
     while the instance is in its reconnection backoff after a failed connect. ``queries``
     counts the connections handed out, one per query run on the instance (whether it then
     succeeded or not): a client's keyed queries are seen here landing on the master they were
-    routed to.
+    routed to. ``health`` is the instance's health as the client's registry sees it (its
+    ``state`` "ejected" or "probing" while reads skip it; see
+    :class:`~shardline.pool.health.WorkerHealth`), None outside a client.
     """
 
     uuid: str
@@ -40,6 +43,7 @@ class PoolStats:
     discarded: int
     down: bool
     queries: int
+    health: WorkerHealth | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,10 @@ class ClientStats:
     last complete poll) and ``last_poll_failure`` (what the latest failure was, ``None``
     before any) come from the topology source, as does ``poll_durations``: the time each poll
     took to read, by bucket (see :attr:`~shardline.topology.sources.SourceState.read_durations`);
-    ``epochs`` is each tier's map epoch.
+    ``epochs`` is each tier's map epoch. ``deadlines`` counts the queries that passed their
+    deadline (raised :class:`~shardline.errors.DeadlineExceeded`); ``ejections`` and
+    ``readmissions`` the instances ejected for reads by their health and re-admitted after a
+    probe query succeeded, ``ejected`` those ejected now (or waiting for their probe).
     """
 
     routed: Mapping[str, int]
@@ -75,6 +82,10 @@ class ClientStats:
     epochs: Mapping[str, int]
     last_poll_failure: str | None
     poll_durations: HistogramSnapshot
+    deadlines: int
+    ejections: int
+    readmissions: int
+    ejected: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +101,9 @@ class Explanation:
     ``"snapshot"`` or ``"poll"``) say when and how the range was last set (see
     :class:`shardline.BucketRange`). ``routable`` says whether a query with this key goes to
     that master now; if not, ``reason`` says why, with the same words :class:`ClientStats`
-    counts misses by.
+    counts misses by. ``master_health`` is the master's health in the client's registry (None
+    when the client has no pool for it); ``ejected`` the uuids of the replicaset's instances
+    that reads skip now for their health (a write still goes to its master).
     """
 
     tier: str
@@ -108,3 +121,5 @@ class Explanation:
     range_set_by: str | None
     routable: bool
     reason: str | None
+    master_health: WorkerHealth | None
+    ejected: tuple[str, ...]

@@ -35,6 +35,12 @@ class LoadBalancerContext(WorkerPool):
     read-only :class:`WorkersView` uid → ``(metadata, connection)``, and
     ``next_in_rotation(tried)`` the pool's shared rotation (see :class:`shardline.WorkerPool`).
 
+    Passive health is off until ``configure_health(policy)`` is given a
+    :class:`~shardline.pool.health.HealthPolicy`; from then on a worker the policy ejects is
+    hidden from everything a balancer reads until a probe re-admits it, while ``len(context)``,
+    ``uid in context``, ``pooled(uid)`` and ``members()`` still count it. ``health(uid)`` is a
+    :class:`~shardline.pool.health.WorkerHealth`.
+
     Implementation notes:
         Everything is the Rust pool's, ``workers`` included; the class remains as the name
         balancers and the seed's tests know the context by.

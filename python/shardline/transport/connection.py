@@ -35,6 +35,11 @@ _TRANSIENT_CODES: dict[grpc.StatusCode, RpcReason] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: "busy",
     grpc.StatusCode.CANCELLED: "cancelled",
 }
+# What grpc-core says when no connection to the worker could be made: nothing was written.
+_NOT_CONNECTED = "failed to connect to all addresses"
+# The trailing metadata serve_grpc sends with a status for a call whose handler did not run
+# (shardline.transport.server.NOT_STARTED, not imported: the server's module is not needed).
+_NOT_STARTED = ("shardline-started", "0")
 
 
 class GrpcConnection:
@@ -52,7 +57,15 @@ class GrpcConnection:
 
     ``await dispatch(task, timeout=None)`` runs the :class:`Task` on the worker and returns its
     handler's result. ``timeout`` (seconds) becomes the call's deadline, which the worker sees
-    too. Failures, as :class:`WorkerProxy` expects them:
+    too. Failures, as :class:`WorkerProxy` expects them, each with whether the task may have
+    started on the worker (``sent``, see :class:`~shardline.errors.RpcError`), as far as gRPC
+    tells: not sent for ``"closed"``, for ``UNAVAILABLE`` when no connection to the worker
+    could be made (grpc-core's "failed to connect to all addresses"), and for a status the
+    worker's ``serve_grpc`` marked as not started (its handler raised ``RetryElsewhere``);
+    sent for every other status, ``DEADLINE_EXCEEDED`` and ``CANCELLED`` included, and for
+    ``UNAVAILABLE`` after the call may have reached the worker (the connection broke, the
+    worker was stopping), which gRPC does not tell apart from a refusal before the handler
+    ran:
 
     - ``TransientRpcError`` (the worker stays pooled; the proxy tries another): the worker is
       unreachable or shutting down (``UNAVAILABLE``, reason ``"unavailable"``; or
@@ -128,11 +141,18 @@ class GrpcConnection:
             reply = await shared.call(request, timeout=timeout)
         except grpc.aio.AioRpcError as error:
             code = error.code()
-            message = f"worker at {address}: {code.name}: {error.details()}"
+            details = error.details() or ""
+            message = f"worker at {address}: {code.name}: {details}"
+            sent = not (
+                _NOT_STARTED in tuple(error.trailing_metadata() or ())
+                or (code == grpc.StatusCode.UNAVAILABLE and _NOT_CONNECTED in details)
+            )
             reason = _TRANSIENT_CODES.get(code)
             if reason is not None:
-                raise TransientRpcError(message, reason=reason, address=address) from error
-            raise RpcError(message, reason="grpc-status", address=address) from error
+                raise TransientRpcError(
+                    message, reason=reason, address=address, sent=sent
+                ) from error
+            raise RpcError(message, reason="grpc-status", address=address, sent=sent) from error
         finally:
             shared.end_call()
         try:

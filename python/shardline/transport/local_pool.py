@@ -17,11 +17,13 @@ from types import TracebackType
 from typing import Any
 
 from shardline._extras import require_extra
+from shardline.balancers.round_robin import RoundRobinLoadBalancer
 from shardline.checks import check_count, check_seconds
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
 from shardline.errors import WorkerStartError
-from shardline.proxy import Connection, WorkerProxy
+from shardline.pool.health import HealthPolicy
+from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
@@ -97,9 +99,14 @@ class LocalPool:
     with ``TimeoutError`` naming those that had not. Either way every process started is
     stopped before the error propagates.
 
-    ``await dispatch(task, timeout=None)`` is the proxy's :meth:`~shardline.WorkerProxy.dispatch`
-    (round robin; the same errors). ``workers`` lists the records of the pooled workers and
-    ``pids`` the pids of the worker processes running now.
+    ``await dispatch(task, timeout=None, idempotent=None)`` is the proxy's
+    :meth:`~shardline.WorkerProxy.dispatch` (the same errors), with the ``loadbalancer``
+    (round robin by default) and the passive ``health`` policy given (the default one; None
+    for none), as :class:`~shardline.WorkerProxy` takes them:
+    ``timeout`` bounds the whole call, and defaults to the pool's ``timeout``
+    (:data:`~shardline.proxy.DEFAULT_TIMEOUT`, 1 s); a task that reached a worker is sent again
+    only if it is idempotent. ``workers`` lists the records of the pooled workers and ``pids``
+    the pids of the worker processes running now.
 
     A worker that dies while the pool runs is logged (WARNING, with its exit status and the
     tail of its output), its record withdrawn at once, and a new worker, with a new uid, is
@@ -146,8 +153,14 @@ class LocalPool:
         stop_grace: float = 5.0,
         max_restarts: int = 10,
         restart_window: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT,
+        loadbalancer: BalancerSpec = RoundRobinLoadBalancer,
+        health: HealthPolicy | None = DEFAULT_HEALTH,
     ) -> None:
         self._spec = check_spec(handlers)
+        self._timeout = check_seconds("timeout", timeout)
+        self._loadbalancer = loadbalancer
+        self._health = health
         if workers is None:
             workers = os.cpu_count() or 1
         check_count("workers", workers)
@@ -191,11 +204,21 @@ class LocalPool:
         """The pids of the worker processes running now."""
         return [w.pid for w in self._running.values() if w.process.returncode is None]
 
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
+    async def dispatch(
+        self, task: Any, *, timeout: float | None = None, idempotent: bool | None = None
+    ) -> Any:
         """Runs ``task`` on one of the workers; see :meth:`shardline.WorkerProxy.dispatch`."""
         if self._state != "running" or self._proxy is None:
             raise RuntimeError(f"{self!r} is not running: dispatch inside `async with`")
-        return await self._proxy.dispatch(task, timeout=timeout)
+        return await self._proxy.dispatch(task, timeout=timeout, idempotent=idempotent)
+
+    @property
+    def proxy(self) -> WorkerProxy:
+        """The pool's proxy, for its :meth:`~shardline.WorkerProxy.stats` and
+        :meth:`~shardline.WorkerProxy.explain`; ``RuntimeError`` before the pool started."""
+        if self._proxy is None:
+            raise RuntimeError(f"{self!r} has not started: its proxy is made on entering it")
+        return self._proxy
 
     async def __aenter__(self) -> LocalPool:
         if self._state != "new":
@@ -239,7 +262,12 @@ class LocalPool:
             return made
 
         self._proxy = WorkerProxy(
-            discovery=self._follow(self._subscription), connect=connect_and_keep, quorum=0
+            discovery=self._follow(self._subscription),
+            connect=connect_and_keep,
+            quorum=0,
+            timeout=self._timeout,
+            loadbalancer=self._loadbalancer,
+            health=self._health,
         )
         await self._proxy.start()
         for _ in range(self._workers):

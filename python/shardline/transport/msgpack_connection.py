@@ -28,6 +28,8 @@ _TRANSIENT_REASONS: dict[str, RpcReason] = {
     wire.SHUTTING_DOWN: "shutting-down",
     wire.DEADLINE: "deadline",
 }
+# The error kinds of a call that may have started: unless the answer says it had not.
+_MAY_HAVE_STARTED = frozenset({wire.SHUTTING_DOWN, wire.DEADLINE})
 
 
 class MsgpackConnection:
@@ -44,17 +46,27 @@ class MsgpackConnection:
 
     ``await dispatch(task, timeout=None)`` runs the :class:`Task` on the worker and returns its
     handler's result. ``timeout`` (seconds) is the call's deadline, which the worker sees too:
-    it cancels the handler then. Failures, as :class:`WorkerProxy` expects them:
+    it does not start the call once the deadline has passed (a worker that stalled, then
+    resumed, drops what its callers gave up on), and cancels an async handler at it.
+    Failures, as :class:`WorkerProxy` expects them, each with whether the task may have
+    started on the worker (``sent``, see :class:`~shardline.errors.RpcError`):
 
-    - ``TransientRpcError`` (the worker stays pooled; the proxy tries another): the worker is
-      unreachable (refused, no socket file, ``connect_timeout`` passed), the connection broke
-      (the worker died or closed it: every call in flight on it fails at once), the worker
-      does not answer pings, the deadline passed, the worker answered ``busy``,
-      ``unavailable`` (its handler raised ``RetryElsewhere``) or ``shutting_down``, or this
+    - ``TransientRpcError`` (the worker stays pooled; the proxy tries another), not sent: the
+      worker is unreachable (refused, no socket file, ``connect_timeout`` passed), the
+      deadline passed before the request was written or the worker answered that it dropped
+      the request unstarted, the worker answered ``busy``, ``unavailable`` (its handler raised
+      ``RetryElsewhere``) or ``shutting_down`` for a call it never started, or this
       connection was closed;
+    - ``TransientRpcError``, sent: the connection broke with the call written (the worker
+      died or closed it: every call in flight on it fails at once), the worker does not
+      answer pings, the deadline passed with the call written (on this side's timer, or
+      answered ``deadline`` by the worker after the handler started), or the worker answered
+      ``shutting_down`` for a call it cancelled after its handler started (a worker that does
+      not say whether it had started, one of the first release, counts as started);
     - ``RpcError`` (the proxy evicts the worker): the worker speaks another protocol version,
       or sent what this protocol does not allow (unreadable bytes, a frame over
       ``max_frame_bytes``: every call in flight on the socket fails so, naming the limit);
+      sent when the call had been written;
     - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
       handler raised, the worker has no handler of that name, or it could not read the payload
       (``shardline.BadRequest``) or carry the result (``shardline.BadResult``, also when this
@@ -165,9 +177,9 @@ class MsgpackConnection:
                 raise
             except _Expired:
                 link.cancel(msgid)
-                raise shared.deadline_passed(timeout) from None
+                raise shared.deadline_passed(timeout, sent=True) from None
             except _Failed as failed:
-                kind, type_name, message = failed.args
+                kind, type_name, message, started = failed.args
         finally:
             shared.end_call()
         address = self.metadata.address
@@ -177,6 +189,8 @@ class MsgpackConnection:
                 f"worker at {address}: {kind}: {type_name}: {message}",
                 reason=reason,
                 address=address,
+                # busy and unavailable: refused, or asked for by the handler itself
+                sent=kind in _MAY_HAVE_STARTED and started is not False,
             )
         raise WorkerError(type_name, message, handler=handler, address=address)
 
@@ -244,17 +258,19 @@ class _Shared(LoopShared):
                     await link.writable()
         except TimeoutError:
             if scope.expired():
-                raise self.deadline_passed(timeout) from None
+                raise self.deadline_passed(timeout, sent=False) from None
             raise
         if deadline is None:
             return link.send(handler, payload, None, None)
         return link.send(handler, payload, max(deadline - loop.time(), 0.0), deadline)
 
-    def deadline_passed(self, timeout: float | None) -> TransientRpcError:
+    def deadline_passed(self, timeout: float | None, *, sent: bool) -> TransientRpcError:
+        when = "with the call sent" if sent else "before the call was sent"
         return TransientRpcError(
-            f"worker at {self.address}: deadline: {timeout} s passed",
+            f"worker at {self.address}: deadline: {timeout} s passed {when}",
             reason="deadline",
             address=self.address,
+            sent=sent,
         )
 
     async def _ready(self) -> _Link:
@@ -315,6 +331,8 @@ class _Link(asyncio.Protocol):
         self._next_msgid = 0
         # the largest request: this side's limit and the worker's, once its hello came
         self._limit = 0
+        # whether the worker reads a request's deadline (its hello announced its clock)
+        self._deadlines = False
         self.greeted: asyncio.Future[None] = self._loop.create_future()
         self.broken = False
         self.paused = False
@@ -331,7 +349,8 @@ class _Link(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
         wire.keep_alive(transport)
-        transport.write(wire.hello(self._shared.max_frame_bytes))
+        # the clock this side's deadlines are on (loop.time()), so the worker can place them
+        transport.write(wire.hello(self._shared.max_frame_bytes, self._loop.time()))
 
     def connection_lost(self, exc: Exception | None) -> None:
         cause = f": {exc}" if exc is not None else ""
@@ -341,6 +360,7 @@ class _Link(asyncio.Protocol):
                 f"worker at {address}: connection lost{cause}",
                 reason="connection-lost",
                 address=address,
+                sent=True,
             )
         )
 
@@ -369,7 +389,12 @@ class _Link(asyncio.Protocol):
         except wire.FrameTooLarge as error:
             address = self._shared.address
             self._violated(
-                RpcError(f"worker at {address} sent {error}", reason="oversized", address=address)
+                RpcError(
+                    f"worker at {address} sent {error}",
+                    reason="oversized",
+                    address=address,
+                    sent=True,
+                )
             )
         except MalformedMessage as error:
             address = self._shared.address
@@ -377,7 +402,7 @@ class _Link(asyncio.Protocol):
                 "protocol-version" if isinstance(error, wire.VersionMismatch) else "protocol"
             )
             self._violated(
-                RpcError(f"worker at {address}: {error}", reason=reason, address=address)
+                RpcError(f"worker at {address}: {error}", reason=reason, address=address, sent=True)
             )
 
     # --- what dispatch uses ---------------------------------------------------------------
@@ -396,7 +421,12 @@ class _Link(asyncio.Protocol):
         if self.broken or self.paused:
             return None
         msgid = self._next_msgid
-        frame = wire.call(msgid, handler, value, timeout)
+        if timeout is None:
+            deadline = None
+            frame = wire.call(msgid, handler, value, None)
+        else:
+            deadline = self._loop.time() + timeout
+            frame = wire.call(msgid, handler, value, timeout, deadline if self._deadlines else None)
         if frame is None or len(frame) > self._limit:
             return None
         # What _start does, written out: a call fewer on every call.
@@ -411,8 +441,8 @@ class _Link(asyncio.Protocol):
         if self._ping_timer is None:
             self._last_heard = self._loop.time()
             self._ping_timer = self._loop.call_later(self._shared.ping[0], self._check_alive)
-        if timeout is not None:
-            self._shared.deadlines.add(self._loop.time() + timeout, answer)
+        if deadline is not None:
+            self._shared.deadlines.add(deadline, answer)
         return self, msgid, answer
 
     def send(
@@ -426,7 +456,9 @@ class _Link(asyncio.Protocol):
                 f"worker at {address}: connection lost", reason="connection-lost", address=address
             )
         msgid = self._next_msgid
-        frame = wire.request(msgid, handler, payload, timeout)
+        frame = wire.request(
+            msgid, handler, payload, timeout, deadline if self._deadlines else None
+        )
         if len(frame) > self._limit:
             self._next_msgid = (msgid + 1) & 0xFFFFFFFF
             raise ValueError(
@@ -479,8 +511,9 @@ class _Link(asyncio.Protocol):
 
     def _receive(self, message: Any) -> None:
         if not self.greeted.done():
-            peer_limit = wire.read_hello(message, f"the worker at {self._shared.address}")
-            self._limit = min(self._shared.max_frame_bytes, peer_limit)
+            hello = wire.read_hello(message, f"the worker at {self._shared.address}")
+            self._limit = min(self._shared.max_frame_bytes, hello.max_frame_bytes)
+            self._deadlines = hello.clock is not None
             self.greeted.set_result(None)
             return
         if not (isinstance(message, list) and len(message) == 4 and message[0] == wire.RESPONSE):
@@ -497,19 +530,24 @@ class _Link(asyncio.Protocol):
             try:
                 value = wire.unpack_value(result, "the result")
             except MalformedMessage as unreadable:
-                answer.set_exception(_Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable)))
+                answer.set_exception(_Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable), True))
             else:
                 answer.set_result(value)
             return
         try:
-            kind, type_name, message = wire.read_error(error)
+            kind, type_name, message, started = wire.read_error(error)
         except MalformedMessage as unreadable:
             address = self._shared.address
             answer.set_exception(
-                RpcError(f"worker at {address}: {unreadable}", reason="protocol", address=address)
+                RpcError(
+                    f"worker at {address}: {unreadable}",
+                    reason="protocol",
+                    address=address,
+                    sent=True,
+                )
             )
         else:
-            answer.set_exception(_Failed(kind, type_name, message))
+            answer.set_exception(_Failed(kind, type_name, message, started))
 
     def _check_alive(self) -> None:
         self._ping_timer = None
@@ -525,6 +563,7 @@ class _Link(asyncio.Protocol):
                         f"worker at {address}: no answer to a ping in {patience} s",
                         reason="unresponsive",
                         address=address,
+                        sent=True,
                     ),
                     log=logging.WARNING,
                 )
@@ -546,12 +585,16 @@ class _Link(asyncio.Protocol):
             self._transport.abort()
 
     def _fail(self, error: RpcError) -> None:
+        """Fails the calls in flight with ``error`` (``sent``: they were written), and the
+        dial with a copy of it not sent, if the hello had not come yet."""
         self.broken = True
         if self._ping_timer is not None:
             self._ping_timer.cancel()
             self._ping_timer = None
         if not self.greeted.done():
-            self.greeted.set_exception(error)
+            self.greeted.set_exception(
+                type(error)(str(error), reason=error.reason, address=error.address)
+            )
             # Retrieved here too: the dial that waited on it may have been abandoned.
             self.greeted.exception()
         calls, self._calls = self._calls, {}
@@ -574,7 +617,8 @@ class _Expired(Exception):
 
 class _Failed(Exception):
     """Set on a call's answer when the worker answered an error, or a result this side cannot
-    read: ``args`` are the error's kind, type and message."""
+    read: ``args`` are the error's kind, type, message and whether the handler had started
+    (None: not said)."""
 
 
 def _expire(answer: asyncio.Future[Any]) -> None:

@@ -4,10 +4,12 @@ announced through discovery while it runs."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import os
 import stat
+import time
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping
 from contextvars import copy_context
@@ -26,6 +28,7 @@ from shardline.transport.serving import (
     RetryElsewhere,
     check_handlers,
     free_publisher,
+    handler_threads,
     release_publisher,
     reserve_publisher,
     type_name,
@@ -48,6 +51,11 @@ MAX_IN_FLIGHT = 1024
 
 _TRANSIENT_TYPE = "shardline.RetryElsewhere"
 
+# How fast a client's clock may run slower than this side's, in seconds per second (100 ppm,
+# a common crystal's tolerance): an offset learnt earlier is let grow at this rate, so drift
+# never makes it too small (which would drop requests before their deadline).
+_DRIFT = 1e-4
+
 
 class MsgpackWorkerServer(AnnouncedServer):
     """A running worker, made by :func:`serve_msgpack`. ``metadata`` is the record it
@@ -58,7 +66,9 @@ class MsgpackWorkerServer(AnnouncedServer):
     stops accepting connections, answers new dispatches ``shutting_down`` (the caller retries
     elsewhere), gives the dispatches in flight ``grace`` seconds to finish, then cancels the
     rest (also answered ``shutting_down``), closes every connection and removes its Unix
-    socket file. It is idempotent, and finishes even if the caller is cancelled.
+    socket file, and shuts its handler threads down (a sync handler still running finishes
+    in its thread; one still queued never starts). It is idempotent, and finishes even if the
+    caller is cancelled.
     """
 
     def __init__(
@@ -89,6 +99,7 @@ class MsgpackWorkerServer(AnnouncedServer):
             await asyncio.wait(calls)
         for link in list(state.links):
             link.close()
+        state.threads.shutdown(wait=False, cancel_futures=True)
         await self._server.wait_closed()
         _remove_socket_file(self._socket_file)
 
@@ -105,18 +116,25 @@ async def serve_msgpack(
     max_frame_bytes: int = MAX_MESSAGE_BYTES,
     max_in_flight: int = MAX_IN_FLIGHT,
     grace: float = 5.0,
+    threads: int | None = None,
 ) -> MsgpackWorkerServer:
     """Serves ``handlers`` over MessagePack-RPC at ``address`` and announces the worker through
     ``discovery``; returns once it serves and its record is published.
 
     ``handlers`` maps names to handlers. A handler takes the task's payload (a msgpack value)
     and returns a result msgpack can carry; a coroutine function is awaited on the server's
-    loop, any other callable runs in a thread (``asyncio.to_thread``), so it may block. A
-    handler that raises makes the caller's ``dispatch`` raise
-    :class:`~shardline.errors.WorkerError` (and logs a warning here); one that raises
-    :class:`RetryElsewhere` makes it retry on another worker (error kind ``busy`` when
-    ``overloaded``, else ``unavailable``). A handler still running at the caller's deadline
-    is cancelled (answered ``deadline``), and so is one whose caller cancelled its dispatch.
+    loop, any other callable runs on the server's own ``threads`` threads
+    (:data:`~shardline.transport.serving.DEFAULT_THREADS` by default), so it may block; a
+    call that finds them all busy waits in their queue (unbounded: ``max_in_flight`` already
+    bounds the calls a connection has running or queued), and one whose deadline passes or
+    whose caller cancels while it waits there never starts. A handler that raises, a
+    ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``: the worker lives on),
+    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError` (and logs it
+    here); one that raises :class:`RetryElsewhere` makes it retry on another worker (error
+    kind ``busy`` when ``overloaded``, else ``unavailable``). A request whose deadline passed
+    before the worker read it (a stalled worker, resumed) is not started: it is answered
+    ``deadline``, not started. An async handler still running at the caller's deadline is
+    cancelled (answered ``deadline``), and so is one whose caller cancelled its dispatch.
 
     ``address`` is ``host:port`` (or ``msgpack+tcp://host:port``; an IPv6 host in brackets,
     ``[::1]:port``) for TCP, published as ``msgpack+tcp://host:port``; port 0 picks a free
@@ -145,8 +163,9 @@ async def serve_msgpack(
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be positive, got {max_in_flight}")
     where = _serve_address(address)
-    state = _State(check_handlers(handlers), max_frame_bytes, max_in_flight)
+    checked = check_handlers(handlers)
     publisher = free_publisher(discovery)
+    state = _State(checked, max_frame_bytes, max_in_flight, handler_threads(threads))
     loop = asyncio.get_running_loop()
     socket_file = None
     # Reserved before the first await, so two concurrent calls cannot both take it.
@@ -188,6 +207,7 @@ async def serve_msgpack(
             raise
     except BaseException:
         release_publisher(publisher)
+        state.threads.shutdown(wait=False)
         raise
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
     return MsgpackWorkerServer(server, state, metadata, publisher, socket_file, grace)
@@ -243,18 +263,34 @@ def _call_ended(call: tuple[int, asyncio.Task[None]]) -> bool:
     return call[1].done()
 
 
-def _stopped(msgid: int) -> bytes:
+def _stopped(msgid: int, started: bool) -> bytes:
     """The answer to a call cancelled neither by its caller nor at its deadline: the worker
-    is stopping."""
-    return wire.error(msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker stopped")
+    is stopping. ``started``: whether its handler had started."""
+    return wire.error(
+        msgid,
+        wire.SHUTTING_DOWN,
+        "shardline.ShuttingDown",
+        "the worker stopped" if started else "the worker is stopping",
+        started=started,
+    )
 
 
-def _failed(msgid: int, name: str, error: Exception) -> bytes:
-    """The answer to a call whose handler raised ``error``."""
+def _failed(msgid: int, name: str, error: BaseException) -> bytes:
+    """The answer to a call whose handler raised ``error`` (never a cancellation)."""
     if isinstance(error, RetryElsewhere):
         kind = wire.BUSY if error.overloaded else wire.UNAVAILABLE
         return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {error}")
-    logger.warning("handler %r raised", name, exc_info=error)
+    if isinstance(error, Exception):
+        logger.warning("handler %r raised", name, exc_info=error)
+    else:
+        # SystemExit, KeyboardInterrupt...: one call's failure, never the worker's end
+        logger.error(
+            "handler %r raised %s, which is no Exception: answered as that call's error,"
+            " the worker goes on",
+            name,
+            type_name(error),
+            exc_info=error,
+        )
     return wire.error(msgid, wire.HANDLER, type_name(error), str(error))
 
 
@@ -266,8 +302,10 @@ class _State:
         handlers: dict[str, tuple[Handler, bool]],
         max_frame_bytes: int,
         max_in_flight: int,
+        threads: concurrent.futures.ThreadPoolExecutor,
     ) -> None:
         self.handlers = handlers
+        self.threads = threads
         self.served = ", ".join(sorted(handlers)) or "none"
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
@@ -286,6 +324,12 @@ class _Link(asyncio.Protocol):
         self._peer = "a client"
         self._peer_limit: int | None = None
         self._answer_limit = 0  # no answer goes out before the client's hello
+        # time.monotonic() here minus the client's clock, at most: where its deadlines fall
+        # on this side's clock (None: the client sent no clock), and when it was last
+        # tightened (see _place)
+        self._clock_offset: float | None = None
+        self._offset_at = 0.0
+        self._dropped = 0  # requests expired before they were read, in the current read
         self.calls: dict[int, asyncio.Task[None]] = {}
         # Calls the client cancelled: they end without an answer.
         self._abandoned: set[int] = set()
@@ -307,7 +351,7 @@ class _Link(asyncio.Protocol):
             self._peer = f"the client at {peer}"
         wire.keep_alive(transport)
         self._state.links.add(self)
-        transport.write(wire.hello(self._state.max_frame_bytes))
+        transport.write(wire.hello(self._state.max_frame_bytes, self._loop.time()))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -350,6 +394,13 @@ class _Link(asyncio.Protocol):
                     return
         finally:
             self._receiving = False
+            if self._dropped:
+                logger.info(
+                    "dropped %d requests of %s read after their deadline had passed",
+                    self._dropped,
+                    self._peer,
+                )
+                self._dropped = 0
             unsent = self._unsent
             if unsent:  # _flush, without its call
                 self._unsent = []
@@ -364,8 +415,14 @@ class _Link(asyncio.Protocol):
 
     def _receive(self, message: Any) -> None:
         if self._peer_limit is None:
-            self._peer_limit = wire.read_hello(message, self._peer)
+            hello = wire.read_hello(message, self._peer)
+            self._peer_limit = hello.max_frame_bytes
             self._answer_limit = min(self._state.max_frame_bytes, self._peer_limit)
+            if hello.clock is not None:
+                # Read now, not at the turn's start: an offset too small would expire every
+                # later request early; one too large (the hello's transit) only drops late.
+                self._offset_at = time.monotonic()
+                self._clock_offset = self._offset_at - hello.clock
             return
         if not isinstance(message, list) or not message:
             raise MalformedMessage(f"a message is not a MessagePack-RPC array: {message!r:.200}")
@@ -397,7 +454,7 @@ class _Link(asyncio.Protocol):
             return
         if not (
             isinstance(params, list)
-            and len(params) == 3
+            and len(params) in (3, 4)
             and isinstance(params[0], str)
             and isinstance(params[1], bytes)
         ):
@@ -405,21 +462,22 @@ class _Link(asyncio.Protocol):
                 msgid,
                 wire.BAD_REQUEST,
                 BAD_REQUEST,
-                f"dispatch takes [handler, payload bin, timeout], got {params!r:.200}",
+                f"dispatch takes [handler, payload bin, timeout, deadline], got {params!r:.200}",
             )
             return
-        name, payload, timeout = params
+        name, payload, timeout = params[:3]
         try:
             seconds = wire.read_timeout(timeout)
+            deadline = wire.read_deadline(params[3]) if len(params) == 4 else None
         except MalformedMessage as error:
             self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
             return
         try:
             argument = wire.unpack_value(payload, "the payload")
         except MalformedMessage as error:
-            self._dispatch(msgid, name, None, seconds, error)
+            self._dispatch(msgid, name, None, seconds, deadline, error)
             return
-        self._dispatch(msgid, name, argument, seconds)
+        self._dispatch(msgid, name, argument, seconds, deadline)
 
     def _dispatch(
         self,
@@ -427,20 +485,38 @@ class _Link(asyncio.Protocol):
         name: str,
         argument: Any,
         seconds: float | None,
+        deadline: float | None,
         unreadable: MalformedMessage | None = None,
     ) -> None:
         """A well-formed dispatch request, its payload read (``argument``), or not
-        (``unreadable`` says why). The decoder hands these over already taken apart, the
-        payload read; those whose payload it cannot read come through :meth:`_request`."""
+        (``unreadable`` says why); ``seconds`` its timeout, ``deadline`` its deadline on the
+        client's clock. The decoder hands these over already taken apart, the payload read;
+        those whose payload it cannot read come through :meth:`_request`."""
         calls = self.calls
         if msgid in calls:
             raise MalformedMessage(f"msgid {msgid} is already in flight")
         state = self._state
         if state.stopping:
-            self._answer_error(
-                msgid, wire.SHUTTING_DOWN, "shardline.ShuttingDown", "the worker is stopping"
-            )
+            self._write(_stopped(msgid, False))
             return
+        if deadline is not None and self._clock_offset is not None:
+            left = self._place(deadline, seconds)
+            if left <= 0:
+                # its caller gave up while it waited to be read (this worker stalled)
+                self._dropped += 1
+                self._write(
+                    wire.error(
+                        msgid,
+                        wire.DEADLINE,
+                        "shardline.Deadline",
+                        f"handler {name!r}: the caller's deadline passed {-left:.3f} s before"
+                        " the worker read the request; not started",
+                        started=False,
+                    )
+                )
+                return
+            if seconds is None or left < seconds:
+                seconds = left
         if len(calls) >= state.max_in_flight:
             self._answer_error(
                 msgid,
@@ -470,20 +546,22 @@ class _Link(asyncio.Protocol):
         # would answer it.
         handler, is_async = entry
         context = copy_context()
+        loop = self._loop
+        queued = None
         if is_async:
             try:
                 handling = context.run(handler, argument)
             except asyncio.CancelledError:
-                self._write(_stopped(msgid))
+                self._write(_stopped(msgid, True))
                 return
-            except Exception as error:
+            except BaseException as error:
                 # the call itself raised (a function marked a coroutine function): even a
                 # StopIteration is its error here, never its result, as inside a coroutine
                 self._write(_failed(msgid, name, error))
                 return
         else:
-            handling = asyncio.to_thread(handler, argument)
-        loop = self._loop
+            queued = state.threads.submit(context.run, handler, argument)
+            handling = asyncio.wrap_future(queued, loop=loop)
         try:
             if type(handling) is CoroutineType:
                 # (its return told apart without a StopIteration)
@@ -495,14 +573,16 @@ class _Link(asyncio.Protocol):
                         self._run(msgid, name, Rest(handling, value), seconds), context=context
                     )
                 )
-            else:  # another awaitable (a handler marked a coroutine function): awaited by _run
-                call = start_eagerly(loop, self._run(msgid, name, handling, seconds))
+            else:  # a sync handler's future, or another awaitable: awaited by _run
+                call = start_eagerly(loop, self._run(msgid, name, handling, seconds, queued))
                 if call is None:
                     return  # answered already: it did not wait
         except asyncio.CancelledError:
-            self._write(_stopped(msgid))
+            self._write(_stopped(msgid, True))
             return
-        except Exception as error:
+        except BaseException as error:
+            # (a BaseException ends here as any error: raised out of data_received, it
+            # would end the event loop, and the worker with it)
             self._write(_failed(msgid, name, error))
             return
         if call is None:
@@ -522,6 +602,26 @@ class _Link(asyncio.Protocol):
                 self._deadlines = Deadlines(loop, self._expire, _call_ended)
             self._deadlines.add(loop.time() + seconds, (msgid, call))
 
+    def _place(self, deadline: float, seconds: float | None) -> float:
+        """The seconds left until ``deadline`` (on the client's clock), ``seconds`` the
+        request's timeout; tightens the clock offset with what the request tells.
+
+        Implementation notes: the client wrote the request at ``deadline - seconds`` on its
+        clock (its deadline is its clock plus the timeout it sends; a negative one is sent as
+        0, which only moves that instant earlier), so ``now - (deadline - seconds)`` is the
+        offset plus this request's transit and wait: never below the offset. The smallest
+        such sample (the hello's included) is the tightest bound, and a stall only makes
+        samples larger. The bound kept is let grow at :data:`_DRIFT`, so a client's clock
+        running slower than this side's never makes it too small."""
+        now = time.monotonic()
+        assert self._clock_offset is not None
+        offset = self._clock_offset + (now - self._offset_at) * _DRIFT
+        if seconds is not None:
+            offset = min(offset, now - (deadline - seconds))
+        self._clock_offset = offset
+        self._offset_at = now
+        return deadline + offset - now
+
     def _cancel(self, params: Any) -> None:
         if not (isinstance(params, list) and len(params) == 1 and isinstance(params[0], int)):
             raise MalformedMessage(f"{wire.CANCEL} takes [msgid], got {params!r:.100}")
@@ -540,24 +640,36 @@ class _Link(asyncio.Protocol):
             self._transport.close()
 
     async def _run(
-        self, msgid: int, name: str, handling: Awaitable[Any], timeout: float | None
+        self,
+        msgid: int,
+        name: str,
+        handling: Awaitable[Any],
+        timeout: float | None,
+        queued: concurrent.futures.Future[Any] | None = None,
     ) -> None:
-        """Answers the call once ``handling`` (the handler's run, or the rest of it) ends."""
+        """Answers the call once ``handling`` (the handler's run, or the rest of it) ends;
+        ``queued`` is a sync handler's job on the server's threads."""
         try:
             result = await handling
         except asyncio.CancelledError:
             if msgid in self._abandoned:
                 return
+            # a sync handler still queued never runs: cancel() is true for it alone
+            started = queued is None or not queued.cancel()
             if msgid in self._expired:
                 frame = wire.error(
                     msgid,
                     wire.DEADLINE,
                     "shardline.Deadline",
-                    f"handler {name!r}: the caller's {timeout} s passed",
+                    f"handler {name!r}: the caller's deadline passed"
+                    + ("" if started else " while the call waited for a thread; not started"),
+                    started=started,
                 )
             else:
-                frame = _stopped(msgid)
-        except Exception as error:
+                frame = _stopped(msgid, started)
+        except BaseException as error:
+            # SystemExit, KeyboardInterrupt... too: a task that ends with one of them takes
+            # the event loop down with it
             frame = _failed(msgid, name, error)
         else:
             frame = self._result(msgid, name, result)

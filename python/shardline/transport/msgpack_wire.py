@@ -10,15 +10,20 @@ self-delimiting)::
 What shardline adds (docs/msgpack-rpc.md tells the whole protocol):
 
 - the first message each way is the hello, ``[2, "shardline.hello", {"version": 1,
-  "max_frame_bytes": N}]``; a peer whose ``version`` differs is refused (the connection is
-  closed), and each side sends no frame over the limit its peer announced;
-- ``[0, msgid, "shardline.dispatch", [handler, payload, timeout]]`` runs a handler: ``payload``
-  is the task's payload packed on its own (a bin), ``timeout`` the seconds left to the caller
-  (nil for none); the answer's result is the handler's result, packed on its own likewise;
+  "max_frame_bytes": N, "clock": T}]``; a peer whose ``version`` differs is refused (the
+  connection is closed), and each side sends no frame over the limit its peer announced;
+  ``clock`` (optional: a peer of the first release sends none) is the sender's event-loop clock
+  in seconds when it wrote the hello;
+- ``[0, msgid, "shardline.dispatch", [handler, payload, timeout, deadline]]`` runs a handler:
+  ``payload`` is the task's payload packed on its own (a bin), ``timeout`` the seconds left to
+  the caller (nil for none), ``deadline`` (optional: three params are read too) the caller's
+  deadline on the clock its hello announced; the answer's result is the handler's result,
+  packed on its own likewise;
 - ``[0, msgid, "shardline.ping", []]`` is answered ``[1, msgid, nil, nil]``;
 - ``[2, "shardline.cancel", [msgid]]`` cancels a dispatch in flight (no answer follows);
 - an error is a map ``{"kind": KIND, "type": str, "message": str}``, ``KIND`` one of
-  :data:`ERROR_KINDS`.
+  :data:`ERROR_KINDS`, and for ``deadline`` and ``shutting_down`` ``"started": bool``, whether
+  the handler had started (absent from a worker of the first release).
 
 Nothing read is ever unpickled or evaluated: maps take only str or bytes keys, strings must be
 UTF-8, and extension types (the timestamp included) are refused. Every frame read is bounded.
@@ -29,7 +34,7 @@ from __future__ import annotations
 import math
 import socket
 import threading
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from shardline._core import (
     MsgpackReader,
@@ -73,6 +78,7 @@ __all__ = [
     "UNKNOWN_HANDLER",
     "FrameDecoder",
     "FrameTooLarge",
+    "Hello",
     "MalformedMessage",
     "VersionMismatch",
     "answer",
@@ -84,6 +90,7 @@ __all__ = [
     "pack",
     "pack_value",
     "ping",
+    "read_deadline",
     "read_error",
     "read_hello",
     "read_timeout",
@@ -143,11 +150,13 @@ class FrameDecoder(MsgpackReader):
 
     Each message is its decoded value (lists, dicts, str, bytes, int, float, bool, None),
     except, with ``fast="requests"``, a well-formed dispatch request after the first message
-    whose payload is readable, which is ``(msgid, handler, argument, timeout)`` (``argument``
-    the value packed in the payload bin, as :func:`unpack_value` reads it, ``timeout`` None
-    or seconds as :func:`read_timeout` reads them), and with ``fast="answers"`` a successful
-    answer after the first message whose result is readable, ``(msgid, value)`` (``value``
-    read likewise); any other message, well-formed or not, is its decoded value.
+    whose payload is readable, which is ``(msgid, handler, argument, timeout, deadline)``
+    (``argument`` the value packed in the payload bin, as :func:`unpack_value` reads it,
+    ``timeout`` None or seconds as :func:`read_timeout` reads them, ``deadline`` None when
+    the request has three params or a nil one, else a finite float), and with
+    ``fast="answers"`` a successful answer after the first message whose result is readable,
+    ``(msgid, value)`` (``value`` read likewise); any other message, well-formed or not, is
+    its decoded value.
 
     Implementation notes: the Rust core's ``MsgpackReader`` does a read's work in one call:
     it finds each message's end (resuming an unfinished one where it stopped), refuses one
@@ -208,14 +217,27 @@ def unpack_value(data: bytes, what: str) -> Any:
         raise MalformedMessage(f"{what} is unreadable: {error}") from None
 
 
-def hello(max_frame_bytes: int) -> bytes:
-    announced = {"version": PROTOCOL_VERSION, "max_frame_bytes": max_frame_bytes}
+def hello(max_frame_bytes: int, clock: float | None = None) -> bytes:
+    """A hello announcing ``max_frame_bytes`` and ``clock`` (the sender's event loop's
+    ``time()`` now); without a clock, a hello as the first release sent it."""
+    announced: dict[str, Any] = {"version": PROTOCOL_VERSION, "max_frame_bytes": max_frame_bytes}
+    if clock is not None:
+        announced["clock"] = clock
     return pack([NOTIFICATION, HELLO, announced])
 
 
-def read_hello(message: Any, peer: str) -> int:
-    """The frame limit a hello announces; :class:`MalformedMessage` naming ``peer`` when the
-    message is not a hello (:class:`VersionMismatch` when it is one of another version)."""
+class Hello(NamedTuple):
+    """What a peer's hello announced: its frame limit, and its clock (None when it sent none,
+    as a peer of the first release does: a worker then reads no deadline param)."""
+
+    max_frame_bytes: int
+    clock: float | None
+
+
+def read_hello(message: Any, peer: str) -> Hello:
+    """What a hello announces; :class:`MalformedMessage` naming ``peer`` when the message is
+    not a hello, or its limit or clock is not one (:class:`VersionMismatch` when it is a
+    hello of another version)."""
     if not (
         isinstance(message, list)
         and len(message) == 3
@@ -232,16 +254,26 @@ def read_hello(message: Any, peer: str) -> int:
         )
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise MalformedMessage(f"{peer} announced max_frame_bytes {limit!r:.50}")
-    return limit
+    clock = message[2].get("clock")
+    if clock is not None and not _finite(clock):
+        raise MalformedMessage(f"{peer} announced the clock {clock!r:.50}")
+    return Hello(limit, None if clock is None else float(clock))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 request = msgpack_request
-"""``request(msgid, handler, payload, timeout)``: the dispatch request ``[0, msgid,
-"shardline.dispatch", [handler, payload bin, timeout]]`` packed (in the Rust core)."""
+"""``request(msgid, handler, payload, timeout, deadline=None)``: the dispatch request ``[0,
+msgid, "shardline.dispatch", [handler, payload bin, timeout, deadline]]`` packed (in the Rust
+core); with no deadline, the three params ``[handler, payload bin, timeout]`` a worker of the
+first release reads."""
 
 
 call = msgpack_call
-"""``call(msgid, handler, value, timeout)``: :func:`request` with ``value`` packed as the
+"""``call(msgid, handler, value, timeout, deadline=None)``: :func:`request` with ``value``
+packed as the
 payload (both in the Rust core, byte for byte as msgpack-python packs them) and ``timeout``
 the seconds left, a negative count sent as 0; None unless ``value`` is a plain value (see
 :data:`answer`), ``handler`` a str UTF-8 can carry and ``timeout`` None, a float or an int
@@ -269,19 +301,22 @@ float, str, bytes, list, tuple and dict, each of exactly that type, at most 64 c
 None for any other value, which :func:`pack_value` then packs or refuses."""
 
 
-def error(msgid: int, kind: str, type_name: str, message: str) -> bytes:
-    """An error answer. It never fails: what UTF-8 cannot carry (a surrogate code point) is
-    sent as ``?``, and a long message is cut."""
+def error(
+    msgid: int, kind: str, type_name: str, message: str, *, started: bool | None = None
+) -> bytes:
+    """An error answer, saying whether the handler had ``started`` unless that is None. It
+    never fails: what UTF-8 cannot carry (a surrogate code point) is sent as ``?``, and a
+    long message is cut."""
     if len(message) > _MAX_ERROR_MESSAGE_CHARS:
         message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
-    return pack(
-        [
-            RESPONSE,
-            msgid,
-            {"kind": kind, "type": _legible(type_name), "message": _legible(message)},
-            None,
-        ]
-    )
+    fields: dict[str, Any] = {
+        "kind": kind,
+        "type": _legible(type_name),
+        "message": _legible(message),
+    }
+    if started is not None:
+        fields["started"] = started
+    return pack([RESPONSE, msgid, fields, None])
 
 
 def _legible(text: str) -> str:
@@ -299,13 +334,29 @@ def read_timeout(value: Any) -> float | None:
     return max(float(value), 0.0)
 
 
-def read_error(error: Any) -> tuple[str, str, str]:
-    """``(kind, type, message)`` of an error answer; :class:`MalformedMessage` when it is not
-    a well-formed one of a known kind."""
+def read_deadline(value: Any) -> float | None:
+    """A request's deadline: nil, or a finite number (on the client's clock)."""
+    if value is None:
+        return None
+    if not _finite(value):
+        raise MalformedMessage(f"the request's deadline is not a finite number: {value!r:.50}")
+    return float(value)
+
+
+def read_error(error: Any) -> tuple[str, str, str, bool | None]:
+    """``(kind, type, message, started)`` of an error answer (``started`` None when the
+    answer does not say); :class:`MalformedMessage` when it is not a well-formed one of a
+    known kind."""
     if isinstance(error, dict):
         kind, type_name, message = error.get("kind"), error.get("type"), error.get("message")
-        if kind in ERROR_KINDS and isinstance(type_name, str) and isinstance(message, str):
-            return kind, type_name, message
+        started = error.get("started")
+        if (
+            kind in ERROR_KINDS
+            and isinstance(type_name, str)
+            and isinstance(message, str)
+            and (started is None or isinstance(started, bool))
+        ):
+            return kind, type_name, message, started
     raise MalformedMessage(f"the answer carries an error this side cannot read: {error!r:.200}")
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import uuid
 from collections.abc import Iterable, Mapping
+from contextvars import copy_context
 from types import MappingProxyType
 from typing import Any
 
@@ -24,6 +26,7 @@ from shardline.transport.serving import (
     RetryElsewhere,
     check_handlers,
     free_publisher,
+    handler_threads,
     release_publisher,
     reserve_publisher,
     type_name,
@@ -43,11 +46,15 @@ from shardline.transport.wire import (
 )
 from shardline.workers import WorkerMetadata
 
-__all__ = ["Handler", "RetryElsewhere", "WorkerServer", "serve_grpc"]
+__all__ = ["NOT_STARTED", "Handler", "RetryElsewhere", "WorkerServer", "serve_grpc"]
 
 logger = logging.getLogger("shardline.transport.server")
 
 _SERVICE, _, _METHOD_NAME = METHOD[1:].partition("/")
+
+NOT_STARTED = ("shardline-started", "0")
+"""The trailing metadata of a status this server sends for a call whose handler did not run,
+or asked to be retried elsewhere (``RetryElsewhere``): the client may send the task again."""
 
 
 class WorkerServer(AnnouncedServer):
@@ -55,7 +62,8 @@ class WorkerServer(AnnouncedServer):
 
     ``await stop()`` (or leaving ``async with``) withdraws the record, then stops serving:
     calls in flight get ``grace`` seconds to finish, new calls are refused with
-    ``UNAVAILABLE``. It is idempotent, and finishes even if the caller is cancelled.
+    ``UNAVAILABLE``; then its handler threads are shut down (a sync handler still running
+    finishes in its thread). It is idempotent, and finishes even if the caller is cancelled.
     """
 
     def __init__(
@@ -64,12 +72,17 @@ class WorkerServer(AnnouncedServer):
         metadata: WorkerMetadata,
         publisher: DiscoveryPublisher,
         grace: float,
+        threads: concurrent.futures.ThreadPoolExecutor,
     ) -> None:
         super().__init__(metadata, publisher, grace)
         self._server = server
+        self._threads = threads
 
     async def _close(self, grace: float) -> None:
-        await self._server.stop(grace)
+        try:
+            await self._server.stop(grace)
+        finally:
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
 
 async def serve_grpc(
@@ -85,16 +98,21 @@ async def serve_grpc(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     max_concurrent_calls: int | None = None,
     grace: float = 5.0,
+    threads: int | None = None,
 ) -> WorkerServer:
     """Serves ``handlers`` over gRPC at ``address`` and announces the worker through
     ``discovery``; returns once it serves and its record is published.
 
     ``handlers`` maps names to handlers. A handler takes the task's payload (a JSON value) and
     returns a JSON-serialisable result; a coroutine function is awaited on the server's loop,
-    any other callable runs in a thread (``asyncio.to_thread``), so it may block. A handler
-    that raises makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError`
-    (and logs a warning here); one that raises :class:`RetryElsewhere` makes it retry on
-    another worker.
+    any other callable runs on the server's own ``threads`` threads
+    (:data:`~shardline.transport.serving.DEFAULT_THREADS` by default), so it may block; a
+    call that finds them all busy waits in their queue, and one cancelled there (its
+    deadline passed, its caller gave up) never starts. A handler that raises, a
+    ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``: the worker lives on),
+    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError` (and logs it
+    here); one that raises :class:`RetryElsewhere` makes it retry on another worker (its
+    status carries :data:`NOT_STARTED`).
 
     ``address`` is ``host:port`` (or ``grpc://host:port``; an IPv6 host in brackets,
     ``[::1]:port``), published as ``grpc://host:port``; port 0 picks a free port, and the
@@ -118,8 +136,10 @@ async def serve_grpc(
         raise ValueError(f"max_concurrent_calls must be positive, got {max_concurrent_calls}")
     host, port = split_host_port(grpc_target(address), any_port=True)
     target = join_host_port(host, port)
-    servicer = _Servicer(handlers, max_message_bytes)
+    checked = check_handlers(handlers)
     publisher = free_publisher(discovery)
+    executor = handler_threads(threads)
+    servicer = _Servicer(checked, max_message_bytes, executor)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
@@ -142,6 +162,7 @@ async def serve_grpc(
         else:
             bound = server.add_secure_port(target, credentials)
     except RuntimeError as error:
+        executor.shutdown(wait=False)
         raise OSError(f"cannot serve at {address}: {error}") from None
     metadata = WorkerMetadata(
         uid=uuid.uuid4() if uid is None else uid,
@@ -159,15 +180,22 @@ async def serve_grpc(
     except BaseException:
         release_publisher(publisher)
         await server.stop(None)
+        executor.shutdown(wait=False)
         raise
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
-    return WorkerServer(server, metadata, publisher, grace)
+    return WorkerServer(server, metadata, publisher, grace, executor)
 
 
 class _Servicer:
-    def __init__(self, handlers: Mapping[str, Handler], max_message_bytes: int) -> None:
-        self._handlers = check_handlers(handlers)
+    def __init__(
+        self,
+        handlers: dict[str, tuple[Handler, bool]],
+        max_message_bytes: int,
+        threads: concurrent.futures.ThreadPoolExecutor,
+    ) -> None:
+        self._handlers = handlers
         self._max_message_bytes = max_message_bytes
+        self._threads = threads
 
     async def dispatch(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
@@ -185,17 +213,34 @@ class _Servicer:
             if is_async:
                 result = await handler(task.payload)
             else:
-                result = await asyncio.to_thread(handler, task.payload)
+                result = await asyncio.wrap_future(
+                    self._threads.submit(copy_context().run, handler, task.payload)
+                )
         except RetryElsewhere as signal:
             code = (
                 grpc.StatusCode.RESOURCE_EXHAUSTED
                 if signal.overloaded
                 else grpc.StatusCode.UNAVAILABLE
             )
-            await context.abort(code, f"handler {task.handler!r}: {signal}")
+            await context.abort(
+                code, f"handler {task.handler!r}: {signal}", trailing_metadata=(NOT_STARTED,)
+            )
             raise  # not reached: abort() ends the call by raising
+        except asyncio.CancelledError:
+            raise  # the call was cancelled: its caller's, its deadline, the server's stop
         except Exception as error:
             logger.warning("handler %r raised", task.handler, exc_info=True)
+            return encode_error(type_name(error), str(error))
+        except BaseException as error:
+            # SystemExit, KeyboardInterrupt...: one call's failure; raised on, it would end
+            # the event loop, and the worker with it
+            logger.error(
+                "handler %r raised %s, which is no Exception: answered as that call's error,"
+                " the worker goes on",
+                task.handler,
+                type_name(error),
+                exc_info=True,
+            )
             return encode_error(type_name(error), str(error))
         try:
             return encode_result(result, self._max_message_bytes)

@@ -4,8 +4,10 @@ publishers in use, and the record's life around serving."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -15,11 +17,13 @@ from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.workers import WorkerMetadata
 
 __all__ = [
+    "DEFAULT_THREADS",
     "AnnouncedServer",
     "Handler",
     "RetryElsewhere",
     "check_handlers",
     "free_publisher",
+    "handler_threads",
     "release_publisher",
     "reserve_publisher",
     "type_name",
@@ -37,7 +41,9 @@ class RetryElsewhere(Exception):
     """Raised by a handler to end the call with a status the caller retries on another worker
     (``TransientRpcError``); the worker stays pooled. Over gRPC the status is ``UNAVAILABLE``,
     or ``RESOURCE_EXHAUSTED`` when ``overloaded`` is true; over msgpack the error kind is
-    ``shutting_down``, or ``busy`` when ``overloaded`` is true."""
+    ``unavailable``, or ``busy`` when ``overloaded`` is true. Either way the caller's error
+    says the task was not sent (``RpcError.sent`` false): the handler asked for it to go
+    elsewhere, so it must not have done anything it would do again there."""
 
     def __init__(self, message: str = "", *, overloaded: bool = False) -> None:
         super().__init__(message)
@@ -61,6 +67,27 @@ def check_handlers(handlers: Mapping[str, Handler]) -> dict[str, tuple[Handler, 
         )
         for name, handler in handlers.items()
     }
+
+
+DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
+"""The threads a server runs its sync handlers on unless told otherwise: what
+``concurrent.futures.ThreadPoolExecutor`` (and so asyncio's default executor) picks, for the
+same reason: sync handlers mostly wait (on a database, a file, a socket) with the GIL
+released, so a few more threads than cores keep the cores busy, while a handler that computes
+holds the GIL and gains nothing from more; 32 at most bounds the memory and the GIL
+contention of a large machine."""
+
+
+def handler_threads(threads: int | None) -> concurrent.futures.ThreadPoolExecutor:
+    """The executor a server runs its sync handlers on, ``threads`` of them
+    (:data:`DEFAULT_THREADS` when None); ``ValueError`` unless it is a positive int."""
+    if threads is None:
+        threads = DEFAULT_THREADS
+    elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    return concurrent.futures.ThreadPoolExecutor(
+        max_workers=threads, thread_name_prefix="shardline-handler"
+    )
 
 
 def type_name(error: BaseException) -> str:
