@@ -11,9 +11,10 @@ with requires_extra("grpc", __name__):
     import grpc
     import grpc.aio
 
-from shardline.errors import RpcError, RpcReason, TransientRpcError, WorkerError
+from shardline.errors import RpcError, RpcReason, TransientRpcError
 from shardline.transport.channels import acquire_channel
 from shardline.transport.loop_shared import release
+from shardline.transport.remote_errors import worker_error
 from shardline.transport.wire import (
     MAX_MESSAGE_BYTES,
     MalformedMessage,
@@ -162,5 +163,12 @@ class GrpcConnection:
                 f"worker at {address}: {error}", reason="protocol", address=address
             ) from None
         if failure is not None:
-            raise WorkerError(*failure, handler=task.handler, address=address)
+            raise worker_error(
+                failure.type,
+                failure.message,
+                handler=task.handler,
+                address=address,
+                builtin=failure.builtin,
+                traceback=failure.traceback,
+            )
         return result

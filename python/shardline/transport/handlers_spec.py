@@ -93,8 +93,8 @@ def load_handlers(spec: str) -> Mapping[str, Handler]:
 
 def _where(error: Exception) -> str:
     """`` (at FILE:LINE)``: the innermost frame ``error`` passed through outside the import
-    machinery and this module, or nothing when there is none (a module not found at all) or ``error`` is a
-    ``SyntaxError`` (its message names its place itself)."""
+    machinery and this module, or nothing when there is none (a module not found at all) or
+    ``error`` is a ``SyntaxError`` (its message names its place itself)."""
     if isinstance(error, SyntaxError) or error.__traceback__ is None:
         return ""
     places = [
