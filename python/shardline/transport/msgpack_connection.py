@@ -198,7 +198,7 @@ class MsgpackConnection:
             message,
             handler=handler,
             address=address,
-            builtin=builtin if kind == wire.HANDLER else None,
+            builtin=builtin,
             traceback=traceback,
         )
 

@@ -328,7 +328,7 @@ def error(
     if started is not None:
         fields["started"] = started
     if builtin is not None:
-        fields["builtin"] = builtin
+        fields["builtin"] = _legible(builtin)
     if traceback is not None:
         fields["traceback"] = _legible(traceback)
     return pack([RESPONSE, msgid, fields, None])

@@ -145,9 +145,10 @@ def worker_error(
     traceback: str | None = None,
 ) -> WorkerError:
     """The ``WorkerError`` for a handler's error the worker reported: of the class
-    :data:`REMOTE_TYPES` has for ``builtin`` (the built-in type the worker named), else a
-    plain one; ``traceback`` the worker's."""
-    kind = WorkerError if builtin is None else REMOTE_TYPES.get(builtin, WorkerError)
+    :data:`REMOTE_TYPES` has for ``builtin``, the built-in type the worker named (or, when it
+    named none, as a worker of an earlier release does, for ``remote_type``), else a plain
+    one; ``traceback`` the worker's."""
+    kind = REMOTE_TYPES.get(remote_type if builtin is None else builtin, WorkerError)
     return kind(
         remote_type, remote_message, handler=handler, address=address, remote_traceback=traceback
     )
