@@ -75,7 +75,8 @@ class GrpcConnection:
       (``RESOURCE_EXHAUSTED``, ``"busy"``), or this connection was closed (``"closed"``);
     - ``RpcError`` (the proxy evicts the worker): any other gRPC status (``"grpc-status"``),
       or a reply that does not follow the wire format (``"protocol"``);
-    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
+    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled; for a
+      handler's built-in exception type, also an instance of it, see ``WorkerError``): the
       handler raised, or the worker has no handler of that name;
     - ``TypeError`` / ``ValueError`` before anything is sent: ``task`` is not a ``Task`` with a
       str handler, its payload is not JSON, or the request would exceed ``max_message_bytes``.

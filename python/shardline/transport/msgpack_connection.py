@@ -68,7 +68,8 @@ class MsgpackConnection:
       or sent what this protocol does not allow (unreadable bytes, a frame over
       ``max_frame_bytes``: every call in flight on the socket fails so, naming the limit);
       sent when the call had been written;
-    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
+    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled; for a
+      handler's built-in exception type, also an instance of it, see ``WorkerError``): the
       handler raised, the worker has no handler of that name, or it could not read the payload
       (``shardline.BadRequest``) or carry the result (``shardline.BadResult``, also when this
       side cannot read it);

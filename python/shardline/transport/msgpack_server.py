@@ -130,8 +130,9 @@ async def serve_msgpack(
     bounds the calls a connection has running or queued), and one whose deadline passes or
     whose caller cancels while it waits there never starts. A handler that raises, a
     ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``: the worker lives on),
-    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError` (and logs it
-    here); one that raises :class:`RetryElsewhere` makes it retry on another worker (error
+    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError`, with the
+    handler's traceback and built-in type (:mod:`~shardline.transport.remote_errors`), and logs
+    it here; one that raises :class:`RetryElsewhere` makes it retry on another worker (error
     kind ``busy`` when ``overloaded``, else ``unavailable``). A request whose deadline passed
     before the worker read it (a stalled worker, resumed) is not started: it is answered
     ``deadline``, not started. An async handler still running at the caller's deadline is

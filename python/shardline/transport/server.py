@@ -111,8 +111,9 @@ async def serve_grpc(
     call that finds them all busy waits in their queue, and one cancelled there (its
     deadline passed, its caller gave up) never starts. A handler that raises, a
     ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``: the worker lives on),
-    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError` (and logs it
-    here); one that raises :class:`RetryElsewhere` makes it retry on another worker (its
+    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError`, with the
+    handler's traceback and built-in type (:mod:`~shardline.transport.remote_errors`), and logs
+    it here; one that raises :class:`RetryElsewhere` makes it retry on another worker (its
     status carries :data:`NOT_STARTED`).
 
     ``address`` is ``host:port`` (or ``grpc://host:port``; an IPv6 host in brackets,
