@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardline.errors import RpcError, TransientRpcError, WorkerError
-from shardline.transport import LocalPool, MsgpackConnection, Task
+from shardline.transport import GrpcConnection, LocalPool, MsgpackConnection, Task
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.remote_errors import (
     BUILTIN_TYPES,
@@ -29,7 +29,8 @@ from shardline.transport.remote_errors import (
 from shardline.transport.wire import MalformedMessage, ReplyError, decode_reply
 from shardline.workers import WorkerMetadata
 from support import remote_error_handlers
-from support.remote_error_handlers import DEPTH_LIMIT
+from support.remote_error_handlers import DEPTH_LIMIT, HANDLERS
+from support.transport_servers import worker
 
 SPEC = "support.remote_error_handlers:HANDLERS"
 HANDLERS_FILE = remote_error_handlers.__file__
@@ -166,6 +167,24 @@ async def test_a_traceback_that_would_not_fit_the_callers_frame_limit_is_left_ou
             assert await small.dispatch(Task("echo", 2), timeout=10.0) == 2
         finally:
             small.close()
+
+
+async def test_a_grpc_reply_that_would_not_fit_the_workers_message_limit_leaves_it_out() -> None:
+    # (serve_grpc in this process: the command serves with the default limit, 4 MiB)
+    limit = 8 * 1024
+    async with worker(handlers=HANDLERS, max_message_bytes=limit) as server:
+        connection = GrpcConnection(server.metadata, max_message_bytes=limit)
+        try:
+            with pytest.raises(ValueError, match="bottom of the recursion") as raised:
+                await connection.dispatch(Task("deep", DEPTH_LIMIT), timeout=10.0)
+            with pytest.raises(ValueError, match="bottom of the recursion") as shallow:
+                await connection.dispatch(Task("deep", 1), timeout=10.0)
+        finally:
+            connection.close()
+    assert isinstance(raised.value, WorkerError)
+    assert raised.value.remote_traceback is None
+    assert isinstance(shallow.value, WorkerError)
+    assert shallow.value.remote_traceback is not None
 
 
 @asynccontextmanager
