@@ -260,7 +260,7 @@ class WorkerError(ShardlineError):
     ``remote_type`` names the exception the handler raised (module-qualified unless it is a
     builtin) or the transport's own refusal (``"shardline.UnknownHandler"``, ...);
     ``remote_message`` is its message, ``handler`` the handler asked for and ``address`` the
-    worker's. ``str()`` is one line saying all four.
+    worker's. ``str()`` says all four (the traceback below is not in it).
 
     ``remote_traceback`` is the worker's formatted traceback of the handler's exception (as
     Python prints it, from the handler's first frame, at most
