@@ -98,8 +98,8 @@ subclass of ``WorkerError`` and ``ValueError``, and so on."""
 
 
 def builtin_base(error: BaseException) -> str | None:
-    """The name of the most derived of :data:`BUILTIN_TYPES` that ``error`` is an instance
-    of, or None."""
+    """The name of the first class in the MRO of ``error``'s class that is one of
+    :data:`BUILTIN_TYPES` (so the most derived of them it derives from), or None."""
     for kind in type(error).__mro__:
         if kind in _BUILTINS:
             return kind.__name__
