@@ -9,7 +9,11 @@ A block runs as it is, unless the HTML comment on the line just above its fence 
   ``tests/support/picodata_cluster.py`` is started and reset, and the block's ``postgresql://app:
   secret@pico-1:4327`` is replaced by its DSN;
 - ``<!-- readme-test: file PATH -->``: the block is a module the next blocks import; it is
-  written to ``PATH`` in the folder every block runs in (and run, like any other block).
+  written to ``PATH`` in the folder every block runs in (and run, like any other block);
+- ``<!-- readme-test: needs workers -->``: a real etcd is started, and the ``shardline worker``
+  commands of the ``sh`` block just above the block run as written (the console script, from
+  the folder the blocks run in) until the block has run, but at ``--address 127.0.0.1:0``; the
+  etcd at ``10.0.0.1:2379``, in the commands and in the block, is replaced by the real one.
 
 A marker the test does not know, or a server a block needs but does not name where it should,
 fails that block's test: nothing is skipped. Each block runs with a timeout, in a script padded
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import os
 import re
+import select
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,7 +45,8 @@ README = ROOT / "README.md"
 TIMEOUT = 120.0
 ETCD_ADDRESS = "127.0.0.1:2379"
 PICODATA_DSN = "postgresql://app:secret@pico-1:4327"
-SERVERS = {"etcd": ETCD_ADDRESS, "picodata": PICODATA_DSN}
+WORKERS_ETCD = "10.0.0.1:2379"
+SERVERS = {"etcd": ETCD_ADDRESS, "picodata": PICODATA_DSN, "workers": WORKERS_ETCD}
 """What a block can need, and the text in it that stands for that server."""
 
 _MARKER = re.compile(r"<!-- readme-test: (?P<kind>\S+) (?P<value>.*?) -->")
@@ -52,14 +59,16 @@ class Block:
     needs: frozenset[str] = frozenset()
     file: str | None = None
     problem: str | None = None  # what is wrong with its marker
+    commands: tuple[str, ...] = ()  # the `shardline worker` commands of the sh block above
 
     @property
     def name(self) -> str:
         return f"README.md:{self.line}"
 
 
-def _marked(line: int, code: str, marker: str) -> Block:
-    """The block with what the comment line above its fence says; ``problem`` if anything."""
+def _marked(line: int, code: str, marker: str, commands: tuple[str, ...] = ()) -> Block:
+    """The block with what the comment line above its fence says; ``problem`` if anything.
+    ``commands``: the ``shardline worker`` commands of the ``sh`` block just above it."""
     found = _MARKER.fullmatch(marker.strip())
     if found is None:
         if "readme-test" in marker:
@@ -82,6 +91,10 @@ def _marked(line: int, code: str, marker: str) -> Block:
                 code,
                 problem=f"needs {missing} but does not name {[SERVERS[m] for m in missing]}",
             )
+        if "workers" in needs:
+            if not commands:
+                return Block(line, code, problem="needs workers but no sh block of them is above")
+            return Block(line, code, needs=needs, commands=commands)
         return Block(line, code, needs=needs)
     return Block(line, code, problem=f"unknown readme-test marker {kind!r}")
 
@@ -91,18 +104,30 @@ def readme_blocks(text: str) -> list[Block]:
     lines = text.splitlines()
     blocks = []
     index = 0
+    commands: tuple[str, ...] = ()  # of the last sh block, if it came just before
     while index < len(lines):
-        if lines[index].strip() != "```python":
+        fence = lines[index].strip()
+        if fence not in ("```python", "```sh"):
+            if fence.startswith("```"):
+                commands = ()
             index += 1
             continue
         end = index + 1
         while end < len(lines) and lines[end].strip() != "```":
             end += 1
         if end == len(lines):
-            raise AssertionError(f"README.md:{index + 1}: a python block that never ends")
+            raise AssertionError(f"README.md:{index + 1}: a {fence[3:]} block that never ends")
         code = "\n".join(lines[index + 1 : end]) + "\n"
-        marker = lines[index - 1] if index > 0 else ""
-        blocks.append(_marked(index + 2, code, marker))
+        if fence == "```sh":
+            commands = tuple(
+                command
+                for command in code.replace("\\\n", " ").splitlines()
+                if command.startswith("shardline worker ")
+            )
+        else:
+            marker = lines[index - 1] if index > 0 else ""
+            blocks.append(_marked(index + 2, code, marker, commands))
+            commands = ()
         index = end + 1
     return blocks
 
@@ -159,12 +184,51 @@ def servers_for(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
         cluster: PicodataCluster = request.getfixturevalue("picodata_cluster")
         cluster.reset()
         replacements[PICODATA_DSN] = cluster.dsn
+    if "workers" in block.needs:
+        etcd = request.getfixturevalue("etcd")
+        replacements[WORKERS_ETCD] = f"127.0.0.1:{etcd.client_port}"
+        folder: Path = request.getfixturevalue("folder")
+        for command in block.commands:
+            start_worker(command.replace(WORKERS_ETCD, replacements[WORKERS_ETCD]), folder, request)
     return replacements
+
+
+def start_worker(command: str, folder: Path, request: pytest.FixtureRequest) -> None:
+    """Runs the README's ``shardline worker`` command (at ``--address 127.0.0.1:0``) from
+    ``folder`` until the test ends; returns once it printed its record."""
+    arguments = shlex.split(command)[1:]
+    arguments[arguments.index("--address") + 1] = "127.0.0.1:0"
+    errors = folder / f"worker-{len(list(folder.glob('worker-*.err')))}.err"
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("shardline")), *arguments],
+            cwd=folder,
+            env={**os.environ, "XDG_RUNTIME_DIR": str(folder)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+
+    def stop() -> None:
+        process.terminate()
+        try:
+            process.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+
+    request.addfinalizer(stop)
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], TIMEOUT)
+    assert ready, f"{command!r} printed no record within {TIMEOUT} s: {errors.read_text()}"
+    assert process.stdout.readline(), f"{command!r} exited: {errors.read_text()}"
 
 
 def test_the_readme_has_its_examples() -> None:
     assert len(BLOCKS) >= 10
-    assert {"etcd", "picodata"} <= {need for block in BLOCKS for need in block.needs}
+    assert {"workers", "picodata"} <= {need for block in BLOCKS for need in block.needs}
     assert any(block.file for block in BLOCKS)
 
 
@@ -205,6 +269,7 @@ def test_the_routed_sql_example_writes_on_the_owning_master(
         ("<!-- readme-test: skip -->", "x = 1\n", "cannot read"),
         ("<!-- readme-test: skip it -->", "x = 1\n", "unknown readme-test marker 'skip'"),
         ("<!-- readme-test: file ../x.py -->", "x = 1\n", "relative path"),
+        ("<!-- readme-test: needs workers -->", "x = '10.0.0.1:2379'\n", "no sh block"),
     ],
 )
 def test_a_marker_the_test_cannot_honour_fails_the_block(
