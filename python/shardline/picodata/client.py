@@ -17,7 +17,7 @@ from shardline._extras import requires_extra
 with requires_extra("pg", __name__):
     import asyncpg
 
-from shardline._core import Instance, Topology, WorkerPool
+from shardline._core import Instance, RouteExplanation, Topology, WorkerPool
 from shardline._tasks import cancel_and_wait
 from shardline.checks import check_count, check_seconds
 from shardline.errors import (
@@ -25,7 +25,9 @@ from shardline.errors import (
     InstanceUnavailable,
     InvalidAddress,
     InvalidArgument,
+    NotPicodata,
     NoWorkersAvailable,
+    TierWithoutBuckets,
     UnknownTier,
 )
 from shardline.host_port import split_host_port
@@ -69,6 +71,19 @@ and its replicas the reads), so a long query would pass for a stall. A query pas
 deadline is the stall signal here."""
 
 _NO_KEY: Any = object()
+
+_NOT_ONLINE = "master-not-online"
+_NO_ADDRESS = "no-address"
+
+_OTHER_TIER = "other-tier"
+"""The fallback reason of a query sent to another tier because none of its own could be
+reached."""
+
+_TIERS_QUERY = "SELECT * FROM _pico_tier"
+
+_DEFAULT_TIER = "default"
+"""The default tier's name before Picodata 26.1 (``src/tier.rs`` ``DEFAULT_TIER``), and the
+default tier when no ``_pico_tier`` row says ``is_default``."""
 
 _T_co = TypeVar("_T_co", covariant=True)
 
@@ -228,7 +243,7 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
 def connect(
     dsn: str,
     *,
-    tier: str,
+    tier: str | None = None,
     pool_size: int = 16,
     acquire_timeout: float = 5.0,
     route_wait: float = 1.0,
@@ -245,7 +260,12 @@ def connect(
     Args:
         dsn: a ``postgresql://`` URL of any instance's pgproto port; its user, password,
             database and TLS settings (``sslmode``, …) are used for every instance.
-        tier: the tier ``key=`` routes in (a :class:`ShardingKey` carries its own).
+        tier: the client's tier: the tier ``key=`` routes in (a :class:`ShardingKey` carries
+            its own), whose instances serve the queries without a key. Default: the cluster's
+            default tier, as Picodata defines it: the ``_pico_tier`` row whose ``is_default``
+            is true (Picodata 26.1 and later: the first tier of the cluster's configuration),
+            else the tier named ``"default"`` (earlier versions). A tier without buckets (an
+            arbiter tier) is refused.
         pool_size: the most connections open to one instance (opened on demand, so a light
             load holds fewer; 16 lets 16 queries in flight on one master run without waiting).
         acquire_timeout: seconds a query waits for a connection of a busy instance (or for
@@ -265,7 +285,10 @@ def connect(
         timeout: the deadline in seconds of every query made without ``timeout=`` (see
             :data:`DEFAULT_TIMEOUT` and the class); finite.
 
-    Raises ``ValueError`` naming the argument for an invalid one.
+    Raises ``ValueError`` naming the argument for an invalid one. Awaiting the client raises
+    :class:`~shardline.errors.NotPicodata` if the DSN's server has no Picodata catalog (a plain
+    PostgreSQL), :class:`~shardline.errors.UnknownTier` for a tier the catalog does not have,
+    :class:`~shardline.errors.TierWithoutBuckets` for an arbiter tier.
     """
     return Client(
         dsn,
@@ -293,7 +316,11 @@ class Client:
       goes to a replica, and never to another instance because the master's connections are
       busy: it waits up to ``acquire_timeout`` (counted), then raises
       :class:`~shardline.errors.PoolTimeout`.
-    - No key: any online instance, in turn (the server routes the query).
+    - No key: the online instances of the client's tier, in turn (the server routes the
+      query); only when none of them can be reached (or none is online), the online instances
+      of the other tiers (counted in ``stats().fallbacks["other tier"]``, warned about at most
+      once a minute). An arbiter tier's instances (a tier of bucket count 0: they hold no
+      data) are never contacted.
     - A key without a route (the map was cleared, the range or the master is unknown or not
       online) triggers a poll of the catalog and waits for it up to ``route_wait``, then
       routes again; if there is still no route, the query goes to any online instance
@@ -378,7 +405,7 @@ class Client:
         self,
         dsn: str,
         *,
-        tier: str,
+        tier: str | None = None,
         pool_size: int = 16,
         acquire_timeout: float = 5.0,
         route_wait: float = 1.0,
@@ -389,12 +416,13 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
-        if not isinstance(tier, str) or not tier:
-            raise ValueError(f"tier must be a non-empty str, got {tier!r}")
+        if tier is not None and (not isinstance(tier, str) or not tier):
+            raise ValueError(f"tier must be a non-empty str or None, got {tier!r}")
         if not isinstance(strict, bool):
             raise ValueError(f"strict must be a bool, got {strict!r}")
         self._dsn = dsn
-        self._tier = tier
+        # empty until the catalog's default tier is read (at the start), if not given
+        self._tier: str = tier or ""
         self._pool_size = check_count("pool_size", pool_size)
         self._acquire_timeout = check_seconds("acquire_timeout", acquire_timeout)
         self._route_wait = check_seconds("route_wait", route_wait, zero=True)
@@ -439,7 +467,9 @@ class Client:
         # replicaset uuid -> its online instances with an address: (uuid, pool), filled on
         # first use
         self._members: dict[str, list[tuple[str, InstancePool]]] = {}
+        # the online instances of the client's tier, and of every tier with buckets, by tier
         self._online: list[InstancePool] = []
+        self._online_in: dict[str, list[InstancePool]] = {}
         self._turn = 0  # of the unkeyed queries, over the online instances
         self._read_turn = 0  # of the reads, over a replicaset's replicas
         self._tables: dict[str, TableDistribution] | None = None
@@ -494,15 +524,23 @@ class Client:
             await self._source.refresh()
             tiers = self._topology.tiers
             if not tiers:
+                await self._read_tiers()  # raises NotPicodata for a server without the catalog
                 state = self._source.state
                 raise InstanceUnavailable(
                     f"cannot read the catalog at {self._catalog}: {state.last_failure}",
                     instance=None,
                     address=self._catalog,
                 )
+            if not self._tier:
+                self._tier = _default_tier(await self._read_tiers(), tiers)
             if self._tier not in tiers:
                 raise UnknownTier(
                     f"tier {self._tier!r} is not in the catalog (its tiers: {sorted(tiers)})"
+                )
+            if not tiers[self._tier]:
+                raise TierWithoutBuckets(
+                    f"tier {self._tier!r} has no buckets (bucket_count 0, an arbiter tier):"
+                    " no query can be routed in it"
                 )
         except BaseException:
             await self.close()
@@ -512,6 +550,31 @@ class Client:
         self._maintenance = loop.create_task(self._maintain())
         self._sweeper = loop.create_task(self._sweep())
         return self
+
+    async def _read_tiers(self) -> list[Any]:
+        """``_pico_tier``'s rows (every column), read over a connection of their own to the
+        DSN's server. Raises :class:`NotPicodata` if the server has no such table,
+        :class:`InstanceUnavailable` if it cannot be read."""
+        try:
+            async with asyncio.timeout(self._acquire_timeout):
+                connection = await asyncpg.connect(self._dsn, **self._connect_kwargs)
+                try:
+                    rows: list[Any] = await connection.fetch(_TIERS_QUERY)
+                finally:
+                    await connection.close()
+        except asyncpg.UndefinedTableError as error:
+            raise NotPicodata(
+                f"{self._catalog} is not a Picodata instance: it has no _pico_tier table, the"
+                f" catalog every Picodata instance serves (the server says: {error})",
+                address=self._catalog,
+            ) from error
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+            raise InstanceUnavailable(
+                f"cannot read _pico_tier at {self._catalog}: {pg_connect.message(error)}",
+                instance=None,
+                address=self._catalog,
+            ) from error
+        return rows
 
     async def close(self) -> None:
         """Stops following the catalog, waits for the queries in flight, and closes every
@@ -630,13 +693,13 @@ class Client:
             instance = self._route(tier, values)
             pool = self._pool_of(instance)
             if pool is None:
-                reason = self._why(tier, values, instance)
+                reason = self._why(tier, values)
                 self._misses[reason] += 1
                 await self._poll()
                 instance = self._route(tier, values)
                 pool = self._pool_of(instance)
                 if pool is None:
-                    pool, connection = await self._fallback(tier, values, instance, strict)
+                    pool, connection = await self._fallback(tier, values, strict)
                     self._keyed += 1
                     return pool, connection
             try:
@@ -652,16 +715,15 @@ class Client:
             return pool, connection
         raise AssertionError("unreachable")
 
-    async def _fallback(
-        self, tier: str, values: Any, instance: Instance | None, strict: bool | None
-    ) -> tuple[Any, Any]:
+    async def _fallback(self, tier: str, values: Any, strict: bool | None) -> tuple[Any, Any]:
         """No route after the wait for a poll: any online instance, or NoWorkersAvailable."""
-        reason = self._why(tier, values, instance)
-        bucket = self._topology.bucket_id(tier, values)
+        route = self._topology.explain(tier, values)
+        reason = _reason(route) or _NO_ADDRESS
+        bucket = route.bucket
         if self._strict if strict is None else strict:
             raise NoWorkersAvailable(
-                f"no route for bucket {bucket} of tier {tier!r}: {reason} (after waiting up to"
-                f" route_wait={self._route_wait} s for a poll of the catalog)"
+                f"no route for bucket {bucket} of tier {tier!r}: {reason}: {route.detail} (after"
+                f" waiting up to route_wait={self._route_wait} s for a poll of the catalog)"
             )
         self._fallbacks[reason] += 1
         self._warn(
@@ -671,7 +733,7 @@ class Client:
             tier,
             reason,
         )
-        return await self._any_connection()
+        return await self._any_connection(tier=tier)
 
     async def _read_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
         """A connection for a read of ``key``: an online replica of the owning replicaset in
@@ -681,14 +743,11 @@ class Client:
         for attempt in (1, 2):
             candidates = self._read_candidates(tier, values)
             if not candidates:
-                instance = self._route(tier, values)
-                self._misses[self._why(tier, values, instance)] += 1
+                self._misses[self._why(tier, values)] += 1
                 await self._poll()
                 candidates = self._read_candidates(tier, values)
                 if not candidates:
-                    pool, connection = await self._fallback(
-                        tier, values, self._route(tier, values), strict
-                    )
+                    pool, connection = await self._fallback(tier, values, strict)
                     self._read_only += 1
                     return pool, connection
             try:
@@ -733,19 +792,22 @@ class Client:
         self._unkeyed += 1
         return pool, connection
 
-    async def _any_connection(self, turn: int | None = None) -> tuple[Any, Any]:
-        """A connection to any online instance, starting at the one whose turn it is (or
-        ``turn``); one refresh and retry if none can be reached."""
+    async def _any_connection(
+        self, turn: int | None = None, tier: str | None = None
+    ) -> tuple[Any, Any]:
+        """A connection to an online instance of ``tier`` (default: the client's), starting at
+        the one whose turn it is (or ``turn``), with one refresh and retry; if none of the tier
+        can be reached, to an online instance of another tier with buckets (a fallback)."""
         self._sync()
+        tier = self._tier if tier is None else tier
+        last: InstanceUnavailable | None = None
         for attempt in (1, 2):
-            candidates = self._online
+            candidates = self._online_in.get(tier, [])
             if not candidates:
                 await self._poll()
-                candidates = self._online
+                candidates = self._online_in.get(tier, [])
                 if not candidates:
-                    raise NoWorkersAvailable(
-                        "no instance of the cluster is online with a pgproto address"
-                    )
+                    break
             if turn is None:
                 self._turn += 1
                 turn = self._turn
@@ -754,14 +816,38 @@ class Client:
                 return await self._first_reachable(
                     candidates[start:] + candidates[:start], redial=attempt == 2
                 )
-            except InstanceUnavailable:
-                if attempt == 2 or self._closed:
+            except InstanceUnavailable as error:
+                if self._closed:
                     self._unavailable += 1
                     raise
+                last = error
+                if attempt == 2:
+                    break
                 self._retries += 1
                 turn = None
                 await self._poll()
-        raise AssertionError("unreachable")
+        others = [pool for name, pools in self._online_in.items() if name != tier for pool in pools]
+        if not others:
+            self._unavailable += 1
+            if last is not None:
+                raise last
+            raise NoWorkersAvailable(
+                f"no instance of tier {tier!r} (nor of another tier with buckets) is online"
+                " with a pgproto address"
+            )
+        self._fallbacks[_OTHER_TIER] += 1
+        self._warn(
+            f"fallback:{_OTHER_TIER}:{tier}",
+            "no instance of tier %r can be reached: queries without a route go to other tiers",
+            tier,
+        )
+        self._turn += 1
+        start = self._turn % len(others)
+        try:
+            return await self._first_reachable(others[start:] + others[:start], redial=True)
+        except InstanceUnavailable:
+            self._unavailable += 1
+            raise
 
     async def _first_reachable(
         self, candidates: list[InstancePool], *, redial: bool
@@ -939,18 +1025,10 @@ class Client:
         self._routes.clear()
         self._pinned.clear()
 
-    def _why(self, tier: str, values: Any, instance: Instance | None) -> str:
-        """Why ``values`` has no instance to go to in ``tier`` (the reasons misses and
-        fallbacks are counted by)."""
-        if instance is not None:
-            if not instance.is_online:
-                return "master not online"
-            return "no address"
-        if not self._topology.ranges(tier):
-            return "map cleared"
-        if self._topology.owner(tier, self._topology.bucket_id(tier, values)) is None:
-            return "no range"
-        return "master unknown"
+    def _why(self, tier: str, values: Any) -> str:
+        """Why ``values`` has no instance to go to in ``tier`` now (the reasons misses and
+        fallbacks are counted by): :meth:`_reason` of the topology's explanation."""
+        return _reason(self._topology.explain(tier, values)) or _NO_ADDRESS
 
     async def _poll(self) -> None:
         """Asks for a poll and waits for it up to ``route_wait``, then reconciles the pools."""
@@ -981,12 +1059,20 @@ class Client:
             if instance is None or instance.address != pool.address:
                 del self._pools[uuid]
                 self._retire(pool)
-        online = []
+        tiers = self._topology.tiers
+        replicasets = self._topology.replicasets
+        online: dict[str, list[InstancePool]] = {}
         for _, instance in sorted(instances.items()):
+            replicaset = replicasets.get(instance.replicaset_uuid or "")
+            # an arbiter tier's instances (no buckets, no data) and those of an unknown tier
+            # are never dialled for a query
+            if replicaset is None or not tiers.get(replicaset.tier):
+                continue
             member = self._pool_of(instance)
             if member is not None:
-                online.append(member)
-        self._online = online
+                online.setdefault(replicaset.tier, []).append(member)
+        self._online_in = online
+        self._online = online.get(self._tier, [])
 
     def _members_of(self, replicaset: str) -> list[tuple[str, InstancePool]]:
         """The online members of ``replicaset`` that can be dialled, as (uuid, pool)."""
@@ -1080,21 +1166,25 @@ class Client:
         )
 
     def explain(self, key: Any, *, tier: str | None = None) -> Explanation:
-        """Where a query with ``key`` would go now, and why (see :class:`Explanation`).
-        ``tier`` overrides the client's tier (a :class:`ShardingKey` carries its own)."""
+        """Where a query with ``key`` would go now, and why (see :class:`Explanation`; its
+        ``str()`` reads as a few lines for people). ``tier`` overrides the client's tier (a
+        :class:`ShardingKey` carries its own).
+
+        Implementation notes:
+            The chain (bucket, range, replicaset, master, the reason of a miss) is
+            :meth:`shardline.Topology.explain`'s, read once; the client adds what only it
+            knows: whether it can dial that master (online, with a valid address), and the
+            health of the replicaset's instances."""
         key_tier, values = self._split(key)
         if tier is not None and not isinstance(key, ShardingKey):
             key_tier = tier
-        topology = self._topology
-        epoch = topology.epoch(key_tier)  # read first: the range is as new or newer
-        bucket = topology.bucket_id(key_tier, values)
-        found = topology.bucket_range(key_tier, bucket)
-        owner = found.replicaset_uuid if found is not None else None
-        replicaset = topology.replicasets.get(owner) if owner is not None else None
-        master_uuid = replicaset.current_master_uuid if replicaset is not None else None
-        master = topology.instances.get(master_uuid) if master_uuid is not None else None
-        instance = self._route(key_tier, values)
-        routable = self._pool_of(instance) is not None
+        route = self._topology.explain(key_tier, values)
+        routable = self._pool_of(route.routed) is not None
+        found = route.range
+        replicaset = route.replicaset
+        master = route.master
+        master_uuid = route.master_uuid
+        owner = route.replicaset_uuid
         master_pool = self._pools.get(master_uuid) if master_uuid is not None else None
         members = (
             [p for _, p in self._members_of(owner)] if owner is not None and self._started else []
@@ -1103,25 +1193,60 @@ class Client:
             members.append(master_pool)
         return Explanation(
             tier=key_tier,
-            bucket=bucket,
+            bucket=route.bucket,
             range=(found.start, found.end) if found is not None else None,
             replicaset=owner,
             replicaset_name=replicaset.name if replicaset is not None else None,
             master=master_uuid,
             master_name=master.name if master is not None else None,
-            address=master.address if master is not None else None,
-            state=master.current_state if master is not None else None,
-            epoch=epoch,
+            address=route.master_address,
+            state=route.master_state,
+            epoch=route.epoch,
             range_epoch=found.epoch if found is not None else None,
             range_set_at=found.set_at if found is not None else None,
             range_set_by=found.set_by if found is not None else None,
             routable=routable,
-            reason=None if routable else self._why(key_tier, values, instance),
+            reason=None if routable else (_reason(route) or _NO_ADDRESS),
             master_health=(
                 self._health.health(master_pool.uid) if master_pool is not None else None
             ),
             ejected=tuple(sorted(p.uuid for p in members if self._ejected(p))),
+            detail=route.detail,
+            route=route,
         )
+
+
+def _reason(route: RouteExplanation) -> str | None:
+    """Why the client cannot send a query to what ``route`` routes to, in the core's words
+    (``map-cleared``, ``no-range``, ``replicaset-unknown``, ``master-unknown``) and the
+    client's own two: ``master-not-online`` (the topology routes to a master whatever its
+    state; the client dials only an online one) and ``no-address`` (no valid pgproto
+    address); None if it can be dialled."""
+    if route.reason is not None:
+        return route.reason
+    instance = route.routed
+    if instance is None or not instance.is_online:
+        return _NOT_ONLINE
+    address = instance.address
+    if address is None or not _valid_address(address):
+        return _NO_ADDRESS
+    return None
+
+
+def _default_tier(rows: list[Any], tiers: Mapping[str, int]) -> str:
+    """The cluster's default tier from ``_pico_tier``'s rows: the one whose ``is_default`` is
+    true (a column of Picodata 26.1 and later, ``src/tier.rs`` ``Tier::is_default``), else the
+    tier named ``default``. Raises :class:`UnknownTier` if neither exists."""
+    # Record.get: None when the column is absent (before 26.1) as when the value is null
+    flagged = [row["name"] for row in rows if row.get("is_default")]
+    if len(flagged) == 1:
+        return str(flagged[0])
+    if _DEFAULT_TIER in tiers:
+        return _DEFAULT_TIER
+    raise UnknownTier(
+        f"the catalog names no default tier (is_default is true for {sorted(flagged)}, and no"
+        f" tier is named {_DEFAULT_TIER!r}; its tiers: {sorted(tiers)}): pass tier="
+    )
 
 
 def _valid_address(address: str) -> bool:
