@@ -33,6 +33,15 @@ from shardline.errors import (
 from shardline.host_port import split_host_port
 from shardline.picodata.driver_shortcut import shortcut_allowed
 from shardline.picodata.instance_pool import InstancePool
+from shardline.picodata.query_metadata import (
+    MAX_STATEMENTS,
+    SESSION_SETTINGS,
+    STALE_STATEMENT,
+    UNKEYED,
+    StatementRouting,
+    metadata_supported,
+    read_notice,
+)
 from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
 from shardline.picodata.stats import ClientStats, Explanation
 from shardline.pool.health import HealthPolicy
@@ -71,6 +80,8 @@ and its replicas the reads), so a long query would pass for a stall. A query pas
 deadline is the stall signal here."""
 
 _NO_KEY: Any = object()
+_UNLEARNED: Any = object()  # a statement text whose metadata has not come yet
+_RAISE: Any = object()  # an error that is the caller's: nothing to send again
 
 _NOT_ONLINE = "master-not-online"
 _NO_ADDRESS = "no-address"
@@ -80,6 +91,15 @@ _OTHER_TIER = "other-tier"
 reached."""
 
 _TIERS_QUERY = "SELECT * FROM _pico_tier"
+_VERSIONS_QUERY = "SELECT picodata_version FROM _pico_instance"
+
+_FORWARD_REFUSAL = 'cannot satisfy "forward = off"'
+"""What an instance's error says when ``forward=off`` refused a query whose buckets it does not
+hold (picodata/picodata ``test/int/sql/explain_forward.sql``; SQLSTATE XX000, an sbroad
+error): nothing ran."""
+
+Forward = Literal["on", "ro_to_rw", "off"]
+_FORWARDS = ("on", "ro_to_rw", "off")
 
 _DEFAULT_TIER = "default"
 """The default tier's name before Picodata 26.1 (``src/tier.rs`` ``DEFAULT_TIER``), and the
@@ -176,9 +196,18 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
         **options: Any,
     ) -> Any:
         if key is _NO_KEY:
-            online = self._online
-            self._turn += 1
-            pool = online[self._turn % len(online)] if online else None
+            routing = self._statements.get(query, self._unlearned) if args else UNKEYED
+            if routing is UNKEYED:
+                online = self._online
+                self._turn += 1
+                pool = online[self._turn % len(online)] if online else None
+            elif routing is _UNLEARNED or (values := routing.values(args)) is None:
+                pool = None  # the slow path learns the statement, or sends it unkeyed
+            else:  # routed by the statement's metadata, as key= would be
+                key = routing
+                pool = (
+                    None if read_only else self._routes.get(id(self._route(routing.tier, values)))
+                )
         elif read_only:
             pool = None
         elif key.__class__ is ShardingKey:
@@ -197,10 +226,12 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
                 self._unkeyed += 1
             else:
                 self._keyed += 1
+                if key.__class__ is StatementRouting:
+                    self._from_metadata += 1
             direct = shortcut and not options
             started = 0
         else:
-            pool, connection = await self._connection(key, read_only, strict)
+            pool, connection, key = await self._connection(key, read_only, strict, query, args)
             direct = False
             started = self._report_start(pool) if pool.watched else 0
         # the client's deadline, kept by its sweeper, unless the driver's timeout bounds it
@@ -220,10 +251,19 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
             else:
                 result = await run(connection, query, *args, timeout=timeout, **options)
         except BaseException as error:
+            if isinstance(error, asyncpg.PostgresError) and not connection.is_closed():
+                again = self._resend(error, connection, key, query)
+            else:
+                again = _RAISE
             raised = self._failed(
                 pool, connection, error, started, key is not _NO_KEY and not read_only, timeout
             )
             if raised is None:
+                if again is not _RAISE:
+                    await self._poll_if_refused(error)
+                    return await self._rerun(
+                        run, query, args, again, read_only, strict, timeout, options
+                    )
                 raise
             raise raised from error
         if started:
@@ -252,6 +292,8 @@ def connect(
     connect_kwargs: Mapping[str, Any] | None = None,
     warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
     timeout: float = DEFAULT_TIMEOUT,
+    query_metadata: bool | None = None,
+    forward: Forward | None = None,
 ) -> Client:
     """A client of the Picodata cluster whose catalog ``dsn`` reaches; use it as
     ``async with connect(...) as db:`` or ``db = await connect(...)`` (then ``await
@@ -284,6 +326,17 @@ def connect(
             never (see :meth:`~shardline.topology.sources.TopologySource.run`).
         timeout: the deadline in seconds of every query made without ``timeout=`` (see
             :data:`DEFAULT_TIMEOUT` and the class); finite.
+        query_metadata: whether the instance sessions ask for Picodata's query metadata
+            (``pico_query_metadata``) and stale-statement errors (``pico_stmt_invalidation``),
+            which route a query with arguments and no ``key=`` by the arguments that make its
+            sharding key (see the class). ``None``: when every instance of the catalog runs
+            Picodata 26.1 or later (``_pico_instance.picodata_version``), the first release
+            that has them; a plain PostgreSQL refuses these startup parameters.
+        forward: Picodata's ``forward`` option (26.2) for every query of the client's sessions
+            (sent in the startup ``options``): ``"off"`` makes an instance refuse a query
+            whose buckets are not its own, so a query routed to a master that no longer owns
+            the key is refused (not run) and sent once more to the new owner (see the class).
+            ``None`` leaves the server's default (``"on"``).
 
     Raises ``ValueError`` naming the argument for an invalid one. Awaiting the client raises
     :class:`~shardline.errors.NotPicodata` if the DSN's server has no Picodata catalog (a plain
@@ -301,6 +354,8 @@ def connect(
         connect_kwargs=connect_kwargs,
         warn_empty_after=warn_empty_after,
         timeout=timeout,
+        query_metadata=query_metadata,
+        forward=forward,
     )
 
 
@@ -316,7 +371,15 @@ class Client:
       goes to a replica, and never to another instance because the master's connections are
       busy: it waits up to ``acquire_timeout`` (counted), then raises
       :class:`~shardline.errors.PoolTimeout`.
-    - No key: the online instances of the client's tier, in turn (the server routes the
+    - No key, with arguments: a statement whose query metadata (Picodata's NOTICE to its
+      Parse, see :mod:`shardline.picodata.query_metadata`) names the parameters that make its
+      sharding key (a single-row ``INSERT ... VALUES``, say) is routed as ``key=`` those
+      arguments would be, in the statement's tier (counted in ``stats().from_metadata``
+      besides ``routed["keyed"]``). The first execution of a statement text prepares it on an
+      instance of the tier to learn its metadata, then routes; the metadata is kept by
+      statement text. ``key=`` wins when given; a statement whose metadata names no
+      parameter (a ``SELECT``, several rows, a key given as a literal) goes as below.
+    - No key otherwise: the online instances of the client's tier, in turn (the server routes the
       query); only when none of them can be reached (or none is online), the online instances
       of the other tiers (counted in ``stats().fallbacks["other tier"]``, warned about at most
       once a minute). An arbiter tier's instances (a tier of bucket count 0: they hold no
@@ -414,12 +477,20 @@ class Client:
         connect_kwargs: Mapping[str, Any] | None = None,
         warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
         timeout: float = DEFAULT_TIMEOUT,
+        query_metadata: bool | None = None,
+        forward: Forward | None = None,
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
         if tier is not None and (not isinstance(tier, str) or not tier):
             raise ValueError(f"tier must be a non-empty str or None, got {tier!r}")
         if not isinstance(strict, bool):
             raise ValueError(f"strict must be a bool, got {strict!r}")
+        if query_metadata is not None and not isinstance(query_metadata, bool):
+            raise ValueError(f"query_metadata must be a bool or None, got {query_metadata!r}")
+        if forward is not None and forward not in _FORWARDS:
+            raise ValueError(f"forward must be one of {_FORWARDS} or None, got {forward!r}")
+        self._query_metadata = query_metadata
+        self._forward = forward
         self._dsn = dsn
         # empty until the catalog's default tier is read (at the start), if not given
         self._tier: str = tier or ""
@@ -445,7 +516,10 @@ class Client:
             )
         # the same credentials, TLS and settings for the catalog and every instance
         kwargs = pg_connect.connect_kwargs(given, dsn_settings)
-        self._connect_kwargs = {**kwargs, "timeout": timeout}
+        # the catalog's own connections; the instances' get Picodata's session settings too
+        self._catalog_kwargs = {**kwargs, "timeout": timeout}
+        self._connect_kwargs = self._catalog_kwargs
+        self._dsn_options = dsn_settings.get("options")
 
         self._topology = Topology()
         self._route = self._topology.route
@@ -473,6 +547,14 @@ class Client:
         self._turn = 0  # of the unkeyed queries, over the online instances
         self._read_turn = 0  # of the reads, over a replicaset's replicas
         self._tables: dict[str, TableDistribution] | None = None
+        # statement text -> how its executions are routed (from its query metadata)
+        self._statements: dict[str, StatementRouting] = {}
+        # what the hot path takes a statement it has no metadata of for: one to learn, or,
+        # without query metadata, an unkeyed one
+        self._unlearned: Any = UNKEYED
+        self._from_metadata = 0
+        self._reprepared = 0
+        self._forward_repaired = 0
 
         self._keyed = 0
         self._read_only = 0
@@ -524,15 +606,22 @@ class Client:
             await self._source.refresh()
             tiers = self._topology.tiers
             if not tiers:
-                await self._read_tiers()  # raises NotPicodata for a server without the catalog
+                await self._read_catalog()  # raises NotPicodata for a server without it
                 state = self._source.state
                 raise InstanceUnavailable(
                     f"cannot read the catalog at {self._catalog}: {state.last_failure}",
                     instance=None,
                     address=self._catalog,
                 )
-            if not self._tier:
-                self._tier = _default_tier(await self._read_tiers(), tiers)
+            if not self._tier or self._query_metadata is None:
+                rows, versions = await self._read_catalog()
+                if not self._tier:
+                    self._tier = _default_tier(rows, tiers)
+                if self._query_metadata is None:
+                    self._query_metadata = metadata_supported(versions)
+            self._connect_kwargs = self._session_kwargs()
+            if self._query_metadata:
+                self._unlearned = _UNLEARNED
             if self._tier not in tiers:
                 raise UnknownTier(
                     f"tier {self._tier!r} is not in the catalog (its tiers: {sorted(tiers)})"
@@ -551,15 +640,17 @@ class Client:
         self._sweeper = loop.create_task(self._sweep())
         return self
 
-    async def _read_tiers(self) -> list[Any]:
-        """``_pico_tier``'s rows (every column), read over a connection of their own to the
-        DSN's server. Raises :class:`NotPicodata` if the server has no such table,
-        :class:`InstanceUnavailable` if it cannot be read."""
+    async def _read_catalog(self) -> tuple[list[Any], list[Any]]:
+        """``_pico_tier``'s rows (every column) and the instances' ``picodata_version``, read
+        over a connection of their own to the DSN's server. Raises :class:`NotPicodata` if
+        the server has no ``_pico_tier``, :class:`InstanceUnavailable` if it cannot be
+        read."""
         try:
             async with asyncio.timeout(self._acquire_timeout):
-                connection = await asyncpg.connect(self._dsn, **self._connect_kwargs)
+                connection = await asyncpg.connect(self._dsn, **self._catalog_kwargs)
                 try:
                     rows: list[Any] = await connection.fetch(_TIERS_QUERY)
+                    versions = [row[0] for row in await connection.fetch(_VERSIONS_QUERY)]
                 finally:
                     await connection.close()
         except asyncpg.UndefinedTableError as error:
@@ -574,7 +665,21 @@ class Client:
                 instance=None,
                 address=self._catalog,
             ) from error
-        return rows
+        return rows, versions
+
+    def _session_kwargs(self) -> dict[str, Any]:
+        """``asyncpg.connect``'s arguments for an instance: the catalog's, with Picodata's
+        session settings (query metadata, ``forward`` in ``options`` beside the DSN's)."""
+        settings = dict(self._catalog_kwargs["server_settings"])
+        if self._query_metadata:
+            settings.update(SESSION_SETTINGS)
+        if self._forward is not None:
+            # Picodata reads options as name=value pairs separated by commas
+            # (src/pgproto/client/startup.rs); the DSN's own options stay in front
+            options = settings.get("options", self._dsn_options)
+            forward = f"forward={self._forward}"
+            settings["options"] = f"{options},{forward}" if options else forward
+        return {**self._catalog_kwargs, "server_settings": settings}
 
     async def close(self) -> None:
         """Stops following the catalog, waits for the queries in flight, and closes every
@@ -673,15 +778,120 @@ class Client:
     )
 
     async def _connection(
-        self, key: Any, read_only: bool, strict: bool | None
-    ) -> tuple[InstancePool, Any]:
-        """(pool, connection) for a query the hot path could not serve (see
-        :func:`_query_method`)."""
+        self, key: Any, read_only: bool, strict: bool | None, query: str, args: tuple[Any, ...]
+    ) -> tuple[InstancePool, Any, Any]:
+        """(pool, connection, key) for a query the hot path could not serve (see
+        :func:`_query_method`); ``key`` is the statement's :class:`StatementRouting` when its
+        metadata routes it."""
+        if key is _NO_KEY and args and self._query_metadata:
+            routing = self._statements.get(query)
+            if routing is None:
+                routing = await self._learn(query)
+            if routing.values(args) is not None:
+                key = routing
         if key is _NO_KEY:
-            return await self._unkeyed_connection()
+            return (*await self._unkeyed_connection(), key)
+        target = key
+        if key.__class__ is StatementRouting:
+            values = key.values(args)
+            target = ShardingKey("", key.tier, values if len(key.positions) > 1 else (values,))
         if read_only:
-            return await self._read_connection(key, strict)
-        return await self._keyed_connection(key, strict)
+            pool, connection = await self._read_connection(target, strict)
+        else:
+            pool, connection = await self._keyed_connection(target, strict)
+        if target is not key:
+            self._from_metadata += 1
+        return pool, connection, key
+
+    def _resend(self, error: BaseException, connection: Any, key: Any, query: str) -> Any:
+        """The key to send ``query`` once more with after the server answered ``error`` and
+        ran nothing (``_NO_KEY``: as a query without a key), or ``_RAISE`` to raise it: a
+        stale statement (42999) is prepared again (statement caches dropped, its metadata
+        forgotten, so the resend learns it anew); a routed query an instance refused under
+        ``forward=off`` (not its bucket) goes to the owner after a poll. Counts what it
+        resends."""
+        sqlstate = getattr(error, "sqlstate", None)
+        if sqlstate == STALE_STATEMENT and self._query_metadata:
+            # a DDL made the statements stale on every instance: the idle connections forget
+            # theirs too, so that the resend prepares afresh wherever it lands (what the
+            # public reload_schema_state() does to a connection outside an asyncpg pool,
+            # without its yield; a connection in use finds out on its own)
+            connection._drop_local_statement_cache()
+            for pool in self._pools.values():
+                for idle in pool.idle:
+                    idle._drop_local_statement_cache()
+            self._statements.pop(query, None)
+            self._reprepared += 1
+            return _NO_KEY if key.__class__ is StatementRouting else key
+        if key is not _NO_KEY and _FORWARD_REFUSAL in str(getattr(error, "message", "")):
+            self._forward_repaired += 1
+            return key
+        return _RAISE
+
+    async def _poll_if_refused(self, error: BaseException) -> None:
+        """After a ``forward=off`` refusal, the map is stale: waits for a poll (as a miss
+        does, up to ``route_wait``)."""
+        if getattr(error, "sqlstate", None) != STALE_STATEMENT:
+            await self._poll()
+
+    async def _rerun(
+        self,
+        run: Callable[..., Awaitable[Any]],
+        query: str,
+        args: tuple[Any, ...],
+        key: Any,
+        read_only: bool,
+        strict: bool | None,
+        timeout: float | None,
+        options: Mapping[str, Any],
+    ) -> Any:
+        """Runs the query once more, on the slow path, with no further resend: a second
+        refusal is the caller's."""
+        pool, connection, key = await self._connection(key, read_only, strict, query, args)
+        started = self._report_start(pool) if pool.watched else 0
+        pool.lent[connection] = self._tick if timeout is None else None
+        try:
+            result = await run(connection, query, *args, timeout=timeout, **options)
+        except BaseException as error:
+            raised = self._failed(
+                pool, connection, error, started, key is not _NO_KEY and not read_only, timeout
+            )
+            if raised is None:
+                raise
+            raise raised from error
+        if started:
+            self._finish(pool, started, _SUCCESS)
+        pool.release(connection)
+        return result
+
+    async def _learn(self, query: str) -> StatementRouting:
+        """Prepares ``query`` on an instance of the client's tier so that its query metadata
+        arrives (:meth:`_on_notice`), and returns how it is routed (:data:`UNKEYED` if no
+        metadata came). Raises what preparing raises (a SQL error is the query's)."""
+        pool, connection = await self._any_connection()
+        pool.lent[connection] = None  # not the sweeper's: bounded here
+        try:
+            async with asyncio.timeout(self._timeout):
+                await connection.prepare(query)
+        except BaseException as error:
+            raised = self._failed(pool, connection, error, 0, False, self._timeout)
+            if raised is None:
+                raise
+            raise raised from error
+        pool.release(connection)
+        # the notice came before ParseComplete: its listener ran before prepare() returned
+        return self._statements.setdefault(query, UNKEYED)
+
+    def _on_notice(self, connection: Any, message: Any) -> None:
+        """asyncpg's log listener of every instance connection: keeps the query metadata a
+        Parse was answered with."""
+        found = read_notice(message.message or "", self._topology.tiers, self._tier)
+        if found is None:
+            return
+        query, routing = found
+        if len(self._statements) >= MAX_STATEMENTS:
+            self._statements.clear()
+        self._statements[query] = routing
 
     async def _keyed_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
         """A connection to the master serving ``key``, after the waits, fallbacks and the one
@@ -1038,7 +1248,10 @@ class Client:
         self._sync()
 
     async def _dial(self, host: str, port: int) -> Any:
-        return await asyncpg.connect(self._dsn, host=host, port=port, **self._connect_kwargs)
+        connection = await asyncpg.connect(self._dsn, host=host, port=port, **self._connect_kwargs)
+        if self._query_metadata:
+            connection.add_log_listener(self._on_notice)
+        return connection
 
     def _sync(self) -> None:
         """Reconciles the pools with the topology's instances, if its membership moved since
@@ -1163,6 +1376,9 @@ class Client:
             ejections=ejections,
             readmissions=readmissions,
             ejected=ejected,
+            from_metadata=self._from_metadata,
+            reprepared=self._reprepared,
+            forward_repaired=self._forward_repaired,
         )
 
     def explain(self, key: Any, *, tier: str | None = None) -> Explanation:

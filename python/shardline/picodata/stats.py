@@ -72,6 +72,12 @@ class ClientStats:
     deadline (raised :class:`~shardline.errors.DeadlineExceeded`); ``ejections`` and
     ``readmissions`` the instances ejected for reads by their health and re-admitted after a
     probe query succeeded, ``ejected`` those ejected now (or waiting for their probe).
+    ``from_metadata`` counts the keyed queries whose key came from their statement's query
+    metadata (no ``key=``); ``reprepared`` the queries whose statement the server called stale
+    (SQLSTATE 42999: nothing ran) and that were prepared and run once more; ``forward_repaired``
+    the routed queries an instance refused under ``forward=off`` (not its bucket: nothing ran)
+    and that were sent once more to the owner after a poll of the catalog (a query sent again
+    counts again in ``routed``).
     """
 
     routed: Mapping[str, int]
@@ -90,6 +96,9 @@ class ClientStats:
     ejections: int
     readmissions: int
     ejected: int
+    from_metadata: int = 0
+    reprepared: int = 0
+    forward_repaired: int = 0
 
 
 @dataclass(frozen=True, slots=True)
