@@ -57,8 +57,9 @@ import decimal
 import json
 import re
 import struct
+import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -552,3 +553,29 @@ async def standin(
         for proxy in result.forwarders.values():
             await proxy.stop()
         result.catalog.close()
+
+
+@contextlib.contextmanager
+def proxies_in_thread(
+    targets: Mapping[str, int], tables: Mapping[str, Table], bucket_count: int
+) -> Iterator[dict[str, str]]:
+    """A :class:`PgprotoProxy` for each instance name → its server's port, served by an event
+    loop in a thread of its own (for code that runs elsewhere, a README block's process);
+    yields each instance's proxy address. Nothing is refused under ``forward=off``."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    proxies: dict[str, PgprotoProxy] = {}
+    try:
+        for name, port in targets.items():
+            itself = name_uuid(name)
+            proxy = PgprotoProxy(port, name, tables, lambda _, me=itself: me, bucket_count)
+            asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(10)
+            proxies[name] = proxy
+        yield {name: proxy.address for name, proxy in proxies.items()}
+    finally:
+        for proxy in proxies.values():
+            asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
