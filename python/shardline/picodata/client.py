@@ -314,8 +314,8 @@ def connect(
             a connection to open) before :class:`~shardline.errors.PoolTimeout`.
         route_wait: seconds a key without a route waits for a fresh poll of the catalog.
         strict: what a key still without a route after ``route_wait`` does: ``False`` sends
-            the query to any online instance (the server routes it), ``True`` raises
-            :class:`~shardline.errors.NoWorkersAvailable`. Each query may override it.
+            the query to an online instance of the key's tier (the server routes it), ``True``
+            raises :class:`~shardline.errors.NoWorkersAvailable`. Each query may override it.
         poll_interval: seconds between two polls of the catalog.
         connect_kwargs: more keyword arguments for ``asyncpg.connect`` of every instance
             and of the catalog's connection (``ssl=`` an ``SSLContext``,
@@ -381,13 +381,13 @@ class Client:
       parameter (a ``SELECT``, several rows, a key given as a literal) goes as below.
     - No key otherwise: the online instances of the client's tier, in turn (the server routes the
       query); only when none of them can be reached (or none is online), the online instances
-      of the other tiers (counted in ``stats().fallbacks["other tier"]``, warned about at most
+      of the other tiers (counted in ``stats().fallbacks["other-tier"]``, warned about at most
       once a minute). An arbiter tier's instances (a tier of bucket count 0: they hold no
       data) are never contacted.
     - A key without a route (the map was cleared, the range or the master is unknown or not
       online) triggers a poll of the catalog and waits for it up to ``route_wait``, then
-      routes again; if there is still no route, the query goes to any online instance
-      (counted as a fallback by reason, warned about at most once a minute per reason), or
+      routes again; if there is still no route, the query goes to an online instance of its
+      tier (counted as a fallback by reason, warned about at most once a minute per reason), or
       with ``strict`` raises :class:`~shardline.errors.NoWorkersAvailable` naming the tier,
       the bucket and why.
     - If the instance cannot be reached before the query is sent (no connection opens), the
@@ -926,7 +926,8 @@ class Client:
         raise AssertionError("unreachable")
 
     async def _fallback(self, tier: str, values: Any, strict: bool | None) -> tuple[Any, Any]:
-        """No route after the wait for a poll: any online instance, or NoWorkersAvailable."""
+        """No route after the wait for a poll: an online instance of the tier (another tier's
+        only if none of it can be reached), or NoWorkersAvailable."""
         route = self._topology.explain(tier, values)
         reason = _reason(route) or _NO_ADDRESS
         bucket = route.bucket
@@ -938,7 +939,7 @@ class Client:
         self._fallbacks[reason] += 1
         self._warn(
             f"fallback:{reason}",
-            "no route for bucket %s of tier %r (%s): queries go to any online instance",
+            "no route for bucket %s of tier %r (%s): queries go to any online instance of the tier",
             bucket,
             tier,
             reason,
