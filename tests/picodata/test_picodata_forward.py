@@ -117,3 +117,16 @@ async def test_a_second_refusal_is_the_callers(pg: PgServer) -> None:
         assert db.stats().forward_repaired == 1
         assert key not in landed(c)
         assert FORWARD_REFUSED.startswith("sbroad: invalid option")
+
+
+@pytest.mark.async_timeout(60)
+async def test_reads_go_to_the_master_under_forward_off(pg: PgServer) -> None:
+    async with standin(pg) as c:
+        key = next(k for k in range(100) if c.master_of(k) == "r1_1")
+        query = "SELECT inet_client_port()"
+        async with connect(c.url, forward="off") as db:
+            ports = [await db.fetchval(query, key=key, read_only=True) for _ in range(4)]
+            assert {c.instance_of(port) for port in ports} == {"r1_1"}
+        async with connect(c.url) as db:  # without it, the replicas in turn
+            ports = [await db.fetchval(query, key=key, read_only=True) for _ in range(4)]
+            assert {c.instance_of(port) for port in ports} == {"r1_2", "r1_3"}

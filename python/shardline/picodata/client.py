@@ -335,8 +335,9 @@ def connect(
         forward: Picodata's ``forward`` option (26.2) for every query of the client's sessions
             (sent in the startup ``options``): ``"off"`` makes an instance refuse a query
             whose buckets are not its own, so a query routed to a master that no longer owns
-            the key is refused (not run) and sent once more to the new owner (see the class).
-            ``None`` leaves the server's default (``"on"``).
+            the key is refused (not run) and sent once more to the new owner (see the class);
+            Picodata allows it with reads on the leader only, so ``read_only=True`` queries go
+            to the master too. ``None`` leaves the server's default (``"on"``).
 
     Raises ``ValueError`` naming the argument for an invalid one. Awaiting the client raises
     :class:`~shardline.errors.NotPicodata` if the DSN's server has no Picodata catalog (a plain
@@ -795,7 +796,9 @@ class Client:
         if key.__class__ is StatementRouting:
             values = key.values(args)
             target = ShardingKey("", key.tier, values if len(key.positions) > 1 else (values,))
-        if read_only:
+        # forward=off goes with read_preference leader only (Picodata's ADR): a read of a
+        # client whose sessions carry it goes to the master, as a write does
+        if read_only and self._forward != "off":
             pool, connection = await self._read_connection(target, strict)
         else:
             pool, connection = await self._keyed_connection(target, strict)
