@@ -20,6 +20,7 @@ __all__ = [
     "InvalidRecord",
     "MissingExtra",
     "NoWorkersAvailable",
+    "NotPicodata",
     "OutcomeUnknown",
     "PoolTimeout",
     "RpcError",
@@ -242,6 +243,17 @@ class InstanceUnavailable(ShardlineError, ConnectionError):
     def __init__(self, message: str, *, instance: str | None, address: str | None) -> None:
         super().__init__(message)
         self.instance = instance
+        self.address = address
+
+
+class NotPicodata(ShardlineError, ValueError):
+    """The Picodata client's DSN reaches a server that answers SQL but has no Picodata catalog
+    (no ``_pico_tier`` table): a plain PostgreSQL, most likely. Retrying will not help; the
+    message names the address and what the server said. ``address`` is the ``host:port``
+    dialled."""
+
+    def __init__(self, message: str, *, address: str | None) -> None:
+        super().__init__(message)
         self.address = address
 
 

@@ -6,8 +6,9 @@ A block runs as it is, unless the HTML comment on the line just above its fence 
 - ``<!-- readme-test: needs etcd -->``: a real etcd is started (``tests/support/etcd_server.py``)
   and the block's ``127.0.0.1:2379`` is replaced by its address;
 - ``<!-- readme-test: needs picodata -->``: the three-server stand-in cluster of
-  ``tests/support/picodata_cluster.py`` is started and reset, and the block's ``postgresql://app:
-  secret@pico-1:4327`` is replaced by its DSN;
+  ``tests/support/picodata_cluster.py`` is started and reset, each instance behind a pgproto
+  proxy of ``tests/support/pgproto_standin.py`` (Picodata 26.1's query metadata), and the
+  block's ``postgresql://app:secret@pico-1:4327`` is replaced by its DSN;
 - ``<!-- readme-test: file PATH -->``: the block is a module the next blocks import; it is
   written to ``PATH`` in the folder every block runs in (and run, like any other block);
 - ``<!-- readme-test: needs workers -->``: a real etcd is started, and the ``shardline worker``
@@ -23,6 +24,7 @@ so that a traceback's line numbers are the README's, from a folder of its own mo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -36,6 +38,7 @@ import pytest
 
 from support.etcd_server import EtcdServer
 from support.paths import ROOT
+from support.pgproto_standin import Table, proxies_in_thread
 from support.picodata_cluster import (
     BUCKET_COUNT,
     PicodataCluster,
@@ -183,6 +186,17 @@ def servers_for(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
     if "picodata" in block.needs:
         cluster: PicodataCluster = request.getfixturevalue("picodata_cluster")
         cluster.reset()
+        # Picodata 26.1's pgproto (query metadata) before each instance's server
+        ports = {name: instance.server.port for name, instance in cluster.instances.items()}
+        users = Table(columns=(("id", "integer"), ("name", "text")), key=("id",))
+        stack = contextlib.ExitStack()
+        request.addfinalizer(cluster.reset)
+        request.addfinalizer(stack.close)  # first: the proxies stop, then the catalog resets
+        addresses = stack.enter_context(proxies_in_thread(ports, {"users": users}, BUCKET_COUNT))
+        with cluster.catalog.transaction():
+            for name, address in addresses.items():
+                cluster.catalog.set_address(name, address)
+            cluster.catalog.set_raw("_pico_instance", "picodata_version", "26.1.1", "true", True)
         replacements[PICODATA_DSN] = cluster.dsn
     if "workers" in block.needs:
         etcd = request.getfixturevalue("etcd")
@@ -246,7 +260,8 @@ def test_the_routed_sql_example_writes_on_the_owning_master(
     (block,) = [block for block in BLOCKS if 'asyncio.run(main(7, "ada"))' in block.code]
     cluster = picodata_cluster
     # after reset(), rs2 (its master m2, no replica) owns the upper half of the buckets
-    row, rows, n, explanation = run_block(block, folder, servers_for(block, request)).splitlines()
+    output = run_block(block, folder, servers_for(block, request)).splitlines()
+    row, rows, n, from_metadata, *explanation = output
     assert cluster.bucket_of(7) > BUCKET_COUNT // 2
     assert cluster.where(7) == ["m2"]
     assert cluster.users("m2") == [(7, "ada")]
@@ -256,9 +271,10 @@ def test_the_routed_sql_example_writes_on_the_owning_master(
     # Picodata's distributed SQL, so the count is that one server's
     assert rows in ("[<Record count=1>]", "[<Record count=0>]")
     assert n == "1"
-    assert explanation.startswith("Explanation(tier='default', bucket=1860, range=(1501, 3000),")
-    assert "master_name='m2'" in explanation
-    assert "routable=True" in explanation
+    assert from_metadata == "1"  # the INSERT, routed by its metadata
+    assert explanation[0] == "tier 'default', bucket 1860: routable"
+    assert "bucket 1860 is in [1501, 3000]" in explanation[1]
+    assert "whose master 'm2'" in explanation[1]
 
 
 @pytest.mark.parametrize(
