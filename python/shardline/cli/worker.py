@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import shardline
 from shardline.cli.arguments import (
@@ -26,6 +26,9 @@ from shardline.discovery.protocol import Discovery
 from shardline.errors import InvalidAddress
 from shardline.host_port import split_host_port
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS
+
+if TYPE_CHECKING:
+    from shardline.transport.tls import TlsSettings
 
 __all__ = ["add_worker_command"]
 
@@ -59,6 +62,28 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
         default=DEFAULT_TRANSPORT,
         help=(
             f"MessagePack-RPC (msgpack extra) or gRPC (grpc extra) (default: {DEFAULT_TRANSPORT})"
+        ),
+    )
+    worker.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help=(
+            "serve TCP with TLS, presenting this certificate chain (with --tls-key); the"
+            " record's address then says msgpack+tls:// (grpcs:// with gRPC)"
+        ),
+    )
+    worker.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    worker.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="mutual TLS: require client certificates signed by these authorities",
+    )
+    worker.add_argument(
+        "--insecure",
+        action="store_true",
+        help=(
+            "serve plaintext on an address that is not loopback (refused otherwise: anyone who"
+            " can reach it could run every handler)"
         ),
     )
     worker.add_argument(
@@ -126,6 +151,8 @@ def _worker(args: argparse.Namespace) -> int:
         return usage_error("worker", contradiction)
     if problem := _address_problem(args.address, args.transport):
         return usage_error("worker", problem)
+    if problem := _tls_problem(args):
+        return usage_error("worker", problem)
     if args.transport == "grpc":
         # gRPC's core logs a failed bind on stderr before the exception says it again; the
         # worker reports failures itself (GRPC_VERBOSITY=debug, set by the user, still works)
@@ -152,6 +179,7 @@ async def _serve_worker(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stopping.set)
     # A ValueError is the library refusing a value given on the command line: a usage error.
     try:
+        tls = _tls_settings(args)
         discovery = _worker_discovery(args)
     except ValueError as error:
         return usage_error("worker", str(error))
@@ -168,6 +196,8 @@ async def _serve_worker(args: argparse.Namespace) -> int:
                 uid=args.uid,
                 version=shardline.__version__,
                 extra=None if args.weight is None else {"weight": args.weight},
+                tls=tls,
+                insecure=args.insecure,
             )
         except ValueError as error:
             return usage_error("worker", str(error))
@@ -279,6 +309,34 @@ def _address_problem(address: str, transport: str) -> str | None:
             " this worker at (e.g. 127.0.0.1)"
         )
     return None
+
+
+def _tls_problem(args: argparse.Namespace) -> str | None:
+    """What contradicts in the TLS options, or None."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        given, missing = (
+            ("--tls-cert", "--tls-key") if args.tls_key is None else ("--tls-key", "--tls-cert")
+        )
+        return f"{given} needs {missing}: a certificate and its private key go together"
+    if args.tls_cert is None:
+        if args.tls_ca is not None:
+            return "--tls-ca needs --tls-cert and --tls-key: the worker's own certificate"
+        return None
+    if args.insecure:
+        return "--insecure serves plaintext: it contradicts --tls-cert"
+    if args.address.startswith(("/", *_UNIX_PREFIXES)):
+        return f"--address {args.address!r} is a Unix socket, served in plaintext: no --tls-*"
+    return None
+
+
+def _tls_settings(args: argparse.Namespace) -> TlsSettings | None:
+    if args.tls_cert is None:
+        return None
+    from shardline.transport.tls import TlsSettings
+
+    settings = TlsSettings(args.tls_cert, args.tls_key, args.tls_ca)
+    settings.server_context()  # bad files are a usage error, said before anything starts
+    return settings
 
 
 def _worker_discovery(args: argparse.Namespace) -> Discovery:
