@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 
 from shardline import WorkerProxy
+from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.transport import Task, connect
 from support.certificates import Certificates, make_certificates
+from support.etcd_server import EtcdServer
+from support.etcd_server import make_certificates as make_etcd_certificates
 from support.transport_servers import WAIT, new_namespace
 from support.worker_processes import worker_process
 
@@ -54,6 +57,47 @@ async def test_a_worker_process_serves_mutual_tls_to_a_proxy(
             await discovery.aclose()
         worker.process.terminate()
         assert await worker.exit_status() == 0
+
+
+async def test_a_worker_passes_etcd_credentials_through(
+    tmp_path: Path, certificates: Certificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    # etcd over TLS, with a client certificate and a password both required
+    etcd_files = make_etcd_certificates(tmp_path)
+    with EtcdServer(certificates=etcd_files) as etcd:
+        etcd.enable_auth("root-secret")
+        monkeypatch.setenv("SHARDLINE_ETCD_PASSWORD", "root-secret")
+        namespace = new_namespace()
+        server = certificates.server
+        arguments = (
+            *("--namespace", namespace, "--address", "127.0.0.1:0", "--etcd", etcd.endpoint),
+            *("--etcd-ca", str(etcd_files.ca), "--etcd-cert", str(etcd_files.client_cert)),
+            *("--etcd-key", str(etcd_files.client_key), "--etcd-user", "root"),
+            *("--tls-cert", server.cert, "--tls-key", server.key),
+        )
+        async with worker_process(tmp_path, *arguments) as worker:
+            record = await worker.ready()
+            assert record.address.startswith("msgpack+tls://127.0.0.1:")
+            discovery = EtcdDiscovery(
+                [etcd.endpoint],
+                namespace,
+                username="root",
+                password="root-secret",
+                **etcd_files.client_options(),
+            )
+            try:
+                proxy = WorkerProxy(
+                    discovery=discovery.subscribe(),
+                    connect=functools.partial(connect, tls=certificates.dialling()),
+                )
+                async with proxy:
+                    whoami = await proxy.dispatch(Task("whoami"), timeout=WAIT)
+                    assert whoami["pid"] == worker.process.pid
+            finally:
+                await discovery.aclose()
+            worker.process.terminate()
+            assert await worker.exit_status() == 0
 
 
 def shardline_worker(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -101,6 +145,11 @@ def test_the_tls_options_contradictions_are_usage_errors(
         (
             ("--address", f"{NOT_LOOPBACK}:0", "--transport", "grpc"),
             f"refusing to serve plaintext at {NOT_LOOPBACK}",
+        ),
+        ((*loopback, "--etcd-ca", ca), "--etcd-ca applies to --etcd only"),
+        (
+            (*loopback, "--etcd", "http://127.0.0.1:1", "--etcd-user", "root"),
+            "--etcd-user needs the password in $SHARDLINE_ETCD_PASSWORD",
         ),
     ):
         done = shardline_worker(tmp_path, *arguments)

@@ -92,6 +92,18 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
         help="announce through the etcd at URL (e.g. http://127.0.0.1:2379), not LocalDiscovery",
     )
     worker.add_argument(
+        "--etcd-ca", metavar="PEM", help="etcd only: the CA that signed etcd's certificate"
+    )
+    worker.add_argument(
+        "--etcd-cert", metavar="PEM", help="etcd only: a client certificate (with --etcd-key)"
+    )
+    worker.add_argument("--etcd-key", metavar="PEM", help="etcd only: its private key")
+    worker.add_argument(
+        "--etcd-user",
+        metavar="NAME",
+        help=f"etcd only: log in as NAME, with the password in ${_ETCD_PASSWORD}",
+    )
+    worker.add_argument(
         "--uid", type=uuid.UUID, help="the worker's uid (default: a new random one)"
     )
     worker.add_argument(
@@ -147,6 +159,10 @@ def _worker(args: argparse.Namespace) -> int:
         return usage_error("worker", f"{local_only[0]} applies to LocalDiscovery, not --etcd")
     if args.etcd is None and args.ttl is not None:
         return usage_error("worker", "--ttl applies to --etcd only")
+    if args.etcd is None and (given := _etcd_credentials(args)):
+        return usage_error("worker", f"{given[0]} applies to --etcd only")
+    if args.etcd_user is not None and _ETCD_PASSWORD not in os.environ:
+        return usage_error("worker", f"--etcd-user needs the password in ${_ETCD_PASSWORD}")
     if args.etcd is None and (contradiction := _liveness_contradiction(args)):
         return usage_error("worker", contradiction)
     if problem := _address_problem(args.address, args.transport):
@@ -351,6 +367,31 @@ def _worker_discovery(args: argparse.Namespace) -> Discovery:
         return LocalDiscovery(args.namespace, **liveness)
     from shardline.discovery.etcd import EtcdDiscovery
 
+    credentials = {
+        "username": args.etcd_user,
+        "password": None if args.etcd_user is None else os.environ[_ETCD_PASSWORD],
+        "ca_cert": args.etcd_ca,
+        "cert_cert": args.etcd_cert,
+        "cert_key": args.etcd_key,
+    }
     if args.ttl is None:
-        return EtcdDiscovery([args.etcd], args.namespace)
-    return EtcdDiscovery([args.etcd], args.namespace, ttl=args.ttl)
+        return EtcdDiscovery([args.etcd], args.namespace, **credentials)
+    return EtcdDiscovery([args.etcd], args.namespace, ttl=args.ttl, **credentials)
+
+
+_ETCD_PASSWORD = "SHARDLINE_ETCD_PASSWORD"
+"""Where ``--etcd-user``'s password is read from: not an option, which ``ps`` would show."""
+
+
+def _etcd_credentials(args: argparse.Namespace) -> list[str]:
+    """The etcd credential options given."""
+    return [
+        option
+        for option, value in (
+            ("--etcd-ca", args.etcd_ca),
+            ("--etcd-cert", args.etcd_cert),
+            ("--etcd-key", args.etcd_key),
+            ("--etcd-user", args.etcd_user),
+        )
+        if value is not None
+    ]
