@@ -186,7 +186,7 @@ REFUSALS = [
         None,
         "ca",
         ("connection lost", "requires client certificates", "refuses this side's, or none"),
-        ("UNAVAILABLE",),
+        ("UNAVAILABLE", "requires client certificates", "refuses this side's, or none"),
     ),
     (
         "the client certificate has expired",
@@ -195,7 +195,7 @@ REFUSALS = [
         "expired_client",
         "ca",
         ("connection lost", "requires client certificates"),
-        ("UNAVAILABLE",),
+        ("UNAVAILABLE", "requires client certificates"),
     ),
     (
         "another CA signed the client certificate",
@@ -204,7 +204,7 @@ REFUSALS = [
         "other_client",
         "ca",
         ("connection lost", "requires client certificates"),
-        ("UNAVAILABLE",),
+        ("UNAVAILABLE", "requires client certificates"),
     ),
 ]
 

@@ -39,6 +39,8 @@ _TRANSIENT_CODES: dict[grpc.StatusCode, RpcReason] = {
 }
 # What grpc-core says when no connection to the worker could be made: nothing was written.
 _NOT_CONNECTED = "failed to connect to all addresses"
+# What grpc-core says when a TLS worker closed the connection during the handshake.
+_CLOSED = "Socket closed"
 # The trailing metadata serve_grpc sends with a status for a call whose handler did not run
 # (shardline.transport.server.NOT_STARTED, not imported: the server's module is not needed).
 _NOT_STARTED = ("shardline-started", "0")
@@ -162,6 +164,12 @@ class GrpcConnection:
                 _NOT_STARTED in tuple(error.trailing_metadata() or ())
                 or (code == grpc.StatusCode.UNAVAILABLE and _NOT_CONNECTED in details)
             )
+            if not sent and address.startswith(TLS_SCHEME) and _CLOSED in details:
+                # what gRPC says of a worker that refused this side's certificate
+                message += (
+                    " (a worker that requires client certificates closes the connection so when"
+                    " it refuses this side's, or none was given)"
+                )
             reason = _TRANSIENT_CODES.get(code)
             if reason is not None:
                 raise TransientRpcError(
