@@ -10,7 +10,7 @@ imported on first use, so one transport's dependencies are never needed for the 
 Both serve and dial TLS and mutual TLS, configured by one :class:`TlsSettings`; a worker
 refuses to serve plaintext off loopback unless told ``insecure=True``.
 ``shardline worker`` runs one worker with the handlers of
-:mod:`shardline.transport.demo_handlers`.
+:mod:`shardline.transport.demo_handlers`, or the caller's (``--handlers MODULE:ATTRIBUTE``).
 
 :class:`LocalPool` starts worker processes on this machine serving the caller's handlers,
 announced through ``LocalDiscovery``, and dispatches to them through a ``WorkerProxy``, in one
