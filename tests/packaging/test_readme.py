@@ -208,10 +208,15 @@ def servers_for(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
 
 
 def start_worker(command: str, folder: Path, request: pytest.FixtureRequest) -> None:
-    """Runs the README's ``shardline worker`` command (at ``--address 127.0.0.1:0``) from
-    ``folder`` until the test ends; returns once it printed its record."""
+    """Runs the README's ``shardline worker`` command (at ``--address 127.0.0.1:0``, without
+    its ``--tls-*`` options: the block's client sketch dials plaintext) from ``folder`` until
+    the test ends; returns once it printed its record."""
     arguments = shlex.split(command)[1:]
     arguments[arguments.index("--address") + 1] = "127.0.0.1:0"
+    for option in ("--tls-cert", "--tls-key", "--tls-ca"):
+        if option in arguments:
+            at = arguments.index(option)
+            del arguments[at : at + 2]
     errors = folder / f"worker-{len(list(folder.glob('worker-*.err')))}.err"
     with errors.open("wb") as stderr:
         process = subprocess.Popen(

@@ -72,7 +72,7 @@ def test_a_msgpack_connection_refuses_an_ipv6_host_without_brackets(
     with pytest.raises(InvalidAddress) as raised:
         MsgpackConnection(record)
     assert str(raised.value) == (
-        "a msgpack worker's address is msgpack+tcp://host:port or"
+        "a msgpack worker's address is msgpack+tcp://host:port, msgpack+tls://host:port or"
         f" msgpack+unix:///absolute/path, not {address!r}: {raised.value.reason}"
     )
     assert raised.value.reason is not None

@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import shardline
 from shardline.cli.arguments import (
@@ -27,6 +27,9 @@ from shardline.discovery.protocol import Discovery
 from shardline.errors import InvalidAddress
 from shardline.host_port import split_host_port
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS
+
+if TYPE_CHECKING:
+    from shardline.transport.tls import TlsSettings
 
 __all__ = ["add_worker_command"]
 
@@ -74,9 +77,43 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
         ),
     )
     worker.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help=(
+            "serve TCP with TLS, presenting this certificate chain (with --tls-key); the"
+            " record's address then says msgpack+tls:// (grpcs:// with gRPC)"
+        ),
+    )
+    worker.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    worker.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="mutual TLS: require client certificates signed by these authorities",
+    )
+    worker.add_argument(
+        "--insecure",
+        action="store_true",
+        help=(
+            "serve plaintext on an address that is not loopback (refused otherwise: anyone who"
+            " can reach it could run every handler)"
+        ),
+    )
+    worker.add_argument(
         "--etcd",
         metavar="URL",
         help="announce through the etcd at URL (e.g. http://127.0.0.1:2379), not LocalDiscovery",
+    )
+    worker.add_argument(
+        "--etcd-ca", metavar="PEM", help="etcd only: the CA that signed etcd's certificate"
+    )
+    worker.add_argument(
+        "--etcd-cert", metavar="PEM", help="etcd only: a client certificate (with --etcd-key)"
+    )
+    worker.add_argument("--etcd-key", metavar="PEM", help="etcd only: its private key")
+    worker.add_argument(
+        "--etcd-user",
+        metavar="NAME",
+        help=f"etcd only: log in as NAME, with the password in ${_ETCD_PASSWORD}",
     )
     worker.add_argument(
         "--uid", type=uuid.UUID, help="the worker's uid (default: a new random one)"
@@ -134,9 +171,15 @@ def _worker(args: argparse.Namespace) -> int:
         return usage_error("worker", f"{local_only[0]} applies to LocalDiscovery, not --etcd")
     if args.etcd is None and args.ttl is not None:
         return usage_error("worker", "--ttl applies to --etcd only")
+    if args.etcd is None and (given := _etcd_credentials(args)):
+        return usage_error("worker", f"{given[0]} applies to --etcd only")
+    if args.etcd_user is not None and _ETCD_PASSWORD not in os.environ:
+        return usage_error("worker", f"--etcd-user needs the password in ${_ETCD_PASSWORD}")
     if args.etcd is None and (contradiction := _liveness_contradiction(args)):
         return usage_error("worker", contradiction)
     if problem := _address_problem(args.address, args.transport):
+        return usage_error("worker", problem)
+    if problem := _tls_problem(args):
         return usage_error("worker", problem)
     if args.transport == "grpc":
         # gRPC's core logs a failed bind on stderr before the exception says it again; the
@@ -164,6 +207,7 @@ async def _serve_worker(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stopping.set)
     # A ValueError is the library refusing a value given on the command line: a usage error.
     try:
+        tls = _tls_settings(args)
         discovery = _worker_discovery(args)
     except ValueError as error:
         return usage_error("worker", str(error))
@@ -180,6 +224,8 @@ async def _serve_worker(args: argparse.Namespace) -> int:
                 uid=args.uid,
                 version=shardline.__version__,
                 extra=None if args.weight is None else {"weight": args.weight},
+                tls=tls,
+                insecure=args.insecure,
             )
         except ValueError as error:
             return usage_error("worker", str(error))
@@ -293,6 +339,34 @@ def _address_problem(address: str, transport: str) -> str | None:
     return None
 
 
+def _tls_problem(args: argparse.Namespace) -> str | None:
+    """What contradicts in the TLS options, or None."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        given, missing = (
+            ("--tls-cert", "--tls-key") if args.tls_key is None else ("--tls-key", "--tls-cert")
+        )
+        return f"{given} needs {missing}: a certificate and its private key go together"
+    if args.tls_cert is None:
+        if args.tls_ca is not None:
+            return "--tls-ca needs --tls-cert and --tls-key: the worker's own certificate"
+        return None
+    if args.insecure:
+        return "--insecure serves plaintext: it contradicts --tls-cert"
+    if args.address.startswith(("/", *_UNIX_PREFIXES)):
+        return f"--address {args.address!r} is a Unix socket, served in plaintext: no --tls-*"
+    return None
+
+
+def _tls_settings(args: argparse.Namespace) -> TlsSettings | None:
+    if args.tls_cert is None:
+        return None
+    from shardline.transport.tls import TlsSettings
+
+    settings = TlsSettings(args.tls_cert, args.tls_key, args.tls_ca)
+    settings.server_context()  # bad files are a usage error, said before anything starts
+    return settings
+
+
 def _worker_discovery(args: argparse.Namespace) -> Discovery:
     if args.etcd is None:
         from shardline.discovery.local import LocalDiscovery
@@ -305,6 +379,31 @@ def _worker_discovery(args: argparse.Namespace) -> Discovery:
         return LocalDiscovery(args.namespace, **liveness)
     from shardline.discovery.etcd import EtcdDiscovery
 
+    credentials = {
+        "username": args.etcd_user,
+        "password": None if args.etcd_user is None else os.environ[_ETCD_PASSWORD],
+        "ca_cert": args.etcd_ca,
+        "cert_cert": args.etcd_cert,
+        "cert_key": args.etcd_key,
+    }
     if args.ttl is None:
-        return EtcdDiscovery([args.etcd], args.namespace)
-    return EtcdDiscovery([args.etcd], args.namespace, ttl=args.ttl)
+        return EtcdDiscovery([args.etcd], args.namespace, **credentials)
+    return EtcdDiscovery([args.etcd], args.namespace, ttl=args.ttl, **credentials)
+
+
+_ETCD_PASSWORD = "SHARDLINE_ETCD_PASSWORD"
+"""Where ``--etcd-user``'s password is read from: not an option, which ``ps`` would show."""
+
+
+def _etcd_credentials(args: argparse.Namespace) -> list[str]:
+    """The etcd credential options given."""
+    return [
+        option
+        for option, value in (
+            ("--etcd-ca", args.etcd_ca),
+            ("--etcd-cert", args.etcd_cert),
+            ("--etcd-key", args.etcd_key),
+            ("--etcd-user", args.etcd_user),
+        )
+        if value is not None
+    ]

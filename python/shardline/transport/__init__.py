@@ -7,6 +7,8 @@ extra; the protocol is in ``docs/msgpack-rpc.md``): :func:`serve_msgpack`,
 :class:`MsgpackConnection`; and gRPC (the ``grpc`` extra; the wire format is in
 :mod:`shardline.transport.wire`): :func:`serve_grpc`, :class:`GrpcConnection`. Each is
 imported on first use, so one transport's dependencies are never needed for the other.
+Both serve and dial TLS and mutual TLS, configured by one :class:`TlsSettings`; a worker
+refuses to serve plaintext off loopback unless told ``insecure=True``.
 ``shardline worker`` runs one worker with the handlers of
 :mod:`shardline.transport.demo_handlers`, or the caller's (``--handlers MODULE:ATTRIBUTE``).
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from shardline.transport.msgpack_connection import MsgpackConnection
     from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
     from shardline.transport.server import WorkerServer, serve_grpc
+    from shardline.transport.tls import TlsSettings
 
 __all__ = [
     "DEFAULT_TRANSPORT",
@@ -42,6 +45,7 @@ __all__ = [
     "MsgpackWorkerServer",
     "RetryElsewhere",
     "Task",
+    "TlsSettings",
     "WorkerServer",
     "connect",
     "serve",
@@ -57,5 +61,6 @@ __getattr__ = lazy_exports(
         "shardline.transport.server": ["WorkerServer", "serve_grpc"],
         "shardline.transport.msgpack_connection": ["MsgpackConnection"],
         "shardline.transport.msgpack_server": ["MsgpackWorkerServer", "serve_msgpack"],
+        "shardline.transport.tls": ["TlsSettings"],
     },
 )

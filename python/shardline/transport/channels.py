@@ -21,7 +21,8 @@ logger = logging.getLogger("shardline.transport.channels")
 
 # What makes two channels interchangeable. Credentials objects compare by identity: two
 # connections share a channel only when they were given the very same credentials object.
-_Key = tuple[str, grpc.ChannelCredentials | None, int]
+# The last item is the name the worker's certificate is checked against, when not the host.
+_Key = tuple[str, grpc.ChannelCredentials | None, int, str | None]
 
 # Closes under way: asyncio holds tasks weakly, and nothing else needs to wait for them.
 _closing: set[asyncio.Task[None]] = set()
@@ -34,12 +35,14 @@ class SharedChannel(LoopShared):
         self, registry: dict[_Key, SharedChannel], key: _Key, loop: asyncio.AbstractEventLoop
     ) -> None:
         super().__init__(registry, key, loop)
-        address, credentials, max_message_bytes = key
+        address, credentials, max_message_bytes, server_hostname = key
         self.address = address
-        options = [
+        options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
         ]
+        if server_hostname is not None:
+            options.append(("grpc.ssl_target_name_override", server_hostname))
         if credentials is None:
             self.channel = grpc.aio.insecure_channel(address, options=options)
         else:
@@ -67,8 +70,12 @@ _registries: Registries[_Key, SharedChannel] = Registries(SharedChannel)
 
 
 def acquire_channel(
-    address: str, credentials: grpc.ChannelCredentials | None, max_message_bytes: int
+    address: str,
+    credentials: grpc.ChannelCredentials | None,
+    max_message_bytes: int,
+    server_hostname: str | None = None,
 ) -> SharedChannel:
     """A reference to the open channel for these settings on the running loop, made if there
-    is none."""
-    return _registries.acquire((address, credentials, max_message_bytes))
+    is none; ``server_hostname``: the name the worker's certificate is checked against, when
+    not the host of ``address``."""
+    return _registries.acquire((address, credentials, max_message_bytes, server_hostname))

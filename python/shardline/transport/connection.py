@@ -15,8 +15,10 @@ from shardline.errors import RpcError, RpcReason, TransientRpcError
 from shardline.transport.channels import acquire_channel
 from shardline.transport.loop_shared import release
 from shardline.transport.remote_errors import worker_error
+from shardline.transport.tls import TlsSettings
 from shardline.transport.wire import (
     MAX_MESSAGE_BYTES,
+    TLS_SCHEME,
     MalformedMessage,
     Task,
     decode_reply,
@@ -38,18 +40,24 @@ _TRANSIENT_CODES: dict[grpc.StatusCode, RpcReason] = {
 }
 # What grpc-core says when no connection to the worker could be made: nothing was written.
 _NOT_CONNECTED = "failed to connect to all addresses"
+# What grpc-core says when a TLS worker closed the connection during the handshake.
+_CLOSED = "Socket closed"
 # The trailing metadata serve_grpc sends with a status for a call whose handler did not run
 # (shardline.transport.server.NOT_STARTED, not imported: the server's module is not needed).
 _NOT_STARTED = ("shardline-started", "0")
 
 
 class GrpcConnection:
-    """A connection to the worker at ``metadata.address`` (``grpc://host:port`` or a bare
-    ``host:port``), for ``WorkerProxy(connect=...)``.
+    """A connection to the worker at ``metadata.address`` (``grpc://host:port``,
+    ``grpcs://host:port`` or a bare ``host:port``), for ``WorkerProxy(connect=...)``.
 
-    Must be made on a running event loop and used on that loop. ``credentials`` (a
-    ``grpc.ChannelCredentials``) makes the channel secure; without them it is plaintext, which
-    suits loopback. ``max_message_bytes`` bounds the requests sent and the replies accepted.
+    Must be made on a running event loop and used on that loop. A ``grpcs://`` worker is
+    reached with TLS, by ``tls`` (a :class:`~shardline.transport.tls.TlsSettings`; default
+    ``TlsSettings()``: the worker's certificate verified against the system's trust store and
+    its name checked, no client certificate); the others in plaintext, whatever ``tls``.
+    ``credentials`` (a ``grpc.ChannelCredentials``, not with ``tls``) makes the channel
+    secure, whatever the scheme. ``max_message_bytes`` bounds the requests sent and the
+    replies accepted.
     Use ``functools.partial(GrpcConnection, credentials=...)`` to give these to a proxy. An
     address with no ``host:port`` after the scheme (a port from 1 to 65535; an IPv6 host in
     brackets) is an :class:`~shardline.errors.InvalidAddress` naming it, raised here, before
@@ -102,13 +110,22 @@ class GrpcConnection:
         *,
         credentials: grpc.ChannelCredentials | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        tls: TlsSettings | None = None,
     ) -> None:
         if max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+        if tls is not None and credentials is not None:
+            raise ValueError("give GrpcConnection tls or credentials, not both")
         target = grpc_record_target(metadata.address)
+        name = None
+        if metadata.address.startswith(TLS_SCHEME) and credentials is None:
+            if tls is None:
+                tls = TlsSettings()
+            credentials = tls.grpc_channel_credentials()
+            name = tls.server_hostname
         self.metadata = metadata
         self._max_message_bytes = max_message_bytes
-        self._shared = acquire_channel(target, credentials, max_message_bytes)
+        self._shared = acquire_channel(target, credentials, max_message_bytes, name)
         self._finalizer = weakref.finalize(self, release, self._shared)
         # At exit the loop, and the channels on it, are gone already.
         self._finalizer.atexit = False
@@ -149,6 +166,12 @@ class GrpcConnection:
                 _NOT_STARTED in tuple(error.trailing_metadata() or ())
                 or (code == grpc.StatusCode.UNAVAILABLE and _NOT_CONNECTED in details)
             )
+            if not sent and address.startswith(TLS_SCHEME) and _CLOSED in details:
+                # what gRPC says of a worker that refused this side's certificate
+                message += (
+                    " (a worker that requires client certificates closes the connection so when"
+                    " it refuses this side's, or none was given)"
+                )
             reason = _TRANSIENT_CODES.get(code)
             if reason is not None:
                 raise TransientRpcError(

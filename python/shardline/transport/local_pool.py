@@ -26,6 +26,7 @@ from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
 from shardline.transport.handlers_spec import check_spec
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
+from shardline.transport.tls import TlsSettings
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["LOOPBACK", "LocalPool"]
@@ -75,7 +76,13 @@ class LocalPool:
     ``workers`` defaults to ``os.cpu_count()``. ``transport`` names how the workers serve: one
     of :data:`~shardline.transport.TRANSPORTS`, ``"msgpack"`` (the default; on a Unix socket
     in the pool's directory) or ``"grpc"`` (on loopback TCP); the proxy reaches each worker
-    with :func:`~shardline.transport.connect`.
+    with :func:`~shardline.transport.connect`. The pool's directory is private (mode 0700)
+    and each worker's Unix socket file in it mode 0600: only this user can reach a worker.
+
+    ``tls`` (a :class:`~shardline.transport.tls.TlsSettings` with ``cert`` and ``key``, valid
+    for ``127.0.0.1`` or its ``server_hostname``) serves the workers that listen on loopback
+    TCP with TLS, and the proxy dials them with the same settings (with ``ca``, both sides
+    present and verify certificates); a worker on a Unix socket stays plaintext.
 
     Entering the block starts the processes and returns once every one of them has joined the
     proxy's pool. A worker that exits before it joined fails the start with
@@ -142,8 +149,14 @@ class LocalPool:
         timeout: float = DEFAULT_TIMEOUT,
         loadbalancer: BalancerSpec = RoundRobinLoadBalancer,
         health: HealthPolicy | None = DEFAULT_HEALTH,
+        tls: TlsSettings | None = None,
     ) -> None:
         self._spec = check_spec(handlers)
+        if tls is not None:
+            if not isinstance(tls, TlsSettings):
+                raise ValueError(f"tls must be a TlsSettings, not {tls!r}")
+            tls.server_context()  # the workers serve with it: bad files are said here
+        self._tls = tls
         self._timeout = check_seconds("timeout", timeout)
         self._loadbalancer = loadbalancer
         self._health = health
@@ -243,7 +256,7 @@ class LocalPool:
         self._subscription = self._discovery.subscribe()
 
         def connect_and_keep(metadata: WorkerMetadata) -> Connection:
-            made = connect(metadata)
+            made = connect(metadata) if self._tls is None else connect(metadata, tls=self._tls)
             self._connections.append(made)
             return made
 
@@ -314,6 +327,14 @@ class LocalPool:
             for entry in sys.path
             if isinstance(entry, str)
         )
+        address = self._address(uid)
+        tls_files = []
+        if self._tls is not None and not address.startswith("/"):
+            assert self._tls.cert is not None
+            assert self._tls.key is not None
+            tls_files = ["--tls-cert", self._tls.cert, "--tls-key", self._tls.key]
+            if self._tls.ca is not None:
+                tls_files += ["--tls-ca", self._tls.ca]
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -322,9 +343,10 @@ class LocalPool:
             "--namespace", self._namespace,
             "--directory", self._directory,
             "--transport", self._transport,
-            "--address", self._address(uid),
+            "--address", address,
             "--uid", str(uid),
             "--grace", repr(self._stop_grace),
+            *tls_files,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

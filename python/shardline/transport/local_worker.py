@@ -1,9 +1,11 @@
 """The worker process a :class:`~shardline.transport.LocalPool` starts.
 
 ``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
---directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS`` imports the
+--directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS [--tls-cert
+PEM --tls-key PEM [--tls-ca PEM]]`` imports the
 mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at ``ADDRESS`` (a Unix
-socket's path or loopback ``host:port``) over the named transport and
+socket's path or loopback ``host:port``) over the named transport (with TLS when given the
+files of a :class:`~shardline.transport.tls.TlsSettings`) and
 announces the worker through ``LocalDiscovery(NS, directory=DIR)`` with the record uid
 ``UID``. It runs until SIGTERM, or until its standard input reaches end of file, which is how
 it learns that the process that started it is gone: it then withdraws its record and stops
@@ -47,6 +49,7 @@ from shardline.transport.event_loop import run
 from shardline.transport.handlers_spec import HandlersSpecError, load_handlers
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
+from shardline.transport.tls import TlsSettings
 
 __all__ = ["main"]
 
@@ -70,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", required=True, help="host:port, or a Unix socket's path")
     parser.add_argument("--uid", required=True, type=uuid.UUID, help="the record's uid")
     parser.add_argument("--grace", required=True, type=float, help="seconds to drain calls")
+    parser.add_argument("--tls-cert", help="serve TLS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", help="the private key of --tls-cert (PEM)")
+    parser.add_argument("--tls-ca", help="require client certificates signed by these (PEM)")
     return parser
 
 
@@ -117,6 +123,9 @@ async def _serve(
     with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows loops
         loop.add_signal_handler(signal.SIGTERM, stopping.set)
     watch.attach(loop, stopping)
+    tls = None
+    if args.tls_cert is not None:
+        tls = TlsSettings(args.tls_cert, args.tls_key, args.tls_ca)
     discovery: Discovery = LocalDiscovery(args.namespace, directory=args.directory)
     try:
         server = await serve(
@@ -126,6 +135,7 @@ async def _serve(
             transport=args.transport,
             uid=args.uid,
             grace=args.grace,
+            tls=tls,
         )
         try:
             await stopping.wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import weakref
 from typing import Any, cast
 
@@ -12,6 +13,7 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.loop_shared import LoopShared, Registries, release
 from shardline.transport.remote_errors import worker_error
+from shardline.transport.tls import TlsSettings
 from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
 from shardline.workers import WorkerMetadata
 
@@ -20,7 +22,7 @@ __all__ = ["MsgpackConnection"]
 logger = logging.getLogger("shardline.transport.msgpack_connection")
 
 # What makes two connections share a socket: the address and every setting.
-_Key = tuple[str, int, float, float, float]
+_Key = tuple[str, int, float, float, float, TlsSettings | None]
 
 # The reason of each error kind a caller retries elsewhere (wire.TRANSIENT_KINDS).
 _TRANSIENT_REASONS: dict[str, RpcReason] = {
@@ -34,9 +36,16 @@ _MAY_HAVE_STARTED = frozenset({wire.SHUTTING_DOWN, wire.DEADLINE})
 
 
 class MsgpackConnection:
-    """A connection to the worker at ``metadata.address`` (``msgpack+tcp://host:port`` or
-    ``msgpack+unix:///path``), for ``WorkerProxy(connect=...)``; any other address is a
-    ``ValueError``.
+    """A connection to the worker at ``metadata.address`` (``msgpack+tcp://host:port``,
+    ``msgpack+tls://host:port`` or ``msgpack+unix:///path``), for
+    ``WorkerProxy(connect=...)``; any other address is a ``ValueError``.
+
+    A ``msgpack+tls://`` worker is dialled with TLS, by ``tls`` (a
+    :class:`~shardline.transport.tls.TlsSettings`; default ``TlsSettings()``: the worker's
+    certificate verified against the system's trust store, no client certificate): the
+    worker's certificate must chain to ``tls.ca`` and name the address's host (or
+    ``tls.server_hostname``), and ``tls.cert`` is presented to a worker that requires client
+    certificates. The other addresses are dialled in plaintext, whatever ``tls``.
 
     Must be made on a running event loop and used on that loop. ``max_frame_bytes`` bounds the
     requests sent and the answers accepted; ``connect_timeout`` (seconds) bounds dialling the
@@ -53,7 +62,9 @@ class MsgpackConnection:
     started on the worker (``sent``, see :class:`~shardline.errors.RpcError`):
 
     - ``TransientRpcError`` (the worker stays pooled; the proxy tries another), not sent: the
-      worker is unreachable (refused, no socket file, ``connect_timeout`` passed), the
+      worker is unreachable (refused, no socket file, ``connect_timeout`` passed, the TLS
+      handshake failed or the worker refused this side's certificate, a worker that serves
+      TLS dialled in plaintext: each said in the message), the
       deadline passed before the request was written or the worker answered that it dropped
       the request unstarted, the worker answered ``busy``, ``unavailable`` (its handler raised
       ``RetryElsewhere``) or ``shutting_down`` for a call it never started, or this
@@ -104,6 +115,7 @@ class MsgpackConnection:
         connect_timeout: float = 5.0,
         ping_interval: float = 5.0,
         ping_timeout: float = 10.0,
+        tls: TlsSettings | None = None,
     ) -> None:
         for name, value in (
             ("max_frame_bytes", max_frame_bytes),
@@ -114,9 +126,17 @@ class MsgpackConnection:
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
         wire.record_address(metadata.address)
+        if metadata.address.startswith(wire.TLS_SCHEME):
+            if tls is None:
+                tls = TlsSettings()
+            elif not isinstance(tls, TlsSettings):
+                raise TypeError(f"tls must be a TlsSettings, not {type(tls).__name__}")
+            tls.client_context()  # bad files are said here, not at the first dispatch
+        else:
+            tls = None
         self.metadata = metadata
         self._max_frame_bytes = max_frame_bytes
-        key = (metadata.address, max_frame_bytes, connect_timeout, ping_interval, ping_timeout)
+        key = (metadata.address, max_frame_bytes, connect_timeout, ping_interval, ping_timeout, tls)
         self._shared = _registries.acquire(key)
         self._closed = False  # read on every dispatch: cheaper than the finalizer's `alive`
         self._finalizer = weakref.finalize(self, release, self._shared)
@@ -221,7 +241,10 @@ class _Shared(LoopShared):
         self, registry: dict[_Key, _Shared], key: _Key, loop: asyncio.AbstractEventLoop
     ) -> None:
         super().__init__(registry, key, loop)
-        self.address, self.max_frame_bytes, self.connect_timeout, ping_interval, ping_timeout = key
+        self.address, self.max_frame_bytes, self.connect_timeout, ping_interval, ping_timeout = key[
+            :5
+        ]
+        self.tls = key[5]
         self.where = wire.record_address(self.address)
         self.ping = (ping_interval, ping_timeout)
         self.link: _Link | None = None
@@ -305,8 +328,15 @@ class _Shared(LoopShared):
             async with asyncio.timeout(self.connect_timeout):
                 if isinstance(where, str):
                     _, link = await loop.create_unix_connection(lambda: _Link(self), where)
-                else:
+                elif self.tls is None:
                     _, link = await loop.create_connection(lambda: _Link(self), *where)
+                else:
+                    _, link = await loop.create_connection(
+                        lambda: _Link(self),
+                        *where,
+                        ssl=self.tls.client_context(),
+                        server_hostname=self.tls.server_hostname or where[0],
+                    )
                 await link.greeted
         except BaseException as error:
             if link is not None:
@@ -319,8 +349,11 @@ class _Shared(LoopShared):
                     address=self.address,
                 ) from None
             if isinstance(error, OSError):
+                what = (
+                    "TLS handshake failed" if isinstance(error, ssl.SSLError) else "cannot connect"
+                )
                 raise TransientRpcError(
-                    f"worker at {self.address}: cannot connect: {error}",
+                    f"worker at {self.address}: {what}: {error}",
                     reason="cannot-connect",
                     address=self.address,
                 ) from None
@@ -363,7 +396,21 @@ class _Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         cause = f": {exc}" if exc is not None else ""
-        address = self._shared.address
+        shared = self._shared
+        address = shared.address
+        if not self.greeted.done():
+            # a dial that failed: say the likely cause, which the worker cannot tell us
+            if shared.tls is not None:
+                cause += (
+                    " (after the TLS handshake, before the worker's hello: a worker that requires"
+                    " client certificates ends the connection so when it refuses this side's,"
+                    " or none was given)"
+                )
+            elif not isinstance(shared.where, str):
+                cause += (
+                    " (before the worker's hello: a worker served with TLS ends a plaintext"
+                    " connection so; its record would say msgpack+tls://)"
+                )
         self._fail(
             TransientRpcError(
                 f"worker at {address}: connection lost{cause}",

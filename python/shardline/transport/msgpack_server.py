@@ -34,6 +34,7 @@ from shardline.transport.serving import (
     reserve_publisher,
     type_name,
 )
+from shardline.transport.tls import HANDSHAKE_TIMEOUT, TlsSettings, check_plaintext
 from shardline.transport.wire import (
     BAD_REQUEST,
     BAD_RESULT,
@@ -60,8 +61,8 @@ _DRIFT = 1e-4
 
 class MsgpackWorkerServer(AnnouncedServer):
     """A running worker, made by :func:`serve_msgpack`. ``metadata`` is the record it
-    published; ``address`` is where it serves (``msgpack+tcp://host:port`` with the port
-    bound, or ``msgpack+unix:///path``).
+    published; ``address`` is where it serves (``msgpack+tcp://host:port`` or
+    ``msgpack+tls://host:port`` with the port bound, or ``msgpack+unix:///path``).
 
     ``await stop()`` (or leaving ``async with``) withdraws the record, then stops serving: it
     stops accepting connections, answers new dispatches ``shutting_down`` (the caller retries
@@ -118,6 +119,8 @@ async def serve_msgpack(
     max_in_flight: int = MAX_IN_FLIGHT,
     grace: float = 5.0,
     threads: int | None = None,
+    tls: TlsSettings | None = None,
+    insecure: bool = False,
 ) -> MsgpackWorkerServer:
     """Serves ``handlers`` over MessagePack-RPC at ``address`` and announces the worker through
     ``discovery``; returns once it serves and its record is published.
@@ -146,7 +149,19 @@ async def serve_msgpack(
     ``msgpack+unix:///path``; a socket file left there by a worker that died is replaced, a
     live one or any other file is an ``OSError``, and the file is removed at stop. An address
     in use is an ``OSError``; a malformed one a ``ValueError`` (a TCP one an
-    :class:`~shardline.errors.InvalidAddress`).
+    :class:`~shardline.errors.InvalidAddress`). The socket file is made mode 0600: only this
+    user can connect (serve it in a directory only this user can write to, so nobody can
+    swap it).
+
+    ``tls`` (a :class:`~shardline.transport.tls.TlsSettings` with ``cert`` and ``key``)
+    serves TCP with TLS, published as ``msgpack+tls://host:port`` (``msgpack+tls://`` is also
+    taken as ``address``); its ``ca`` requires client certificates signed by it (mutual
+    TLS). A client whose handshake fails or takes over
+    :data:`~shardline.transport.tls.HANDSHAKE_TIMEOUT` seconds is dropped before it can send
+    anything. Without ``tls``, a TCP address that is not loopback (``127.0.0.1``, ``::1``,
+    ``localhost``) is refused with ``ValueError`` unless ``insecure`` is true: anyone who can
+    reach it could run every handler. A Unix socket is always plaintext (``tls`` with one is
+    a ``ValueError``).
 
     Frames over ``max_frame_bytes`` are refused: a peer sending one is disconnected (logged
     as an error; other connections are served on), a result that would make one is answered
@@ -164,7 +179,20 @@ async def serve_msgpack(
         raise ValueError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be positive, got {max_in_flight}")
-    where = _serve_address(address)
+    where, tls_named = _serve_address(address)
+    context = None
+    if isinstance(where, str):
+        if tls is not None:
+            raise ValueError(
+                f"a Unix socket is served in plaintext (it is reached from this machine only),"
+                f" not with TLS: {address!r}"
+            )
+    elif tls is not None:
+        context = tls.server_context()
+    elif tls_named:
+        raise ValueError(f"{address!r} names TLS: serve it with tls=TlsSettings(cert=..., key=...)")
+    else:
+        await check_plaintext(*where, insecure)
     checked = check_handlers(handlers)
     publisher = free_publisher(discovery)
     state = _State(checked, max_frame_bytes, max_in_flight, handler_threads(threads))
@@ -179,6 +207,7 @@ async def serve_msgpack(
                 server = await loop.create_unix_server(lambda: _Link(state), where)
             except OSError as error:
                 raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
+            os.chmod(where, 0o600)
             status = os.stat(where)
             socket_file = (where, status.st_dev, status.st_ino)
             published = f"{wire.UNIX_SCHEME}{where}"
@@ -186,12 +215,17 @@ async def serve_msgpack(
             host, port = where
             try:
                 server = await loop.create_server(
-                    lambda: _Link(state), host, port, reuse_port=False
+                    lambda: _Link(state),
+                    host,
+                    port,
+                    reuse_port=False,
+                    ssl=context,
+                    ssl_handshake_timeout=None if context is None else HANDSHAKE_TIMEOUT,
                 )
             except OSError as error:
                 raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
             bound = server.sockets[0].getsockname()[1] if port == 0 else port
-            published = wire.tcp_address(host, bound)
+            published = wire.tcp_address(host, bound, tls=context is not None)
         metadata = WorkerMetadata(
             uid=uuid.uuid4() if uid is None else uid,
             address=published,
@@ -215,19 +249,21 @@ async def serve_msgpack(
     return MsgpackWorkerServer(server, state, metadata, publisher, socket_file, grace)
 
 
-def _serve_address(address: str) -> tuple[str, int] | str:
+def _serve_address(address: str) -> tuple[tuple[str, int] | str, bool]:
+    """Where to serve, and whether the address names TLS (``msgpack+tls://``)."""
     for prefix in (wire.UNIX_SCHEME, "unix://"):
         if address.startswith(prefix):
             address = address[len(prefix) :]
             break
     else:
-        if address.startswith(wire.TCP_SCHEME):
-            address = address[len(wire.TCP_SCHEME) :]
+        tls = address.startswith(wire.TLS_SCHEME)
+        if address.startswith((wire.TCP_SCHEME, wire.TLS_SCHEME)):
+            address = address.partition("://")[2]
         if not address.startswith("/"):
-            return split_host_port(address, any_port=True)
+            return split_host_port(address, any_port=True), tls
     if not address.startswith("/") or "\0" in address:
         raise ValueError(f"a Unix socket's address must be an absolute path, got {address!r}")
-    return address
+    return address, False
 
 
 async def _clear_stale_socket(path: str) -> None:

@@ -74,6 +74,7 @@ __all__ = [
     "RESPONSE",
     "SHUTTING_DOWN",
     "TCP_SCHEME",
+    "TLS_SCHEME",
     "TRANSIENT_KINDS",
     "UNAVAILABLE",
     "UNIX_SCHEME",
@@ -391,33 +392,37 @@ def read_error(error: Any) -> ErrorAnswer:
 
 
 TCP_SCHEME = "msgpack+tcp://"
+TLS_SCHEME = "msgpack+tls://"
+"""A worker served with TLS over TCP (see :mod:`shardline.transport.tls`)."""
 UNIX_SCHEME = "msgpack+unix://"
 
 
 def record_address(address: str) -> tuple[str, int] | str:
-    """Where a published ``msgpack+tcp://host:port`` or ``msgpack+unix:///path`` address is:
-    ``(host, port)`` (an IPv6 host without its brackets) or the socket's path;
-    :class:`~shardline.errors.InvalidAddress` (a ``ValueError``) naming it otherwise."""
+    """Where a published ``msgpack+tcp://host:port``, ``msgpack+tls://host:port`` or
+    ``msgpack+unix:///path`` address is: ``(host, port)`` (an IPv6 host without its brackets)
+    or the socket's path; :class:`~shardline.errors.InvalidAddress` (a ``ValueError``) naming
+    it otherwise."""
     reason = None
     if address.startswith(UNIX_SCHEME):
         path = address[len(UNIX_SCHEME) :]
         if path.startswith("/") and "\0" not in path:
             return path
-    elif address.startswith(TCP_SCHEME):
+    elif address.startswith((TCP_SCHEME, TLS_SCHEME)):
         try:
-            return split_host_port(address[len(TCP_SCHEME) :])
+            return split_host_port(address.partition("://")[2])
         except InvalidAddress as error:
             reason = error.reason
     raise InvalidAddress(
-        "a msgpack worker's address is msgpack+tcp://host:port or msgpack+unix:///absolute/path,"
-        f" not {address!r}" + (f": {reason}" if reason else ""),
+        "a msgpack worker's address is msgpack+tcp://host:port, msgpack+tls://host:port or"
+        f" msgpack+unix:///absolute/path, not {address!r}" + (f": {reason}" if reason else ""),
         reason=reason,
     )
 
 
-def tcp_address(host: str, port: int) -> str:
-    """The published form of a TCP worker's address, ``msgpack+tcp://host:port``."""
-    return TCP_SCHEME + join_host_port(host, port)
+def tcp_address(host: str, port: int, *, tls: bool = False) -> str:
+    """The published form of a TCP worker's address, ``msgpack+tcp://host:port``, or
+    ``msgpack+tls://host:port`` for one served with TLS."""
+    return (TLS_SCHEME if tls else TCP_SCHEME) + join_host_port(host, port)
 
 
 def keep_alive(transport: Any) -> None:

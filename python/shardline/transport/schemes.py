@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from shardline.discovery.protocol import Discovery
 from shardline.transport.serving import Handler
 from shardline.transport.wire import SCHEME as GRPC_SCHEME
+from shardline.transport.wire import TLS_SCHEME as GRPCS_SCHEME
 from shardline.workers import WorkerMetadata
 
 if TYPE_CHECKING:
@@ -42,8 +43,12 @@ async def serve(
     path as ``address``) or ``"grpc"`` (:func:`~shardline.transport.server.serve_grpc`, which
     needs the ``grpc`` extra); ``options`` are that function's keyword arguments. Any other
     ``transport`` is a ``ValueError``. The record's address carries the transport's scheme
-    (``msgpack+tcp://``, ``msgpack+unix://``, ``grpc://``), so :func:`connect` picks the
-    matching connection.
+    (``msgpack+tcp://``, ``msgpack+tls://``, ``msgpack+unix://``, ``grpc://``, ``grpcs://``),
+    so :func:`connect` picks the matching connection, with TLS when the worker serves it.
+
+    Both take ``tls=TlsSettings(cert=..., key=..., ca=...)`` (see
+    :class:`~shardline.transport.tls.TlsSettings`; with ``ca``, mutual TLS) and refuse to
+    serve plaintext at a TCP address that is not loopback unless ``insecure=True``.
     """
     if transport == "msgpack":
         from shardline.transport.msgpack_server import serve_msgpack
@@ -59,11 +64,16 @@ async def serve(
 def connect(metadata: WorkerMetadata, **options: Any) -> MsgpackConnection | GrpcConnection:
     """The connection to the worker ``metadata`` describes, by the scheme of its address:
     :class:`~shardline.transport.msgpack_connection.MsgpackConnection` for
-    ``msgpack+tcp://`` and ``msgpack+unix://``,
-    :class:`~shardline.transport.connection.GrpcConnection` for ``grpc://`` and for a bare
-    ``host:port`` (records published before addresses carried a scheme). ``options`` go to
-    the class. Made for ``WorkerProxy(connect=connect)``: one proxy can hold workers of both
-    kinds. Any other scheme is a ``ValueError`` naming the address.
+    ``msgpack+tcp://``, ``msgpack+tls://`` and ``msgpack+unix://``,
+    :class:`~shardline.transport.connection.GrpcConnection` for ``grpc://``, ``grpcs://`` and
+    for a bare ``host:port`` (records published before addresses carried a scheme).
+    ``options`` go to the class. Made for ``WorkerProxy(connect=connect)``: one proxy can hold
+    workers of both kinds. Any other scheme is a ``ValueError`` naming the address.
+
+    ``msgpack+tls://`` and ``grpcs://`` are dialled with TLS: give the caller's
+    :class:`~shardline.transport.tls.TlsSettings` as ``tls=`` (say
+    ``functools.partial(connect, tls=settings)``; without it, the system's trust store and no
+    client certificate). Workers whose records name no TLS are dialled in plaintext.
     """
     address = metadata.address
     # the connection class checks the rest of the address; this picks it without importing
@@ -72,11 +82,12 @@ def connect(metadata: WorkerMetadata, **options: Any) -> MsgpackConnection | Grp
         from shardline.transport.msgpack_connection import MsgpackConnection
 
         return MsgpackConnection(metadata, **options)
-    if address.startswith(GRPC_SCHEME) or "://" not in address:
+    if address.startswith((GRPC_SCHEME, GRPCS_SCHEME)) or "://" not in address:
         from shardline.transport.connection import GrpcConnection
 
         return GrpcConnection(metadata, **options)
     raise ValueError(
         f"worker {metadata.uid} has an address of no known transport: {address!r}"
-        f" (expected msgpack+tcp://, msgpack+unix:// or {GRPC_SCHEME})"
+        f" (expected msgpack+tcp://, msgpack+tls://, msgpack+unix://, {GRPC_SCHEME} or"
+        f" {GRPCS_SCHEME})"
     )

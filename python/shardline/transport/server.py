@@ -32,12 +32,14 @@ from shardline.transport.serving import (
     reserve_publisher,
     type_name,
 )
+from shardline.transport.tls import TlsSettings, check_plaintext
 from shardline.transport.wire import (
     BAD_REQUEST,
     BAD_RESULT,
     MAX_MESSAGE_BYTES,
     METHOD,
     SCHEME,
+    TLS_SCHEME,
     UNKNOWN_HANDLER,
     MalformedMessage,
     decode_request,
@@ -100,6 +102,8 @@ async def serve_grpc(
     max_concurrent_calls: int | None = None,
     grace: float = 5.0,
     threads: int | None = None,
+    tls: TlsSettings | None = None,
+    insecure: bool = False,
 ) -> WorkerServer:
     """Serves ``handlers`` over gRPC at ``address`` and announces the worker through
     ``discovery``; returns once it serves and its record is published.
@@ -121,8 +125,12 @@ async def serve_grpc(
     record carries the port bound. Subscribers dial the address as published, so ``host`` must
     be reachable by them (not ``0.0.0.0``). A port already in use is an ``OSError``; an address
     that is not ``host:port`` an :class:`~shardline.errors.InvalidAddress` (a ``ValueError``).
-    ``credentials`` (a ``grpc.ServerCredentials``) makes the port secure; without them it is
-    plaintext, which suits loopback. Requests and results over ``max_message_bytes`` are
+    ``tls`` (a :class:`~shardline.transport.tls.TlsSettings` with ``cert`` and ``key``; with
+    ``ca``, client certificates signed by it are required) serves with TLS, published as
+    ``grpcs://host:port``; ``credentials`` (a ``grpc.ServerCredentials``, not with ``tls``)
+    does the same with credentials made by the caller. Without either, a host that is not
+    loopback is refused with ``ValueError`` unless ``insecure`` is true: anyone who can reach
+    it could run every handler. Requests and results over ``max_message_bytes`` are
     refused. With ``max_concurrent_calls``, calls beyond that many at
     once are refused with ``RESOURCE_EXHAUSTED``, so a proxy offers them to another worker.
 
@@ -138,6 +146,16 @@ async def serve_grpc(
         raise ValueError(f"max_concurrent_calls must be positive, got {max_concurrent_calls}")
     host, port = split_host_port(grpc_target(address), any_port=True)
     target = join_host_port(host, port)
+    if tls is not None:
+        if credentials is not None:
+            raise ValueError("give serve_grpc tls or credentials, not both")
+        credentials = tls.grpc_server_credentials()
+    elif credentials is None:
+        if address.startswith(TLS_SCHEME):
+            raise ValueError(
+                f"{address!r} names TLS: serve it with tls=TlsSettings(cert=..., key=...)"
+            )
+        await check_plaintext(host, port, insecure)
     checked = check_handlers(handlers)
     publisher = free_publisher(discovery)
     executor = handler_threads(threads)
@@ -168,7 +186,7 @@ async def serve_grpc(
         raise OSError(f"cannot serve at {address}: {error}") from None
     metadata = WorkerMetadata(
         uid=uuid.uuid4() if uid is None else uid,
-        address=SCHEME + join_host_port(host, bound),
+        address=(SCHEME if credentials is None else TLS_SCHEME) + join_host_port(host, bound),
         pid=os.getpid(),
         version=version,
         tags=frozenset(tags),

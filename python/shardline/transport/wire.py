@@ -41,6 +41,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "METHOD",
     "SCHEME",
+    "TLS_SCHEME",
     "UNKNOWN_HANDLER",
     "ReplyError",
     "Task",
@@ -51,6 +52,8 @@ __all__ = [
 METHOD = "/shardline.Worker/Dispatch"
 SCHEME = "grpc://"
 """The scheme of a gRPC worker's published address, ``grpc://host:port``."""
+TLS_SCHEME = "grpcs://"
+"""The scheme of a gRPC worker served with TLS, ``grpcs://host:port``."""
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """The default bound on a request or reply, in bytes (gRPC's own default for receiving)."""
 
@@ -201,10 +204,11 @@ def decode_reply(data: bytes) -> tuple[Any, ReplyError | None]:
 
 
 def grpc_target(address: str) -> str:
-    """The ``host:port`` a gRPC channel dials for a worker's address: ``grpc://host:port`` as
-    :func:`~shardline.transport.server.serve_grpc` publishes it, or a bare ``host:port`` (the
-    form records had before the scheme, and a topology instance's address)."""
-    return address[len(SCHEME) :] if address.startswith(SCHEME) else address
+    """The ``host:port`` a gRPC channel dials for a worker's address: ``grpc://host:port`` or
+    ``grpcs://host:port`` as :func:`~shardline.transport.server.serve_grpc` publishes it, or a
+    bare ``host:port`` (the form records had before the scheme, and a topology instance's
+    address)."""
+    return address.partition("://")[2] if address.startswith((SCHEME, TLS_SCHEME)) else address
 
 
 def grpc_record_target(address: str) -> str:
@@ -216,8 +220,8 @@ def grpc_record_target(address: str) -> str:
         split_host_port(target)
     except InvalidAddress as error:
         raise InvalidAddress(
-            f"a gRPC worker's address is grpc://host:port or host:port, not {address!r}"
-            + (f": {error.reason}" if error.reason else ""),
+            f"a gRPC worker's address is grpc://host:port, grpcs://host:port or host:port,"
+            f" not {address!r}" + (f": {error.reason}" if error.reason else ""),
             reason=error.reason,
         ) from None
     return target
