@@ -1,0 +1,119 @@
+"""`WorkerLimits`: what one MessagePack-RPC worker lets its clients hold (connections, calls,
+queued answers, time, items), and the file descriptors it raises its own limit to."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["FD_RESERVE", "WorkerLimits", "raise_fd_limit"]
+
+logger = logging.getLogger("shardline.transport.limits")
+
+FD_RESERVE = 256
+"""File descriptors a worker keeps for everything but its connections (its listening socket,
+discovery, logs, the handlers' own files, and connections accepted only to be closed while
+their close is still pending): connections beyond ``soft limit - FD_RESERVE`` are refused
+as beyond ``max_connections``."""
+
+# Where the hard limit is unlimited, the soft one is raised this far (Linux's default
+# fs.nr_open): a soft limit cannot be unlimited.
+_UNLIMITED_TARGET = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLimits:
+    """The bounds a MessagePack-RPC worker keeps whatever its clients send, given to
+    :func:`~shardline.transport.msgpack_server.serve_msgpack` (or ``serve``) as
+    ``limits=WorkerLimits(...)``; each field's default is written after it. docs/msgpack-rpc.md
+    ("Bounds") tells what a client sees of each.
+
+    - ``max_connections`` (10,000): connections open at once. One accepted beyond it is closed
+      at once, counted (``MsgpackWorkerServer.refused_connections``) and logged at WARNING. The
+      bound in force is never above the file descriptor soft limit less :data:`FD_RESERVE`
+      (the worker raises its soft limit to the hard one when it starts).
+    - ``max_calls`` (4,096): dispatches in flight on the whole worker, over every connection
+      (each connection also has ``serve_msgpack``'s ``max_in_flight``). A dispatch beyond it is
+      answered ``busy`` at once, which the caller retries elsewhere as not sent.
+    - ``max_queued_bytes`` (64 MiB): answer bytes written to one connection and not yet taken
+      by its socket. Once the socket stops taking them, the worker stops starting calls for
+      that connection and reading from it, so this is reached only by the answers of calls
+      that were already running; a connection whose client leaves more than this unread is
+      closed (logged at WARNING).
+    - ``hello_timeout`` (10 s): a connection whose hello has not come this long after it
+      opened is closed.
+    - ``idle_timeout`` (300 s): a connection with no call in flight that has sent nothing for
+      this long is closed (its client dials again at its next call).
+    - ``frame_timeout`` (30 s): a message must be received whole within this long of its first
+      byte, or its connection is closed (4 MiB in 30 s is about 1.1 Mbit/s).
+    - ``max_message_items`` (4,096): items (each value, container and map key counts one) in one
+      message, outside the payload it carries; beyond them the connection is closed.
+      A MessagePack-RPC message of this protocol holds about ten.
+    - ``max_payload_items`` (1,048,576): items in one dispatch's payload; beyond them the call
+      is answered ``bad_request``. Reading a value costs about its item count, so each message
+      read costs at most about ``max_message_items + max_payload_items`` items of work, however
+      it was built (a 4 MiB frame holds four million one-byte ints).
+
+    ``ValueError``, naming the field, for a count that is not a positive int or a timeout that
+    is not a positive finite number of seconds.
+    """
+
+    max_connections: int = 10_000
+    max_calls: int = 4096
+    max_queued_bytes: int = 64 * 1024 * 1024
+    hello_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    frame_timeout: float = 30.0
+    max_message_items: int = 4096
+    max_payload_items: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value: Any = getattr(self, field.name)
+            if field.name.endswith("_timeout"):
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                    or not math.isfinite(value)
+                    or value <= 0
+                ):
+                    raise ValueError(
+                        f"WorkerLimits.{field.name} must be a positive finite number of"
+                        f" seconds, got {value!r}"
+                    )
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}")
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often a worker looks for connections past a timeout: a quarter of the shortest
+        one, between 50 ms and 1 s, so a timeout is enforced at most that much late."""
+        shortest = min(self.hello_timeout, self.idle_timeout, self.frame_timeout)
+        return min(1.0, max(0.05, shortest / 4))
+
+
+def raise_fd_limit() -> int | None:
+    """Raises this process's soft limit on open file descriptors to its hard limit (to
+    ``2**20`` where the hard one is unlimited), where the system allows; returns the soft
+    limit in force after (None where the platform has none, as on Windows). Logged at INFO
+    when it changed."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = _UNLIMITED_TARGET if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as error:
+            # macOS refuses more than its kern.maxfilesperproc whatever the hard limit says
+            logger.info(
+                "the open file limit stays %d: raising it to %d failed: %s", soft, target, error
+            )
+            return soft
+        logger.info("raised the open file limit from %d to %d", soft, target)
+        soft = target
+    return None if soft == resource.RLIM_INFINITY else soft
