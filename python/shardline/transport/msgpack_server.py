@@ -252,7 +252,7 @@ def _connection_bound(configured: int) -> int:
     if soft is None or configured <= soft - FD_RESERVE:
         return configured
     bound = max(1, soft - FD_RESERVE)
-    logger.warning(
+    logger.info(
         "max_connections %d is over what the open file limit (%d) allows: %d connections at most",
         configured,
         soft,
@@ -935,6 +935,9 @@ class _Link(asyncio.Protocol):
             self._loop.call_soon(self._flush)
         self._unsent.append(frame)
         self._unsent_bytes += len(frame)
+        if self._unsent_bytes > self._high_water and not self._receiving:
+            # large answers go out at once: a turn's worth of them held here is unbounded
+            self._flush()
 
     def _flush(self) -> None:
         frames, self._unsent = self._unsent, []
