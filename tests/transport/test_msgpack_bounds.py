@@ -282,6 +282,11 @@ async def test_an_idle_connection_is_closed_but_not_one_with_a_call_in_flight() 
             seen = len(worker.lines)
             assert await opened.dispatch(Task("echo", 1)) == 1
             await worker.logged("closed 1 connections: idle", after=seen)
+            # (a call written while the close is on its way fails as connection lost: the
+            # client must have seen it)
+            async with asyncio.timeout(WAIT):
+                while (link := opened._shared.link) is not None and not link.broken:
+                    await asyncio.sleep(0.005)
             assert await opened.dispatch(Task("echo", 2)) == 2
 
 
