@@ -46,7 +46,8 @@ class Worker:
         self.port = 0
 
     async def start(self) -> None:
-        assert self.process.stdout is not None and self.process.stderr is not None
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), WAIT)
         assert line, f"the worker exited: {await self.process.stderr.read()!r}"
         where = wire.record_address(line.decode().strip())
@@ -299,7 +300,8 @@ async def test_connections_beyond_max_connections_are_closed_counted_and_logged(
         refused = [await raw_socket(worker, hello=False) for _ in range(10)]
         assert all(await asyncio.gather(*map(closed_by_worker, refused)))
         line = await worker.logged("WARNING", "refused", "over max_connections")
-        assert "refused 10 connections" in line and "at most 20" in line
+        assert "refused 10 connections" in line
+        assert "at most 20" in line
         loop = asyncio.get_running_loop()
         for n, sock in enumerate(admitted):
             await loop.sock_sendall(sock, wire.ping(n))
@@ -410,7 +412,8 @@ async def test_bad_parameters_are_described_by_type_and_size(params: Any, said: 
         await loop.sock_sendall(sock, msgpack.packb([0, 7, wire.DISPATCH, params]))
         ((_, msgid, error, _),) = await read(sock, 1)
         assert (msgid, error["kind"]) == (7, wire.BAD_REQUEST)
-        assert said in error["message"] and len(error["message"]) < 200
+        assert said in error["message"]
+        assert len(error["message"]) < 200
         close_all([sock])
 
 
@@ -426,10 +429,8 @@ async def test_a_msgid_outside_32_bits_closes_the_connection_cleanly(
     async with bounded_worker({}) as worker:
         sock = await raw_socket(worker)
         loop = asyncio.get_running_loop()
-        if msgid >= 0:
-            frame = request_of(msgid)
-        else:  # wire.request writes unsigned msgids only
-            frame = msgpack.packb([0, msgid, wire.PING, []])
+        # (wire.request writes unsigned msgids only)
+        frame = request_of(msgid) if msgid >= 0 else msgpack.packb([0, msgid, wire.PING, []])
         await loop.sock_sendall(sock, frame)
         assert await closed_by_worker(sock)
         await worker.logged("ERROR", f"msgid {msgid} is not in 0..4294967295")

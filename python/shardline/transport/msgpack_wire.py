@@ -154,7 +154,8 @@ class FrameDecoder(MsgpackReader):
 
     ``max_items`` (None: no bound) bounds the items of a message (each value, container and
     map key counts one; a payload or result bin one): a message of more is refused with
-    :class:`MalformedMessage`. ``max_inner_items`` bounds those of the payload or result a
+    :class:`MalformedMessage` (a message taken apart, below, is not counted: it holds ten at
+    most). ``max_inner_items`` bounds those of the payload or result a
     fast message (see below) carries: one of more comes out as the plain message, its payload
     or result still a bin, for the caller to refuse (see :func:`unpack_value`).
 
@@ -236,13 +237,15 @@ def unpack_value(data: bytes, what: str, max_items: int | None = None) -> Any:
 
 
 def describe(value: Any) -> str:
-    """``value`` (read from the network) as an error message shows it: a number, nil or a
-    short str as itself, anything else by its type and size, so describing a message never
+    """``value`` (read from the network) as an error message shows it, in at most 64
+    characters: a number, nil or a short str as itself, anything else by its type and size, so describing a message never
     costs more than its size says (a full ``repr`` of four million ints takes half a second)."""
     if value is None or isinstance(value, bool | int | float):
         return repr(value)
     if isinstance(value, str):
-        return repr(value) if len(value) <= 40 else f"a str of {len(value)} chars"
+        # (escapes make a repr up to ten times its str)
+        shown = repr(value) if len(value) <= 40 else ""
+        return shown if 0 < len(shown) <= 64 else f"a str of {len(value)} chars"
     if isinstance(value, bytes):
         return f"a bin of {len(value)} bytes"
     if isinstance(value, list):
