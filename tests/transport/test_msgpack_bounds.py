@@ -22,11 +22,13 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from shardline import TransientRpcError, WorkerMetadata
-from shardline.transport import Task
+from shardline.errors import WorkerError
+from shardline.transport import LocalPool, Task
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack_connection import MsgpackConnection
 from support.transport_servers import WAIT
+from support.worker_processes import worker_process
 
 pytestmark = pytest.mark.async_timeout(60)
 
@@ -442,3 +444,54 @@ async def test_a_msgid_outside_32_bits_closes_the_connection_cleanly(
         ((kind, answered, error, _),) = await read(sock, 1)
         assert (kind, answered, error) == (wire.RESPONSE, 2**32 - 1, None)
         close_all([sock])
+
+
+# --- where limits are given -------------------------------------------------------------
+
+
+def test_limits_are_checked_and_read_back_from_their_settings() -> None:
+    limits = WorkerLimits(max_calls=7, idle_timeout=2.5)
+    assert limits.settings() == ["max_calls=7", "idle_timeout=2.5"]
+    assert WorkerLimits.parse(limits.settings()) == limits
+    assert WorkerLimits.parse(["max-calls=7", "idle_timeout=2.5"]) == limits
+    with pytest.raises(ValueError, match="NAME one of max_connections"):
+        WorkerLimits.parse(["max_cals=7"])
+    with pytest.raises(ValueError, match="'seven' is not a number"):
+        WorkerLimits.parse(["max_calls=seven"])
+    with pytest.raises(ValueError, match="max_calls must be an int >= 1, got 0"):
+        WorkerLimits(max_calls=0)
+    with pytest.raises(ValueError, match="hello_timeout must be a positive finite"):
+        WorkerLimits(hello_timeout=float("inf"))
+
+
+async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:
+    arguments = ("--namespace", "bounds", "--address", "127.0.0.1:0", "--limit", "max_calls=1")
+    async with worker_process(tmp_path, *arguments) as process:
+        opened = MsgpackConnection(await process.ready())
+        try:
+            sleeping = asyncio.ensure_future(opened.dispatch(Task("sleep", 30.0), timeout=60))
+            async with asyncio.timeout(WAIT):
+                while True:  # until the sleep runs: then the worker is full
+                    try:
+                        await opened.dispatch(Task("echo", 1))
+                    except TransientRpcError as refused:
+                        assert refused.reason == "busy"
+                        assert "1 dispatches already in flight on this worker" in str(refused)
+                        break
+            sleeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sleeping
+        finally:
+            opened.close()
+    async with worker_process(tmp_path, *arguments[:4], "--limit", "max_cals=1") as process:
+        assert await process.exit_status() == 2
+
+
+async def test_a_local_pool_gives_its_workers_the_limits() -> None:
+    limits = WorkerLimits(max_payload_items=3)
+    async with LocalPool("bounds_worker:HANDLERS", workers=1, limits=limits) as pool:
+        assert await pool.dispatch(Task("echo", [1, 2])) == [1, 2]
+        with pytest.raises(WorkerError, match="more than 3 items"):
+            await pool.dispatch(Task("echo", [1, 2, 3]))
+    with pytest.raises(ValueError, match="limits apply to the msgpack transport"):
+        LocalPool("bounds_worker:HANDLERS", transport="grpc", limits=limits)

@@ -86,6 +86,36 @@ class WorkerLimits:
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}")
 
+    @classmethod
+    def parse(cls, settings: list[str]) -> WorkerLimits:
+        """The limits ``settings`` give, each ``NAME=VALUE`` (``max_calls=2048``,
+        ``idle_timeout=60``), the defaults for the rest: what ``shardline worker --limit``
+        takes. ``ValueError`` naming the setting for an unknown name or a bad value."""
+        known = [field.name for field in fields(cls)]
+        given: dict[str, Any] = {}
+        for setting in settings:
+            name, equals, text = setting.partition("=")
+            name = name.strip().replace("-", "_")
+            if not equals or name not in known:
+                raise ValueError(
+                    f"a limit is NAME=VALUE, NAME one of {', '.join(known)}; got {setting!r}"
+                )
+            try:
+                given[name] = float(text) if name.endswith("_timeout") else int(text)
+            except ValueError:
+                raise ValueError(f"limit {setting!r}: {text!r} is not a number") from None
+        return cls(**given)
+
+    def settings(self) -> list[str]:
+        """The ``NAME=VALUE`` forms :meth:`parse` reads back into these limits, for the fields
+        that differ from the defaults."""
+        default = WorkerLimits()
+        return [
+            f"{field.name}={getattr(self, field.name)!r}"
+            for field in fields(self)
+            if getattr(self, field.name) != getattr(default, field.name)
+        ]
+
     @property
     def sweep_interval(self) -> float:
         """How often a worker looks for connections past a timeout: a quarter of the shortest

@@ -24,6 +24,7 @@ from shardline.discovery.subscription import Subscription
 from shardline.errors import WorkerStartError
 from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
+from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
@@ -89,7 +90,9 @@ class LocalPool:
     ``workers`` defaults to ``os.cpu_count()``. ``transport`` names how the workers serve: one
     of :data:`~shardline.transport.TRANSPORTS`, ``"msgpack"`` (the default; on a Unix socket
     in the pool's directory) or ``"grpc"`` (on loopback TCP); the proxy reaches each worker
-    with :func:`~shardline.transport.connect`.
+    with :func:`~shardline.transport.connect`. ``limits`` (msgpack only) bounds what each
+    worker lets its clients hold (:class:`~shardline.transport.limits.WorkerLimits`; its
+    defaults when None).
 
     Entering the block starts the processes and returns once every one of them has joined the
     proxy's pool. A worker that exits before it joined fails the start with
@@ -156,6 +159,7 @@ class LocalPool:
         timeout: float = DEFAULT_TIMEOUT,
         loadbalancer: BalancerSpec = RoundRobinLoadBalancer,
         health: HealthPolicy | None = DEFAULT_HEALTH,
+        limits: WorkerLimits | None = None,
     ) -> None:
         self._spec = check_spec(handlers)
         self._timeout = check_seconds("timeout", timeout)
@@ -166,6 +170,9 @@ class LocalPool:
         check_count("workers", workers)
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        if limits is not None and transport != "msgpack":
+            raise ValueError(f"limits apply to the msgpack transport, not {transport!r}")
+        self._limits = limits
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise ValueError(f"max_restarts must be an int >= 0, not {max_restarts!r}")
         self._workers = workers
@@ -339,6 +346,7 @@ class LocalPool:
             "--address", self._address(uid),
             "--uid", str(uid),
             "--grace", repr(self._stop_grace),
+            *(f"--limit={setting}" for setting in (self._limits or WorkerLimits()).settings()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

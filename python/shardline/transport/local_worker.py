@@ -1,7 +1,8 @@
 """The worker process a :class:`~shardline.transport.LocalPool` starts.
 
 ``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
---directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS`` imports the
+--directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS [--limit
+NAME=VALUE ...]`` imports the
 mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at ``ADDRESS`` (a Unix
 socket's path or loopback ``host:port``) over the named transport and
 announces the worker through ``LocalDiscovery(NS, directory=DIR)`` with the record uid
@@ -46,6 +47,7 @@ from typing import Any
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.protocol import Discovery
 from shardline.transport.event_loop import run
+from shardline.transport.limits import WorkerLimits
 from shardline.transport.local_pool import check_spec
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
@@ -106,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", required=True, help="host:port, or a Unix socket's path")
     parser.add_argument("--uid", required=True, type=uuid.UUID, help="the record's uid")
     parser.add_argument("--grace", required=True, type=float, help="seconds to drain calls")
+    parser.add_argument(
+        "--limit", action="append", default=[], help="a msgpack worker limit, NAME=VALUE"
+    )
     return parser
 
 
@@ -162,6 +167,7 @@ async def _serve(
             transport=args.transport,
             uid=args.uid,
             grace=args.grace,
+            **({"limits": WorkerLimits.parse(args.limit)} if args.limit else {}),
         )
         try:
             await stopping.wait()

@@ -238,8 +238,9 @@ def unpack_value(data: bytes, what: str, max_items: int | None = None) -> Any:
 
 def describe(value: Any) -> str:
     """``value`` (read from the network) as an error message shows it, in at most 64
-    characters: a number, nil or a short str as itself, anything else by its type and size, so describing a message never
-    costs more than its size says (a full ``repr`` of four million ints takes half a second)."""
+    characters: a number, nil or a short str as itself, anything else by its type and size,
+    so describing a message never costs more than its size says (a full ``repr`` of four
+    million ints takes half a second)."""
     if value is None or isinstance(value, bool | int | float):
         return repr(value)
     if isinstance(value, str):
