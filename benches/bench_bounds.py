@@ -8,6 +8,9 @@ a ``MsgpackConnection`` for ``PHASE`` s while nothing else happens (healthy), th
 ``python -m benches.bench_bounds ATTACK HOST PORT SECONDS``), started ``SETTLE`` s before the
 client's phase so the phase sees the attack in force, and stopped after it:
 
+- ``cpu_hog``: no attack, a control: a process spinning on a core for the phase, touching no
+  socket (on this 2-core machine, the worker, the client and an attacker compete for the
+  cores: what that costs the client's p99 whatever the attack is);
 - ``never_reads``: 5 sockets, each sending 1,000 pipelined calls for a 1 MB answer and never
   reading;
 - ``unfinished_frames``: 50 sockets, each holding a 4 MiB frame 1 KiB short;
@@ -49,6 +52,7 @@ SETTLE = 2.0
 GOAL = 5.0
 WORKER = Path(__file__).parents[1] / "tests" / "transport" / "bounds_worker.py"
 ATTACKS = (
+    "cpu_hog",
     "never_reads",
     "unfinished_frames",
     "idle_sockets",
@@ -112,7 +116,11 @@ async def attack(name: str, host: str, port: int, seconds: float) -> None:
     from shardline.transport import msgpack_wire as wire
 
     loop = asyncio.get_running_loop()
-    if name == "never_reads":
+    if name == "cpu_hog":
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    elif name == "never_reads":
         flood = b"".join(_call(n, "big") for n in range(1000))
         socks = [await _dial(host, port, receive_buffer=4096) for _ in range(5)]
         for sock in socks:
@@ -244,6 +252,7 @@ async def _run() -> dict[str, Any]:
     goals = {
         name: {"p99_ratio": phases[name]["p99_ratio"], "met": phases[name]["p99_ratio"] <= GOAL}
         for name in ATTACKS
+        if name != "cpu_hog"
     }
     return {"phases": phases, "goals": goals}
 
