@@ -98,9 +98,9 @@ def _readable(inner: bytes) -> tuple[bool, Any]:
 def taken_apart(message: Any, fast: str | None) -> Any:
     """What the decoder hands over for ``message`` (not the stream's first): with
     ``fast="requests"`` a well-formed dispatch with a msgid in 0..2**32 - 1 whose payload is
-    readable as ``(msgid, handler, argument, timeout, deadline)``, with ``fast="answers"`` a successful answer whose result
-    is readable as ``(msgid, value)`` (``argument`` and ``value`` read from their bins); else
-    ``message`` itself."""
+    readable as ``(msgid, handler, argument, timeout, deadline)``, with ``fast="answers"`` a
+    successful answer whose result is readable as ``(msgid, value)`` (``argument`` and
+    ``value`` read from their bins); else ``message`` itself."""
     if not (isinstance(message, list) and len(message) == 4):
         return message
     kind, msgid, third, fourth = message

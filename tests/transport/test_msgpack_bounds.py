@@ -470,14 +470,15 @@ async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:
         opened = MsgpackConnection(await process.ready())
         try:
             sleeping = asyncio.ensure_future(opened.dispatch(Task("sleep", 30.0), timeout=60))
+            refused: TransientRpcError | None = None
             async with asyncio.timeout(WAIT):
-                while True:  # until the sleep runs: then the worker is full
+                while refused is None:  # until the sleep runs: then the worker is full
                     try:
                         await opened.dispatch(Task("echo", 1))
-                    except TransientRpcError as refused:
-                        assert refused.reason == "busy"
-                        assert "1 dispatches already in flight on this worker" in str(refused)
-                        break
+                    except TransientRpcError as error:
+                        refused = error
+            assert refused.reason == "busy"
+            assert "1 dispatches already in flight on this worker" in str(refused)
             sleeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sleeping
