@@ -7,6 +7,7 @@ extra; the protocol is in ``docs/msgpack-rpc.md``): :func:`serve_msgpack`,
 :class:`MsgpackConnection`; and gRPC (the ``grpc`` extra; the wire format is in
 :mod:`shardline.transport.wire`): :func:`serve_grpc`, :class:`GrpcConnection`. Each is
 imported on first use, so one transport's dependencies are never needed for the other.
+:class:`WorkerLimits` bounds what clients can make a MessagePack-RPC worker hold.
 ``shardline worker`` runs one worker with the handlers of
 :mod:`shardline.transport.demo_handlers`.
 
@@ -26,6 +27,7 @@ from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
 
 if TYPE_CHECKING:
     from shardline.transport.connection import GrpcConnection
+    from shardline.transport.limits import WorkerLimits
     from shardline.transport.local_pool import LocalPool
     from shardline.transport.msgpack_connection import MsgpackConnection
     from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
@@ -42,6 +44,7 @@ __all__ = [
     "MsgpackWorkerServer",
     "RetryElsewhere",
     "Task",
+    "WorkerLimits",
     "WorkerServer",
     "connect",
     "serve",
@@ -53,6 +56,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "shardline.transport.local_pool": ["LocalPool"],
+        "shardline.transport.limits": ["WorkerLimits"],
         "shardline.transport.connection": ["GrpcConnection"],
         "shardline.transport.server": ["WorkerServer", "serve_grpc"],
         "shardline.transport.msgpack_connection": ["MsgpackConnection"],
