@@ -401,6 +401,8 @@ class _State:
         connection's read only stores the loop's time, and a timeout is enforced at most
         ``sweep_interval`` late."""
         limits = self.limits
+        # scheduled first: nothing below may end the sweeps
+        self._sweeper = self._loop.call_later(limits.sweep_interval, self._sweep)
         now = self._loop.time()
         closed: Counter[str] = Counter()
         for link in list(self.links):
@@ -420,7 +422,6 @@ class _State:
             )
             self._refused_logged = self.refused
         self._probe_files()
-        self._sweeper = self._loop.call_later(limits.sweep_interval, self._sweep)
 
     def _probe_files(self) -> None:
         # The loop says nothing when accept() fails for want of descriptors (uvloop's libuv
@@ -429,7 +430,8 @@ class _State:
             os.close(os.open(os.devnull, os.O_RDONLY))
         except OSError as error:
             if error.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
+                logger.warning("cannot open %s to count file descriptors: %s", os.devnull, error)
+                return
             if not self._out_of_files:
                 self._out_of_files = True
                 logger.warning(
