@@ -1,14 +1,28 @@
 """`WorkerLimits`: what one MessagePack-RPC worker lets its clients hold (connections, calls,
-queued answers, time, items), and the file descriptors it raises its own limit to."""
+queued answers, time, items); the file descriptors it raises its own limit to; and the
+`Sweeper` that enforces the connection count and the timeouts over a worker's connections."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import math
+import os
+from collections import Counter
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol, cast
 
-__all__ = ["FD_RESERVE", "WorkerLimits", "raise_fd_limit"]
+__all__ = [
+    "FD_RESERVE",
+    "FRAME",
+    "HELLO",
+    "IDLE",
+    "Sweeper",
+    "WorkerLimits",
+    "connection_bound",
+    "raise_fd_limit",
+]
 
 logger = logging.getLogger("shardline.transport.limits")
 
@@ -147,3 +161,135 @@ def raise_fd_limit() -> int | None:
         logger.info("raised the open file limit from %d to %d", soft, target)
         soft = target
     return None if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_bound(configured: int) -> int:
+    """``max_connections`` as it can hold: below the file descriptor soft limit (raised first,
+    see :func:`raise_fd_limit`) by :data:`FD_RESERVE`, so idle sockets cannot take the
+    descriptors every other file, and every accept, needs. Logged at INFO when lowered."""
+    soft = raise_fd_limit()
+    if soft is None or configured <= soft - FD_RESERVE:
+        return configured
+    bound = max(1, soft - FD_RESERVE)
+    logger.info(
+        "max_connections %d is over what the open file limit (%d) allows: %d connections at most",
+        configured,
+        soft,
+        bound,
+    )
+    return bound
+
+
+HELLO, FRAME, IDLE = "hello", "frame", "idle"
+"""The timeouts a connection can be past (see :meth:`Swept.overdue`)."""
+
+_TIMEOUTS = {
+    HELLO: lambda limits: f"no hello within hello_timeout {limits.hello_timeout:g} s",
+    FRAME: lambda limits: f"a message unfinished after frame_timeout {limits.frame_timeout:g} s",
+    IDLE: lambda limits: f"idle for idle_timeout {limits.idle_timeout:g} s",
+}
+
+
+class Swept(Protocol):
+    """A connection as the :class:`Sweeper` sees it."""
+
+    def overdue(self, now: float, limits: WorkerLimits) -> str | None:
+        """Which timeout (:data:`HELLO`, :data:`FRAME` or :data:`IDLE`) it is past at ``now``
+        (the loop's time), if any."""
+
+    def expire(self, reason: str) -> None:
+        """Closes it for the timeout ``reason``."""
+
+
+class Sweeper:
+    """Keeps a worker's connections (``links``, the set the server keeps of its open ones)
+    within ``limits``: :meth:`admit` refuses one beyond ``max_connections``; from
+    :meth:`start` to :meth:`stop`, a sweep every ``limits.sweep_interval`` closes those past a
+    timeout and logs them (WARNING; INFO for idle ones), the refusals since the last sweep
+    (WARNING), and a worker out of file descriptors (WARNING, then INFO once they are back).
+    ``refused`` counts the refusals.
+
+    Implementation notes: one timer for the whole server, not one per connection: a
+    connection's read only stores the loop's time, and a timeout is enforced at most
+    ``sweep_interval`` late. The loop says nothing when accept() fails for want of
+    descriptors (uvloop's libuv closes such connections silently), so each sweep opens one
+    descriptor to see.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        limits: WorkerLimits,
+        links: set[Any],
+        max_connections: int,
+    ) -> None:
+        self.refused = 0
+        self._loop = loop
+        self._limits = limits
+        self._links: set[Swept] = links
+        self._max_connections = max_connections
+        self._refused_logged = 0
+        self._out_of_files = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def admit(self, transport: asyncio.BaseTransport) -> bool:
+        """Whether a connection just accepted may stay; one beyond ``max_connections`` is
+        closed here (and counted)."""
+        if len(self._links) < self._max_connections:
+            return True
+        self.refused += 1
+        cast(asyncio.Transport, transport).abort()
+        return False
+
+    def start(self) -> None:
+        self._timer = self._loop.call_later(self._limits.sweep_interval, self._sweep)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _sweep(self) -> None:
+        limits = self._limits
+        # scheduled first: nothing below may end the sweeps
+        self._timer = self._loop.call_later(limits.sweep_interval, self._sweep)
+        now = self._loop.time()
+        closed: Counter[str] = Counter()
+        for link in list(self._links):
+            reason = link.overdue(now, limits)
+            if reason is not None:
+                closed[reason] += 1
+                link.expire(reason)
+        for reason, count in closed.items():
+            level = logging.INFO if reason == IDLE else logging.WARNING
+            logger.log(level, "closed %d connections: %s", count, _TIMEOUTS[reason](limits))
+        if self.refused > self._refused_logged:
+            logger.warning(
+                "refused %d connections over max_connections (%d are open, at most %d)",
+                self.refused - self._refused_logged,
+                len(self._links),
+                self._max_connections,
+            )
+            self._refused_logged = self.refused
+        self._probe_files()
+
+    def _probe_files(self) -> None:
+        try:
+            os.close(os.open(os.devnull, os.O_RDONLY))
+        except OSError as error:
+            if error.errno not in (errno.EMFILE, errno.ENFILE):
+                logger.warning("cannot open %s to count file descriptors: %s", os.devnull, error)
+                return
+            if not self._out_of_files:
+                self._out_of_files = True
+                logger.warning(
+                    "out of file descriptors (%s) with %d connections open: new connections"
+                    " fail until some close; raise the open file limit (ulimit -n) or lower"
+                    " max_connections",
+                    errno.errorcode[error.errno],
+                    len(self._links),
+                )
+            return
+        if self._out_of_files:
+            self._out_of_files = False
+            logger.info("file descriptors are available again")

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
 import functools
 import logging
 import os
 import stat
 import time
 import uuid
-from collections import Counter
 from collections.abc import Awaitable, Iterable, Mapping
 from contextvars import copy_context
 from types import CoroutineType, MappingProxyType
@@ -24,7 +22,14 @@ from shardline.host_port import join_host_port, split_host_port
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
-from shardline.transport.limits import FD_RESERVE, WorkerLimits, raise_fd_limit
+from shardline.transport.limits import (
+    FRAME,
+    HELLO,
+    IDLE,
+    Sweeper,
+    WorkerLimits,
+    connection_bound,
+)
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -92,12 +97,12 @@ class MsgpackWorkerServer(AnnouncedServer):
     def refused_connections(self) -> int:
         """Connections accepted and closed at once because ``max_connections`` were open
         (see :class:`~shardline.transport.limits.WorkerLimits`), since the server started."""
-        return self._state.refused
+        return self._state.sweeper.refused
 
     async def _close(self, grace: float) -> None:
         state = self._state
         state.stopping = True
-        state.stop_sweeping()
+        state.sweeper.stop()
         self._server.close()
         calls = [call for link in state.links for call in link.calls.values()]
         if calls:
@@ -194,7 +199,7 @@ async def serve_msgpack(
         max_in_flight,
         handler_threads(threads),
         limits,
-        _connection_bound(limits.max_connections),
+        connection_bound(limits.max_connections),
         loop,
     )
     socket_file = None
@@ -239,26 +244,9 @@ async def serve_msgpack(
         release_publisher(publisher)
         state.threads.shutdown(wait=False)
         raise
-    state.start_sweeping()
+    state.sweeper.start()
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
     return MsgpackWorkerServer(server, state, metadata, publisher, socket_file, grace)
-
-
-def _connection_bound(configured: int) -> int:
-    """``max_connections`` as it can hold: below the file descriptor soft limit (raised first)
-    by :data:`~shardline.transport.limits.FD_RESERVE`, so idle sockets cannot take the
-    descriptors every other file, and every accept, needs."""
-    soft = raise_fd_limit()
-    if soft is None or configured <= soft - FD_RESERVE:
-        return configured
-    bound = max(1, soft - FD_RESERVE)
-    logger.info(
-        "max_connections %d is over what the open file limit (%d) allows: %d connections at most",
-        configured,
-        soft,
-        bound,
-    )
-    return bound
 
 
 def _serve_address(address: str) -> tuple[str, int] | str:
@@ -351,8 +339,7 @@ def _failed(msgid: int, name: str, error: BaseException) -> bytes:
 
 
 class _State:
-    """What every connection of one server shares, and the sweep that enforces the limits
-    that are timeouts."""
+    """What every connection of one server shares."""
 
     def __init__(
         self,
@@ -370,89 +357,10 @@ class _State:
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
         self.limits = limits
-        self.max_connections = max_connections
         self.links: set[_Link] = set()
         self.stopping = False
         self.calls = 0  # dispatches in flight over every link
-        self.refused = 0  # connections refused as over max_connections
-        self._refused_logged = 0
-        self._out_of_files = False
-        self._loop = loop
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def refuse(self, transport: asyncio.BaseTransport) -> None:
-        """Closes a connection accepted beyond ``max_connections`` (logged by the sweep)."""
-        self.refused += 1
-        cast(asyncio.Transport, transport).abort()
-
-    def start_sweeping(self) -> None:
-        self._sweeper = self._loop.call_later(self.limits.sweep_interval, self._sweep)
-
-    def stop_sweeping(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-
-    def _sweep(self) -> None:
-        """Closes the connections past a timeout, logs the refusals and a lack of file
-        descriptors since the last sweep; then comes again.
-
-        Implementation notes: one timer for the whole server, not one per connection: a
-        connection's read only stores the loop's time, and a timeout is enforced at most
-        ``sweep_interval`` late."""
-        limits = self.limits
-        # scheduled first: nothing below may end the sweeps
-        self._sweeper = self._loop.call_later(limits.sweep_interval, self._sweep)
-        now = self._loop.time()
-        closed: Counter[str] = Counter()
-        for link in list(self.links):
-            reason = link.overdue(now, limits)
-            if reason is not None:
-                closed[reason] += 1
-                link.expire(reason)
-        for reason, count in closed.items():
-            level = logging.INFO if reason == _IDLE else logging.WARNING
-            logger.log(level, "closed %d connections: %s", count, _TIMEOUTS[reason](limits))
-        if self.refused > self._refused_logged:
-            logger.warning(
-                "refused %d connections over max_connections (%d are open, at most %d)",
-                self.refused - self._refused_logged,
-                len(self.links),
-                self.max_connections,
-            )
-            self._refused_logged = self.refused
-        self._probe_files()
-
-    def _probe_files(self) -> None:
-        # The loop says nothing when accept() fails for want of descriptors (uvloop's libuv
-        # closes such connections silently), so a descriptor is opened to see.
-        try:
-            os.close(os.open(os.devnull, os.O_RDONLY))
-        except OSError as error:
-            if error.errno not in (errno.EMFILE, errno.ENFILE):
-                logger.warning("cannot open %s to count file descriptors: %s", os.devnull, error)
-                return
-            if not self._out_of_files:
-                self._out_of_files = True
-                logger.warning(
-                    "out of file descriptors (%s) with %d connections open: new connections"
-                    " fail until some close; raise the open file limit (ulimit -n) or lower"
-                    " max_connections",
-                    errno.errorcode[error.errno],
-                    len(self.links),
-                )
-            return
-        if self._out_of_files:
-            self._out_of_files = False
-            logger.info("file descriptors are available again")
-
-
-_HELLO, _FRAME, _IDLE = "hello", "frame", "idle"
-_TIMEOUTS = {
-    _HELLO: lambda limits: f"no hello within hello_timeout {limits.hello_timeout:g} s",
-    _FRAME: lambda limits: f"a message unfinished after frame_timeout {limits.frame_timeout:g} s",
-    _IDLE: lambda limits: f"idle for idle_timeout {limits.idle_timeout:g} s",
-}
+        self.sweeper = Sweeper(loop, limits, self.links, max_connections)
 
 
 class _Link(asyncio.Protocol):
@@ -497,8 +405,7 @@ class _Link(asyncio.Protocol):
         self._high_water = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if len(self._state.links) >= self._state.max_connections:
-            self._state.refuse(transport)
+        if not self._state.sweeper.admit(transport):
             return
         # a stream transport, though uvloop's are not asyncio.Transport subclasses
         self._transport = cast(asyncio.Transport, transport)
@@ -547,19 +454,19 @@ class _Link(asyncio.Protocol):
         if self._transport is None:
             return None
         if self._peer_limit is None and now - self._opened > limits.hello_timeout:
-            return _HELLO
+            return HELLO
         if self._paused or self._backlog:
             return None
         if self._frame_since is not None:
-            return _FRAME if now - self._frame_since > limits.frame_timeout else None
+            return FRAME if now - self._frame_since > limits.frame_timeout else None
         if not self.calls and now - self._heard > limits.idle_timeout:
-            return _IDLE
+            return IDLE
         return None
 
     def expire(self, reason: str) -> None:
         """Closes the connection for the timeout ``reason`` (see :meth:`overdue`)."""
         if self._transport is not None:
-            if reason == _IDLE:
+            if reason == IDLE:
                 self._transport.close()
             else:
                 self._transport.abort()
