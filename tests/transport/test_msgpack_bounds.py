@@ -20,13 +20,17 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardline import TransientRpcError, WorkerMetadata
+from shardline.discovery import InProcessDiscovery
 from shardline.errors import WorkerError
 from shardline.transport import LocalPool, Task
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack_connection import MsgpackConnection
+from shardline.transport.msgpack_server import serve_msgpack
 from support.transport_servers import WAIT
 from support.worker_processes import worker_process
 
@@ -496,3 +500,63 @@ async def test_a_local_pool_gives_its_workers_the_limits() -> None:
             await pool.dispatch(Task("echo", [1, 2, 3]))
     with pytest.raises(ValueError, match="limits apply to the msgpack transport"):
         LocalPool("bounds_worker:HANDLERS", transport="grpc", limits=limits)
+
+
+# --- the backlog against a model ----------------------------------------------------------
+
+
+async def _big(payload: Any) -> bytes:
+    return b"x" * payload
+
+
+@settings(max_examples=20)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 300_000]), st.integers(1, 40), st.booleans()),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_every_answer_comes_once_in_order_however_the_client_reads(
+    steps: list[tuple[int, int, bool]],
+) -> None:
+    # The model: a client pipelining calls that answer at once gets each answer once, in the
+    # order it asked, whether it reads as it goes (the worker's socket drains) or not (the
+    # worker pauses, holds what it read, and goes on when the client reads).
+    async def scenario() -> tuple[list[int], list[int]]:
+        server = await serve_msgpack({"big": _big}, "127.0.0.1:0", InProcessDiscovery("model"))
+        try:
+            where = wire.record_address(server.address)
+            assert not isinstance(where, str)
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            await loop.sock_connect(sock, where)
+            await loop.sock_sendall(sock, wire.hello(1 << 30))
+            decoder = wire.FrameDecoder(1 << 30)
+            asked: list[int] = []
+            answered: list[int] = []
+
+            async def read_until(count: int) -> None:
+                while len(answered) < count:
+                    data = await loop.sock_recv(sock, 1 << 20)
+                    assert data, "the worker closed the socket"
+                    answered.extend(m[1] for m in decoder.feed(data) if m[0] == wire.RESPONSE)
+
+            await read_until(0)
+            for size, count, reads in steps:
+                start = len(asked)
+                asked.extend(range(start, start + count))
+                frames = b"".join(dispatch(n, "big", size) for n in range(start, start + count))
+                await loop.sock_sendall(sock, frames)
+                if reads:
+                    await read_until(len(asked))
+            await read_until(len(asked))
+            sock.close()
+            return asked, answered
+        finally:
+            await server.stop(0)
+
+    asked, answered = asyncio.run(asyncio.wait_for(scenario(), WAIT))
+    assert answered == asked
