@@ -7,10 +7,11 @@ import logging
 import weakref
 from typing import Any, cast
 
-from shardline.errors import RpcError, RpcReason, TransientRpcError, WorkerError
+from shardline.errors import RpcError, RpcReason, TransientRpcError
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.loop_shared import LoopShared, Registries, release
+from shardline.transport.remote_errors import worker_error
 from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
 from shardline.workers import WorkerMetadata
 
@@ -67,7 +68,8 @@ class MsgpackConnection:
       or sent what this protocol does not allow (unreadable bytes, a frame over
       ``max_frame_bytes``: every call in flight on the socket fails so, naming the limit);
       sent when the call had been written;
-    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
+    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled; for a
+      handler's built-in exception type, also an instance of it, see ``WorkerError``): the
       handler raised, the worker has no handler of that name, or it could not read the payload
       (``shardline.BadRequest``) or carry the result (``shardline.BadResult``, also when this
       side cannot read it);
@@ -179,7 +181,7 @@ class MsgpackConnection:
                 link.cancel(msgid)
                 raise shared.deadline_passed(timeout, sent=True) from None
             except _Failed as failed:
-                kind, type_name, message, started = failed.args
+                kind, type_name, message, started, builtin, traceback = failed.args
         finally:
             shared.end_call()
         address = self.metadata.address
@@ -192,7 +194,14 @@ class MsgpackConnection:
                 # busy and unavailable: refused, or asked for by the handler itself
                 sent=kind in _MAY_HAVE_STARTED and started is not False,
             )
-        raise WorkerError(type_name, message, handler=handler, address=address)
+        raise worker_error(
+            type_name,
+            message,
+            handler=handler,
+            address=address,
+            builtin=builtin,
+            traceback=traceback,
+        )
 
 
 def _check_handler(handler: str) -> None:
@@ -530,12 +539,14 @@ class _Link(asyncio.Protocol):
             try:
                 value = wire.unpack_value(result, "the result")
             except MalformedMessage as unreadable:
-                answer.set_exception(_Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable), True))
+                answer.set_exception(
+                    _Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable), True, None, None)
+                )
             else:
                 answer.set_result(value)
             return
         try:
-            kind, type_name, message, started = wire.read_error(error)
+            failure = wire.read_error(error)
         except MalformedMessage as unreadable:
             address = self._shared.address
             answer.set_exception(
@@ -547,7 +558,7 @@ class _Link(asyncio.Protocol):
                 )
             )
         else:
-            answer.set_exception(_Failed(kind, type_name, message, started))
+            answer.set_exception(_Failed(*failure))
 
     def _check_alive(self) -> None:
         self._ping_timer = None
@@ -617,8 +628,8 @@ class _Expired(Exception):
 
 class _Failed(Exception):
     """Set on a call's answer when the worker answered an error, or a result this side cannot
-    read: ``args`` are the error's kind, type, message and whether the handler had started
-    (None: not said)."""
+    read: ``args`` are the fields of a :class:`~shardline.transport.msgpack_wire.ErrorAnswer`
+    (kind, type, message, whether the handler had started, built-in type, traceback)."""
 
 
 def _expire(answer: asyncio.Future[Any]) -> None:
