@@ -41,12 +41,33 @@ impl From<PyErr> for Refusal {
 
 /// Where the scan of the unfinished message stopped: `pos` is the start of the next item (its
 /// header not read yet), `open` the items still due in each container not finished yet, `due`
-/// their sum.
+/// their sum, `items` the items whose headers were read.
 #[derive(Default)]
 struct Scan {
     pos: usize,
     open: Vec<u64>,
     due: u64,
+    items: u64,
+}
+
+/// What one message may hold: `bytes`, and `items` (each value, container and key counts
+/// one) outside the payload or result bin it carries; `inner` the items of that payload or
+/// result, read on its own.
+#[derive(Clone, Copy)]
+struct Limits {
+    bytes: usize,
+    items: u64,
+    inner: u64,
+}
+
+impl Limits {
+    fn bytes(bytes: usize) -> Self {
+        Limits {
+            bytes,
+            items: u64::MAX,
+            inner: u64::MAX,
+        }
+    }
 }
 
 fn be(bytes: &[u8]) -> u64 {
@@ -107,15 +128,17 @@ fn header(data: &[u8], pos: usize) -> Result<Option<(usize, u64, u64)>, Refusal>
 
 /// Scans `data` from `scan.pos` (inside a message that starts at `start`) for the message's
 /// end: `Ok(Some(end))`, or `Ok(None)` with `scan` left where the bytes ran out, to be resumed
-/// when more come. A message that cannot fit in `limit` bytes is refused as soon as that is
-/// known: each item still due takes at least a byte.
+/// when more come. A message that cannot fit in `limits.bytes` bytes is refused as soon as that
+/// is known (each item still due takes at least a byte), and one holding more than
+/// `limits.items` items (each value, container and key counts one) at the header past them:
+/// the scan costs a few operations per header, building the values many times more.
 fn scan_message(
     data: &[u8],
     start: usize,
-    limit: usize,
+    limits: Limits,
     scan: &mut Scan,
 ) -> Result<Option<usize>, Refusal> {
-    let bound = start.saturating_add(limit) as u64;
+    let bound = start.saturating_add(limits.bytes) as u64;
     loop {
         let pos = scan.pos;
         if pos >= data.len() {
@@ -137,6 +160,13 @@ fn scan_message(
         }
         if end > data.len() as u64 {
             return Ok(None);
+        }
+        scan.items += 1;
+        if scan.items > limits.items {
+            return Err(Refusal::Malformed(format!(
+                "more than {} items in one message",
+                limits.items
+            )));
         }
         scan.pos = end as usize;
         if is_container(data[pos]) && scan.open.len() >= MAX_DEPTH {
@@ -361,14 +391,14 @@ fn deadline(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
 
 /// `(msgid, handler, argument, timeout, deadline)` of `[0, msgid, "shardline.dispatch",
 /// [handler, payload, timeout]]` (`deadline` None) or of `[..., [handler, payload, timeout,
-/// deadline]]` with a non-negative msgid, a UTF-8 handler, a bin payload holding one readable
-/// value (`argument`, that value), a readable timeout and a deadline nil or a finite float64,
-/// if `data` starts with exactly that message, at most `limit` bytes long; with the message's
-/// length.
+/// deadline]]` with a msgid in 0..2^32, a UTF-8 handler, a bin payload holding one readable
+/// value of at most `limits.inner` items (`argument`, that value), a readable timeout and a
+/// deadline nil or a finite float64, if `data` starts with exactly that message, at most
+/// `limits.bytes` bytes long; with the message's length.
 fn dispatch<'py>(
     py: Python<'py>,
     data: &[u8],
-    limit: usize,
+    limits: Limits,
     last_handler: &mut Option<Py<PyString>>,
 ) -> Option<(PyResult<Bound<'py, PyAny>>, usize)> {
     if data.get(..2)? != [0x94, 0x00] {
@@ -376,6 +406,9 @@ fn dispatch<'py>(
     }
     let mut pos = 2;
     let msgid = uint(data, &mut pos)?;
+    if msgid > u64::from(u32::MAX) {
+        return None;
+    }
     if raw(data, &mut pos, false)? != DISPATCH {
         return None;
     }
@@ -392,7 +425,7 @@ fn dispatch<'py>(
     } else {
         None
     };
-    if pos > limit {
+    if pos > limits.bytes {
         return None;
     }
     // A client sends the same few names over and over: the last one's str is handed over
@@ -413,7 +446,7 @@ fn dispatch<'py>(
             new
         }
     };
-    let tuple = inner_value(py, payload)?.and_then(|argument| {
+    let tuple = inner_value(py, payload, limits.inner)?.and_then(|argument| {
         (msgid, handler, argument, seconds, until)
             .into_pyobject(py)
             .map(Bound::into_any)
@@ -424,8 +457,12 @@ fn dispatch<'py>(
 /// The value packed in a payload or result bin; None when it is not one value this protocol
 /// reads (the message is then handed over whole, for the Python side to answer as it would
 /// any unreadable payload), `Some(Err)` when Python failed to make it.
-fn inner_value<'py>(py: Python<'py>, bytes: &[u8]) -> Option<PyResult<Bound<'py, PyAny>>> {
-    match value_of(py, bytes) {
+fn inner_value<'py>(
+    py: Python<'py>,
+    bytes: &[u8],
+    max_items: u64,
+) -> Option<PyResult<Bound<'py, PyAny>>> {
+    match value_of(py, bytes, max_items) {
         Ok(value) => Some(Ok(value)),
         Err(Refusal::Python(error)) => Some(Err(error)),
         Err(Refusal::Malformed(_) | Refusal::TooLarge) => None,
@@ -433,12 +470,13 @@ fn inner_value<'py>(py: Python<'py>, bytes: &[u8]) -> Option<PyResult<Bound<'py,
 }
 
 /// `(msgid, value)` of `[1, msgid, nil, result bin]` with a non-negative msgid and a result
-/// holding one readable value (`value`, that value), if `data` starts with exactly that
-/// message, at most `limit` bytes long; with the message's length.
+/// holding one readable value of at most `limits.inner` items (`value`, that value), if `data`
+/// starts with exactly that message, at most `limits.bytes` bytes long; with the message's
+/// length.
 fn answer<'py>(
     py: Python<'py>,
     data: &[u8],
-    limit: usize,
+    limits: Limits,
 ) -> Option<(PyResult<Bound<'py, PyAny>>, usize)> {
     if data.get(..2)? != [0x94, 0x01] {
         return None;
@@ -450,10 +488,10 @@ fn answer<'py>(
     }
     pos += 1;
     let result = raw(data, &mut pos, true)?;
-    if pos > limit {
+    if pos > limits.bytes {
         return None;
     }
-    let tuple = inner_value(py, result)?
+    let tuple = inner_value(py, result, limits.inner)?
         .and_then(|value| (msgid, value).into_pyobject(py).map(Bound::into_any));
     Some((tuple, pos))
 }
@@ -482,10 +520,14 @@ struct Pending {
 
 /// Reads the MessagePack-RPC messages of a byte stream, whatever the split of its reads.
 ///
-/// `MsgpackReader(max_frame_bytes, fast, malformed, too_large)`: `fast` is `None`,
-/// `"requests"` or `"answers"`; `malformed` the exception class raised (with a message) for
-/// bytes the protocol does not read, `too_large` the one raised (with `max_frame_bytes`) for a
-/// message over `max_frame_bytes`. After either, every later `feed` raises it again.
+/// `MsgpackReader(max_frame_bytes, fast, malformed, too_large, max_items=None,
+/// max_inner_items=None)`: `fast` is `None`, `"requests"` or `"answers"`; `malformed` the
+/// exception class raised (with a message) for bytes the protocol does not read (a message of
+/// more than `max_items` items among them, a payload or result bin counting one), `too_large`
+/// the one raised (with `max_frame_bytes`) for a message over `max_frame_bytes`. After either,
+/// every later `feed` raises it again. A fast message whose payload or result holds more than
+/// `max_inner_items` items is handed over as the plain message instead (its payload still a
+/// bin). `unfinished` is the count of bytes held of a message not finished yet.
 ///
 /// `feed(data)` returns the messages `data` completes, in order: each the decoded value (lists,
 /// dicts, str, bytes, int, float, bool, None), except, after the first message, a dispatch
@@ -500,7 +542,7 @@ struct Pending {
 /// held.
 #[pyclass(frozen, subclass, module = "shardline._core", name = "MsgpackReader")]
 pub struct MsgpackReader {
-    limit: usize,
+    limits: Limits,
     fast: Fast,
     malformed: Py<PyType>,
     too_large: Py<PyType>,
@@ -510,7 +552,9 @@ pub struct MsgpackReader {
 impl MsgpackReader {
     fn refusal(&self, py: Python<'_>, refusal: Refusal) -> PyErr {
         match refusal {
-            Refusal::TooLarge => PyErr::from_type(self.too_large.bind(py).clone(), (self.limit,)),
+            Refusal::TooLarge => {
+                PyErr::from_type(self.too_large.bind(py).clone(), (self.limits.bytes,))
+            }
             Refusal::Malformed(what) => PyErr::from_type(
                 self.malformed.bind(py).clone(),
                 format!("unreadable msgpack: {what}"),
@@ -569,9 +613,9 @@ impl MsgpackReader {
                 match self.fast {
                     Fast::None => None,
                     Fast::Requests => {
-                        dispatch(py, &bytes[start..], self.limit, &mut pending.last_handler)
+                        dispatch(py, &bytes[start..], self.limits, &mut pending.last_handler)
                     }
-                    Fast::Answers => answer(py, &bytes[start..], self.limit),
+                    Fast::Answers => answer(py, &bytes[start..], self.limits),
                 }
             };
             if let Some((tuple, len)) = fast {
@@ -584,7 +628,7 @@ impl MsgpackReader {
             if pending.scan.pos < start {
                 pending.scan.pos = start;
             }
-            let Some(end) = scan_message(bytes, start, self.limit, &mut pending.scan)? else {
+            let Some(end) = scan_message(bytes, start, self.limits, &mut pending.scan)? else {
                 pending.scan.pos -= start;
                 return Ok(Some(start));
             };
@@ -599,15 +643,25 @@ impl MsgpackReader {
 #[pymethods]
 impl MsgpackReader {
     #[new]
+    #[pyo3(signature = (
+        max_frame_bytes, fast, malformed, too_large, max_items=None, max_inner_items=None
+    ))]
     fn new(
         max_frame_bytes: usize,
         fast: Option<&str>,
         malformed: Py<PyType>,
         too_large: Py<PyType>,
+        max_items: Option<u64>,
+        max_inner_items: Option<u64>,
     ) -> PyResult<Self> {
         if max_frame_bytes == 0 {
             return Err(PyValueError::new_err(
                 "max_frame_bytes must be positive, got 0",
+            ));
+        }
+        if max_items == Some(0) || max_inner_items == Some(0) {
+            return Err(PyValueError::new_err(
+                "an item limit must be positive, got 0",
             ));
         }
         let fast = match fast {
@@ -621,12 +675,23 @@ impl MsgpackReader {
             }
         };
         Ok(Self {
-            limit: max_frame_bytes,
+            limits: Limits {
+                bytes: max_frame_bytes,
+                items: max_items.unwrap_or(u64::MAX),
+                inner: max_inner_items.unwrap_or(u64::MAX),
+            },
             fast,
             malformed,
             too_large,
             pending: Mutex::new(Pending::default()),
         })
+    }
+
+    /// The bytes held of a message not finished yet (0 when the last read ended between
+    /// messages).
+    #[getter]
+    fn unfinished(&self) -> usize {
+        self.pending.lock().tail.len()
     }
 
     fn feed<'py>(&self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
@@ -666,10 +731,16 @@ impl MsgpackReader {
 }
 
 /// The one msgpack value `data` holds, read as `MsgpackReader` reads a message (no size
-/// limit beyond `data`'s); `ValueError` naming what is wrong otherwise.
+/// limit beyond `data`'s; at most `max_items` items, when given); `ValueError` naming what is
+/// wrong otherwise.
 #[pyfunction]
-pub fn msgpack_unpack<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    value_of(py, data).map_err(|refusal| match refusal {
+#[pyo3(signature = (data, max_items=None))]
+pub fn msgpack_unpack<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    max_items: Option<u64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    value_of(py, data, max_items.unwrap_or(u64::MAX)).map_err(|refusal| match refusal {
         Refusal::Malformed(what) => PyValueError::new_err(what),
         Refusal::Python(error) => error,
         Refusal::TooLarge => PyValueError::new_err("the value is cut short"),
@@ -677,9 +748,17 @@ pub fn msgpack_unpack<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, 
 }
 
 /// The one msgpack value `data` holds (see [`msgpack_unpack`]).
-fn value_of<'py>(py: Python<'py>, data: &[u8]) -> Result<Bound<'py, PyAny>, Refusal> {
+fn value_of<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    max_items: u64,
+) -> Result<Bound<'py, PyAny>, Refusal> {
+    let limits = Limits {
+        items: max_items,
+        ..Limits::bytes(data.len())
+    };
     let mut scan = Scan::default();
-    match scan_message(data, 0, data.len(), &mut scan)? {
+    match scan_message(data, 0, limits, &mut scan)? {
         Some(end) if end == data.len() => build(py, data, &mut 0),
         Some(_) => Err(Refusal::Malformed("extra bytes after the value".into())),
         None => Err(Refusal::Malformed("the value is cut short".into())),
@@ -1033,7 +1112,7 @@ pub fn msgpack_answer<'py>(
 
 #[cfg(test)]
 mod tests {
-    use super::{scan_message, Refusal, Scan, MAX_DEPTH};
+    use super::{scan_message, Limits, Refusal, Scan, MAX_DEPTH};
 
     /// The end of the message at the start of `data`, scanned in reads of `step` bytes (the scan
     /// resumed after each, as the reader does), or the refusal.
@@ -1042,7 +1121,7 @@ mod tests {
         let mut seen = 0;
         loop {
             seen = (seen + step).min(data.len());
-            if let Some(end) = scan_message(&data[..seen], 0, limit, &mut scan)? {
+            if let Some(end) = scan_message(&data[..seen], 0, Limits::bytes(limit), &mut scan)? {
                 return Ok(Some(end));
             }
             if seen == data.len() {
@@ -1111,14 +1190,14 @@ mod tests {
         ] {
             let mut scan = Scan::default();
             assert!(matches!(
-                scan_message(header, 0, 257, &mut scan),
+                scan_message(header, 0, Limits::bytes(257), &mut scan),
                 Err(Refusal::TooLarge)
             ));
         }
         // 256 items inside a pair fit in 261 bytes
         let mut scan = Scan::default();
         assert!(matches!(
-            scan_message(&[0x92, 0xdc, 0x01, 0x00], 0, 261, &mut scan),
+            scan_message(&[0x92, 0xdc, 0x01, 0x00], 0, Limits::bytes(261), &mut scan),
             Ok(None)
         ));
     }
@@ -1132,7 +1211,7 @@ mod tests {
             deepest.insert(0, 0x91);
             let mut scan = Scan::default();
             assert!(matches!(
-                scan_message(&deepest, 0, deepest.len(), &mut scan),
+                scan_message(&deepest, 0, Limits::bytes(deepest.len()), &mut scan),
                 Err(Refusal::Malformed(what)) if what.contains("deeper")
             ));
         }
@@ -1143,8 +1222,40 @@ mod tests {
         for byte in [0xc1, 0xc7, 0xc8, 0xc9, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8] {
             let mut scan = Scan::default();
             assert!(matches!(
-                scan_message(&[0x91, byte], 0, 100, &mut scan),
+                scan_message(&[0x91, byte], 0, Limits::bytes(100), &mut scan),
                 Err(Refusal::Malformed(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_message_of_more_items_than_the_limit_is_refused_in_reads_of_any_size() {
+        // [1, [2, {"k": [nil, "ab"]}], bin]: 10 items, each key and container counted
+        let data = nested();
+        let whole = data.len() - 1;
+        for step in [1, 4, 1000] {
+            let mut scan = Scan::default();
+            let mut seen = 0;
+            let mut exact = None;
+            while exact.is_none() && seen < whole {
+                seen = (seen + step).min(whole);
+                let limits = Limits {
+                    items: 10,
+                    ..Limits::bytes(whole)
+                };
+                exact = scan_message(&data[..seen], 0, limits, &mut scan)
+                    .ok()
+                    .flatten();
+            }
+            assert_eq!(exact, Some(whole), "10 items, reads of {step} bytes");
+            let mut scan = Scan::default();
+            let limits = Limits {
+                items: 9,
+                ..Limits::bytes(whole)
+            };
+            assert!(matches!(
+                scan_message(&data[..whole], 0, limits, &mut scan),
+                Err(Refusal::Malformed(what)) if what.contains("more than 9 items")
             ));
         }
     }

@@ -8,13 +8,19 @@ reads, refusing what it refuses; ``FrameDecoder.feed`` raises only ``MalformedMe
 included), never a message over its limit, and, for a stream the model reads whole, the
 model's values, with the hot path's requests or answers taken apart as the model says; and the
 frames ``request`` and ``result`` write are msgpack-python's bytes, which the decoder takes apart
-back into their fields; an ``error`` answer (a handler's built-in type and traceback in it or
-not) reads back through ``read_error``.
+back into their fields (a request's msgid only in 0..2**32 - 1); an ``error`` answer (a
+handler's built-in type and traceback in it or not) reads back through ``read_error``. With
+item bounds (``max_items``, ``max_inner_items``), a stream the model reads is read the same
+when every message is within them; a message of more items than ``max_items`` (one not taken
+apart) is refused as ``MalformedMessage`` naming the bound, and a dispatch or answer whose
+payload or result holds more than ``max_inner_items`` comes out as the plain message.
+``describe`` says any value read in at most 64 characters.
 
 Input layout: byte 0 mod 3 picks the case: 0, the rest of the input is a value for
 ``unpack_value``; 1, byte 1 picks the decoder's mode (mod 3: none, requests, answers) and its
-limit (``byte 1 * 4 + 1``, 0 for no limit), byte 2 how many reads the stream is cut into, and
-the rest is the stream (a seed is ``b"\\x01\\x00\\x00" + msgpack bytes``); 2, a request and an
+limit (``byte 1 * 4 + 1``, 0 for no limit), byte 2 how many reads the stream is cut into
+(mod 8) and whether the item bounds are one below the stream's largest counts (bit 3), and the
+rest is the stream (a seed is ``b"\\x01\\x00\\x00" + msgpack bytes``); 2, a request and an
 answer built from the input (structure-aware).
 """
 
@@ -24,6 +30,7 @@ import math
 from typing import Any
 
 import atheris
+import msgpack  # type: ignore[import-untyped]
 from fuzzkit import check, main, show, text
 
 from shardline.transport import msgpack_wire as wire
@@ -103,6 +110,73 @@ def read_stream(options: bytes, data: bytes) -> None:
     check(whole_refusal is None, f"{show(data)} refused ({show(whole_refusal)}) but readable")
     expected = [*values[:1], *(taken_apart(v, fast) for v in values[1:])]
     check(same(whole, expected), f"{show(data)} read as {show(whole)}")
+    for value in whole:
+        said = wire.describe(value)
+        check(len(said) <= 64, f"{show(value)} described in {len(said)} characters")
+    if values:
+        # the whole messages only: the unfinished one's items are not all known
+        whole_messages = data[: ends[-1]]
+        counts = [
+            items(unpack_pairs(data[start:end]))
+            for start, end in zip([0, *ends], ends, strict=False)
+        ]
+        read_within_items(whole_messages, fast, limit, counts, values, expected, options[1] & 8)
+
+
+class Pairs(list[tuple[Any, Any]]):
+    """A map's entries as read, a key repeated included."""
+
+
+def unpack_pairs(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=True, strict_map_key=False, object_pairs_hook=Pairs)
+
+
+def items(value: Any) -> int:
+    """The items of a value (a map's entries as :class:`Pairs`) as the reader counts them:
+    each value, container and key one (a bin one, whatever it holds)."""
+    if isinstance(value, Pairs):
+        return 1 + sum(items(k) + items(v) for k, v in value)
+    if isinstance(value, list):
+        return 1 + sum(map(items, value))
+    return 1
+
+
+def inner_items(message: Any) -> int:
+    """The items of the payload or result bin of a dispatch or answer (as the model reads it)."""
+    return items(unpack_pairs(message[3][1] if message[0] == 0 else message[3]))
+
+
+def read_within_items(
+    data: bytes,
+    fast: Any,
+    limit: int,
+    counts: list[int],
+    values: list[Any],
+    expected: list[Any],
+    below: int,
+) -> None:
+    """``data`` (readable, its messages ``values`` of ``counts`` items, read as ``expected``)
+    read again under item bounds at the stream's largest counts, or one below them."""
+    # a message taken apart (ten items at most) is not counted
+    most = max(
+        (n for n, m in zip(counts, expected, strict=True) if type(m) is not tuple), default=1
+    )
+    taken = [v for v, m in zip(values, expected, strict=True) if type(m) is tuple]
+    most_inner = max(map(inner_items, taken), default=1)
+    cap, inner_cap = (max(1, most - 1), max(1, most_inner - 1)) if below else (most, most_inner)
+    got, refusal = read(wire.FrameDecoder(limit, fast, cap, inner_cap), data, [])
+    if most > cap:
+        check(
+            type(refusal) is MalformedMessage and f"more than {cap} items" in str(refusal),
+            f"{show(data)}: a message of {most} items, over {cap}, refused as {show(refusal)}",
+        )
+        return
+    check(refusal is None, f"{show(data)} refused ({show(refusal)}) within {cap} items")
+    plain = [*values[:1], *(
+        v if type(m) is tuple and inner_items(v) > inner_cap else m
+        for v, m in zip(values[1:], expected[1:], strict=True)
+    )]  # fmt: skip
+    check(same(got, plain), f"{show(data)} within {cap}/{inner_cap} items read as {show(got)}")
 
 
 def frames(fdp: atheris.FuzzedDataProvider) -> None:

@@ -97,16 +97,17 @@ def _readable(inner: bytes) -> tuple[bool, Any]:
 
 def taken_apart(message: Any, fast: str | None) -> Any:
     """What the decoder hands over for ``message`` (not the stream's first): with
-    ``fast="requests"`` a well-formed dispatch whose payload is readable as ``(msgid, handler,
-    argument, timeout, deadline)``, with ``fast="answers"`` a successful answer whose result
-    is readable as ``(msgid, value)`` (``argument`` and ``value`` read from their bins); else
-    ``message`` itself."""
+    ``fast="requests"`` a well-formed dispatch with a msgid in 0..2**32 - 1 whose payload is
+    readable as ``(msgid, handler, argument, timeout, deadline)``, with ``fast="answers"`` a
+    successful answer whose result is readable as ``(msgid, value)`` (``argument`` and
+    ``value`` read from their bins); else ``message`` itself."""
     if not (isinstance(message, list) and len(message) == 4):
         return message
     kind, msgid, third, fourth = message
     if isinstance(msgid, bool) or not isinstance(msgid, int) or msgid < 0:
         return message
-    if fast == "requests" and kind == 0 and third == "shardline.dispatch":
+    # a request's msgid past 32 bits is left whole, for the worker to refuse
+    if fast == "requests" and kind == 0 and third == "shardline.dispatch" and msgid < 2**32:
         params = fourth
         if (
             isinstance(params, list)

@@ -155,6 +155,18 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
             " that died stays registered (default: 10; etcd may grant more)"
         ),
     )
+    worker.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=(
+            "msgpack only, repeatable: a bound the worker keeps whatever its clients send, one"
+            " of WorkerLimits' fields (max_connections, max_calls, max_queued_bytes,"
+            " hello_timeout, idle_timeout, frame_timeout, max_message_items,"
+            " max_payload_items), e.g. --limit max_calls=2048 (default: docs/msgpack-rpc.md)"
+        ),
+    )
     worker.set_defaults(run=_worker)
 
 
@@ -181,6 +193,8 @@ def _worker(args: argparse.Namespace) -> int:
         return usage_error("worker", problem)
     if problem := _tls_problem(args):
         return usage_error("worker", problem)
+    if args.limit and args.transport != "msgpack":
+        return usage_error("worker", "--limit applies to the msgpack transport")
     if args.transport == "grpc":
         # gRPC's core logs a failed bind on stderr before the exception says it again; the
         # worker reports failures itself (GRPC_VERBOSITY=debug, set by the user, still works)
@@ -226,6 +240,7 @@ async def _serve_worker(args: argparse.Namespace) -> int:
                 extra=None if args.weight is None else {"weight": args.weight},
                 tls=tls,
                 insecure=args.insecure,
+                **_limits(args.limit),
             )
         except ValueError as error:
             return usage_error("worker", str(error))
@@ -240,6 +255,13 @@ async def _serve_worker(args: argparse.Namespace) -> int:
     finally:
         await discovery.aclose()
     return 0
+
+
+def _limits(settings: list[str]) -> dict[str, Any]:
+    """``serve``'s ``limits`` option for ``--limit`` (none given: none, the defaults)."""
+    from shardline.transport.limits import WorkerLimits
+
+    return {"limits": WorkerLimits.parse(settings)} if settings else {}
 
 
 def _serve_failure(args: argparse.Namespace, error: OSError) -> str:

@@ -9,6 +9,7 @@ extra; the protocol is in ``docs/msgpack-rpc.md``): :func:`serve_msgpack`,
 imported on first use, so one transport's dependencies are never needed for the other.
 Both serve and dial TLS and mutual TLS, configured by one :class:`TlsSettings`; a worker
 refuses to serve plaintext off loopback unless told ``insecure=True``.
+:class:`WorkerLimits` bounds what clients can make a MessagePack-RPC worker hold.
 ``shardline worker`` runs one worker with the handlers of
 :mod:`shardline.transport.demo_handlers`, or the caller's (``--handlers MODULE:ATTRIBUTE``).
 
@@ -28,6 +29,7 @@ from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
 
 if TYPE_CHECKING:
     from shardline.transport.connection import GrpcConnection
+    from shardline.transport.limits import WorkerLimits
     from shardline.transport.local_pool import LocalPool
     from shardline.transport.msgpack_connection import MsgpackConnection
     from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
@@ -46,6 +48,7 @@ __all__ = [
     "RetryElsewhere",
     "Task",
     "TlsSettings",
+    "WorkerLimits",
     "WorkerServer",
     "connect",
     "serve",
@@ -57,6 +60,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "shardline.transport.local_pool": ["LocalPool"],
+        "shardline.transport.limits": ["WorkerLimits"],
         "shardline.transport.connection": ["GrpcConnection"],
         "shardline.transport.server": ["WorkerServer", "serve_grpc"],
         "shardline.transport.msgpack_connection": ["MsgpackConnection"],

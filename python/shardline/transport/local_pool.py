@@ -25,6 +25,7 @@ from shardline.errors import WorkerStartError
 from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
 from shardline.transport.handlers_spec import check_spec
+from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.transport.tls import TlsSettings
 from shardline.workers import DiscoveryEvent, WorkerMetadata
@@ -83,6 +84,9 @@ class LocalPool:
     for ``127.0.0.1`` or its ``server_hostname``) serves the workers that listen on loopback
     TCP with TLS, and the proxy dials them with the same settings (with ``ca``, both sides
     present and verify certificates); a worker on a Unix socket stays plaintext.
+
+    ``limits`` (msgpack only) bounds what each worker lets its clients hold
+    (:class:`~shardline.transport.limits.WorkerLimits`; its defaults when None).
 
     Entering the block starts the processes and returns once every one of them has joined the
     proxy's pool. A worker that exits before it joined fails the start with
@@ -150,6 +154,7 @@ class LocalPool:
         loadbalancer: BalancerSpec = RoundRobinLoadBalancer,
         health: HealthPolicy | None = DEFAULT_HEALTH,
         tls: TlsSettings | None = None,
+        limits: WorkerLimits | None = None,
     ) -> None:
         self._spec = check_spec(handlers)
         if tls is not None:
@@ -165,6 +170,9 @@ class LocalPool:
         check_count("workers", workers)
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        if limits is not None and transport != "msgpack":
+            raise ValueError(f"limits apply to the msgpack transport, not {transport!r}")
+        self._limits = limits
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise ValueError(f"max_restarts must be an int >= 0, not {max_restarts!r}")
         self._workers = workers
@@ -347,6 +355,7 @@ class LocalPool:
             "--uid", str(uid),
             "--grace", repr(self._stop_grace),
             *tls_files,
+            *(f"--limit={setting}" for setting in (self._limits or WorkerLimits()).settings()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

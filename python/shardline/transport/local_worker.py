@@ -2,7 +2,7 @@
 
 ``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
 --directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS [--tls-cert
-PEM --tls-key PEM [--tls-ca PEM]]`` imports the
+PEM --tls-key PEM [--tls-ca PEM]] [--limit NAME=VALUE ...]`` imports the
 mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at ``ADDRESS`` (a Unix
 socket's path or loopback ``host:port``) over the named transport (with TLS when given the
 files of a :class:`~shardline.transport.tls.TlsSettings`) and
@@ -47,6 +47,7 @@ from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.protocol import Discovery
 from shardline.transport.event_loop import run
 from shardline.transport.handlers_spec import HandlersSpecError, load_handlers
+from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
 from shardline.transport.tls import TlsSettings
@@ -76,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls-cert", help="serve TLS with this certificate chain (PEM)")
     parser.add_argument("--tls-key", help="the private key of --tls-cert (PEM)")
     parser.add_argument("--tls-ca", help="require client certificates signed by these (PEM)")
+    parser.add_argument(
+        "--limit", action="append", default=[], help="a msgpack worker limit, NAME=VALUE"
+    )
     return parser
 
 
@@ -136,6 +140,7 @@ async def _serve(
             uid=args.uid,
             grace=args.grace,
             tls=tls,
+            **({"limits": WorkerLimits.parse(args.limit)} if args.limit else {}),
         )
         try:
             await stopping.wait()

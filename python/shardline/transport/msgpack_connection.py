@@ -575,7 +575,7 @@ class _Link(asyncio.Protocol):
         if not (isinstance(message, list) and len(message) == 4 and message[0] == wire.RESPONSE):
             if isinstance(message, list) and len(message) == 3 and message[0] == wire.NOTIFICATION:
                 return  # a notification this version does not know: ignored
-            raise MalformedMessage(f"not a response: {message!r:.200}")
+            raise MalformedMessage(f"not a response: {wire.describe(message)}")
         _, msgid, error, result = message
         answer = self._calls.pop(msgid, None) if isinstance(msgid, int) else None
         if answer is None:

@@ -22,6 +22,14 @@ from shardline.host_port import join_host_port, split_host_port
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
+from shardline.transport.limits import (
+    FRAME,
+    HELLO,
+    IDLE,
+    Sweeper,
+    WorkerLimits,
+    connection_bound,
+)
 from shardline.transport.remote_errors import builtin_base, remote_traceback
 from shardline.transport.serving import (
     AnnouncedServer,
@@ -87,9 +95,16 @@ class MsgpackWorkerServer(AnnouncedServer):
         self._state = state
         self._socket_file = socket_file
 
+    @property
+    def refused_connections(self) -> int:
+        """Connections accepted and closed at once because ``max_connections`` were open
+        (see :class:`~shardline.transport.limits.WorkerLimits`), since the server started."""
+        return self._state.sweeper.refused
+
     async def _close(self, grace: float) -> None:
         state = self._state
         state.stopping = True
+        state.sweeper.stop()
         self._server.close()
         calls = [call for link in state.links for call in link.calls.values()]
         if calls:
@@ -121,6 +136,7 @@ async def serve_msgpack(
     threads: int | None = None,
     tls: TlsSettings | None = None,
     insecure: bool = False,
+    limits: WorkerLimits | None = None,
 ) -> MsgpackWorkerServer:
     """Serves ``handlers`` over MessagePack-RPC at ``address`` and announces the worker through
     ``discovery``; returns once it serves and its record is published.
@@ -167,7 +183,14 @@ async def serve_msgpack(
     as an error; other connections are served on), a result that would make one is answered
     ``bad_result``. At most ``max_in_flight`` dispatches run at once for one connection; more
     are answered ``busy`` (the caller retries elsewhere), and a connection whose answers the
-    peer does not read is not read from until it does.
+    peer does not read is not read from, and has no call started, until it does.
+
+    ``limits`` (a :class:`~shardline.transport.limits.WorkerLimits`; its defaults when None)
+    bounds what clients may hold: connections, calls in flight on the whole worker, answer
+    bytes queued unread, the time to say hello, to finish a message and to stay idle, and the
+    items of a message and of a payload. Serving raises the process's soft limit on open files
+    to its hard limit where the system allows (logged at INFO), and running out of file
+    descriptors is logged at WARNING.
 
     The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
     extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
@@ -179,6 +202,10 @@ async def serve_msgpack(
         raise ValueError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be positive, got {max_in_flight}")
+    if limits is None:
+        limits = WorkerLimits()
+    elif not isinstance(limits, WorkerLimits):
+        raise ValueError(f"limits must be a WorkerLimits, got {type(limits).__name__}")
     where, tls_named = _serve_address(address)
     context = None
     if isinstance(where, str):
@@ -195,8 +222,16 @@ async def serve_msgpack(
         await check_plaintext(*where, insecure)
     checked = check_handlers(handlers)
     publisher = free_publisher(discovery)
-    state = _State(checked, max_frame_bytes, max_in_flight, handler_threads(threads))
     loop = asyncio.get_running_loop()
+    state = _State(
+        checked,
+        max_frame_bytes,
+        max_in_flight,
+        handler_threads(threads),
+        limits,
+        connection_bound(limits.max_connections),
+        loop,
+    )
     socket_file = None
     # Reserved before the first await, so two concurrent calls cannot both take it.
     reserve_publisher(publisher)
@@ -245,6 +280,7 @@ async def serve_msgpack(
         release_publisher(publisher)
         state.threads.shutdown(wait=False)
         raise
+    state.sweeper.start()
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
     return MsgpackWorkerServer(server, state, metadata, publisher, socket_file, grace)
 
@@ -295,6 +331,14 @@ def _remove_socket_file(socket_file: tuple[str, int, int] | None) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _describe_params(params: Any) -> str:
+    """Malformed params as an error shows them: each item described (see
+    :func:`~shardline.transport.msgpack_wire.describe`) when they are a short array."""
+    if isinstance(params, list) and len(params) <= 8:
+        return "[" + ", ".join(map(wire.describe, params)) + "]"
+    return wire.describe(params)
 
 
 def _call_ended(call: tuple[int, asyncio.Task[None]]) -> bool:
@@ -354,14 +398,20 @@ class _State:
         max_frame_bytes: int,
         max_in_flight: int,
         threads: concurrent.futures.ThreadPoolExecutor,
+        limits: WorkerLimits,
+        max_connections: int,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.handlers = handlers
         self.threads = threads
         self.served = ", ".join(sorted(handlers)) or "none"
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
+        self.limits = limits
         self.links: set[_Link] = set()
         self.stopping = False
+        self.calls = 0  # dispatches in flight over every link
+        self.sweeper = Sweeper(loop, limits, self.links, max_connections)
 
 
 class _Link(asyncio.Protocol):
@@ -370,7 +420,12 @@ class _Link(asyncio.Protocol):
 
     def __init__(self, state: _State) -> None:
         self._state = state
-        self._decoder = wire.FrameDecoder(state.max_frame_bytes, "requests")
+        self._decoder = wire.FrameDecoder(
+            state.max_frame_bytes,
+            "requests",
+            state.limits.max_message_items,
+            state.limits.max_payload_items,
+        )
         self._transport: asyncio.Transport | None = None
         self._peer = "a client"
         self._peer_limit: int | None = None
@@ -388,10 +443,21 @@ class _Link(asyncio.Protocol):
         self._expired: set[int] = set()
         self._deadlines: Deadlines[tuple[int, asyncio.Task[None]]] | None = None
         self._unsent: list[bytes] = []
+        self._unsent_bytes = 0
         self._receiving = False
         self._loop = asyncio.get_running_loop()  # a protocol is made on its server's loop
+        # What the limits watch: when the connection opened and was last read from, and when
+        # the unfinished message began (None: none); whether the socket takes writes, the
+        # messages read but not handled until it does, and its high-water mark.
+        self._opened = self._heard = self._loop.time()
+        self._frame_since: float | None = None
+        self._paused = False
+        self._backlog: list[Any] = []
+        self._high_water = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._state.sweeper.admit(transport):
+            return
         # a stream transport, though uvloop's are not asyncio.Transport subclasses
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
@@ -401,11 +467,13 @@ class _Link(asyncio.Protocol):
         elif peer:
             self._peer = f"the client at {peer}"
         wire.keep_alive(transport)
+        self._high_water = transport.get_write_buffer_limits()[1]
         self._state.links.add(self)
         transport.write(wire.hello(self._state.max_frame_bytes, self._loop.time()))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._backlog = []
         self._state.links.discard(self)
         if self._deadlines is not None:
             self._deadlines.close()
@@ -415,25 +483,76 @@ class _Link(asyncio.Protocol):
             call.cancel()
 
     def pause_writing(self) -> None:
-        # The client does not read its answers: stop reading its requests until it does.
+        # The client does not read its answers: start no call and read no request of it
+        # until it does (what was read waits in the backlog).
+        self._paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self._paused = False
+        if self._backlog:
+            backlog, self._backlog = self._backlog, []
+            self._handle(backlog)
+        transport = self._transport
+        if transport is not None and not transport.is_closing() and not self._paused:
+            transport.resume_reading()
+
+    def overdue(self, now: float, limits: WorkerLimits) -> str | None:
+        """Which timeout this connection is past at ``now``, if any: no hello, an unfinished
+        message, or idle (no call in flight, nothing read). A connection whose client does not
+        read its answers is not read from, so its message cannot finish nor is it idle."""
+        if self._transport is None:
+            return None
+        if self._peer_limit is None and now - self._opened > limits.hello_timeout:
+            return HELLO
+        if self._paused or self._backlog:
+            return None
+        if self._frame_since is not None:
+            return FRAME if now - self._frame_since > limits.frame_timeout else None
+        if not self.calls and now - self._heard > limits.idle_timeout:
+            return IDLE
+        return None
+
+    def expire(self, reason: str) -> None:
+        """Closes the connection for the timeout ``reason`` (see :meth:`overdue`)."""
+        if self._transport is not None:
+            if reason == IDLE:
+                self._transport.close()
+            else:
+                self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        now = self._heard = self._loop.time()
+        decoder = self._decoder
         try:
-            messages = self._decoder.feed(data)
+            messages = decoder.feed(data)
         except MalformedMessage as error:
             self._drop(f"{error}")
             return
+        if decoder.unfinished:
+            if messages or self._frame_since is None:
+                self._frame_since = now
+        else:
+            self._frame_since = None
+        if self._backlog:
+            self._backlog.extend(messages)
+        else:
+            self._handle(messages)
+
+    def _handle(self, messages: list[Any]) -> None:
+        """Handles the messages read, until the socket stops taking writes: the rest wait in
+        the backlog for :meth:`resume_writing`."""
         # the answers made while these messages are read go out in one write, at the end
         self._receiving = True
         try:
-            for message in messages:
+            for index, message in enumerate(messages):
                 if self._transport is None or self._transport.is_closing():
+                    return
+                if self._unsent_bytes > self._high_water:
+                    self._flush()  # the socket may stop taking writes (pause_writing)
+                if self._paused:
+                    self._backlog = messages[index:]
                     return
                 try:
                     if type(message) is tuple:
@@ -452,12 +571,8 @@ class _Link(asyncio.Protocol):
                     self._peer,
                 )
                 self._dropped = 0
-            unsent = self._unsent
-            if unsent:  # _flush, without its call
-                self._unsent = []
-                transport = self._transport
-                if transport is not None and not transport.is_closing():
-                    transport.write(b"".join(unsent))
+            if self._unsent:
+                self._flush()
 
     def _drop(self, reason: str) -> None:
         logger.error("closing the connection of %s: %s", self._peer, reason)
@@ -476,11 +591,15 @@ class _Link(asyncio.Protocol):
                 self._clock_offset = self._offset_at - hello.clock
             return
         if not isinstance(message, list) or not message:
-            raise MalformedMessage(f"a message is not a MessagePack-RPC array: {message!r:.200}")
+            raise MalformedMessage(
+                f"a message is not a MessagePack-RPC array: {wire.describe(message)}"
+            )
         kind = message[0]
         if kind == wire.REQUEST and len(message) == 4:
             _, msgid, method, params = message
             if isinstance(msgid, int) and not isinstance(msgid, bool):
+                if not 0 <= msgid <= wire.MAX_MSGID:
+                    raise MalformedMessage(f"msgid {msgid} is not in 0..{wire.MAX_MSGID}")
                 self._request(msgid, method, params)
                 return
         elif kind == wire.NOTIFICATION and len(message) == 3:
@@ -490,9 +609,9 @@ class _Link(asyncio.Protocol):
             elif method == wire.HELLO:
                 raise MalformedMessage("a second hello")
             else:
-                logger.debug("notification %.100r from %s ignored", method, self._peer)
+                logger.debug("notification %s from %s ignored", wire.describe(method), self._peer)
             return
-        raise MalformedMessage(f"not a request nor a notification: {message!r:.200}")
+        raise MalformedMessage(f"not a request nor a notification: {wire.describe(message)}")
 
     def _request(self, msgid: int, method: Any, params: Any) -> None:
         if msgid in self.calls:
@@ -501,7 +620,9 @@ class _Link(asyncio.Protocol):
             self._write(wire.result(msgid, None))
             return
         if method != wire.DISPATCH:
-            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"no method {method!r:.100}")
+            self._answer_error(
+                msgid, wire.BAD_REQUEST, BAD_REQUEST, f"no method {wire.describe(method)}"
+            )
             return
         if not (
             isinstance(params, list)
@@ -513,7 +634,8 @@ class _Link(asyncio.Protocol):
                 msgid,
                 wire.BAD_REQUEST,
                 BAD_REQUEST,
-                f"dispatch takes [handler, payload bin, timeout, deadline], got {params!r:.200}",
+                "dispatch takes [handler, payload bin, timeout, deadline], got"
+                f" {_describe_params(params)}",
             )
             return
         name, payload, timeout = params[:3]
@@ -524,7 +646,9 @@ class _Link(asyncio.Protocol):
             self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
             return
         try:
-            argument = wire.unpack_value(payload, "the payload")
+            argument = wire.unpack_value(
+                payload, "the payload", self._state.limits.max_payload_items
+            )
         except MalformedMessage as error:
             self._dispatch(msgid, name, None, seconds, deadline, error)
             return
@@ -568,12 +692,14 @@ class _Link(asyncio.Protocol):
                 return
             if seconds is None or left < seconds:
                 seconds = left
-        if len(calls) >= state.max_in_flight:
+        if len(calls) >= state.max_in_flight or state.calls >= state.limits.max_calls:
             self._answer_error(
                 msgid,
                 wire.BUSY,
                 "shardline.Busy",
-                f"{state.max_in_flight} dispatches already in flight on this connection",
+                f"{state.max_in_flight} dispatches already in flight on this connection"
+                if len(calls) >= state.max_in_flight
+                else f"{state.limits.max_calls} dispatches already in flight on this worker",
             )
             return
         entry = state.handlers.get(name)
@@ -643,10 +769,12 @@ class _Link(asyncio.Protocol):
             frame = wire.answer(msgid, value)
             if frame is not None and len(frame) <= self._answer_limit:
                 self._unsent.append(frame)
+                self._unsent_bytes += len(frame)
             else:
                 self._write(self._result(msgid, name, value))
             return
         calls[msgid] = call
+        state.calls += 1
         call.add_done_callback(functools.partial(self._finished, msgid))
         if seconds is not None:
             if self._deadlines is None:
@@ -675,7 +803,7 @@ class _Link(asyncio.Protocol):
 
     def _cancel(self, params: Any) -> None:
         if not (isinstance(params, list) and len(params) == 1 and isinstance(params[0], int)):
-            raise MalformedMessage(f"{wire.CANCEL} takes [msgid], got {params!r:.100}")
+            raise MalformedMessage(f"{wire.CANCEL} takes [msgid], got {_describe_params(params)}")
         call = self.calls.get(params[0])
         if call is not None:
             self._abandoned.add(params[0])
@@ -734,6 +862,7 @@ class _Link(asyncio.Protocol):
     def _finished(self, msgid: int, call: asyncio.Task[None]) -> None:
         # A done callback, not a finally: a task cancelled before its first step never runs.
         del self.calls[msgid]
+        self._state.calls -= 1
         self._abandoned.discard(msgid)
         self._expired.discard(msgid)
 
@@ -765,9 +894,27 @@ class _Link(asyncio.Protocol):
         if not self._unsent and not self._receiving:
             self._loop.call_soon(self._flush)
         self._unsent.append(frame)
+        self._unsent_bytes += len(frame)
+        if self._unsent_bytes > self._high_water and not self._receiving:
+            # large answers go out at once: a turn's worth of them held here is unbounded
+            self._flush()
 
     def _flush(self) -> None:
         frames, self._unsent = self._unsent, []
+        self._unsent_bytes = 0
+        transport = self._transport
         # (a turn's flush finds nothing when data_received wrote its answers first)
-        if frames and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(b"".join(frames))
+        if frames and transport is not None and not transport.is_closing():
+            transport.write(b"".join(frames))
+            # Paused, the answers of calls that were already running still come: bounded.
+            if self._paused:
+                queued = transport.get_write_buffer_size()
+                if queued > self._state.limits.max_queued_bytes:
+                    logger.warning(
+                        "closing the connection of %s: %d answer bytes it does not read are"
+                        " queued, over max_queued_bytes %d",
+                        self._peer,
+                        queued,
+                        self._state.limits.max_queued_bytes,
+                    )
+                    transport.abort()

@@ -67,6 +67,7 @@ __all__ = [
     "HANDLER",
     "HELLO",
     "KEEPALIVE_SECONDS",
+    "MAX_MSGID",
     "NOTIFICATION",
     "PING",
     "PROTOCOL_VERSION",
@@ -88,6 +89,7 @@ __all__ = [
     "answer",
     "call",
     "cancel",
+    "describe",
     "error",
     "hello",
     "keep_alive",
@@ -109,6 +111,8 @@ PROTOCOL_VERSION = 1
 """The major version each side announces in its hello; another one is refused."""
 
 REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
+MAX_MSGID = 2**32 - 1
+"""msgids are unsigned 32-bit: a worker closes a connection sending one outside 0..MAX_MSGID."""
 HELLO = "shardline.hello"
 CANCEL = "shardline.cancel"
 DISPATCH = "shardline.dispatch"
@@ -152,9 +156,17 @@ class FrameDecoder(MsgpackReader):
     not UTF-8, more than 1024 containers nested). After either, the decoder is unusable (the
     stream has lost its framing) and the connection must be closed.
 
+    ``max_items`` (None: no bound) bounds the items of a message (each value, container and
+    map key counts one; a payload or result bin one): a message of more is refused with
+    :class:`MalformedMessage` (a message taken apart, below, is not counted: it holds ten at
+    most). ``max_inner_items`` bounds those of the payload or result a
+    fast message (see below) carries: one of more comes out as the plain message, its payload
+    or result still a bin, for the caller to refuse (see :func:`unpack_value`).
+
     Each message is its decoded value (lists, dicts, str, bytes, int, float, bool, None),
     except, with ``fast="requests"``, a well-formed dispatch request after the first message
-    whose payload is readable, which is ``(msgid, handler, argument, timeout, deadline)``
+    whose payload is readable and whose msgid is at most :data:`MAX_MSGID`, which is
+    ``(msgid, handler, argument, timeout, deadline)``
     (``argument`` the value packed in the payload bin, as :func:`unpack_value` reads it,
     ``timeout`` None or seconds as :func:`read_timeout` reads them, ``deadline`` None when
     the request has three params or a nil one, else a finite float), and with
@@ -170,9 +182,15 @@ class FrameDecoder(MsgpackReader):
     """
 
     def __new__(
-        cls, max_frame_bytes: int, fast: Literal["requests", "answers"] | None = None
+        cls,
+        max_frame_bytes: int,
+        fast: Literal["requests", "answers"] | None = None,
+        max_items: int | None = None,
+        max_inner_items: int | None = None,
     ) -> FrameDecoder:
-        return super().__new__(cls, max_frame_bytes, fast, MalformedMessage, FrameTooLarge)
+        return super().__new__(
+            cls, max_frame_bytes, fast, MalformedMessage, FrameTooLarge, max_items, max_inner_items
+        )
 
 
 class _Packers(threading.local):
@@ -212,13 +230,34 @@ def pack_value(value: Any, what: str, handler: str) -> bytes:
         raise kind(f"{what} for handler {handler!r} is not msgpack: {error}") from None
 
 
-def unpack_value(data: bytes, what: str) -> Any:
+def unpack_value(data: bytes, what: str, max_items: int | None = None) -> Any:
     """A payload or result; :class:`MalformedMessage` naming ``what`` when it is not one
-    msgpack value this protocol reads (what :class:`FrameDecoder` reads in a message)."""
+    msgpack value this protocol reads (what :class:`FrameDecoder` reads in a message), or holds
+    more than ``max_items`` items (None: no bound)."""
     try:
-        return msgpack_unpack(data)
+        return msgpack_unpack(data, max_items)
     except ValueError as error:
         raise MalformedMessage(f"{what} is unreadable: {error}") from None
+
+
+def describe(value: Any) -> str:
+    """``value`` (read from the network) as an error message shows it, in at most 64
+    characters: a number, nil or a short str as itself, anything else by its type and size,
+    so describing a message never costs more than its size says (a full ``repr`` of four
+    million ints takes half a second)."""
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, str):
+        # (escapes make a repr up to ten times its str)
+        shown = repr(value) if len(value) <= 40 else ""
+        return shown if 0 < len(shown) <= 64 else f"a str of {len(value)} chars"
+    if isinstance(value, bytes):
+        return f"a bin of {len(value)} bytes"
+    if isinstance(value, list):
+        return f"an array of {len(value)} items"
+    if isinstance(value, dict):
+        return f"a map of {len(value)} entries"
+    return f"a {type(value).__name__}"
 
 
 def hello(max_frame_bytes: int, clock: float | None = None) -> bytes:
@@ -249,18 +288,20 @@ def read_hello(message: Any, peer: str) -> Hello:
         and message[1] == HELLO
         and isinstance(message[2], dict)
     ):
-        raise MalformedMessage(f"{peer} did not open with a {HELLO} notification: {message!r:.200}")
+        raise MalformedMessage(
+            f"{peer} did not open with a {HELLO} notification: {describe(message)}"
+        )
     version, limit = message[2].get("version"), message[2].get("max_frame_bytes")
     if version != PROTOCOL_VERSION:
         raise VersionMismatch(
-            f"{peer} speaks shardline msgpack-rpc version {version!r:.50}, "
+            f"{peer} speaks shardline msgpack-rpc version {describe(version)}, "
             f"this side speaks version {PROTOCOL_VERSION}"
         )
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise MalformedMessage(f"{peer} announced max_frame_bytes {limit!r:.50}")
+        raise MalformedMessage(f"{peer} announced max_frame_bytes {describe(limit)}")
     clock = message[2].get("clock")
     if clock is not None and not _finite(clock):
-        raise MalformedMessage(f"{peer} announced the clock {clock!r:.50}")
+        raise MalformedMessage(f"{peer} announced the clock {describe(clock)}")
     return Hello(limit, None if clock is None else float(clock))
 
 
@@ -344,7 +385,9 @@ def read_timeout(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise MalformedMessage(f"the request's timeout is not a number of seconds: {value!r:.50}")
+        raise MalformedMessage(
+            f"the request's timeout is not a number of seconds: {describe(value)}"
+        )
     if math.isinf(value) and value > 0:
         return None
     return max(float(value), 0.0)
@@ -355,7 +398,7 @@ def read_deadline(value: Any) -> float | None:
     if value is None:
         return None
     if not _finite(value):
-        raise MalformedMessage(f"the request's deadline is not a finite number: {value!r:.50}")
+        raise MalformedMessage(f"the request's deadline is not a finite number: {describe(value)}")
     return float(value)
 
 
@@ -388,7 +431,7 @@ def read_error(error: Any) -> ErrorAnswer:
             and (traceback is None or isinstance(traceback, str))
         ):
             return ErrorAnswer(kind, type_name, message, started, builtin, traceback)
-    raise MalformedMessage(f"the answer carries an error this side cannot read: {error!r:.200}")
+    raise MalformedMessage(f"the answer carries an error this side cannot read: {describe(error)}")
 
 
 TCP_SCHEME = "msgpack+tcp://"

@@ -1,0 +1,295 @@
+"""`WorkerLimits`: what one MessagePack-RPC worker lets its clients hold (connections, calls,
+queued answers, time, items); the file descriptors it raises its own limit to; and the
+`Sweeper` that enforces the connection count and the timeouts over a worker's connections."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, cast
+
+__all__ = [
+    "FD_RESERVE",
+    "FRAME",
+    "HELLO",
+    "IDLE",
+    "Sweeper",
+    "WorkerLimits",
+    "connection_bound",
+    "raise_fd_limit",
+]
+
+logger = logging.getLogger("shardline.transport.limits")
+
+FD_RESERVE = 256
+"""File descriptors a worker keeps for everything but its connections (its listening socket,
+discovery, logs, the handlers' own files, and connections accepted only to be closed while
+their close is still pending): connections beyond ``soft limit - FD_RESERVE`` are refused
+as beyond ``max_connections``."""
+
+# Where the hard limit is unlimited, the soft one is raised this far (Linux's default
+# fs.nr_open): a soft limit cannot be unlimited.
+_UNLIMITED_TARGET = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLimits:
+    """The bounds a MessagePack-RPC worker keeps whatever its clients send, given to
+    :func:`~shardline.transport.msgpack_server.serve_msgpack` (or ``serve``) as
+    ``limits=WorkerLimits(...)``; each field's default is written after it. docs/msgpack-rpc.md
+    ("Bounds") tells what a client sees of each.
+
+    - ``max_connections`` (10,000): connections open at once. One accepted beyond it is closed
+      at once, counted (``MsgpackWorkerServer.refused_connections``) and logged at WARNING. The
+      bound in force is never above the file descriptor soft limit less :data:`FD_RESERVE`
+      (the worker raises its soft limit to the hard one when it starts).
+    - ``max_calls`` (4,096): dispatches in flight on the whole worker, over every connection
+      (each connection also has ``serve_msgpack``'s ``max_in_flight``). A dispatch beyond it is
+      answered ``busy`` at once, which the caller retries elsewhere as not sent.
+    - ``max_queued_bytes`` (64 MiB): answer bytes written to one connection and not yet taken
+      by its socket. Once the socket stops taking them, the worker stops starting calls for
+      that connection and reading from it, so this is reached only by the answers of calls
+      that were already running; a connection whose client leaves more than this unread is
+      closed (logged at WARNING).
+    - ``hello_timeout`` (10 s): a connection whose hello has not come this long after it
+      opened is closed.
+    - ``idle_timeout`` (300 s): a connection with no call in flight that has sent nothing for
+      this long is closed (its client dials again at its next call).
+    - ``frame_timeout`` (30 s): a message must be received whole within this long of its first
+      byte, or its connection is closed (4 MiB in 30 s is about 1.1 Mbit/s).
+    - ``max_message_items`` (4,096): items (each value, container and map key counts one) in one
+      message, outside the payload it carries; beyond them the connection is closed.
+      A MessagePack-RPC message of this protocol holds about ten.
+    - ``max_payload_items`` (1,048,576): items in one dispatch's payload; beyond them the call
+      is answered ``bad_request``. Reading a value costs about its item count, so each message
+      read costs at most about ``max_message_items + max_payload_items`` items of work, however
+      it was built (a 4 MiB frame holds four million one-byte ints).
+
+    ``ValueError``, naming the field, for a count that is not a positive int or a timeout that
+    is not a positive finite number of seconds.
+    """
+
+    max_connections: int = 10_000
+    max_calls: int = 4096
+    max_queued_bytes: int = 64 * 1024 * 1024
+    hello_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    frame_timeout: float = 30.0
+    max_message_items: int = 4096
+    max_payload_items: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value: Any = getattr(self, field.name)
+            if field.name.endswith("_timeout"):
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                    or not math.isfinite(value)
+                    or value <= 0
+                ):
+                    raise ValueError(
+                        f"WorkerLimits.{field.name} must be a positive finite number of"
+                        f" seconds, got {value!r}"
+                    )
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}")
+
+    @classmethod
+    def parse(cls, settings: list[str]) -> WorkerLimits:
+        """The limits ``settings`` give, each ``NAME=VALUE`` (``max_calls=2048``,
+        ``idle_timeout=60``), the defaults for the rest: what ``shardline worker --limit``
+        takes. ``ValueError`` naming the setting for an unknown name or a bad value."""
+        known = [field.name for field in fields(cls)]
+        given: dict[str, Any] = {}
+        for setting in settings:
+            name, equals, text = setting.partition("=")
+            name = name.strip().replace("-", "_")
+            if not equals or name not in known:
+                raise ValueError(
+                    f"a limit is NAME=VALUE, NAME one of {', '.join(known)}; got {setting!r}"
+                )
+            try:
+                given[name] = float(text) if name.endswith("_timeout") else int(text)
+            except ValueError:
+                raise ValueError(f"limit {setting!r}: {text!r} is not a number") from None
+        return cls(**given)
+
+    def settings(self) -> list[str]:
+        """The ``NAME=VALUE`` forms :meth:`parse` reads back into these limits, for the fields
+        that differ from the defaults."""
+        default = WorkerLimits()
+        return [
+            f"{field.name}={getattr(self, field.name)!r}"
+            for field in fields(self)
+            if getattr(self, field.name) != getattr(default, field.name)
+        ]
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often a worker looks for connections past a timeout: a quarter of the shortest
+        one, between 50 ms and 1 s, so a timeout is enforced at most that much late."""
+        shortest = min(self.hello_timeout, self.idle_timeout, self.frame_timeout)
+        return min(1.0, max(0.05, shortest / 4))
+
+
+def raise_fd_limit() -> int | None:
+    """Raises this process's soft limit on open file descriptors to its hard limit (to
+    ``2**20`` where the hard one is unlimited), where the system allows; returns the soft
+    limit in force after (None where the platform has none, as on Windows). Logged at INFO
+    when it changed."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = _UNLIMITED_TARGET if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as error:
+            # macOS refuses more than its kern.maxfilesperproc whatever the hard limit says
+            logger.info(
+                "the open file limit stays %d: raising it to %d failed: %s", soft, target, error
+            )
+            return soft
+        logger.info("raised the open file limit from %d to %d", soft, target)
+        soft = target
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_bound(configured: int) -> int:
+    """``max_connections`` as it can hold: below the file descriptor soft limit (raised first,
+    see :func:`raise_fd_limit`) by :data:`FD_RESERVE`, so idle sockets cannot take the
+    descriptors every other file, and every accept, needs. Logged at INFO when lowered."""
+    soft = raise_fd_limit()
+    if soft is None or configured <= soft - FD_RESERVE:
+        return configured
+    bound = max(1, soft - FD_RESERVE)
+    logger.info(
+        "max_connections %d is over what the open file limit (%d) allows: %d connections at most",
+        configured,
+        soft,
+        bound,
+    )
+    return bound
+
+
+HELLO, FRAME, IDLE = "hello", "frame", "idle"
+"""The timeouts a connection can be past (see :meth:`Swept.overdue`)."""
+
+_TIMEOUTS = {
+    HELLO: lambda limits: f"no hello within hello_timeout {limits.hello_timeout:g} s",
+    FRAME: lambda limits: f"a message unfinished after frame_timeout {limits.frame_timeout:g} s",
+    IDLE: lambda limits: f"idle for idle_timeout {limits.idle_timeout:g} s",
+}
+
+
+class Swept(Protocol):
+    """A connection as the :class:`Sweeper` sees it."""
+
+    def overdue(self, now: float, limits: WorkerLimits) -> str | None:
+        """Which timeout (:data:`HELLO`, :data:`FRAME` or :data:`IDLE`) it is past at ``now``
+        (the loop's time), if any."""
+
+    def expire(self, reason: str) -> None:
+        """Closes it for the timeout ``reason``."""
+
+
+class Sweeper:
+    """Keeps a worker's connections (``links``, the set the server keeps of its open ones)
+    within ``limits``: :meth:`admit` refuses one beyond ``max_connections``; from
+    :meth:`start` to :meth:`stop`, a sweep every ``limits.sweep_interval`` closes those past a
+    timeout and logs them (WARNING; INFO for idle ones), the refusals since the last sweep
+    (WARNING), and a worker out of file descriptors (WARNING, then INFO once they are back).
+    ``refused`` counts the refusals.
+
+    Implementation notes: one timer for the whole server, not one per connection: a
+    connection's read only stores the loop's time, and a timeout is enforced at most
+    ``sweep_interval`` late. The loop says nothing when accept() fails for want of
+    descriptors (uvloop's libuv closes such connections silently), so each sweep opens one
+    descriptor to see.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        limits: WorkerLimits,
+        links: set[Any],
+        max_connections: int,
+    ) -> None:
+        self.refused = 0
+        self._loop = loop
+        self._limits = limits
+        self._links: set[Swept] = links
+        self._max_connections = max_connections
+        self._refused_logged = 0
+        self._out_of_files = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def admit(self, transport: asyncio.BaseTransport) -> bool:
+        """Whether a connection just accepted may stay; one beyond ``max_connections`` is
+        closed here (and counted)."""
+        if len(self._links) < self._max_connections:
+            return True
+        self.refused += 1
+        cast(asyncio.Transport, transport).abort()
+        return False
+
+    def start(self) -> None:
+        self._timer = self._loop.call_later(self._limits.sweep_interval, self._sweep)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _sweep(self) -> None:
+        limits = self._limits
+        # scheduled first: nothing below may end the sweeps
+        self._timer = self._loop.call_later(limits.sweep_interval, self._sweep)
+        now = self._loop.time()
+        closed: Counter[str] = Counter()
+        for link in list(self._links):
+            reason = link.overdue(now, limits)
+            if reason is not None:
+                closed[reason] += 1
+                link.expire(reason)
+        for reason, count in closed.items():
+            level = logging.INFO if reason == IDLE else logging.WARNING
+            logger.log(level, "closed %d connections: %s", count, _TIMEOUTS[reason](limits))
+        if self.refused > self._refused_logged:
+            logger.warning(
+                "refused %d connections over max_connections (%d are open, at most %d)",
+                self.refused - self._refused_logged,
+                len(self._links),
+                self._max_connections,
+            )
+            self._refused_logged = self.refused
+        self._probe_files()
+
+    def _probe_files(self) -> None:
+        try:
+            os.close(os.open(os.devnull, os.O_RDONLY))
+        except OSError as error:
+            if error.errno not in (errno.EMFILE, errno.ENFILE):
+                logger.warning("cannot open %s to count file descriptors: %s", os.devnull, error)
+                return
+            if not self._out_of_files:
+                self._out_of_files = True
+                logger.warning(
+                    "out of file descriptors (%s) with %d connections open: new connections"
+                    " fail until some close; raise the open file limit (ulimit -n) or lower"
+                    " max_connections",
+                    errno.errorcode[error.errno],
+                    len(self._links),
+                )
+            return
+        if self._out_of_files:
+            self._out_of_files = False
+            logger.info("file descriptors are available again")

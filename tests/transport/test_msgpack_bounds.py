@@ -1,0 +1,562 @@
+"""The bounds a MessagePack-RPC worker keeps (`WorkerLimits`), each shown by its attack on a
+real worker process (bounds_worker.py) over loopback: a client that never reads its answers,
+connections that never say hello or never finish a message, more connections than allowed,
+a worker out of file descriptors, more calls than the worker takes, messages of millions of
+items, msgids outside 32 bits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import resource
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardline import TransientRpcError, WorkerMetadata
+from shardline.discovery import InProcessDiscovery
+from shardline.errors import WorkerError
+from shardline.transport import LocalPool, Task
+from shardline.transport import msgpack_wire as wire
+from shardline.transport.limits import WorkerLimits
+from shardline.transport.msgpack_connection import MsgpackConnection
+from shardline.transport.msgpack_server import serve_msgpack
+from support.transport_servers import WAIT
+from support.worker_processes import worker_process
+
+pytestmark = pytest.mark.async_timeout(60)
+
+SCRIPT = Path(__file__).with_name("bounds_worker.py")
+MiB = 1024 * 1024
+
+
+class Worker:
+    """A bounds_worker.py process: its address, and its log lines as they come."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._changed = asyncio.Event()
+        self._reading: asyncio.Task[None] | None = None
+        self.host = ""
+        self.port = 0
+
+    async def start(self) -> None:
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), WAIT)
+        assert line, f"the worker exited: {await self.process.stderr.read()!r}"
+        where = wire.record_address(line.decode().strip())
+        assert not isinstance(where, str)
+        self.host, self.port = where
+        self._reading = asyncio.create_task(self._read(self.process.stderr))
+
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            self.lines.append(line.decode(errors="replace").rstrip())
+            self._changed.set()
+
+    @property
+    def record(self) -> WorkerMetadata:
+        return WorkerMetadata(
+            uid=uuid.uuid4(), address=wire.tcp_address(self.host, self.port), pid=0, version=""
+        )
+
+    async def logged(self, *words: str, after: int = 0) -> str:
+        """The first log line holding every one of ``words``, from the ``after``-th line on,
+        waited for (at most WAIT)."""
+        async with asyncio.timeout(WAIT):
+            while True:
+                for line in self.lines[after:]:
+                    if all(word in line for word in words):
+                        return line
+                self._changed.clear()
+                await self._changed.wait()
+
+    def rss(self) -> int:
+        """The process's resident memory in bytes."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        (line,) = [line for line in status.splitlines() if line.startswith("VmRSS:")]
+        return int(line.split()[1]) * 1024
+
+    async def close(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+        if self._reading is not None:
+            await self._reading
+
+
+@asynccontextmanager
+async def bounded_worker(
+    limits: dict[str, Any], *, nofile: tuple[int, int] | None = None
+) -> AsyncIterator[Worker]:
+    """A worker process under ``WorkerLimits(**limits)``, its open file limit set to ``nofile``
+    (soft, hard) before it starts."""
+    WorkerLimits(**limits)  # a typo fails here, not in the child
+
+    def limit_files() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(SCRIPT),
+        json.dumps(limits),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=limit_files,
+    )
+    worker = Worker(process)
+    try:
+        await worker.start()
+        yield worker
+    finally:
+        await worker.close()
+
+
+@asynccontextmanager
+async def client(worker: Worker) -> AsyncIterator[MsgpackConnection]:
+    opened = MsgpackConnection(worker.record)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+async def raw_socket(
+    worker: Worker, *, hello: bool = True, receive_buffer: int | None = None
+) -> socket.socket:
+    """A TCP socket to the worker; with ``hello``, one that has said hello and read the
+    worker's."""
+    sock = socket.socket()
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (worker.host, worker.port))
+    if hello:
+        await loop.sock_sendall(sock, wire.hello(1 << 30))
+        (greeting,) = await read(sock, 1)
+        assert greeting[:2] == [wire.NOTIFICATION, wire.HELLO]
+    return sock
+
+
+async def read(sock: socket.socket, count: int, limit: int = 8 * MiB) -> list[Any]:
+    """The next ``count`` messages of ``sock``, fewer if the worker closes it first.
+
+    Implementation notes: read with the transport's own decoder; a socket read by it once
+    must be read by it to the end (a decoder per call would lose a message split between
+    two calls), so this is called once per socket, or with exact counts."""
+    decoder = _decoders.setdefault(sock.fileno(), wire.FrameDecoder(limit))
+    loop = asyncio.get_running_loop()
+    messages: list[Any] = []
+    while len(messages) < count:
+        try:
+            data = await loop.sock_recv(sock, 1 << 20)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+        messages.extend(decoder.feed(data))
+    return messages
+
+
+_decoders: dict[int, wire.FrameDecoder] = {}
+
+
+async def closed_by_worker(sock: socket.socket) -> bool:
+    """Whether the worker closes ``sock`` within WAIT (what it sent before is read and
+    dropped)."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(WAIT):
+        while True:
+            try:
+                if not await loop.sock_recv(sock, 1 << 20):
+                    return True
+            except ConnectionResetError:
+                return True
+
+
+def close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        _decoders.pop(sock.fileno(), None)
+        sock.close()
+
+
+def dispatch(msgid: int, handler: str, payload: Any = None) -> bytes:
+    return wire.request(msgid, handler, msgpack.packb(payload), None)
+
+
+async def echo_works(worker: Worker) -> None:
+    async with client(worker) as opened:
+        assert await opened.dispatch(Task("echo", "still here")) == "still here"
+
+
+# --- answers nobody reads ---------------------------------------------------------------
+
+
+async def test_a_client_that_never_reads_costs_the_worker_no_more_than_what_it_started() -> None:
+    # the attack: 1,000 pipelined requests for 1 MB answers on a socket never read
+    async with bounded_worker({}) as worker:
+        before = worker.rss()
+        flood = await raw_socket(worker, receive_buffer=4096)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(flood, b"".join(dispatch(n, "big") for n in range(1000)))
+        # two round trips on another socket: the worker has read the flood by then
+        async with client(worker) as opened:
+            for _ in range(2):
+                assert await opened.dispatch(Task("echo", 1)) == 1
+        grown = worker.rss() - before
+        assert grown < 100 * MiB, f"the worker grew by {grown / MiB:.0f} MiB"
+        # nothing was lost: once read, every answer comes, in order
+        answers = await read(flood, 1000)
+        assert [answer[1] for answer in answers] == list(range(1000))
+        assert all(len(answer[3]) > 1_000_000 for answer in answers)
+        close_all([flood])
+
+
+async def test_answers_queued_past_max_queued_bytes_close_the_connection() -> None:
+    # calls that all start before any answers: their answers come while the socket is full
+    async with bounded_worker({"max_queued_bytes": 8 * MiB}) as worker:
+        before = worker.rss()
+        flood = await raw_socket(worker, receive_buffer=4096)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(flood, b"".join(dispatch(n, "big_later") for n in range(1000)))
+        line = await worker.logged("WARNING", "over max_queued_bytes 8388608")
+        assert "answer bytes it does not read are queued" in line
+        grown = worker.rss() - before
+        assert grown < 100 * MiB, f"the worker grew by {grown / MiB:.0f} MiB"
+        assert await closed_by_worker(flood)
+        close_all([flood])
+        await echo_works(worker)
+
+
+# --- timeouts ---------------------------------------------------------------------------
+
+
+async def test_connections_that_never_say_hello_are_closed_after_hello_timeout() -> None:
+    async with bounded_worker({"hello_timeout": 0.5}) as worker:
+        silent = [await raw_socket(worker, hello=False) for _ in range(50)]
+        assert all(await asyncio.gather(*map(closed_by_worker, silent)))
+        await worker.logged("WARNING", "no hello within hello_timeout 0.5 s")
+        close_all(silent)
+        await echo_works(worker)
+
+
+async def test_unfinished_frames_are_closed_after_frame_timeout() -> None:
+    # the attack: 50 connections, each holding a 4 MiB frame one kilobyte short
+    async with bounded_worker({"frame_timeout": 1.0}) as worker:
+        body = 4 * MiB - 64
+        frame = wire.request(1, "echo", b"\0" * body, None)
+        holders = [await raw_socket(worker) for _ in range(50)]
+        loop = asyncio.get_running_loop()
+        for sock in holders:
+            # the worker may close it before it is all sent: that is the bound at work
+            with contextlib.suppress(ConnectionError):
+                await loop.sock_sendall(sock, frame[:-1024])
+        assert all(await asyncio.gather(*map(closed_by_worker, holders)))
+        await worker.logged("WARNING", "a message unfinished after frame_timeout 1 s")
+        close_all(holders)
+        await echo_works(worker)
+
+
+async def test_an_idle_connection_is_closed_but_not_one_with_a_call_in_flight() -> None:
+    async with bounded_worker({"idle_timeout": 0.5}) as worker:
+        holding = await raw_socket(worker)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(holding, dispatch(1, "hold"))
+        idle = await raw_socket(worker)
+        assert await closed_by_worker(idle)
+        await worker.logged("INFO", "idle for idle_timeout 0.5 s")
+        # the one holding a call is still served
+        await loop.sock_sendall(holding, wire.ping(2))
+        (pong,) = await read(holding, 1)
+        assert pong == [wire.RESPONSE, 2, None, None]
+        close_all([holding, idle])
+        # a client whose socket was closed as idle dials again at its next call
+        async with client(worker) as opened:
+            seen = len(worker.lines)
+            assert await opened.dispatch(Task("echo", 1)) == 1
+            await worker.logged("closed 1 connections: idle", after=seen)
+            # (a call written while the close is on its way fails as connection lost: the
+            # client must have seen it)
+            async with asyncio.timeout(WAIT):
+                while (link := opened._shared.link) is not None and not link.broken:
+                    await asyncio.sleep(0.005)
+            assert await opened.dispatch(Task("echo", 2)) == 2
+
+
+# --- connections and file descriptors ---------------------------------------------------
+
+
+async def test_connections_beyond_max_connections_are_closed_counted_and_logged() -> None:
+    async with bounded_worker({"max_connections": 20}) as worker:
+        admitted = [await raw_socket(worker) for _ in range(20)]
+        refused = [await raw_socket(worker, hello=False) for _ in range(10)]
+        assert all(await asyncio.gather(*map(closed_by_worker, refused)))
+        line = await worker.logged("WARNING", "refused", "over max_connections")
+        assert "refused 10 connections" in line
+        assert "at most 20" in line
+        loop = asyncio.get_running_loop()
+        for n, sock in enumerate(admitted):
+            await loop.sock_sendall(sock, wire.ping(n))
+            assert await read(sock, 1) == [[wire.RESPONSE, n, None, None]]
+        close_all(admitted + refused)
+        await echo_works(worker)
+
+
+async def test_idle_sockets_past_the_open_file_limit_leave_room_for_clients() -> None:
+    # the attack: 1,100 idle sockets against a worker under ulimit -n 1024
+    async with bounded_worker({"hello_timeout": 5.0}, nofile=(1024, 1024)) as worker:
+        await worker.logged("max_connections 10000 is over what the open file limit (1024)")
+        idle = [await raw_socket(worker, hello=False) for _ in range(1100)]
+        await worker.logged("WARNING", "refused", "over max_connections", "at most 768")
+        # those that never say hello are closed, and a client gets through
+        async with asyncio.timeout(WAIT), client(worker) as opened:
+            while True:
+                with contextlib.suppress(TransientRpcError):
+                    assert await opened.dispatch(Task("echo", 1)) == 1
+                    break
+        close_all(idle)
+        assert not [line for line in worker.lines if "out of file descriptors" in line]
+
+
+async def test_running_out_of_file_descriptors_is_logged_at_warning() -> None:
+    async with bounded_worker({}, nofile=(512, 512)) as worker, client(worker) as opened:
+        assert await opened.dispatch(Task("hog")) > 0
+        line = await worker.logged("out of file descriptors (EMFILE)")
+        assert line.startswith("WARNING")
+        assert await opened.dispatch(Task("release")) > 0
+        await worker.logged("INFO", "file descriptors are available again")
+
+
+async def test_the_soft_open_file_limit_is_raised_to_the_hard_one_at_start() -> None:
+    async with bounded_worker({}, nofile=(256, 4096)) as worker:
+        await worker.logged("raised the open file limit from 256 to 4096")
+        limits = Path(f"/proc/{worker.process.pid}/limits").read_text()
+        (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+        assert line.split()[3:5] == ["4096", "4096"]
+
+
+# --- calls ------------------------------------------------------------------------------
+
+
+async def test_calls_beyond_max_calls_on_the_whole_worker_are_busy() -> None:
+    # per connection, 1,024 may run: the worker-wide bound is what stops these
+    async with bounded_worker({"max_calls": 6}) as worker:
+        socks = [await raw_socket(worker) for _ in range(3)]
+        loop = asyncio.get_running_loop()
+        busy = []
+        for sock in socks:
+            await loop.sock_sendall(sock, b"".join(dispatch(n, "hold") for n in range(3)))
+            await loop.sock_sendall(sock, wire.ping(99))
+            answers = []
+            while not answers or answers[-1][1] != 99:
+                answers += await read(sock, 1)
+            busy.append([answer[2]["kind"] for answer in answers[:-1]])
+        assert busy == [[], [], ["busy"] * 3]
+        async with client(worker) as opened:
+            with pytest.raises(TransientRpcError) as refused:
+                await opened.dispatch(Task("echo", 1))
+            assert (refused.value.reason, refused.value.sent) == ("busy", False)
+            assert "6 dispatches already in flight on this worker" in str(refused.value)
+        close_all(socks)
+
+
+# --- items and what an error says -------------------------------------------------------
+
+
+async def test_a_message_of_millions_of_items_closes_its_connection() -> None:
+    # the attack: a 4 MB frame of four million one-byte ints
+    async with bounded_worker({}) as worker:
+        sock = await raw_socket(worker)
+        frame = msgpack.packb([0, 1, wire.DISPATCH, [0] * 4_000_000])
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(ConnectionError):
+            await loop.sock_sendall(sock, frame)
+        assert await closed_by_worker(sock)
+        await worker.logged("ERROR", "more than 4096 items in one message")
+        close_all([sock])
+        await echo_works(worker)
+
+
+async def test_a_payload_of_millions_of_items_is_a_bad_request_naming_the_bound() -> None:
+    async with bounded_worker({}) as worker:
+        sock = await raw_socket(worker)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, dispatch(1, "echo", [0] * 4_000_000))
+        ((_, msgid, error, _),) = await read(sock, 1)
+        assert (msgid, error["kind"]) == (1, wire.BAD_REQUEST)
+        assert "more than 1048576 items" in error["message"]
+        close_all([sock])
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ([0] * 4000, "got an array of 4000 items"),
+        (["echo", "x" * 100_000, None], "got ['echo', a str of 100000 chars, None]"),
+        ({"k": 1}, "got a map of 1 entries"),
+    ],
+    ids=["many-ints", "long-str", "map"],
+)
+async def test_bad_parameters_are_described_by_type_and_size(params: Any, said: str) -> None:
+    async with bounded_worker({}) as worker:
+        sock = await raw_socket(worker)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, msgpack.packb([0, 7, wire.DISPATCH, params]))
+        ((_, msgid, error, _),) = await read(sock, 1)
+        assert (msgid, error["kind"]) == (7, wire.BAD_REQUEST)
+        assert said in error["message"]
+        assert len(error["message"]) < 200
+        close_all([sock])
+
+
+@pytest.mark.parametrize("msgid", [-1, -(2**63), 2**32, 2**64 - 1])
+@pytest.mark.parametrize(
+    "request_of",
+    [lambda msgid: msgpack.packb([0, msgid, wire.PING, []]), lambda msgid: dispatch(msgid, "echo")],
+    ids=["ping", "dispatch"],
+)
+async def test_a_msgid_outside_32_bits_closes_the_connection_cleanly(
+    msgid: int, request_of: Callable[[int], bytes]
+) -> None:
+    async with bounded_worker({}) as worker:
+        sock = await raw_socket(worker)
+        loop = asyncio.get_running_loop()
+        # (wire.request writes unsigned msgids only)
+        frame = request_of(msgid) if msgid >= 0 else msgpack.packb([0, msgid, wire.PING, []])
+        await loop.sock_sendall(sock, frame)
+        assert await closed_by_worker(sock)
+        await worker.logged("ERROR", f"msgid {msgid} is not in 0..4294967295")
+        assert not [line for line in worker.lines if "Traceback" in line]
+        close_all([sock])
+        # the largest msgid is answered
+        sock = await raw_socket(worker)
+        await loop.sock_sendall(sock, request_of(2**32 - 1))
+        ((kind, answered, error, _),) = await read(sock, 1)
+        assert (kind, answered, error) == (wire.RESPONSE, 2**32 - 1, None)
+        close_all([sock])
+
+
+# --- where limits are given -------------------------------------------------------------
+
+
+def test_limits_are_checked_and_read_back_from_their_settings() -> None:
+    limits = WorkerLimits(max_calls=7, idle_timeout=2.5)
+    assert limits.settings() == ["max_calls=7", "idle_timeout=2.5"]
+    assert WorkerLimits.parse(limits.settings()) == limits
+    assert WorkerLimits.parse(["max-calls=7", "idle_timeout=2.5"]) == limits
+    with pytest.raises(ValueError, match="NAME one of max_connections"):
+        WorkerLimits.parse(["max_cals=7"])
+    with pytest.raises(ValueError, match="'seven' is not a number"):
+        WorkerLimits.parse(["max_calls=seven"])
+    with pytest.raises(ValueError, match="max_calls must be an int >= 1, got 0"):
+        WorkerLimits(max_calls=0)
+    with pytest.raises(ValueError, match="hello_timeout must be a positive finite"):
+        WorkerLimits(hello_timeout=float("inf"))
+
+
+async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:
+    arguments = ("--namespace", "bounds", "--address", "127.0.0.1:0", "--limit", "max_calls=1")
+    async with worker_process(tmp_path, *arguments) as process:
+        opened = MsgpackConnection(await process.ready())
+        try:
+            sleeping = asyncio.ensure_future(opened.dispatch(Task("sleep", 30.0), timeout=60))
+            refused: TransientRpcError | None = None
+            async with asyncio.timeout(WAIT):
+                while refused is None:  # until the sleep runs: then the worker is full
+                    try:
+                        await opened.dispatch(Task("echo", 1))
+                    except TransientRpcError as error:
+                        refused = error
+            assert refused.reason == "busy"
+            assert "1 dispatches already in flight on this worker" in str(refused)
+            sleeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sleeping
+        finally:
+            opened.close()
+    async with worker_process(tmp_path, *arguments[:4], "--limit", "max_cals=1") as process:
+        assert await process.exit_status() == 2
+
+
+async def test_a_local_pool_gives_its_workers_the_limits() -> None:
+    limits = WorkerLimits(max_payload_items=3)
+    async with LocalPool("bounds_worker:HANDLERS", workers=1, limits=limits) as pool:
+        assert await pool.dispatch(Task("echo", [1, 2])) == [1, 2]
+        with pytest.raises(WorkerError, match="more than 3 items"):
+            await pool.dispatch(Task("echo", [1, 2, 3]))
+    with pytest.raises(ValueError, match="limits apply to the msgpack transport"):
+        LocalPool("bounds_worker:HANDLERS", transport="grpc", limits=limits)
+
+
+# --- the backlog against a model ----------------------------------------------------------
+
+
+async def _big(payload: Any) -> bytes:
+    return b"x" * payload
+
+
+@settings(max_examples=20)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 300_000]), st.integers(1, 40), st.booleans()),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_every_answer_comes_once_in_order_however_the_client_reads(
+    steps: list[tuple[int, int, bool]],
+) -> None:
+    # The model: a client pipelining calls that answer at once gets each answer once, in the
+    # order it asked, whether it reads as it goes (the worker's socket drains) or not (the
+    # worker pauses, holds what it read, and goes on when the client reads).
+    async def scenario() -> tuple[list[int], list[int]]:
+        server = await serve_msgpack({"big": _big}, "127.0.0.1:0", InProcessDiscovery("model"))
+        try:
+            where = wire.record_address(server.address)
+            assert not isinstance(where, str)
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            await loop.sock_connect(sock, where)
+            await loop.sock_sendall(sock, wire.hello(1 << 30))
+            decoder = wire.FrameDecoder(1 << 30)
+            asked: list[int] = []
+            answered: list[int] = []
+
+            async def read_until(count: int) -> None:
+                while len(answered) < count:
+                    data = await loop.sock_recv(sock, 1 << 20)
+                    assert data, "the worker closed the socket"
+                    answered.extend(m[1] for m in decoder.feed(data) if m[0] == wire.RESPONSE)
+
+            await read_until(0)
+            for size, count, reads in steps:
+                start = len(asked)
+                asked.extend(range(start, start + count))
+                frames = b"".join(dispatch(n, "big", size) for n in range(start, start + count))
+                await loop.sock_sendall(sock, frames)
+                if reads:
+                    await read_until(len(asked))
+            await read_until(len(asked))
+            sock.close()
+            return asked, answered
+        finally:
+            await server.stop(0)
+
+    asked, answered = asyncio.run(asyncio.wait_for(scenario(), WAIT))
+    assert answered == asked
