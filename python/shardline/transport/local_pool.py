@@ -24,6 +24,7 @@ from shardline.discovery.subscription import Subscription
 from shardline.errors import WorkerStartError
 from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
+from shardline.proxy_stream import ProxyStream
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
@@ -211,6 +212,15 @@ class LocalPool:
         if self._state != "running" or self._proxy is None:
             raise RuntimeError(f"{self!r} is not running: dispatch inside `async with`")
         return await self._proxy.dispatch(task, timeout=timeout, idempotent=idempotent)
+
+    def stream(
+        self, task: Any, *, timeout: float | None = None, idempotent: bool | None = None
+    ) -> ProxyStream:
+        """The items of ``task`` streamed from one of the workers; see
+        :meth:`shardline.WorkerProxy.stream`."""
+        if self._state != "running" or self._proxy is None:
+            raise RuntimeError(f"{self!r} is not running: stream inside `async with`")
+        return self._proxy.stream(task, timeout=timeout, idempotent=idempotent)
 
     @property
     def proxy(self) -> WorkerProxy:
