@@ -1,0 +1,291 @@
+"""Streaming: async generator handlers on real worker processes (``stream_worker.py`` over
+loopback TCP, ``LocalPool`` over its Unix sockets), read through ``WorkerProxy.stream``:
+items in order, credit-based flow control, cancellation on the wire, an error mid-stream,
+the deadline, never sent again after the first item, one dispatch for health, and the clear
+errors for a handler of the wrong kind and for the gRPC transport."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardline import (
+    DeadlineExceeded,
+    OutcomeUnknown,
+    WorkerError,
+    WorkerMetadata,
+    WorkerProxy,
+)
+from shardline.discovery.record import decode_record
+from shardline.transport import LocalPool, Task, connect
+from shardline.transport.msgpack_stream_wire import DEFAULT_WINDOW
+from shardline.workers import DiscoveryEvent
+from support.transport_servers import new_namespace
+
+pytestmark = pytest.mark.async_timeout(60.0)
+
+WORKER_SCRIPT = Path(__file__).with_name("stream_worker.py")
+SPEC = "stream_handlers:HANDLERS"
+READY = 15.0
+
+
+async def until(condition: Callable[[], Any], what: str, bound: float = 15.0) -> None:
+    """Returns once ``await condition()`` is true, polling; fails naming ``what`` after
+    ``bound`` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound
+    while not await condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"no {what} within {bound} s")
+        await asyncio.sleep(0.005)
+
+
+async def announced(*records: WorkerMetadata) -> AsyncIterator[DiscoveryEvent]:
+    """A discovery that adds ``records``, then stays open."""
+    for record in records:
+        yield DiscoveryEvent("worker-added", record)
+    await asyncio.Event().wait()
+
+
+@asynccontextmanager
+async def tcp_worker(
+    directory: Path, **proxy_options: Any
+) -> AsyncIterator[tuple[WorkerMetadata, WorkerProxy]]:
+    """One worker process serving ``stream_handlers`` on loopback TCP, and a proxy over it
+    (made with ``proxy_options``)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(WORKER_SCRIPT),
+        str(directory),
+        new_namespace(),
+        "127.0.0.1:0",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), READY)
+        assert line, "the worker exited before it served"
+        record = decode_record(line.rstrip(b"\n"))
+        assert record.address.startswith("msgpack+tcp://127.0.0.1:")
+        async with WorkerProxy(
+            discovery=announced(record), connect=connect, **proxy_options
+        ) as proxy:
+            yield record, proxy
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.communicate()
+
+
+async def progress(proxy: WorkerProxy, key: str) -> tuple[int, bool]:
+    """How many items the generator run under ``key`` produced, and whether it closed."""
+    produced, closed = await proxy.dispatch(Task("progress", key), timeout=5.0)
+    return produced, closed
+
+
+async def test_items_arrive_in_order_and_the_stream_ends(tmp_path: Path) -> None:
+    async with tcp_worker(tmp_path) as (_, proxy):
+        assert [item async for item in proxy.stream(Task("count", 1000), timeout=10.0)] == list(
+            range(1000)
+        )
+        assert [item async for item in proxy.stream(Task("count", 0), timeout=10.0)] == []
+        stats = proxy.stats()
+    assert (stats.dispatched, stats.errors, stats.transient) == (2, 0, 0)
+
+
+async def test_the_generator_is_never_advanced_past_the_credit_window(tmp_path: Path) -> None:
+    key = uuid.uuid4().hex
+    async with tcp_worker(tmp_path) as (_, proxy):
+        stream = proxy.stream(Task("tracked", key), timeout=30.0)
+        read = [await anext(stream) for _ in range(10)]
+        assert read == list(range(10))
+
+        async def produced(at_least: int) -> Callable[[], Any]:
+            async def reached() -> bool:
+                return (await progress(proxy, key))[0] >= at_least
+
+            return reached
+
+        # the worker sends a window ahead (10 read: no credit granted back yet), then waits
+        await until(await produced(DEFAULT_WINDOW), "a window produced")
+        for _ in range(5):  # for as long as the caller does not read (round trips to it)
+            assert await progress(proxy, key) == (DEFAULT_WINDOW, False)
+        # each half window read grants a half window more: 40 read, one grant
+        read += [await anext(stream) for _ in range(30)]
+        assert read == list(range(40))
+        grant = DEFAULT_WINDOW // 2
+        await until(await produced(DEFAULT_WINDOW + grant), "the granted items produced")
+        for _ in range(5):
+            assert await progress(proxy, key) == (DEFAULT_WINDOW + grant, False)
+        await stream.aclose()
+
+
+async def test_leaving_the_loop_cancels_the_stream_and_closes_the_generator(
+    tmp_path: Path,
+) -> None:
+    key = uuid.uuid4().hex
+    async with tcp_worker(tmp_path) as (_, proxy):
+        async for item in proxy.stream(Task("tracked", key), timeout=30.0):
+            if item == 2:
+                break
+
+        async def closed() -> bool:
+            return (await progress(proxy, key))[1]
+
+        await until(closed, "generator closed by the cancel")
+        assert (await progress(proxy, key))[0] <= 3 + DEFAULT_WINDOW
+        # the socket serves on
+        assert [item async for item in proxy.stream(Task("count", 3), timeout=5.0)] == [0, 1, 2]
+
+
+async def test_a_caller_cancelled_while_it_waits_cancels_the_stream(tmp_path: Path) -> None:
+    key = uuid.uuid4().hex
+    async with tcp_worker(tmp_path) as (_, proxy):
+        started = asyncio.Event()
+
+        async def read_all() -> None:
+            async for _ in proxy.stream(Task("stalls", [key, 1]), timeout=30.0):
+                started.set()
+
+        reader = asyncio.ensure_future(read_all())
+        await started.wait()
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+
+        async def closed() -> bool:
+            return (await progress(proxy, key))[1]
+
+        await until(closed, "generator closed by the cancel")
+
+
+async def test_an_error_mid_stream_is_raised_at_its_item(tmp_path: Path) -> None:
+    async with tcp_worker(tmp_path) as (record, proxy):
+        read: list[int] = []
+        with pytest.raises(WorkerError) as caught:
+            async for item in proxy.stream(Task("fails_after", 5), timeout=10.0):
+                read.append(item)
+        assert read == [0, 1, 2, 3, 4]
+        assert caught.value.remote_type == "ValueError"
+        assert caught.value.remote_message == "failed after 5 items"
+        assert caught.value.address == record.address
+        # an error before the first item too: the handler's, not the transport's
+        with pytest.raises(WorkerError, match="failed after 0 items"):
+            await anext(proxy.stream(Task("fails_after", 0), timeout=10.0))
+        assert proxy.stats().outcomes_unknown == 0
+
+
+async def test_the_deadline_bounds_the_whole_stream(tmp_path: Path) -> None:
+    key, before = uuid.uuid4().hex, uuid.uuid4().hex
+    # no health: a stream held before its first item makes its worker look stuck, as a call
+    # would, and the test reads the worker's state through it afterwards
+    async with tcp_worker(tmp_path, health=None) as (_, proxy):
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        stream = proxy.stream(Task("stalls", [key, 3]), timeout=0.5)
+        assert [await anext(stream) for _ in range(3)] == [0, 1, 2]
+        with pytest.raises(DeadlineExceeded) as caught:
+            await anext(stream)
+        took = loop.time() - began
+        assert 0.5 <= took < 3.0
+        assert isinstance(caught.value, TimeoutError)
+        assert caught.value.may_have_run
+        with pytest.raises(StopAsyncIteration):  # the stream is over
+            await anext(stream)
+
+        async def closed() -> bool:
+            return (await progress(proxy, key))[1]
+
+        await until(closed, "generator closed at the deadline")
+        # before the first item: the same error
+        with pytest.raises(DeadlineExceeded):
+            await anext(proxy.stream(Task("stalls", [before, 0]), timeout=0.3))
+
+        async def closed_before() -> bool:
+            return (await progress(proxy, before))[1]
+
+        await until(closed_before, "generator closed at the deadline before its first item")
+        assert proxy.stats().deadlines == 2
+
+
+async def test_a_stream_ended_in_time_yields_every_item_however_late_it_is_read(
+    tmp_path: Path,
+) -> None:
+    async with tcp_worker(tmp_path) as (_, proxy):
+        stream = proxy.stream(Task("count", 5), timeout=0.5)
+        assert await anext(stream) == 0
+        await asyncio.sleep(0.8)  # the deadline passes with the stream ended: nothing is lost
+        assert [item async for item in stream] == [1, 2, 3, 4]
+
+
+async def test_a_stream_is_one_dispatch_for_health(tmp_path: Path) -> None:
+    key = uuid.uuid4().hex
+    async with tcp_worker(tmp_path) as (record, proxy):
+        before = proxy.stats().dispatched
+        stream = proxy.stream(Task("tracked", key), timeout=30.0)
+        assert await anext(stream) == 0
+        health = proxy.health(record.uid)
+        assert health is not None
+        # counted from its start to its first item: not in flight while it goes on
+        assert (health.state, health.in_flight) == ("healthy", 0)
+        assert proxy.stats().dispatched == before + 1
+        for _ in range(100):
+            await anext(stream)
+        await stream.aclose()
+        assert proxy.stats().dispatched == before + 1
+
+
+async def test_a_generator_handler_given_to_dispatch_and_a_plain_one_given_to_stream_are_refused(
+    tmp_path: Path,
+) -> None:
+    async with tcp_worker(tmp_path) as (_, proxy):
+        with pytest.raises(WorkerError, match="is an async generator.*stream") as caught:
+            await proxy.dispatch(Task("count", 3), timeout=5.0)
+        assert caught.value.remote_type == "shardline.BadRequest"
+        with pytest.raises(WorkerError, match="not an async generator function") as caught:
+            await anext(proxy.stream(Task("echo", 3), timeout=5.0))
+        assert caught.value.remote_type == "shardline.BadRequest"
+        with pytest.raises(WorkerError, match="no handler named 'nothing'"):
+            await anext(proxy.stream(Task("nothing", 3), timeout=5.0))
+
+
+async def test_a_stream_is_never_sent_again_after_its_first_item(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    async with LocalPool(SPEC, workers=2, timeout=10.0) as pool:
+        for idempotent in (False, True):
+            runs.write_text("")
+            stream = pool.stream(Task("recorded", str(runs)), idempotent=idempotent)
+            pid = await anext(stream)
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(OutcomeUnknown, match="broke after 1 items") as caught:
+                await anext(stream)
+            assert caught.value.reason == "connection-lost"
+            assert runs.read_text().split() == [str(pid)], "run once, on the killed worker"
+
+            async def replaced() -> bool:
+                return len(pool.workers) == 2 and pid not in pool.pids
+
+            await until(replaced, "the killed worker replaced")
+
+
+async def test_local_pool_streams_over_its_unix_sockets() -> None:
+    async with LocalPool(SPEC, workers=2, timeout=10.0) as pool:
+        assert pool.workers[0].address.startswith("msgpack+unix://")
+        for _ in range(4):  # round robin: both workers
+            assert [item async for item in pool.stream(Task("count", 50))] == list(range(50))
+
+
+async def test_the_grpc_transport_cannot_stream_and_says_so() -> None:
+    async with LocalPool(SPEC, workers=1, transport="grpc", timeout=10.0) as pool:
+        with pytest.raises(NotImplementedError, match="GrpcConnection.*cannot stream.*grpc"):
+            await anext(pool.stream(Task("count", 3)))
+        assert await pool.dispatch(Task("echo", 1)) == 1
