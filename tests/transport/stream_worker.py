@@ -12,10 +12,11 @@ import asyncio
 import signal
 import sys
 
+from stream_handlers import HANDLERS
+
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 from shardline.transport.msgpack_server import serve_msgpack
-from stream_handlers import HANDLERS
 
 
 async def main(directory: str, namespace: str, address: str) -> None:

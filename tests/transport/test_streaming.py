@@ -170,11 +170,10 @@ async def test_a_caller_cancelled_while_it_waits_cancels_the_stream(tmp_path: Pa
 
 async def test_an_error_mid_stream_is_raised_at_its_item(tmp_path: Path) -> None:
     async with tcp_worker(tmp_path) as (record, proxy):
-        read: list[int] = []
+        stream = proxy.stream(Task("fails_after", 5), timeout=10.0)
+        assert [await anext(stream) for _ in range(5)] == [0, 1, 2, 3, 4]
         with pytest.raises(WorkerError) as caught:
-            async for item in proxy.stream(Task("fails_after", 5), timeout=10.0):
-                read.append(item)
-        assert read == [0, 1, 2, 3, 4]
+            await anext(stream)
         assert caught.value.remote_type == "ValueError"
         assert caught.value.remote_message == "failed after 5 items"
         assert caught.value.address == record.address
@@ -248,7 +247,7 @@ async def test_a_generator_handler_given_to_dispatch_and_a_plain_one_given_to_st
     tmp_path: Path,
 ) -> None:
     async with tcp_worker(tmp_path) as (_, proxy):
-        with pytest.raises(WorkerError, match="is an async generator.*stream") as caught:
+        with pytest.raises(WorkerError, match=r"is an async generator.*stream") as caught:
             await proxy.dispatch(Task("count", 3), timeout=5.0)
         assert caught.value.remote_type == "shardline.BadRequest"
         with pytest.raises(WorkerError, match="not an async generator function") as caught:
@@ -271,7 +270,7 @@ async def test_a_stream_is_never_sent_again_after_its_first_item(tmp_path: Path)
             assert caught.value.reason == "connection-lost"
             assert runs.read_text().split() == [str(pid)], "run once, on the killed worker"
 
-            async def replaced() -> bool:
+            async def replaced(pid: int = pid) -> bool:
                 return len(pool.workers) == 2 and pid not in pool.pids
 
             await until(replaced, "the killed worker replaced")
@@ -286,6 +285,6 @@ async def test_local_pool_streams_over_its_unix_sockets() -> None:
 
 async def test_the_grpc_transport_cannot_stream_and_says_so() -> None:
     async with LocalPool(SPEC, workers=1, transport="grpc", timeout=10.0) as pool:
-        with pytest.raises(NotImplementedError, match="GrpcConnection.*cannot stream.*grpc"):
+        with pytest.raises(NotImplementedError, match=r"GrpcConnection.*cannot stream.*grpc"):
             await anext(pool.stream(Task("count", 3)))
         assert await pool.dispatch(Task("echo", 1)) == 1

@@ -213,9 +213,7 @@ class MsgpackConnection:
         ``TransientRpcError`` not sent: unreachable, closed, the deadline passed while the
         socket was dialled or full); every later failure comes out of the iterator."""
         if not isinstance(task, Task):
-            raise TypeError(
-                f"a MsgpackConnection streams Task objects, not {type(task).__name__}"
-            )
+            raise TypeError(f"a MsgpackConnection streams Task objects, not {type(task).__name__}")
         handler = task.handler
         if not isinstance(handler, str):
             raise TypeError(f"a task's handler is a str, not {type(handler).__name__}")
@@ -676,7 +674,9 @@ class _Link(asyncio.Protocol):
             del self._streams[msgid]
             self._write(wire.cancel(msgid))
             address = self._shared.address
-            feed.finish(WorkerError(BAD_RESULT, str(unreadable), handler=feed.handler, address=address))
+            feed.finish(
+                WorkerError(BAD_RESULT, str(unreadable), handler=feed.handler, address=address)
+            )
             return
         feed.push(value)
 

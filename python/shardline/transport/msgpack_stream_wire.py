@@ -131,7 +131,9 @@ def read_credit(params: Any) -> tuple[int, int]:
         and params[1] <= MAX_WINDOW
     ):
         return params[0], params[1]
-    raise MalformedMessage(f"{CREDIT} takes [msgid, items from 1 to {MAX_WINDOW}], got {params!r:.100}")
+    raise MalformedMessage(
+        f"{CREDIT} takes [msgid, items from 1 to {MAX_WINDOW}], got {params!r:.100}"
+    )
 
 
 def _msgid(value: Any) -> bool:

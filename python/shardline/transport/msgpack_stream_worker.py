@@ -17,9 +17,7 @@ __all__ = ["StreamProducer", "UnsendableItem", "is_stream_handler"]
 def is_stream_handler(handler: Callable[..., Any]) -> bool:
     """Whether ``handler`` streams: an async generator function, or an object whose
     ``__call__`` is one."""
-    return inspect.isasyncgenfunction(handler) or inspect.isasyncgenfunction(
-        getattr(type(handler), "__call__", None)
-    )
+    return inspect.isasyncgenfunction(handler) or inspect.isasyncgenfunction(type(handler).__call__)
 
 
 class UnsendableItem(ValueError):
