@@ -287,4 +287,7 @@ async def test_the_grpc_transport_cannot_stream_and_says_so() -> None:
     async with LocalPool(SPEC, workers=1, transport="grpc", timeout=10.0) as pool:
         with pytest.raises(NotImplementedError, match=r"GrpcConnection.*cannot stream.*grpc"):
             await anext(pool.stream(Task("count", 3)))
+        with pytest.raises(WorkerError, match="the grpc transport does not stream") as caught:
+            await pool.dispatch(Task("count", 3))
+        assert caught.value.remote_type == "shardline.BadRequest"
         assert await pool.dispatch(Task("echo", 1)) == 1

@@ -23,11 +23,7 @@ from shardline.transport import msgpack_stream_wire as stream_wire
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
-from shardline.transport.msgpack_stream_worker import (
-    StreamProducer,
-    UnsendableItem,
-    is_stream_handler,
-)
+from shardline.transport.msgpack_stream_worker import StreamProducer, UnsendableItem
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -35,6 +31,7 @@ from shardline.transport.serving import (
     check_handlers,
     free_publisher,
     handler_threads,
+    is_stream_handler,
     release_publisher,
     reserve_publisher,
     type_name,

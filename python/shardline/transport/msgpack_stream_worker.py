@@ -4,20 +4,13 @@ sent as the caller's credit allows."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from shardline.transport import msgpack_stream_wire as stream_wire
 from shardline.transport import msgpack_wire as wire
 
-__all__ = ["StreamProducer", "UnsendableItem", "is_stream_handler"]
-
-
-def is_stream_handler(handler: Callable[..., Any]) -> bool:
-    """Whether ``handler`` streams: an async generator function, or an object whose
-    ``__call__`` is one."""
-    return inspect.isasyncgenfunction(handler) or inspect.isasyncgenfunction(type(handler).__call__)
+__all__ = ["StreamProducer", "UnsendableItem"]
 
 
 class UnsendableItem(ValueError):
