@@ -142,7 +142,10 @@ class ProxyStream:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        # Dropped, not closed: the connection's stream cancels itself when collected, and
+        # knows whether its loop still runs to send the cancel on.
+        self._done = True
+        self._inner = None
 
     async def _open(self) -> Any:
         """Starts the stream on a worker the balancer names and returns its first item.

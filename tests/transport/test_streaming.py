@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from shardline import (
@@ -27,6 +28,7 @@ from shardline import (
 )
 from shardline.discovery.record import decode_record
 from shardline.transport import LocalPool, Task, connect
+from shardline.transport import msgpack_wire as wire
 from shardline.transport.msgpack_stream_wire import DEFAULT_WINDOW
 from shardline.workers import DiscoveryEvent
 from support.transport_servers import new_namespace
@@ -291,3 +293,77 @@ async def test_the_grpc_transport_cannot_stream_and_says_so() -> None:
             await pool.dispatch(Task("count", 3))
         assert caught.value.remote_type == "shardline.BadRequest"
         assert await pool.dispatch(Task("echo", 1)) == 1
+
+
+def unordered(messages: list[Any]) -> list[Any]:
+    return sorted(messages, key=repr)
+
+
+class RawPeer:
+    """A raw client connection speaking the protocol's messages itself."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self._unpacker = msgpack.Unpacker(raw=False)
+
+    async def read(self) -> Any:
+        for message in self._unpacker:
+            return message
+        while data := await asyncio.wait_for(self.reader.read(65536), READY):
+            self._unpacker.feed(data)
+            for message in self._unpacker:
+                return message
+        raise ConnectionError("closed")
+
+    def send(self, message: Any) -> None:
+        self.writer.write(msgpack.packb(message, use_bin_type=True))
+
+
+async def test_the_wire_items_credit_cancel_and_end_as_specified(tmp_path: Path) -> None:
+    async with tcp_worker(tmp_path) as (record, _):
+        where = wire.record_address(record.address)
+        assert not isinstance(where, str)
+        peer = RawPeer(*await asyncio.open_connection(*where))
+        try:
+            peer.writer.write(wire.hello(1 << 20, None))
+            assert (await peer.read())[1] == wire.HELLO
+            # a window of 2: two items, then nothing until a credit comes
+            peer.send([0, 5, "shardline.stream", ["count", msgpack.packb(10), None, None, 2]])
+            peer.send([0, 6, "shardline.ping", []])
+            # (the ping's answer may overtake the items: it needs no task)
+            assert unordered([await peer.read() for _ in range(3)]) == unordered(
+                [
+                    [2, "shardline.item", [5, msgpack.packb(0)]],
+                    [2, "shardline.item", [5, msgpack.packb(1)]],
+                    [1, 6, None, None],
+                ]
+            )
+            peer.send([2, "shardline.credit", [5, 1]])
+            peer.send([0, 7, "shardline.ping", []])
+            assert unordered([await peer.read() for _ in range(2)]) == unordered(
+                [[2, "shardline.item", [5, msgpack.packb(2)]], [1, 7, None, None]]
+            )
+            # cancelled: nothing more of it, and the socket serves on
+            peer.send([2, "shardline.cancel", [5]])
+            peer.send([2, "shardline.credit", [5, 100]])  # for a stream that ended: ignored
+            peer.send([0, 8, "shardline.ping", []])
+            assert await peer.read() == [1, 8, None, None]
+            # a stream to its end: the answer comes last, nil
+            peer.send([0, 9, "shardline.stream", ["count", msgpack.packb(2), 5.0, None, 64]])
+            assert [await peer.read() for _ in range(3)] == [
+                [2, "shardline.item", [9, msgpack.packb(0)]],
+                [2, "shardline.item", [9, msgpack.packb(1)]],
+                [1, 9, None, None],
+            ]
+            # a window out of range is the request's bad_request
+            peer.send([0, 10, "shardline.stream", ["count", msgpack.packb(2), None, None, 0]])
+            answer = await peer.read()
+            assert answer[:2] == [1, 10]
+            assert answer[2]["kind"] == "bad_request"
+            assert "window" in answer[2]["message"]
+            # a malformed credit breaks the protocol: the socket is closed
+            peer.send([2, "shardline.credit", [9, 0]])
+            with pytest.raises(ConnectionError):
+                await peer.read()
+        finally:
+            peer.writer.close()

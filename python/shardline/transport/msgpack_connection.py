@@ -629,7 +629,7 @@ class _Link(asyncio.Protocol):
                 return  # a notification this version does not know: ignored
             raise MalformedMessage(f"not a response: {message!r:.200}")
         _, msgid, error, result = message
-        if self._streams and msgid in self._streams:
+        if self._streams and type(msgid) is int and msgid in self._streams:
             self._stream_ended(self._streams.pop(msgid), error, result)
             return
         answer = self._calls.pop(msgid, None) if isinstance(msgid, int) else None
