@@ -70,8 +70,9 @@ async def recorded(path: str) -> AsyncIterator[int]:
 
 
 async def progress(key: str) -> list[Any]:
-    """``[items produced, closed]`` of the generator run under ``key`` in this process."""
-    return [PRODUCED.get(key, 0), key in CLOSED]
+    """``[items produced, closed]`` of the generator run under ``key`` in this process (None
+    for the items of one that never started)."""
+    return [PRODUCED.get(key), key in CLOSED]
 
 
 async def echo(payload: Any) -> Any:

@@ -88,8 +88,9 @@ async def tcp_worker(
         await process.communicate()
 
 
-async def progress(proxy: WorkerProxy, key: str) -> tuple[int, bool]:
-    """How many items the generator run under ``key`` produced, and whether it closed."""
+async def progress(proxy: WorkerProxy, key: str) -> tuple[int | None, bool]:
+    """How many items the generator run under ``key`` produced (None: it never started), and
+    whether it closed."""
     produced, closed = await proxy.dispatch(Task("progress", key), timeout=5.0)
     return produced, closed
 
@@ -113,7 +114,7 @@ async def test_the_generator_is_never_advanced_past_the_credit_window(tmp_path: 
 
         async def produced(at_least: int) -> Callable[[], Any]:
             async def reached() -> bool:
-                return (await progress(proxy, key))[0] >= at_least
+                return ((await progress(proxy, key))[0] or 0) >= at_least
 
             return reached
 
@@ -144,7 +145,9 @@ async def test_leaving_the_loop_cancels_the_stream_and_closes_the_generator(
             return (await progress(proxy, key))[1]
 
         await until(closed, "generator closed by the cancel")
-        assert (await progress(proxy, key))[0] <= 3 + DEFAULT_WINDOW
+        produced, _ = await progress(proxy, key)
+        assert produced is not None
+        assert produced <= 3 + DEFAULT_WINDOW
         # the socket serves on
         assert [item async for item in proxy.stream(Task("count", 3), timeout=5.0)] == [0, 1, 2]
 
@@ -216,6 +219,22 @@ async def test_the_deadline_bounds_the_whole_stream(tmp_path: Path) -> None:
 
         await until(closed_before, "generator closed at the deadline before its first item")
         assert proxy.stats().deadlines == 2
+
+
+async def test_a_stalled_worker_that_resumes_never_starts_a_stream_its_caller_gave_up_on(
+    tmp_path: Path,
+) -> None:
+    key = uuid.uuid4().hex
+    async with tcp_worker(tmp_path, health=None) as (record, proxy):
+        assert await anext(proxy.stream(Task("count", 1), timeout=5.0)) == 0  # connected
+        os.kill(record.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(DeadlineExceeded):
+                await anext(proxy.stream(Task("tracked", key), timeout=0.2))
+        finally:
+            os.kill(record.pid, signal.SIGCONT)
+        # read after its deadline: answered not started, the generator never made
+        assert await progress(proxy, key) == (None, False)
 
 
 async def test_a_stream_ended_in_time_yields_every_item_however_late_it_is_read(
