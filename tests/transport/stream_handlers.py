@@ -69,6 +69,21 @@ async def recorded(path: str) -> AsyncIterator[int]:
     await asyncio.Event().wait()
 
 
+async def first_holds(path: str) -> AsyncIterator[int]:
+    """Appends its pid to the file ``path`` names; the first run of the task (the file's first
+    line) then waits for ever before its first item, any later one yields its pid."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(descriptor)
+    with open(path) as runs:
+        first = len(runs.read().split()) == 1
+    if first:
+        await asyncio.Event().wait()
+    yield os.getpid()
+
+
 async def progress(key: str) -> list[Any]:
     """``[items produced, closed]`` of the generator run under ``key`` in this process (None
     for the items of one that never started)."""
@@ -85,6 +100,7 @@ HANDLERS: dict[str, Handler] = {
     "stalls": stalls,
     "fails_after": fails_after,
     "recorded": recorded,
+    "first_holds": first_holds,
     "progress": progress,
     "echo": echo,
 }

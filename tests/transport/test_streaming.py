@@ -59,33 +59,49 @@ async def announced(*records: WorkerMetadata) -> AsyncIterator[DiscoveryEvent]:
 
 
 @asynccontextmanager
+async def tcp_workers(
+    directory: Path, count: int, **proxy_options: Any
+) -> AsyncIterator[tuple[list[WorkerMetadata], WorkerProxy]]:
+    """``count`` worker processes serving ``stream_handlers`` on loopback TCP, and a proxy over
+    them (made with ``proxy_options``)."""
+    processes = []
+    try:
+        for _ in range(count):
+            processes.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    str(WORKER_SCRIPT),
+                    str(directory),
+                    new_namespace(),
+                    "127.0.0.1:0",
+                    stdout=asyncio.subprocess.PIPE,
+                )
+            )
+        records = []
+        for process in processes:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), READY)
+            assert line, "the worker exited before it served"
+            records.append(decode_record(line.rstrip(b"\n")))
+            assert records[-1].address.startswith("msgpack+tcp://127.0.0.1:")
+        async with WorkerProxy(
+            discovery=announced(*records), connect=connect, quorum=count, **proxy_options
+        ) as proxy:
+            yield records, proxy
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+            await process.communicate()
+
+
+@asynccontextmanager
 async def tcp_worker(
     directory: Path, **proxy_options: Any
 ) -> AsyncIterator[tuple[WorkerMetadata, WorkerProxy]]:
-    """One worker process serving ``stream_handlers`` on loopback TCP, and a proxy over it
-    (made with ``proxy_options``)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(WORKER_SCRIPT),
-        str(directory),
-        new_namespace(),
-        "127.0.0.1:0",
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), READY)
-        assert line, "the worker exited before it served"
-        record = decode_record(line.rstrip(b"\n"))
-        assert record.address.startswith("msgpack+tcp://127.0.0.1:")
-        async with WorkerProxy(
-            discovery=announced(record), connect=connect, **proxy_options
-        ) as proxy:
-            yield record, proxy
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.communicate()
+    """One worker process serving ``stream_handlers`` on loopback TCP, and a proxy over it."""
+    async with tcp_workers(directory, 1, **proxy_options) as (records, proxy):
+        yield records[0], proxy
 
 
 async def progress(proxy: WorkerProxy, key: str) -> tuple[int | None, bool]:
@@ -386,3 +402,29 @@ async def test_the_wire_items_credit_cancel_and_end_as_specified(tmp_path: Path)
                 await peer.read()
         finally:
             peer.writer.close()
+
+
+async def test_before_its_first_item_a_stream_follows_dispatchs_delivery_rules(
+    tmp_path: Path,
+) -> None:
+    async with tcp_workers(tmp_path, 3) as (_, proxy):
+        for idempotent in (False, True):
+            runs = tmp_path / f"runs-{idempotent}"
+            stream = proxy.stream(Task("first_holds", str(runs)), idempotent=idempotent)
+            first = asyncio.ensure_future(anext(stream))
+
+            async def reached(runs: Path = runs) -> bool:
+                return runs.exists() and len(runs.read_text().split()) == 1
+
+            await until(reached, "the task reached a worker")
+            held = int(runs.read_text())
+            os.kill(held, signal.SIGKILL)
+            if idempotent:  # sent again to another worker (the dead one is not reached)
+                served = await first
+                assert served != held
+                assert runs.read_text().split() == [str(held), str(served)]
+            else:  # it may have run: never sent again
+                with pytest.raises(OutcomeUnknown, match="may have run") as caught:
+                    await first
+                assert caught.value.reason == "connection-lost"
+                assert runs.read_text().split() == [str(held)]
