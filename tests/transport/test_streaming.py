@@ -428,3 +428,39 @@ async def test_before_its_first_item_a_stream_follows_dispatchs_delivery_rules(
                     await first
                 assert caught.value.reason == "connection-lost"
                 assert runs.read_text().split() == [str(held)]
+
+
+class PrimaryFirst:
+    """A balancer of the async-generator protocol alone (no ``select``): the pool's workers in
+    admission order, the next one after a failure."""
+
+    async def delegate(self, task: Any, *, context: Any) -> AsyncIterator[uuid.UUID]:
+        for uid in list(context.workers):
+            try:
+                served = yield uid
+            except Exception:
+                continue
+            if served is not None:
+                return
+
+
+async def test_a_delegate_balancer_streams_and_offers_the_next_worker_after_a_failure(
+    tmp_path: Path,
+) -> None:
+    async with tcp_workers(tmp_path, 2, loadbalancer=PrimaryFirst()) as (records, proxy):
+        dead = records[0].pid
+        os.kill(dead, signal.SIGKILL)
+
+        async def gone() -> bool:  # exited (a zombie, or reaped): its socket is closed
+            try:
+                return Path(f"/proc/{dead}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+            except FileNotFoundError:
+                return True
+
+        await until(gone, "the killed worker gone")
+        # the first candidate cannot be reached (not sent): the second one streams
+        assert [item async for item in proxy.stream(Task("count", 3))] == [0, 1, 2]
+        assert [item async for item in proxy.stream(Task("count", 2))] == [0, 1]
+        stats = proxy.stats()
+    assert stats.rpc_failures["cannot-connect"] == 2
+    assert (stats.dispatched, stats.transient) == (4, 2)

@@ -106,7 +106,9 @@ class LocalPool:
     for none), as :class:`~shardline.WorkerProxy` takes them:
     ``timeout`` bounds the whole call, and defaults to the pool's ``timeout``
     (:data:`~shardline.proxy.DEFAULT_TIMEOUT`, 1 s); a task that reached a worker is sent again
-    only if it is idempotent. ``workers`` lists the records of the pooled workers and ``pids``
+    only if it is idempotent. ``stream(task, timeout=None, idempotent=None)`` is the proxy's
+    :meth:`~shardline.WorkerProxy.stream`: the items of an async generator handler (msgpack
+    transport only). ``workers`` lists the records of the pooled workers and ``pids``
     the pids of the worker processes running now.
 
     A worker that dies while the pool runs is logged (WARNING, with its exit status and the
