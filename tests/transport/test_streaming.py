@@ -458,8 +458,11 @@ async def test_a_delegate_balancer_streams_and_offers_the_next_worker_after_a_fa
                 return True
 
         await until(gone, "the killed worker gone")
-        # the first candidate cannot be reached (not sent): the second one streams
+        # the first candidate cannot be reached: the second one streams
         assert [item async for item in proxy.stream(Task("count", 3))] == [0, 1, 2]
         stats = proxy.stats()
-    assert stats.rpc_failures["cannot-connect"] == 1
+    # refused, or (its last threads still exiting) accepted and closed before the hello:
+    # either way not sent, so the next candidate took the stream
+    failed = {reason: count for reason, count in stats.rpc_failures.items() if count}
+    assert failed in ({"cannot-connect": 1}, {"connection-lost": 1})
     assert (stats.dispatched, stats.transient) == (2, 1)
