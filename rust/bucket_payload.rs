@@ -8,7 +8,9 @@
 //!
 //! The rows are those of `events::bucket_row`, read with the same rules and messages: the fields
 //! `bucket_id_start`, `bucket_id_end` (ints in `1..=u32::MAX`, not bool), `tier_name` (the
-//! polled tier) and `current_replicaset_uuid` (a UUID string) are required; any other field is
+//! polled tier) and `current_replicaset_uuid` (a UUID string) are required; in a `state` whose
+//! buckets are served by their target (`events::served_by_target`), a non-null
+//! `target_replicaset_uuid` (a UUID string) is the range's owner instead; any other field is
 //! skipped. The text must be strict JSON (RFC 8259, as UTF-8 when given as bytes): no NaN, no
 //! lone surrogate escapes, no known field twice, and fewer than 128 levels of nesting (the outer array counts as one).
 
@@ -22,7 +24,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 
 use crate::bucket_map::{sort_snapshot, Range};
 use crate::errors::{invalid_event, quoted};
-use crate::events::Owner;
+use crate::events::{served_by_target, Owner};
 use crate::uuid;
 
 /// Bound on the JSON text of one tier's poll: 64 MiB is far beyond any real bucket map (a row is
@@ -194,6 +196,8 @@ enum Field {
     End,
     Tier,
     Owner,
+    State,
+    Target,
     Other,
 }
 
@@ -204,6 +208,8 @@ impl Field {
             Self::End => "bucket_id_end",
             Self::Tier => "tier_name",
             Self::Owner => "current_replicaset_uuid",
+            Self::State => "state",
+            Self::Target => "target_replicaset_uuid",
             Self::Other => "",
         }
     }
@@ -224,6 +230,8 @@ impl Visitor<'_> for FieldVisitor {
             "bucket_id_end" => Field::End,
             "tier_name" => Field::Tier,
             "current_replicaset_uuid" => Field::Owner,
+            "state" => Field::State,
+            "target_replicaset_uuid" => Field::Target,
             _ => Field::Other,
         })
     }
@@ -255,8 +263,8 @@ struct Row<'a> {
 }
 
 impl Row<'_> {
-    fn check<'de>(&self, fields: [Option<Scalar<'de>>; 4]) -> Result<RawRange, String> {
-        let [start, end, tier, owner] = fields;
+    fn check<'de>(&self, fields: [Option<Scalar<'de>>; 6]) -> Result<RawRange, String> {
+        let [start, end, tier, owner, state, target] = fields;
         let required = |field: Field, value: Option<Scalar<'de>>| {
             value.ok_or_else(|| format!("bucket row has no field '{}'", field.name()))
         };
@@ -291,12 +299,29 @@ impl Row<'_> {
             Scalar::Str(text) => uuid::parse(text),
             _ => None,
         };
-        let owner = uuid.ok_or_else(|| {
+        let mut owner = uuid.ok_or_else(|| {
             format!(
                 "field 'current_replicaset_uuid' must be a UUID string, got {}",
                 owner.render()
             )
         })?;
+        let moved = matches!(&state, Some(Scalar::Str(state)) if served_by_target(state));
+        match target {
+            Some(Scalar::Null) | None => {}
+            Some(target) if moved => {
+                let uuid = match &target {
+                    Scalar::Str(text) => uuid::parse(text),
+                    _ => None,
+                };
+                owner = uuid.ok_or_else(|| {
+                    format!(
+                        "field 'target_replicaset_uuid' must be a UUID string, got {}",
+                        target.render()
+                    )
+                })?;
+            }
+            Some(_) => {}
+        }
         Ok(Range { start, end, owner })
     }
 }
@@ -309,19 +334,23 @@ impl<'de> Visitor<'de> for Row<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRange, A::Error> {
-        let mut fields: [Option<Scalar<'de>>; 4] = [None, None, None, None];
+        let mut fields: [Option<Scalar<'de>>; 6] = [None, None, None, None, None, None];
         while let Some(field) = map.next_key_seed(FieldVisitor)? {
             let slot = match field {
                 Field::Start => &mut fields[0],
                 Field::End => &mut fields[1],
                 Field::Tier => &mut fields[2],
                 Field::Owner => &mut fields[3],
+                Field::State => &mut fields[4],
+                Field::Target => &mut fields[5],
                 Field::Other => {
                     map.next_value_seed(Skip)?;
                     continue;
                 }
             };
-            if slot.is_some() {
+            // state and target were once skipped like any unknown field, so a repeated one is
+            // not refused: the last one counts
+            if slot.is_some() && !matches!(field, Field::State | Field::Target) {
                 return Err(de::Error::custom(format!(
                     "bucket row has field '{}' twice",
                     field.name()

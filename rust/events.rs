@@ -322,9 +322,19 @@ fn row_field<'py>(
     })
 }
 
-/// One element of the JSON array `_pico_bucket(tier)` returns, as far as routing needs it.
-/// `state` and `target_replicaset_uuid` are not read: requests follow `current_replicaset_uuid`
-/// until a migration completes.
+/// The bucket states whose buckets are served by `target_replicaset_uuid`: the data is whole
+/// there and the next state is `active` there (`copied`: Picodata's topology-notifications ADR;
+/// `sent`: the `_pico_bucket` table of Picodata 26.2, `src/catalog/pico_bucket.rs`, where the
+/// old owner may no longer start a read nor a write). In every other state (`active`,
+/// `copying` / `sending`: reads still served by the old owner, writes wait for the transfer;
+/// `aborting-copy`: ownership returns to it; a state not known yet) requests follow
+/// `current_replicaset_uuid`. A null or absent target is the current owner.
+pub fn served_by_target(state: &str) -> bool {
+    matches!(state, "copied" | "sent")
+}
+
+/// One element of the JSON array `_pico_bucket(tier)` returns, as far as routing needs it:
+/// `owner` is the replicaset requests go to (see [`served_by_target`]).
 pub struct BucketRow<'py> {
     pub tier: Bound<'py, PyString>,
     pub start: u32,
@@ -356,20 +366,42 @@ pub fn bucket_row<'py>(
         &row_field(row, intern!(py, "bucket_id_end"))?,
     )?;
     check_order(py, start, end)?;
+    let tier = non_empty_str("tier_name", row_field(row, intern!(py, "tier_name"))?)?;
+    let current = owner_of(
+        "current_replicaset_uuid",
+        &row_field(row, intern!(py, "current_replicaset_uuid"))?,
+        likely,
+    )?;
+    let moved = row
+        .get_item(intern!(py, "state"))?
+        .and_then(|state| {
+            state
+                .cast::<PyString>()
+                .ok()
+                .map(|s| s.to_cow().ok().is_some_and(|s| served_by_target(&s)))
+        })
+        .unwrap_or(false);
+    let target = if moved {
+        row.get_item(intern!(py, "target_replicaset_uuid"))?
+            .filter(|target| !target.is_none())
+    } else {
+        None
+    };
+    let owner = match target {
+        Some(target) => owner_of("target_replicaset_uuid", &target, likely)?,
+        None => current,
+    };
     Ok(BucketRow {
-        tier: non_empty_str("tier_name", row_field(row, intern!(py, "tier_name"))?)?,
+        tier,
         start,
         end,
-        owner: owner_of(
-            "current_replicaset_uuid",
-            &row_field(row, intern!(py, "current_replicaset_uuid"))?,
-            likely,
-        )?,
+        owner,
     })
 }
 
-/// Validates one `_pico_bucket` row and returns `(tier, start, end, current_replicaset_uuid,
-/// state)` with the uuid in canonical form; `BucketEvent.from_row` builds on it.
+/// Validates one `_pico_bucket` row and returns `(tier, start, end, owner, state)`, the owner
+/// the replicaset requests go to (`current_replicaset_uuid`, or `target_replicaset_uuid` in a
+/// state [`served_by_target`]) in canonical form; `BucketEvent.from_row` builds on it.
 #[pyfunction]
 pub fn parse_bucket_row<'py>(row: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
     let parsed = bucket_row(row, None)?;

@@ -4,8 +4,17 @@
 //! A worker is healthy, ejected until some time, on probation once that time has passed, or
 //! probing (its probe in flight). Only the pool decides when to look (see `WorkerPool`); this
 //! file holds the rules, and runs no Python code.
+//!
+//! Successes need no report: a worker counts the dispatches it is handed (one add), and the
+//! calls handed to it between two failures are its successes. Of the dispatches a caller does
+//! not count for the load anyway, only those the pool asks for (`handed`: one in
+//! [`REPORT_EVERY`] a worker is handed, and every one while it is failing or not healthy) are
+//! timed and report their outcome; failures always do. That keeps health off the cost of a
+//! healthy worker's dispatch but for the add.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use crate::tally::Tally;
 
 /// What the caller saw of one dispatch.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -81,6 +90,11 @@ pub struct Policy {
 /// Weight of each outcome in the success-rate average (1 for a success, 0 for a failure or a
 /// deadline miss), which starts at 1.
 pub const SUCCESS_WEIGHT: f64 = 0.1;
+/// Of the dispatches handed to a healthy worker with no failure pending, one in this many
+/// reports its outcome when its caller would not count it otherwise: enough to time the
+/// worker's latency and to see a stalled worker's calls pile up within a few of them, at an
+/// eighth of the cost (the latency histogram samples as often, `dispatch_times.rs`).
+pub const REPORT_EVERY: u64 = 8;
 /// The latency-outlier rule runs at most this often (nanoseconds): it reads every worker.
 pub const OUTLIER_EVERY_NS: u64 = 100_000_000;
 /// The outlier rule needs this many visible workers with a latency estimate.
@@ -236,6 +250,11 @@ pub struct WorkerHealth {
     progress: AtomicU64,
     /// Since when `times` has been decaying: the last re-admission or decay.
     healthy_since: AtomicU64,
+    /// Dispatches handed to the worker.
+    handed: Tally,
+    /// `handed` when the success-rate average was last moved: the calls handed since are
+    /// successes until a failure says otherwise.
+    averaged_at: AtomicU64,
 }
 
 impl WorkerHealth {
@@ -249,7 +268,18 @@ impl WorkerHealth {
             reason: AtomicU8::new(Reason::Never as u8),
             progress: AtomicU64::new(now),
             healthy_since: AtomicU64::new(now),
+            handed: Tally::default(),
+            averaged_at: AtomicU64::new(0),
         }
+    }
+
+    /// The worker was handed a dispatch; returns whether its outcome must be reported (see
+    /// the module's notes) when the caller does not count it anyway.
+    #[inline]
+    pub fn handed(&self) -> bool {
+        self.handed.add(1) % REPORT_EVERY == 0
+            || self.consecutive.load(Ordering::Relaxed) != 0
+            || self.state.load(Ordering::Relaxed) & TAG != HEALTHY
     }
 
     /// Whether a balancer may be offered the worker at `now` (call only when the pool has an
@@ -278,9 +308,10 @@ impl WorkerHealth {
 
     /// `(consecutive failures, success rate, times ejected, reason)` at `now`.
     pub fn read(&self, now: u64, policy: &Policy) -> (u32, f64, u32, &'static str) {
+        let since = (self.handed.get()).saturating_sub(self.averaged_at.load(Ordering::Relaxed));
         (
             self.consecutive.load(Ordering::Relaxed),
-            f64::from_bits(self.success.load(Ordering::Relaxed)),
+            successes(f64::from_bits(self.success.load(Ordering::Relaxed)), since),
             self.times_ejected(now, policy),
             Reason::of(self.reason.load(Ordering::Relaxed)).name(),
         )
@@ -408,14 +439,13 @@ impl WorkerHealth {
         pooled: usize,
     ) -> Option<Transition> {
         let state = self.state.load(Ordering::Acquire);
-        let probe = state & TAG == PROBING && state >> 2 == started;
+        let probe = started != 0 && state & TAG == PROBING && state >> 2 == started;
         match outcome {
             Outcome::Success => {
                 self.progress.store(now, Ordering::Relaxed);
                 if self.consecutive.load(Ordering::Relaxed) != 0 {
                     self.consecutive.store(0, Ordering::Relaxed);
                 }
-                self.average(1.0);
                 // A worker ejected as stuck that completes a call was slow, not stuck (a
                 // process the scheduler left waiting, a long call): it comes back at once,
                 // rather than hold one of the cap's places while a sick worker stays in.
@@ -435,6 +465,7 @@ impl WorkerHealth {
                 }
                 self.consecutive.store(0, Ordering::Relaxed);
                 self.success.store(1.0f64.to_bits(), Ordering::Relaxed);
+                self.averaged_at.store(self.handed.get(), Ordering::Relaxed);
                 self.healthy_since.store(now, Ordering::Relaxed);
                 pool.unhealthy.fetch_sub(1, Ordering::Relaxed);
                 pool.readmissions.fetch_add(1, Ordering::Relaxed);
@@ -442,7 +473,7 @@ impl WorkerHealth {
             }
             Outcome::Failure | Outcome::Deadline => {
                 let consecutive = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-                let success = self.average(0.0);
+                let success = self.failed();
                 if probe {
                     self.eject(now, Reason::Failures, policy, pool, pooled)
                 } else if state & TAG != HEALTHY {
@@ -470,18 +501,28 @@ impl WorkerHealth {
         }
     }
 
-    /// Moves the success-rate average toward `sample`; returns the new average.
-    fn average(&self, sample: f64) -> f64 {
+    /// Moves the success-rate average over the calls handed since it last moved, one of them
+    /// this failure and the others successes; returns the new average.
+    fn failed(&self) -> f64 {
+        let handed = self.handed.get();
+        let since = handed.saturating_sub(self.averaged_at.swap(handed, Ordering::Relaxed));
         let mut average = 0.0;
         let _ = self
             .success
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                let previous = f64::from_bits(bits);
-                average = previous + SUCCESS_WEIGHT * (sample - previous);
-                (average != previous).then(|| average.to_bits())
+                let previous = successes(f64::from_bits(bits), since.saturating_sub(1));
+                average = previous * (1.0 - SUCCESS_WEIGHT);
+                Some(average.to_bits())
             });
         average
     }
+}
+
+/// The success-rate average `average` moved by `count` successes.
+fn successes(average: f64, count: u64) -> f64 {
+    // (1 - w)^count is 0 in f64 long before count leaves an i32
+    let kept = (1.0 - SUCCESS_WEIGHT).powi(i32::try_from(count).unwrap_or(i32::MAX));
+    1.0 - (1.0 - average) * kept
 }
 
 /// The median of `values` (sorted in place): the middle one, or the mean of the two middle ones.
@@ -610,13 +651,17 @@ mod tests {
         let health = WorkerHealth::new(0);
         let mut failures = 0;
         for n in 0.. {
-            let outcome = if n % 2 == 0 {
-                Outcome::Failure
-            } else {
-                Outcome::Success
-            };
-            failures += u32::from(outcome == Outcome::Failure);
-            if let Some(transition) = health.finish(outcome, 0, 0, &policy, &pool, 4) {
+            // a success reports only when asked (here always, as a failure precedes it): the
+            // average counts it as a call handed out between two failures
+            let asked = health.handed();
+            if n % 2 == 1 {
+                if asked {
+                    health.finish(Outcome::Success, 0, 0, &policy, &pool, 4);
+                }
+                continue;
+            }
+            failures += 1;
+            if let Some(transition) = health.finish(Outcome::Failure, 0, 0, &policy, &pool, 4) {
                 assert_eq!(
                     transition,
                     Transition::Ejected {
@@ -628,6 +673,39 @@ mod tests {
             }
         }
         assert_eq!(failures, 7);
+    }
+
+    #[test]
+    fn one_call_in_eight_reports_and_every_one_while_failing_or_ejected() {
+        let (policy, pool) = (policy(), PoolHealth::default());
+        let health = WorkerHealth::new(0);
+        let reports: Vec<bool> = (0..16).map(|_| health.handed()).collect();
+        assert_eq!(reports.iter().filter(|&&r| r).count(), 2);
+        assert!(reports[7] && reports[15]);
+        health.finish(Outcome::Failure, 0, 0, &policy, &pool, 4);
+        assert!((0..3).all(|_| health.handed()));
+        health.finish(Outcome::Success, 0, 0, &policy, &pool, 4);
+        assert!(!health.handed());
+        health.eject(0, Reason::Stuck, &policy, &pool, 4).unwrap();
+        assert!((0..3).all(|_| health.handed()));
+    }
+
+    #[test]
+    fn the_calls_handed_between_failures_are_its_successes() {
+        let (policy, pool) = (policy(), PoolHealth::default());
+        let health = WorkerHealth::new(0);
+        health.handed();
+        health.finish(Outcome::Failure, 0, 0, &policy, &pool, 4);
+        assert_eq!(health.read(0, &policy).1, 0.9);
+        for _ in 0..10 {
+            health.handed();
+        }
+        // read as if the ten were successes, in flight or not
+        let expected = 1.0 - 0.1 * 0.9f64.powi(10);
+        assert!((health.read(0, &policy).1 - expected).abs() < 1e-12);
+        health.finish(Outcome::Failure, 0, 0, &policy, &pool, 4);
+        let expected = (1.0 - 0.1 * 0.9f64.powi(9)) * 0.9;
+        assert!((health.read(0, &policy).1 - expected).abs() < 1e-12);
     }
 
     #[test]

@@ -1020,6 +1020,7 @@ impl WorkerPool {
             }
             let before = entry.load.begin();
             if let Some(health) = &entry.health {
+                health.handed();
                 health.started(before, now);
             }
             Some(entry.pair(py))
@@ -1052,15 +1053,17 @@ impl WorkerPool {
         (self.pending.load(Ordering::Relaxed), busy)
     }
 
-    /// The dispatch to `uid` begun by `start_dispatch` or a counted `dispatch_next` (which
-    /// returned `started`) has ended with `outcome` (an `OUTCOME_*` code: success, the
+    /// The dispatch to `uid` begun by `start_dispatch` or `dispatch_next` (which returned a
+    /// nonzero `started`) has ended with `outcome` (an `OUTCOME_*` code: success, the
     /// default, also when the handler raised; failure of the transport; a missed deadline;
     /// neutral, when the caller cancelled). Its latency is the time since, on the pool's
     /// clock, and goes into the worker's load (a no-op when the worker has left; a deadline
     /// or neutral outcome leaves the average alone, as the time was the caller's) and, once
     /// `time_dispatches` was called, into the pool's histogram (even if it has left). With
     /// health on, the outcome feeds the worker's health and the pool's periodic checks run
-    /// when due. Returns whether health events wait for `drain_health_events`.
+    /// when due; a dispatch `dispatch_next` handed out with `started` 0 reports a failure or
+    /// a missed deadline here with `started` 0 (nothing was begun: only health hears of it).
+    /// Returns whether health events wait for `drain_health_events`.
     #[pyo3(signature = (uid, started, outcome = 0))]
     fn finish_dispatch(&self, uid: &Bound<'_, PyAny>, started: u64, outcome: u8) -> PyResult<bool> {
         let py = uid.py();
@@ -1069,11 +1072,13 @@ impl WorkerPool {
         })?;
         let now = self.now();
         let seconds = seconds_between(started, now);
-        if self.times.is_on() {
+        let begun = started != 0;
+        if begun && self.times.is_on() {
             self.times.observe(seconds);
         }
         self.with_entry(uid, |entries, entry| {
             match outcome {
+                _ if !begun => {}
                 Outcome::Success | Outcome::Failure => entry.load.end(seconds),
                 Outcome::Deadline | Outcome::Neutral => entry.load.leave(),
             }
@@ -1089,6 +1094,14 @@ impl WorkerPool {
             self.check_all(py, entries, policy, now);
         })?;
         Ok(self.pending.load(Ordering::Relaxed))
+    }
+
+    /// Of the dispatches handed to a healthy worker by an uncounted `dispatch_next`, one in
+    /// this many reports its outcome (see `dispatch_next`).
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn HEALTH_SAMPLE() -> u64 {
+        crate::health::REPORT_EVERY
     }
 
     /// The outcome codes of `finish_dispatch`.
@@ -1206,12 +1219,17 @@ impl WorkerPool {
     /// `(uid, metadata, connection, started)` of the next visible pooled worker of the
     /// rotation not in `tried`, as `next_in_rotation` picks it, in one call; None when there
     /// is none. With `count`, the dispatch is counted in flight and `started` is a reading of
-    /// the pool's clock for `finish_dispatch` (with health on, a worker on probation handed
-    /// out so is probed, and one found stuck is ejected and passed over). Without, nothing is
+    /// the pool's clock for `finish_dispatch`. Without, and with health off, nothing is
     /// counted in flight, and `started` is 0 unless the dispatch is one the latency histogram
     /// samples (after `time_dispatches`, one in `DISPATCH_SAMPLE`), when it is a nonzero
-    /// reading for `observe_dispatch`. Either way a worker handed out counts as one dispatch
-    /// in `dispatch_counts`.
+    /// reading for `observe_dispatch`. Without `count` and with health on, the dispatch is
+    /// counted and timed, with a nonzero `started` for `finish_dispatch`, only when its
+    /// outcome must be reported (one in `HEALTH_SAMPLE` a worker is handed, every one while
+    /// it is failing or not healthy, and those the histogram samples); a failure of one
+    /// handed out with `started` 0 is reported by `finish_dispatch(uid, 0, outcome)`. With
+    /// health on, a worker on probation handed out is probed, and one found stuck is ejected
+    /// and passed over. Either way a worker handed out counts as one dispatch in
+    /// `dispatch_counts`.
     #[pyo3(signature = (tried = None, count = false))]
     fn dispatch_next<'py>(
         &self,
@@ -1221,44 +1239,48 @@ impl WorkerPool {
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let skip = self.keys_of(tried)?;
         let health_on = self.health_on.load(Ordering::Relaxed);
-        let now = if count || health_on { self.now() } else { 0 };
+        // the clock only where it is needed: every pooled worker healthy, an uncounted
+        // dispatch that need not report reads none
+        let mut now = if count { self.now() } else { 0 };
         let entries = self.entries.read(py);
-        let entry = loop {
+        let (entry, asked) = loop {
             // re-read each turn: a worker passed over just now is hidden from the next
-            let sight = Sight {
-                check: self.health.any_unhealthy(),
-                now,
-            };
+            let check = self.health.any_unhealthy();
+            if check && now == 0 {
+                now = self.now();
+            }
+            let sight = Sight { check, now };
             let Some(entry) = entries.next_in_rotation(|entry| {
                 (!skip.is_empty() && skip.contains(&entry.key)) || !sight.sees(entry)
             }) else {
                 return Ok(None);
             };
-            if !health_on || self.hand_out(py, &entries, entry, now, count) {
-                break entry;
+            let Some(health) = entry.health.as_deref().filter(|_| health_on) else {
+                break (entry, false);
+            };
+            // a worker on probation is probed, one found stuck ejected and passed over
+            if (count || check) && !self.hand_out(py, &entries, entry, now, true) {
+                continue;
             }
+            break (entry, health.handed());
         };
-        if count {
+        let nth = self.dispatched.add(1);
+        let sampled = self.times.samples(nth);
+        // with health on, a dispatch timed for the histogram reports its outcome too
+        let report = count || asked || (health_on && sampled);
+        if (report || sampled) && now == 0 {
+            now = self.now();
+        }
+        if report {
             let before = entry.load.begin();
             if let Some(health) = &entry.health {
                 health.started(before, now);
             }
         }
-        let nth = self.dispatched.add(1);
         let uid = entry.uid.clone_ref(py);
         let [metadata, connection] = entry.pair(py);
         drop(entries);
-        let started = if count {
-            now
-        } else if self.times.samples(nth) {
-            if now == 0 {
-                self.now()
-            } else {
-                now
-            }
-        } else {
-            0
-        };
+        let started = if report || sampled { now } else { 0 };
         Ok(Some(
             (uid, metadata, connection, started).into_pyobject(py)?,
         ))

@@ -20,6 +20,7 @@ __all__ = [
     "InvalidRecord",
     "MissingExtra",
     "NoWorkersAvailable",
+    "NotPicodata",
     "OutcomeUnknown",
     "PoolTimeout",
     "RpcError",
@@ -245,6 +246,17 @@ class InstanceUnavailable(ShardlineError, ConnectionError):
         self.address = address
 
 
+class NotPicodata(ShardlineError, ValueError):
+    """The Picodata client's DSN reaches a server that answers SQL but has no Picodata catalog
+    (no ``_pico_tier`` table): a plain PostgreSQL, most likely. Retrying will not help; the
+    message names the address and what the server said. ``address`` is the ``host:port``
+    dialled."""
+
+    def __init__(self, message: str, *, address: str | None) -> None:
+        super().__init__(message)
+        self.address = address
+
+
 class PoolTimeout(ShardlineError, TimeoutError):
     """Every connection of an instance's pool stayed busy for the client's ``acquire_timeout``;
     the query was not sent (and never sent elsewhere instead). The message names the instance,
@@ -260,11 +272,31 @@ class WorkerError(ShardlineError):
     ``remote_type`` names the exception the handler raised (module-qualified unless it is a
     builtin) or the transport's own refusal (``"shardline.UnknownHandler"``, ...);
     ``remote_message`` is its message, ``handler`` the handler asked for and ``address`` the
-    worker's.
+    worker's. ``str()`` says all four (the traceback below is not in it).
+
+    ``remote_traceback`` is the worker's formatted traceback of the handler's exception (as
+    Python prints it, from the handler's first frame, at most
+    :data:`~shardline.transport.remote_errors.MAX_TRACEBACK_CHARS` characters: a longer one
+    keeps its start and its end), or None when there is none: the transport refused the task,
+    or the worker's release does not send it. It is also an exception note (PEP 678), so
+    Python shows it below the error's own traceback when the error is printed or logged.
+
+    The built-in transports raise, for a handler's exception deriving from one of the built-in
+    types of :data:`~shardline.transport.remote_errors.BUILTIN_TYPES` (``ValueError``,
+    ``KeyError``, ``TypeError``...), a ``WorkerError`` that is also an instance of the most
+    derived of them (class ``RemoteValueError`` and so on), so ``except ValueError`` catches a
+    handler's ``ValueError``; its ``args`` are the ``WorkerError``'s. Any other exception, a
+    handler's own class among them, is a plain ``WorkerError``.
     """
 
     def __init__(
-        self, remote_type: str, remote_message: str, *, handler: str, address: str
+        self,
+        remote_type: str,
+        remote_message: str,
+        *,
+        handler: str,
+        address: str,
+        remote_traceback: str | None = None,
     ) -> None:
         super().__init__(
             f"handler {handler!r} of the worker at {address}: {remote_type}: {remote_message}"
@@ -273,6 +305,9 @@ class WorkerError(ShardlineError):
         self.remote_message = remote_message
         self.handler = handler
         self.address = address
+        self.remote_traceback = remote_traceback
+        if remote_traceback is not None:
+            self.add_note(f"The traceback on the worker at {address}:\n{remote_traceback.rstrip()}")
 
 
 class WorkerStartError(ShardlineError, RuntimeError):

@@ -332,9 +332,11 @@ class WorkerProxy:
         self._health = health
         if health is not None:
             self._context.configure_health(health)
-        # every dispatch is counted in flight and ends with its outcome when the balancer
-        # reads the load or the pool keeps health
-        self._load = needs_load(self._balancer) or health is not None
+        # the native path counts every dispatch in flight only for a balancer that reads the
+        # load; with health on, the pool asks for the outcomes it needs (nonzero ``started``)
+        self._count = needs_load(self._balancer)
+        # every dispatch of the select and delegate paths is counted and ends with its outcome
+        self._load = self._count or health is not None
         self._hedging = hedging
         self._hedge_delay = _FIRST_HEDGE_DELAY
         self._hedge_window: tuple[float, tuple[int, ...]] | None = None
@@ -650,12 +652,16 @@ class WorkerProxy:
             ``select`` balancer with hedging on takes a fourth, slower path
             (:meth:`_dispatch_hedged`). The load (a count in flight and the latency, timed on
             the pool's clock in Rust) is kept when the balancer needs it or health is on,
-            and each dispatch then ends with its outcome (``finish_dispatch``), which is all
-            the health accounting costs; the select and delegate paths also time every
-            dispatch once ``measure_latency`` was called, the native path only those the
-            pool samples (a nonzero ``started``); otherwise the uid is resolved with a plain
-            pool lookup. The clock is read once per call, for the deadline; every failure is
-            handled by :meth:`_failed`, off the path of a call that succeeds.
+            and each dispatch then ends with its outcome (``finish_dispatch``); the select
+            and delegate paths also time every dispatch once ``measure_latency`` was called.
+            The native path counts and times only the dispatches the pool asks for (a
+            nonzero ``started``: all of them for a balancer that reads the load; with health
+            on, one in ``HEALTH_SAMPLE`` a worker is handed and each while it is failing or
+            not healthy; those the latency histogram samples), and tells health of every
+            failure: health costs a healthy dispatch one add in the pool. Otherwise the uid
+            is resolved with a plain pool lookup. The clock is read once per call, for the
+            deadline; every failure is handled by :meth:`_failed`, off the path of a call
+            that succeeds.
         """
         if timeout is None:
             timeout = self._timeout
@@ -665,7 +671,6 @@ class WorkerProxy:
             idempotent = getattr(task, "idempotent", False) is True
         deadline = _monotonic() + timeout
         context = self._context
-        counted = self._load
         failure: RpcError | None = None
         started = 0
         outcome = _NEUTRAL
@@ -676,7 +681,7 @@ class WorkerProxy:
             tried: Tried = NOTHING_TRIED
             outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
             if self._pool_rotation:
-                picked = context.dispatch_next(None, counted)
+                picked = context.dispatch_next(None, self._count)
                 if picked is None:
                     raise self._exhausted_call(task, tried)
                 uid, metadata, connection, started = picked
@@ -695,11 +700,18 @@ class WorkerProxy:
                     return result
                 finally:
                     if started:  # counted for the load or health, or sampled for latency
-                        if counted:
+                        if self._load:
                             if context.finish_dispatch(uid, started, outcome):
                                 self._report_health()
                         else:
                             context.observe_dispatch(started)
+                # health hears of every failure, also of a dispatch it did not ask to report
+                if (
+                    not started
+                    and self._health is not None
+                    and context.finish_dispatch(uid, 0, outcome)
+                ):
+                    self._report_health()
                 outcomes = {uid: failure}
                 tried = MappingProxyType(outcomes)
                 self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)

@@ -8,7 +8,8 @@ reads, refusing what it refuses; ``FrameDecoder.feed`` raises only ``MalformedMe
 included), never a message over its limit, and, for a stream the model reads whole, the
 model's values, with the hot path's requests or answers taken apart as the model says; and the
 frames ``request`` and ``result`` write are msgpack-python's bytes, which the decoder takes apart
-back into their fields.
+back into their fields; an ``error`` answer (a handler's built-in type and traceback in it or
+not) reads back through ``read_error``.
 
 Input layout: byte 0 mod 3 picks the case: 0, the rest of the input is a value for
 ``unpack_value``; 1, byte 1 picks the decoder's mode (mod 3: none, requests, answers) and its
@@ -140,6 +141,38 @@ def frames(fdp: atheris.FuzzedDataProvider) -> None:
         got = decoder.feed(frame + frame)
         expected = [model, taken_apart(model, fast)]
         check(same(got, expected), f"{show(frame)} read back as {show(got)}")
+    error_answer(msgid, fdp)
+
+
+def error_answer(msgid: int, fdp: atheris.FuzzedDataProvider) -> None:
+    """An error answer, a handler's built-in type and traceback in it or not, reads back."""
+    kind = fdp.PickValueInList(sorted(wire.ERROR_KINDS))
+    type_name, message = text(fdp), text(fdp)
+    started = fdp.PickValueInList([None, True, False])
+    builtin = text(fdp) if fdp.ConsumeBool() else None
+    traceback = text(fdp) * fdp.ConsumeIntInRange(1, 3) if fdp.ConsumeBool() else None
+    frame = wire.error(
+        msgid, kind, type_name, message, started=started, builtin=builtin, traceback=traceback
+    )
+    ((_, got_msgid, error, result),) = wire.FrameDecoder(len(frame)).feed(frame)
+    got = wire.read_error(error)
+    sent = (kind, type_name, message, started, builtin, traceback)
+    check(
+        (got_msgid, result) == (msgid, None)
+        and (got.kind, got.started) == (kind, started)
+        and all(
+            (a is None and b is None)
+            or (isinstance(a, str) and isinstance(b, str) and legible(a) == legible(b))
+            for a, b in zip(sent[1:], got[1:], strict=True)
+            if not isinstance(a, bool)
+        ),
+        f"error answer {show(sent)} read back as {show(got)}",
+    )
+
+
+def legible(text: str) -> str:
+    """``text`` as UTF-8 carries it: each surrogate sent as ``?``."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def test_one_input(data: bytes) -> None:

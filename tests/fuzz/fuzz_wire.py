@@ -4,7 +4,8 @@ Contract (the module and function docstrings): ``decode_request`` and ``decode_r
 only ``MalformedMessage``; a decoded request or reply encodes again (``encode_request`` and
 ``encode_result`` may refuse a payload that is not strict JSON with ``TypeError``/``ValueError``)
 and decodes back equal. ``encode_error`` always produces a reply, which ``decode_reply`` reads
-back as that type and message (a lone surrogate may come back replaced).
+back as that type and message, and built-in type and traceback when given (a lone surrogate
+may come back replaced).
 
 Input layout: byte 0 mod 3 picks the case: 0, a request to decode; 1, a reply to decode (the
 rest of the input is the message, so a seed is ``b"\\x00" + json``); 2, an error reply built from
@@ -54,8 +55,9 @@ def reply(data: bytes) -> None:
         return
     if failure is not None:
         check(result is None, f"a reply with both an error and a result: {show(data)}")
-        type_name, message = failure
-        encoded = encode_error(type_name, message)
+        encoded = encode_error(
+            failure.type, failure.message, builtin=failure.builtin, traceback=failure.traceback
+        )
     else:
         try:
             encoded = encode_result(result, MAX_MESSAGE_BYTES)
@@ -76,7 +78,11 @@ def legible(text: str) -> str:
 
 def error_reply(fdp: atheris.FuzzedDataProvider) -> None:
     type_name, message = text(fdp), text(fdp) * fdp.ConsumeIntInRange(1, 3)
-    result, failure = decode_reply(encode_error(type_name, message))
+    builtin = text(fdp) if fdp.ConsumeBool() else None
+    traceback = text(fdp) * fdp.ConsumeIntInRange(1, 3) if fdp.ConsumeBool() else None
+    result, failure = decode_reply(
+        encode_error(type_name, message, builtin=builtin, traceback=traceback)
+    )
     check(
         result is None and failure is not None and legible(failure[0]) == legible(type_name),
         f"encode_error({show(type_name)}, …) came back as {show(failure)}",
@@ -86,6 +92,12 @@ def error_reply(fdp: atheris.FuzzedDataProvider) -> None:
         legible(message).startswith(legible(failure[1].removesuffix("… (cut)"))),
         f"encode_error(…, {show(message)}) came back as {show(failure[1])}",
     )
+    for sent, got in ((builtin, failure.builtin), (traceback, failure.traceback)):
+        check(
+            (sent is None and got is None)
+            or (sent is not None and got is not None and legible(got) == legible(sent)),
+            f"encode_error(…, {show(sent)}) came back as {show(got)}",
+        )
 
 
 def test_one_input(data: bytes) -> None:

@@ -232,8 +232,8 @@ async def test_a_key_without_a_route_falls_back_after_a_poll_or_raises_when_stri
                 for _ in range(3):
                     await db.execute("SELECT 1", key=key)
             stats = db.stats()
-            assert stats.misses == {"no range": 3}
-            assert stats.fallbacks == {"no range": 3}
+            assert stats.misses == {"no-range": 3}
+            assert stats.fallbacks == {"no-range": 3}
             assert stats.routed["keyed"] == 3
             assert stats.polls >= polls + 3  # each miss waited for a poll
             warnings = [r for r in caplog.records if r.name == "shardline.picodata"]
@@ -249,7 +249,17 @@ async def test_a_key_without_a_route_falls_back_after_a_poll_or_raises_when_stri
                 None,
                 False,
             )
-            assert explained.reason == "no range"
+            assert explained.reason == "no-range"
+            # the topology's explanation, not a second one: same reason, same sentence
+            core = db.topology.explain("default", key)
+            assert (core.reason, core.bucket) == ("no-range", bucket)
+            assert explained.route is not None
+            assert explained.route.detail == core.detail
+            assert explained.detail == core.detail
+            assert str(explained).splitlines()[:2] == [
+                f"tier 'default', bucket {bucket}: not routable (no-range)",
+                f"  {core.detail}",
+            ]
         async with connect(c.url, tier="default", route_wait=0.5, strict=True) as db:
             with pytest.raises(NoWorkersAvailable):
                 await db.execute("SELECT 1", key=key)
@@ -266,13 +276,20 @@ async def test_a_master_not_online_is_a_miss_with_its_reason(pg: PgServer) -> No
         c.catalog.set_state("r2_1", "Offline")
         key = next(k for k in range(100) if c.master_of(k) == "r2_1")
         async with connect(c.url, tier="default", route_wait=0.2, strict=True) as db:
-            with pytest.raises(NoWorkersAvailable, match="master not online"):
+            with pytest.raises(NoWorkersAvailable, match="master-not-online"):
                 await db.execute("SELECT 1", key=key)
             explained = db.explain(key)
             assert explained.master == _uuid("r2_1")
             assert explained.state == "Offline"
             assert explained.address == c.forwarders["r2_1"].address
-            assert explained.reason == "master not online"
+            assert explained.reason == "master-not-online"
+            # the topology routes to the master whatever its state; the client says why not
+            assert explained.route is not None
+            assert explained.route.reason is None
+            assert "in state 'Offline' (not Online" in explained.detail
+            assert str(explained).startswith(
+                f"tier 'default', bucket {explained.bucket}: not routable (master-not-online)\n"
+            )
             # reads still reach the online replica
             port = await db.fetchval("SELECT inet_client_port()", key=key, read_only=True)
             assert c.instance_of(port) == "r2_2"
@@ -307,6 +324,11 @@ async def test_explain_names_the_bucket_range_replicaset_and_master(pg: PgServer
         assert explained.range_epoch <= explained.epoch
         assert explained.range_set_at is not None
         assert explained.range_set_at <= time.time()
+        assert explained.detail == db.topology.explain("default", key).detail
+        lines = str(explained).splitlines()
+        assert lines[0] == f"tier 'default', bucket {bucket}: routable"
+        assert f"whose master '{c.master_of(key)}'" in lines[1]
+        assert lines[-1] == f"  tier map epoch {explained.epoch}"
 
 
 async def test_the_pool_bound_makes_a_query_wait_and_never_go_elsewhere(pg: PgServer) -> None:

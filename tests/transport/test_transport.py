@@ -27,6 +27,7 @@ from shardline.transport.wire import (
     BAD_RESULT,
     MAX_MESSAGE_BYTES,
     UNKNOWN_HANDLER,
+    ReplyError,
     decode_reply,
     encode_error,
     encode_request,
@@ -280,13 +281,13 @@ def test_encode_error_replaces_what_utf8_cannot_carry_and_never_fails() -> None:
     reply = encode_error("Bad\ud800Type", "lone \udfff, split pair \ud83d\ude00, whole \U0001f600")
     assert decode_reply(reply) == (
         None,
-        ("Bad?Type", "lone ?, split pair ??, whole \U0001f600"),
+        ReplyError("Bad?Type", "lone ?, split pair ??, whole \U0001f600"),
     )
 
 
 def test_an_error_reply_holding_an_escaped_surrogate_reads_as_it_would_be_sent() -> None:
     reply = b'{"error":{"type":"Bad\\ud800Type","message":"lone \\udfff, pair \\ud83d\\ude00"}}'
-    assert decode_reply(reply) == (None, ("Bad?Type", "lone ?, pair \U0001f600"))
+    assert decode_reply(reply) == (None, ReplyError("Bad?Type", "lone ?, pair \U0001f600"))
 
 
 def test_a_handler_or_payload_holding_a_surrogate_is_a_value_error_naming_it() -> None:

@@ -13,7 +13,9 @@ for one that never comes up and shows the reachability record heal on the servin
 next probe (:mod:`shardline.demo.registration`). ``--part`` runs only one of the three.
 
 ``shardline worker --namespace NS --address HOST:PORT`` runs one worker process serving the demo
-handlers of :mod:`shardline.transport.demo_handlers` over MessagePack-RPC (``--transport
+handlers of :mod:`shardline.transport.demo_handlers`, or with ``--handlers MODULE:ATTRIBUTE``
+the mapping of handler names to handlers there (``MODULE`` imported with the current directory
+first on ``sys.path``, as ``python -m`` has it), over MessagePack-RPC (``--transport
 grpc``: gRPC), announced through
 ``LocalDiscovery(NS)`` (or ``EtcdDiscovery([URL], NS)`` with ``--etcd URL``). Once it serves and
 its record is published it prints that record on stdout as one line of JSON, in the discovery
@@ -26,7 +28,9 @@ flight finish (``--grace`` seconds at most) and exits with status 0. A worker th
 on stderr and exits with status 1.
 
 Usage errors exit with status 2 and one line on stderr, before anything starts: for the worker,
-an address that is not ``HOST:PORT`` (or an absolute socket path), a port out of range, a
+handlers that do not load (the line says why: the spec's form, the module not found or raising
+as it is imported, the attribute missing, not a mapping, empty, or an entry not a handler), an
+address that is not ``HOST:PORT`` (or an absolute socket path), a port out of range, a
 wildcard host (``0.0.0.0``, ``::``: it would be published, and nobody can dial it), timeouts that
 contradict each other, options of the other backend, or a value the library refuses.
 """

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, NoReturn
 
 from shardline.balancers import create_balancer
 from shardline.errors import InvalidArgument
 
+if TYPE_CHECKING:
+    from shardline.transport.serving import Handler
+
 __all__ = [
     "CommandParser",
     "balancer_name_argument",
+    "handlers_argument",
     "seconds_argument",
     "usage_error",
     "weight_argument",
@@ -85,3 +90,20 @@ def balancer_name_argument(text: str) -> str:
     except InvalidArgument as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return text
+
+
+def handlers_argument(text: str) -> Mapping[str, Handler]:
+    """The handlers at ``MODULE:ATTRIBUTE``, loaded (see
+    :func:`~shardline.transport.handlers_spec.load_handlers`: a mapping of names to callables)
+    with the current directory first on ``sys.path``, as ``python -m`` has it, so a module
+    beside the caller is found as it is by ``python -m shardline``; anything that does not
+    load is an ``ArgumentTypeError`` saying why."""
+    from shardline.transport.handlers_spec import HandlersSpecError, load_handlers
+
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return load_handlers(text)
+    except HandlersSpecError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

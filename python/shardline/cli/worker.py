@@ -1,5 +1,5 @@
-"""``shardline worker``: one worker process serving the demo handlers, announced through
-discovery."""
+"""``shardline worker``: one worker process serving the demo handlers, or the caller's
+(``--handlers MODULE:ATTRIBUTE``), announced through discovery."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 import shardline
 from shardline.cli.arguments import (
     CommandParser,
+    handlers_argument,
     seconds_argument,
     usage_error,
     weight_argument,
@@ -33,9 +34,10 @@ __all__ = ["add_worker_command"]
 def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> None:
     worker = commands.add_parser(
         "worker",
-        help="run one worker process serving the demo handlers (MessagePack-RPC or gRPC)",
+        help="run one worker process serving your handlers or the demo's (MessagePack-RPC, gRPC)",
         description=(
-            "Serve the demo handlers (echo, sleep, whoami, fail-transiently, fail) over"
+            "Serve the handlers of --handlers MODULE:ATTRIBUTE, or the demo handlers (echo,"
+            " sleep, whoami, fail-transiently, fail), over"
             " MessagePack-RPC (or gRPC with --transport grpc) and announce the worker through"
             " LocalDiscovery, or etcd with --etcd. When ready, print"
             " the worker's discovery record as one line of JSON on stdout. SIGTERM or SIGINT"
@@ -43,6 +45,16 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
         ),
     )
     worker.add_argument("--namespace", required=True, help="the discovery namespace to join")
+    worker.add_argument(
+        "--handlers",
+        type=handlers_argument,
+        metavar="MODULE:ATTRIBUTE",
+        help=(
+            "serve the handlers at MODULE:ATTRIBUTE (e.g. myapp.handlers:HANDLERS), a mapping of"
+            " handler names to callables, MODULE imported with the current directory first on"
+            " the path (default: the demo handlers)"
+        ),
+    )
     worker.add_argument(
         "--address",
         required=True,
@@ -161,7 +173,7 @@ async def _serve_worker(args: argparse.Namespace) -> int:
     try:
         try:
             server = await serve(
-                DEMO_HANDLERS,
+                DEMO_HANDLERS if args.handlers is None else args.handlers,
                 args.address,
                 discovery,
                 transport=args.transport,

@@ -1,6 +1,7 @@
 """SQL on a Picodata cluster, routed by sharding key: :func:`connect` gives a :class:`Client`
 whose keyed queries go over pgwire (asyncpg, the ``pg`` extra) to the master owning the key."""
 
+from shardline.errors import NotPicodata
 from shardline.picodata.client import DEFAULT_TIMEOUT, HEALTH_POLICY, Client, connect
 from shardline.picodata.instance_pool import InstancePool
 from shardline.picodata.sharding_keys import ShardingKey
@@ -13,6 +14,7 @@ __all__ = [
     "ClientStats",
     "Explanation",
     "InstancePool",
+    "NotPicodata",
     "PoolStats",
     "ShardingKey",
     "connect",

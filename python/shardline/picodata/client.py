@@ -17,7 +17,7 @@ from shardline._extras import requires_extra
 with requires_extra("pg", __name__):
     import asyncpg
 
-from shardline._core import Instance, Topology, WorkerPool
+from shardline._core import Instance, RouteExplanation, Topology, WorkerPool
 from shardline._tasks import cancel_and_wait
 from shardline.checks import check_count, check_seconds
 from shardline.errors import (
@@ -25,12 +25,23 @@ from shardline.errors import (
     InstanceUnavailable,
     InvalidAddress,
     InvalidArgument,
+    NotPicodata,
     NoWorkersAvailable,
+    TierWithoutBuckets,
     UnknownTier,
 )
 from shardline.host_port import split_host_port
 from shardline.picodata.driver_shortcut import shortcut_allowed
 from shardline.picodata.instance_pool import InstancePool
+from shardline.picodata.query_metadata import (
+    MAX_STATEMENTS,
+    SESSION_SETTINGS,
+    STALE_STATEMENT,
+    UNKEYED,
+    StatementRouting,
+    metadata_supported,
+    read_notice,
+)
 from shardline.picodata.sharding_keys import ShardingKey, TableDistribution, key_of, load_tables
 from shardline.picodata.stats import ClientStats, Explanation
 from shardline.pool.health import HealthPolicy
@@ -69,6 +80,30 @@ and its replicas the reads), so a long query would pass for a stall. A query pas
 deadline is the stall signal here."""
 
 _NO_KEY: Any = object()
+_UNLEARNED: Any = object()  # a statement text whose metadata has not come yet
+_RAISE: Any = object()  # an error that is the caller's: nothing to send again
+
+_NOT_ONLINE = "master-not-online"
+_NO_ADDRESS = "no-address"
+
+_OTHER_TIER = "other-tier"
+"""The fallback reason of a query sent to another tier because none of its own could be
+reached."""
+
+_TIERS_QUERY = "SELECT * FROM _pico_tier"
+_VERSIONS_QUERY = "SELECT picodata_version FROM _pico_instance"
+
+_FORWARD_REFUSAL = 'cannot satisfy "forward = off"'
+"""What an instance's error says when ``forward=off`` refused a query whose buckets it does not
+hold (picodata/picodata ``test/int/sql/explain_forward.sql``; SQLSTATE XX000, an sbroad
+error): nothing ran."""
+
+Forward = Literal["on", "ro_to_rw", "off"]
+_FORWARDS = ("on", "ro_to_rw", "off")
+
+_DEFAULT_TIER = "default"
+"""The default tier's name before Picodata 26.1 (``src/tier.rs`` ``DEFAULT_TIER``), and the
+default tier when no ``_pico_tier`` row says ``is_default``."""
 
 _T_co = TypeVar("_T_co", covariant=True)
 
@@ -161,9 +196,18 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
         **options: Any,
     ) -> Any:
         if key is _NO_KEY:
-            online = self._online
-            self._turn += 1
-            pool = online[self._turn % len(online)] if online else None
+            routing = self._statements.get(query, self._unlearned) if args else UNKEYED
+            if routing is UNKEYED:
+                online = self._online
+                self._turn += 1
+                pool = online[self._turn % len(online)] if online else None
+            elif routing is _UNLEARNED or (values := routing.values(args)) is None:
+                pool = None  # the slow path learns the statement, or sends it unkeyed
+            else:  # routed by the statement's metadata, as key= would be
+                key = routing
+                pool = (
+                    None if read_only else self._routes.get(id(self._route(routing.tier, values)))
+                )
         elif read_only:
             pool = None
         elif key.__class__ is ShardingKey:
@@ -182,10 +226,12 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
                 self._unkeyed += 1
             else:
                 self._keyed += 1
+                if key.__class__ is StatementRouting:
+                    self._from_metadata += 1
             direct = shortcut and not options
             started = 0
         else:
-            pool, connection = await self._connection(key, read_only, strict)
+            pool, connection, key = await self._connection(key, read_only, strict, query, args)
             direct = False
             started = self._report_start(pool) if pool.watched else 0
         # the client's deadline, kept by its sweeper, unless the driver's timeout bounds it
@@ -205,10 +251,19 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
             else:
                 result = await run(connection, query, *args, timeout=timeout, **options)
         except BaseException as error:
+            if isinstance(error, asyncpg.PostgresError) and not connection.is_closed():
+                again = self._resend(error, connection, key, query)
+            else:
+                again = _RAISE
             raised = self._failed(
                 pool, connection, error, started, key is not _NO_KEY and not read_only, timeout
             )
             if raised is None:
+                if again is not _RAISE:
+                    await self._poll_if_refused(error)
+                    return await self._rerun(
+                        run, query, args, again, read_only, strict, timeout, options
+                    )
                 raise
             raise raised from error
         if started:
@@ -228,7 +283,7 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
 def connect(
     dsn: str,
     *,
-    tier: str,
+    tier: str | None = None,
     pool_size: int = 16,
     acquire_timeout: float = 5.0,
     route_wait: float = 1.0,
@@ -237,6 +292,8 @@ def connect(
     connect_kwargs: Mapping[str, Any] | None = None,
     warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
     timeout: float = DEFAULT_TIMEOUT,
+    query_metadata: bool | None = None,
+    forward: Forward | None = None,
 ) -> Client:
     """A client of the Picodata cluster whose catalog ``dsn`` reaches; use it as
     ``async with connect(...) as db:`` or ``db = await connect(...)`` (then ``await
@@ -245,15 +302,20 @@ def connect(
     Args:
         dsn: a ``postgresql://`` URL of any instance's pgproto port; its user, password,
             database and TLS settings (``sslmode``, …) are used for every instance.
-        tier: the tier ``key=`` routes in (a :class:`ShardingKey` carries its own).
+        tier: the client's tier: the tier ``key=`` routes in (a :class:`ShardingKey` carries
+            its own), whose instances serve the queries without a key. Default: the cluster's
+            default tier, as Picodata defines it: the ``_pico_tier`` row whose ``is_default``
+            is true (Picodata 26.1 and later: the first tier of the cluster's configuration),
+            else the tier named ``"default"`` (earlier versions). A tier without buckets (an
+            arbiter tier) is refused.
         pool_size: the most connections open to one instance (opened on demand, so a light
             load holds fewer; 16 lets 16 queries in flight on one master run without waiting).
         acquire_timeout: seconds a query waits for a connection of a busy instance (or for
             a connection to open) before :class:`~shardline.errors.PoolTimeout`.
         route_wait: seconds a key without a route waits for a fresh poll of the catalog.
         strict: what a key still without a route after ``route_wait`` does: ``False`` sends
-            the query to any online instance (the server routes it), ``True`` raises
-            :class:`~shardline.errors.NoWorkersAvailable`. Each query may override it.
+            the query to an online instance of the key's tier (the server routes it), ``True``
+            raises :class:`~shardline.errors.NoWorkersAvailable`. Each query may override it.
         poll_interval: seconds between two polls of the catalog.
         connect_kwargs: more keyword arguments for ``asyncpg.connect`` of every instance
             and of the catalog's connection (``ssl=`` an ``SSLContext``,
@@ -264,8 +326,23 @@ def connect(
             never (see :meth:`~shardline.topology.sources.TopologySource.run`).
         timeout: the deadline in seconds of every query made without ``timeout=`` (see
             :data:`DEFAULT_TIMEOUT` and the class); finite.
+        query_metadata: whether the instance sessions ask for Picodata's query metadata
+            (``pico_query_metadata``) and stale-statement errors (``pico_stmt_invalidation``),
+            which route a query with arguments and no ``key=`` by the arguments that make its
+            sharding key (see the class). ``None``: when every instance of the catalog runs
+            Picodata 26.1 or later (``_pico_instance.picodata_version``), the first release
+            that has them; a plain PostgreSQL refuses these startup parameters.
+        forward: Picodata's ``forward`` option (26.2) for every query of the client's sessions
+            (sent in the startup ``options``): ``"off"`` makes an instance refuse a query
+            whose buckets are not its own, so a query routed to a master that no longer owns
+            the key is refused (not run) and sent once more to the new owner (see the class);
+            Picodata allows it with reads on the leader only, so ``read_only=True`` queries go
+            to the master too. ``None`` leaves the server's default (``"on"``).
 
-    Raises ``ValueError`` naming the argument for an invalid one.
+    Raises ``ValueError`` naming the argument for an invalid one. Awaiting the client raises
+    :class:`~shardline.errors.NotPicodata` if the DSN's server has no Picodata catalog (a plain
+    PostgreSQL), :class:`~shardline.errors.UnknownTier` for a tier the catalog does not have,
+    :class:`~shardline.errors.TierWithoutBuckets` for an arbiter tier.
     """
     return Client(
         dsn,
@@ -278,6 +355,8 @@ def connect(
         connect_kwargs=connect_kwargs,
         warn_empty_after=warn_empty_after,
         timeout=timeout,
+        query_metadata=query_metadata,
+        forward=forward,
     )
 
 
@@ -293,11 +372,23 @@ class Client:
       goes to a replica, and never to another instance because the master's connections are
       busy: it waits up to ``acquire_timeout`` (counted), then raises
       :class:`~shardline.errors.PoolTimeout`.
-    - No key: any online instance, in turn (the server routes the query).
+    - No key, with arguments: a statement whose query metadata (Picodata's NOTICE to its
+      Parse, see :mod:`shardline.picodata.query_metadata`) names the parameters that make its
+      sharding key (a single-row ``INSERT ... VALUES``, say) is routed as ``key=`` those
+      arguments would be, in the statement's tier (counted in ``stats().from_metadata``
+      besides ``routed["keyed"]``). The first execution of a statement text prepares it on an
+      instance of the tier to learn its metadata, then routes; the metadata is kept by
+      statement text. ``key=`` wins when given; a statement whose metadata names no
+      parameter (a ``SELECT``, several rows, a key given as a literal) goes as below.
+    - No key otherwise: the online instances of the client's tier, in turn (the server routes the
+      query); only when none of them can be reached (or none is online), the online instances
+      of the other tiers (counted in ``stats().fallbacks["other-tier"]``, warned about at most
+      once a minute). An arbiter tier's instances (a tier of bucket count 0: they hold no
+      data) are never contacted.
     - A key without a route (the map was cleared, the range or the master is unknown or not
       online) triggers a poll of the catalog and waits for it up to ``route_wait``, then
-      routes again; if there is still no route, the query goes to any online instance
-      (counted as a fallback by reason, warned about at most once a minute per reason), or
+      routes again; if there is still no route, the query goes to an online instance of its
+      tier (counted as a fallback by reason, warned about at most once a minute per reason), or
       with ``strict`` raises :class:`~shardline.errors.NoWorkersAvailable` naming the tier,
       the bucket and why.
     - If the instance cannot be reached before the query is sent (no connection opens), the
@@ -378,7 +469,7 @@ class Client:
         self,
         dsn: str,
         *,
-        tier: str,
+        tier: str | None = None,
         pool_size: int = 16,
         acquire_timeout: float = 5.0,
         route_wait: float = 1.0,
@@ -387,14 +478,23 @@ class Client:
         connect_kwargs: Mapping[str, Any] | None = None,
         warn_empty_after: float | None = EMPTY_MAP_WARNING_AFTER,
         timeout: float = DEFAULT_TIMEOUT,
+        query_metadata: bool | None = None,
+        forward: Forward | None = None,
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
-        if not isinstance(tier, str) or not tier:
-            raise ValueError(f"tier must be a non-empty str, got {tier!r}")
+        if tier is not None and (not isinstance(tier, str) or not tier):
+            raise ValueError(f"tier must be a non-empty str or None, got {tier!r}")
         if not isinstance(strict, bool):
             raise ValueError(f"strict must be a bool, got {strict!r}")
+        if query_metadata is not None and not isinstance(query_metadata, bool):
+            raise ValueError(f"query_metadata must be a bool or None, got {query_metadata!r}")
+        if forward is not None and forward not in _FORWARDS:
+            raise ValueError(f"forward must be one of {_FORWARDS} or None, got {forward!r}")
+        self._query_metadata = query_metadata
+        self._forward = forward
         self._dsn = dsn
-        self._tier = tier
+        # empty until the catalog's default tier is read (at the start), if not given
+        self._tier: str = tier or ""
         self._pool_size = check_count("pool_size", pool_size)
         self._acquire_timeout = check_seconds("acquire_timeout", acquire_timeout)
         self._route_wait = check_seconds("route_wait", route_wait, zero=True)
@@ -417,7 +517,10 @@ class Client:
             )
         # the same credentials, TLS and settings for the catalog and every instance
         kwargs = pg_connect.connect_kwargs(given, dsn_settings)
-        self._connect_kwargs = {**kwargs, "timeout": timeout}
+        # the catalog's own connections; the instances' get Picodata's session settings too
+        self._catalog_kwargs = {**kwargs, "timeout": timeout}
+        self._connect_kwargs = self._catalog_kwargs
+        self._dsn_options = dsn_settings.get("options")
 
         self._topology = Topology()
         self._route = self._topology.route
@@ -439,10 +542,20 @@ class Client:
         # replicaset uuid -> its online instances with an address: (uuid, pool), filled on
         # first use
         self._members: dict[str, list[tuple[str, InstancePool]]] = {}
+        # the online instances of the client's tier, and of every tier with buckets, by tier
         self._online: list[InstancePool] = []
+        self._online_in: dict[str, list[InstancePool]] = {}
         self._turn = 0  # of the unkeyed queries, over the online instances
         self._read_turn = 0  # of the reads, over a replicaset's replicas
         self._tables: dict[str, TableDistribution] | None = None
+        # statement text -> how its executions are routed (from its query metadata)
+        self._statements: dict[str, StatementRouting] = {}
+        # what the hot path takes a statement it has no metadata of for: one to learn, or,
+        # without query metadata, an unkeyed one
+        self._unlearned: Any = UNKEYED
+        self._from_metadata = 0
+        self._reprepared = 0
+        self._forward_repaired = 0
 
         self._keyed = 0
         self._read_only = 0
@@ -494,15 +607,30 @@ class Client:
             await self._source.refresh()
             tiers = self._topology.tiers
             if not tiers:
+                await self._read_catalog()  # raises NotPicodata for a server without it
                 state = self._source.state
                 raise InstanceUnavailable(
                     f"cannot read the catalog at {self._catalog}: {state.last_failure}",
                     instance=None,
                     address=self._catalog,
                 )
+            if not self._tier or self._query_metadata is None:
+                rows, versions = await self._read_catalog()
+                if not self._tier:
+                    self._tier = _default_tier(rows, tiers)
+                if self._query_metadata is None:
+                    self._query_metadata = metadata_supported(versions)
+            self._connect_kwargs = self._session_kwargs()
+            if self._query_metadata:
+                self._unlearned = _UNLEARNED
             if self._tier not in tiers:
                 raise UnknownTier(
                     f"tier {self._tier!r} is not in the catalog (its tiers: {sorted(tiers)})"
+                )
+            if not tiers[self._tier]:
+                raise TierWithoutBuckets(
+                    f"tier {self._tier!r} has no buckets (bucket_count 0, an arbiter tier):"
+                    " no query can be routed in it"
                 )
         except BaseException:
             await self.close()
@@ -512,6 +640,47 @@ class Client:
         self._maintenance = loop.create_task(self._maintain())
         self._sweeper = loop.create_task(self._sweep())
         return self
+
+    async def _read_catalog(self) -> tuple[list[Any], list[Any]]:
+        """``_pico_tier``'s rows (every column) and the instances' ``picodata_version``, read
+        over a connection of their own to the DSN's server. Raises :class:`NotPicodata` if
+        the server has no ``_pico_tier``, :class:`InstanceUnavailable` if it cannot be
+        read."""
+        try:
+            async with asyncio.timeout(self._acquire_timeout):
+                connection = await asyncpg.connect(self._dsn, **self._catalog_kwargs)
+                try:
+                    rows: list[Any] = await connection.fetch(_TIERS_QUERY)
+                    versions = [row[0] for row in await connection.fetch(_VERSIONS_QUERY)]
+                finally:
+                    await connection.close()
+        except asyncpg.UndefinedTableError as error:
+            raise NotPicodata(
+                f"{self._catalog} is not a Picodata instance: it has no _pico_tier table, the"
+                f" catalog every Picodata instance serves (the server says: {error})",
+                address=self._catalog,
+            ) from error
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+            raise InstanceUnavailable(
+                f"cannot read _pico_tier at {self._catalog}: {pg_connect.message(error)}",
+                instance=None,
+                address=self._catalog,
+            ) from error
+        return rows, versions
+
+    def _session_kwargs(self) -> dict[str, Any]:
+        """``asyncpg.connect``'s arguments for an instance: the catalog's, with Picodata's
+        session settings (query metadata, ``forward`` in ``options`` beside the DSN's)."""
+        settings = dict(self._catalog_kwargs["server_settings"])
+        if self._query_metadata:
+            settings.update(SESSION_SETTINGS)
+        if self._forward is not None:
+            # Picodata reads options as name=value pairs separated by commas
+            # (src/pgproto/client/startup.rs); the DSN's own options stay in front
+            options = settings.get("options", self._dsn_options)
+            forward = f"forward={self._forward}"
+            settings["options"] = f"{options},{forward}" if options else forward
+        return {**self._catalog_kwargs, "server_settings": settings}
 
     async def close(self) -> None:
         """Stops following the catalog, waits for the queries in flight, and closes every
@@ -610,15 +779,122 @@ class Client:
     )
 
     async def _connection(
-        self, key: Any, read_only: bool, strict: bool | None
-    ) -> tuple[InstancePool, Any]:
-        """(pool, connection) for a query the hot path could not serve (see
-        :func:`_query_method`)."""
+        self, key: Any, read_only: bool, strict: bool | None, query: str, args: tuple[Any, ...]
+    ) -> tuple[InstancePool, Any, Any]:
+        """(pool, connection, key) for a query the hot path could not serve (see
+        :func:`_query_method`); ``key`` is the statement's :class:`StatementRouting` when its
+        metadata routes it."""
+        if key is _NO_KEY and args and self._query_metadata:
+            routing = self._statements.get(query)
+            if routing is None:
+                routing = await self._learn(query)
+            if routing.values(args) is not None:
+                key = routing
         if key is _NO_KEY:
-            return await self._unkeyed_connection()
-        if read_only:
-            return await self._read_connection(key, strict)
-        return await self._keyed_connection(key, strict)
+            return (*await self._unkeyed_connection(), key)
+        target = key
+        if key.__class__ is StatementRouting:
+            values = key.values(args)
+            target = ShardingKey("", key.tier, values if len(key.positions) > 1 else (values,))
+        # forward=off goes with read_preference leader only (Picodata's ADR): a read of a
+        # client whose sessions carry it goes to the master, as a write does
+        if read_only and self._forward != "off":
+            pool, connection = await self._read_connection(target, strict)
+        else:
+            pool, connection = await self._keyed_connection(target, strict)
+        if target is not key:
+            self._from_metadata += 1
+        return pool, connection, key
+
+    def _resend(self, error: BaseException, connection: Any, key: Any, query: str) -> Any:
+        """The key to send ``query`` once more with after the server answered ``error`` and
+        ran nothing (``_NO_KEY``: as a query without a key), or ``_RAISE`` to raise it: a
+        stale statement (42999) is prepared again (statement caches dropped, its metadata
+        forgotten, so the resend learns it anew); a routed query an instance refused under
+        ``forward=off`` (not its bucket) goes to the owner after a poll. Counts what it
+        resends."""
+        sqlstate = getattr(error, "sqlstate", None)
+        if sqlstate == STALE_STATEMENT and self._query_metadata:
+            # a DDL made the statements stale on every instance: the idle connections forget
+            # theirs too, so that the resend prepares afresh wherever it lands (what the
+            # public reload_schema_state() does to a connection outside an asyncpg pool,
+            # without its yield; a connection in use finds out on its own)
+            connection._drop_local_statement_cache()
+            for pool in self._pools.values():
+                for idle in pool.idle:
+                    idle._drop_local_statement_cache()
+            self._statements.pop(query, None)
+            self._reprepared += 1
+            return _NO_KEY if key.__class__ is StatementRouting else key
+        if key is not _NO_KEY and _FORWARD_REFUSAL in str(getattr(error, "message", "")):
+            self._forward_repaired += 1
+            return key
+        return _RAISE
+
+    async def _poll_if_refused(self, error: BaseException) -> None:
+        """After a ``forward=off`` refusal, the map is stale: waits for a poll (as a miss
+        does, up to ``route_wait``)."""
+        if getattr(error, "sqlstate", None) != STALE_STATEMENT:
+            await self._poll()
+
+    async def _rerun(
+        self,
+        run: Callable[..., Awaitable[Any]],
+        query: str,
+        args: tuple[Any, ...],
+        key: Any,
+        read_only: bool,
+        strict: bool | None,
+        timeout: float | None,
+        options: Mapping[str, Any],
+    ) -> Any:
+        """Runs the query once more, on the slow path, with no further resend: a second
+        refusal is the caller's."""
+        pool, connection, key = await self._connection(key, read_only, strict, query, args)
+        started = self._report_start(pool) if pool.watched else 0
+        pool.lent[connection] = self._tick if timeout is None else None
+        try:
+            result = await run(connection, query, *args, timeout=timeout, **options)
+        except BaseException as error:
+            raised = self._failed(
+                pool, connection, error, started, key is not _NO_KEY and not read_only, timeout
+            )
+            if raised is None:
+                raise
+            raise raised from error
+        if started:
+            self._finish(pool, started, _SUCCESS)
+        pool.release(connection)
+        return result
+
+    async def _learn(self, query: str) -> StatementRouting:
+        """Prepares ``query`` on an instance of the client's tier so that its query metadata
+        arrives (:meth:`_on_notice`), and returns how it is routed (:data:`UNKEYED` if no
+        metadata came). Raises what preparing raises (a SQL error is the query's)."""
+        pool, connection = await self._any_connection()
+        pool.lent[connection] = None  # not the sweeper's: bounded here
+        try:
+            async with asyncio.timeout(self._timeout):
+                await connection.prepare(query)
+        except BaseException as error:
+            raised = self._failed(pool, connection, error, 0, False, self._timeout)
+            if raised is None:
+                raise
+            raise raised from error
+        pool.release(connection)
+        # the notice came before ParseComplete: its listener ran before prepare() returned
+        return self._statements.setdefault(query, UNKEYED)
+
+    def _on_notice(self, connection: Any, message: Any) -> None:
+        """asyncpg's log listener of every instance connection: keeps the query metadata a
+        Parse was answered with."""
+        found = read_notice(message.message or "", self._topology.tiers, self._tier)
+        if found is None:
+            return
+        query, routing = found
+        if len(self._statements) >= MAX_STATEMENTS:
+            self._statements.clear()
+        self._statements[query] = routing
 
     async def _keyed_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
         """A connection to the master serving ``key``, after the waits, fallbacks and the one
@@ -630,13 +906,13 @@ class Client:
             instance = self._route(tier, values)
             pool = self._pool_of(instance)
             if pool is None:
-                reason = self._why(tier, values, instance)
+                reason = self._why(tier, values)
                 self._misses[reason] += 1
                 await self._poll()
                 instance = self._route(tier, values)
                 pool = self._pool_of(instance)
                 if pool is None:
-                    pool, connection = await self._fallback(tier, values, instance, strict)
+                    pool, connection = await self._fallback(tier, values, strict)
                     self._keyed += 1
                     return pool, connection
             try:
@@ -652,26 +928,26 @@ class Client:
             return pool, connection
         raise AssertionError("unreachable")
 
-    async def _fallback(
-        self, tier: str, values: Any, instance: Instance | None, strict: bool | None
-    ) -> tuple[Any, Any]:
-        """No route after the wait for a poll: any online instance, or NoWorkersAvailable."""
-        reason = self._why(tier, values, instance)
-        bucket = self._topology.bucket_id(tier, values)
+    async def _fallback(self, tier: str, values: Any, strict: bool | None) -> tuple[Any, Any]:
+        """No route after the wait for a poll: an online instance of the tier (another tier's
+        only if none of it can be reached), or NoWorkersAvailable."""
+        route = self._topology.explain(tier, values)
+        reason = _reason(route) or _NO_ADDRESS
+        bucket = route.bucket
         if self._strict if strict is None else strict:
             raise NoWorkersAvailable(
-                f"no route for bucket {bucket} of tier {tier!r}: {reason} (after waiting up to"
-                f" route_wait={self._route_wait} s for a poll of the catalog)"
+                f"no route for bucket {bucket} of tier {tier!r}: {reason}: {route.detail} (after"
+                f" waiting up to route_wait={self._route_wait} s for a poll of the catalog)"
             )
         self._fallbacks[reason] += 1
         self._warn(
             f"fallback:{reason}",
-            "no route for bucket %s of tier %r (%s): queries go to any online instance",
+            "no route for bucket %s of tier %r (%s): queries go to any online instance of the tier",
             bucket,
             tier,
             reason,
         )
-        return await self._any_connection()
+        return await self._any_connection(tier=tier)
 
     async def _read_connection(self, key: Any, strict: bool | None) -> tuple[Any, Any]:
         """A connection for a read of ``key``: an online replica of the owning replicaset in
@@ -681,14 +957,11 @@ class Client:
         for attempt in (1, 2):
             candidates = self._read_candidates(tier, values)
             if not candidates:
-                instance = self._route(tier, values)
-                self._misses[self._why(tier, values, instance)] += 1
+                self._misses[self._why(tier, values)] += 1
                 await self._poll()
                 candidates = self._read_candidates(tier, values)
                 if not candidates:
-                    pool, connection = await self._fallback(
-                        tier, values, self._route(tier, values), strict
-                    )
+                    pool, connection = await self._fallback(tier, values, strict)
                     self._read_only += 1
                     return pool, connection
             try:
@@ -733,19 +1006,22 @@ class Client:
         self._unkeyed += 1
         return pool, connection
 
-    async def _any_connection(self, turn: int | None = None) -> tuple[Any, Any]:
-        """A connection to any online instance, starting at the one whose turn it is (or
-        ``turn``); one refresh and retry if none can be reached."""
+    async def _any_connection(
+        self, turn: int | None = None, tier: str | None = None
+    ) -> tuple[Any, Any]:
+        """A connection to an online instance of ``tier`` (default: the client's), starting at
+        the one whose turn it is (or ``turn``), with one refresh and retry; if none of the tier
+        can be reached, to an online instance of another tier with buckets (a fallback)."""
         self._sync()
+        tier = self._tier if tier is None else tier
+        last: InstanceUnavailable | None = None
         for attempt in (1, 2):
-            candidates = self._online
+            candidates = self._online_in.get(tier, [])
             if not candidates:
                 await self._poll()
-                candidates = self._online
+                candidates = self._online_in.get(tier, [])
                 if not candidates:
-                    raise NoWorkersAvailable(
-                        "no instance of the cluster is online with a pgproto address"
-                    )
+                    break
             if turn is None:
                 self._turn += 1
                 turn = self._turn
@@ -754,14 +1030,38 @@ class Client:
                 return await self._first_reachable(
                     candidates[start:] + candidates[:start], redial=attempt == 2
                 )
-            except InstanceUnavailable:
-                if attempt == 2 or self._closed:
+            except InstanceUnavailable as error:
+                if self._closed:
                     self._unavailable += 1
                     raise
+                last = error
+                if attempt == 2:
+                    break
                 self._retries += 1
                 turn = None
                 await self._poll()
-        raise AssertionError("unreachable")
+        others = [pool for name, pools in self._online_in.items() if name != tier for pool in pools]
+        if not others:
+            self._unavailable += 1
+            if last is not None:
+                raise last
+            raise NoWorkersAvailable(
+                f"no instance of tier {tier!r} (nor of another tier with buckets) is online"
+                " with a pgproto address"
+            )
+        self._fallbacks[_OTHER_TIER] += 1
+        self._warn(
+            f"fallback:{_OTHER_TIER}:{tier}",
+            "no instance of tier %r can be reached: queries without a route go to other tiers",
+            tier,
+        )
+        self._turn += 1
+        start = self._turn % len(others)
+        try:
+            return await self._first_reachable(others[start:] + others[:start], redial=True)
+        except InstanceUnavailable:
+            self._unavailable += 1
+            raise
 
     async def _first_reachable(
         self, candidates: list[InstancePool], *, redial: bool
@@ -939,18 +1239,10 @@ class Client:
         self._routes.clear()
         self._pinned.clear()
 
-    def _why(self, tier: str, values: Any, instance: Instance | None) -> str:
-        """Why ``values`` has no instance to go to in ``tier`` (the reasons misses and
-        fallbacks are counted by)."""
-        if instance is not None:
-            if not instance.is_online:
-                return "master not online"
-            return "no address"
-        if not self._topology.ranges(tier):
-            return "map cleared"
-        if self._topology.owner(tier, self._topology.bucket_id(tier, values)) is None:
-            return "no range"
-        return "master unknown"
+    def _why(self, tier: str, values: Any) -> str:
+        """Why ``values`` has no instance to go to in ``tier`` now (the reasons misses and
+        fallbacks are counted by): :meth:`_reason` of the topology's explanation."""
+        return _reason(self._topology.explain(tier, values)) or _NO_ADDRESS
 
     async def _poll(self) -> None:
         """Asks for a poll and waits for it up to ``route_wait``, then reconciles the pools."""
@@ -960,7 +1252,10 @@ class Client:
         self._sync()
 
     async def _dial(self, host: str, port: int) -> Any:
-        return await asyncpg.connect(self._dsn, host=host, port=port, **self._connect_kwargs)
+        connection = await asyncpg.connect(self._dsn, host=host, port=port, **self._connect_kwargs)
+        if self._query_metadata:
+            connection.add_log_listener(self._on_notice)
+        return connection
 
     def _sync(self) -> None:
         """Reconciles the pools with the topology's instances, if its membership moved since
@@ -981,12 +1276,20 @@ class Client:
             if instance is None or instance.address != pool.address:
                 del self._pools[uuid]
                 self._retire(pool)
-        online = []
+        tiers = self._topology.tiers
+        replicasets = self._topology.replicasets
+        online: dict[str, list[InstancePool]] = {}
         for _, instance in sorted(instances.items()):
+            replicaset = replicasets.get(instance.replicaset_uuid or "")
+            # an arbiter tier's instances (no buckets, no data) and those of an unknown tier
+            # are never dialled for a query
+            if replicaset is None or not tiers.get(replicaset.tier):
+                continue
             member = self._pool_of(instance)
             if member is not None:
-                online.append(member)
-        self._online = online
+                online.setdefault(replicaset.tier, []).append(member)
+        self._online_in = online
+        self._online = online.get(self._tier, [])
 
     def _members_of(self, replicaset: str) -> list[tuple[str, InstancePool]]:
         """The online members of ``replicaset`` that can be dialled, as (uuid, pool)."""
@@ -1077,24 +1380,31 @@ class Client:
             ejections=ejections,
             readmissions=readmissions,
             ejected=ejected,
+            from_metadata=self._from_metadata,
+            reprepared=self._reprepared,
+            forward_repaired=self._forward_repaired,
         )
 
     def explain(self, key: Any, *, tier: str | None = None) -> Explanation:
-        """Where a query with ``key`` would go now, and why (see :class:`Explanation`).
-        ``tier`` overrides the client's tier (a :class:`ShardingKey` carries its own)."""
+        """Where a query with ``key`` would go now, and why (see :class:`Explanation`; its
+        ``str()`` reads as a few lines for people). ``tier`` overrides the client's tier (a
+        :class:`ShardingKey` carries its own).
+
+        Implementation notes:
+            The chain (bucket, range, replicaset, master, the reason of a miss) is
+            :meth:`shardline.Topology.explain`'s, read once; the client adds what only it
+            knows: whether it can dial that master (online, with a valid address), and the
+            health of the replicaset's instances."""
         key_tier, values = self._split(key)
         if tier is not None and not isinstance(key, ShardingKey):
             key_tier = tier
-        topology = self._topology
-        epoch = topology.epoch(key_tier)  # read first: the range is as new or newer
-        bucket = topology.bucket_id(key_tier, values)
-        found = topology.bucket_range(key_tier, bucket)
-        owner = found.replicaset_uuid if found is not None else None
-        replicaset = topology.replicasets.get(owner) if owner is not None else None
-        master_uuid = replicaset.current_master_uuid if replicaset is not None else None
-        master = topology.instances.get(master_uuid) if master_uuid is not None else None
-        instance = self._route(key_tier, values)
-        routable = self._pool_of(instance) is not None
+        route = self._topology.explain(key_tier, values)
+        routable = self._pool_of(route.routed) is not None
+        found = route.range
+        replicaset = route.replicaset
+        master = route.master
+        master_uuid = route.master_uuid
+        owner = route.replicaset_uuid
         master_pool = self._pools.get(master_uuid) if master_uuid is not None else None
         members = (
             [p for _, p in self._members_of(owner)] if owner is not None and self._started else []
@@ -1103,25 +1413,60 @@ class Client:
             members.append(master_pool)
         return Explanation(
             tier=key_tier,
-            bucket=bucket,
+            bucket=route.bucket,
             range=(found.start, found.end) if found is not None else None,
             replicaset=owner,
             replicaset_name=replicaset.name if replicaset is not None else None,
             master=master_uuid,
             master_name=master.name if master is not None else None,
-            address=master.address if master is not None else None,
-            state=master.current_state if master is not None else None,
-            epoch=epoch,
+            address=route.master_address,
+            state=route.master_state,
+            epoch=route.epoch,
             range_epoch=found.epoch if found is not None else None,
             range_set_at=found.set_at if found is not None else None,
             range_set_by=found.set_by if found is not None else None,
             routable=routable,
-            reason=None if routable else self._why(key_tier, values, instance),
+            reason=None if routable else (_reason(route) or _NO_ADDRESS),
             master_health=(
                 self._health.health(master_pool.uid) if master_pool is not None else None
             ),
             ejected=tuple(sorted(p.uuid for p in members if self._ejected(p))),
+            detail=route.detail,
+            route=route,
         )
+
+
+def _reason(route: RouteExplanation) -> str | None:
+    """Why the client cannot send a query to what ``route`` routes to, in the core's words
+    (``map-cleared``, ``no-range``, ``replicaset-unknown``, ``master-unknown``) and the
+    client's own two: ``master-not-online`` (the topology routes to a master whatever its
+    state; the client dials only an online one) and ``no-address`` (no valid pgproto
+    address); None if it can be dialled."""
+    if route.reason is not None:
+        return route.reason
+    instance = route.routed
+    if instance is None or not instance.is_online:
+        return _NOT_ONLINE
+    address = instance.address
+    if address is None or not _valid_address(address):
+        return _NO_ADDRESS
+    return None
+
+
+def _default_tier(rows: list[Any], tiers: Mapping[str, int]) -> str:
+    """The cluster's default tier from ``_pico_tier``'s rows: the one whose ``is_default`` is
+    true (a column of Picodata 26.1 and later, ``src/tier.rs`` ``Tier::is_default``), else the
+    tier named ``default``. Raises :class:`UnknownTier` if neither exists."""
+    # Record.get: None when the column is absent (before 26.1) as when the value is null
+    flagged = [row["name"] for row in rows if row.get("is_default")]
+    if len(flagged) == 1:
+        return str(flagged[0])
+    if _DEFAULT_TIER in tiers:
+        return _DEFAULT_TIER
+    raise UnknownTier(
+        f"the catalog names no default tier (is_default is true for {sorted(flagged)}, and no"
+        f" tier is named {_DEFAULT_TIER!r}; its tiers: {sorted(tiers)}): pass tier="
+    )
 
 
 def _valid_address(address: str) -> bool:

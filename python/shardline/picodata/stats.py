@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from shardline._core import RouteExplanation
 from shardline._histogram import HistogramSnapshot
 from shardline.pool.health import WorkerHealth
 
@@ -52,11 +53,14 @@ class ClientStats:
 
     ``routed`` counts the queries sent, by kind: ``"keyed"`` (``key=`` to the master),
     ``"read-only"`` (``key=`` with ``read_only=True``) and ``"unkeyed"`` (no key: any online
-    instance). ``misses`` counts the keys that found no route at first, by reason (``"map
-    cleared"``, ``"no range"``, ``"master unknown"``, ``"master not online"``, ``"no
-    address"``); ``fallbacks`` the keyed queries sent to another
-    instance than the bucket's master after the wait for a poll, by the same reasons (a read
-    sent to the master because its replicas are unavailable is not a fallback). ``retries``
+    instance). ``misses`` counts the keys that found no route at first, by reason: the words of
+    :attr:`shardline.RouteExplanation.reason` (``"map-cleared"``, ``"no-range"``,
+    ``"replicaset-unknown"``, ``"master-unknown"``) and the client's own two,
+    ``"master-not-online"`` and ``"no-address"`` (see :class:`Explanation`); ``fallbacks`` the
+    keyed queries sent to another instance than the bucket's master after the wait for a
+    poll, by the same reasons (a read sent to the master because its replicas are unavailable
+    is not a fallback), and under ``"other-tier"`` the queries sent to another tier because
+    no instance of their own could be reached. ``retries``
     counts the queries retried after a refresh because the first instance could not be
     reached, ``unavailable`` those that raised
     :class:`~shardline.errors.InstanceUnavailable`. ``pools`` are the instances' pools by
@@ -68,6 +72,12 @@ class ClientStats:
     deadline (raised :class:`~shardline.errors.DeadlineExceeded`); ``ejections`` and
     ``readmissions`` the instances ejected for reads by their health and re-admitted after a
     probe query succeeded, ``ejected`` those ejected now (or waiting for their probe).
+    ``from_metadata`` counts the keyed queries whose key came from their statement's query
+    metadata (no ``key=``); ``reprepared`` the queries whose statement the server called stale
+    (SQLSTATE 42999: nothing ran) and that were prepared and run once more; ``forward_repaired``
+    the routed queries an instance refused under ``forward=off`` (not its bucket: nothing ran)
+    and that were sent once more to the owner after a poll of the catalog (a query sent again
+    counts again in ``routed``).
     """
 
     routed: Mapping[str, int]
@@ -86,11 +96,15 @@ class ClientStats:
     ejections: int
     readmissions: int
     ejected: int
+    from_metadata: int = 0
+    reprepared: int = 0
+    forward_repaired: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
-    """Where a key would be routed now, and why (``db.explain(key)``).
+    """Where a key would be routed now, and why (``db.explain(key)``); ``str()`` gives a few
+    lines for people.
 
     ``bucket`` is the key's bucket id in ``tier``; ``range`` the inclusive ``(start, end)``
     range of the bucket map holding it (``None`` if no range does); ``replicaset`` and
@@ -100,10 +114,14 @@ class Explanation:
     ``range_set_at`` (wall-clock, ``time.time()``) and ``range_set_by`` (``"event"``,
     ``"snapshot"`` or ``"poll"``) say when and how the range was last set (see
     :class:`shardline.BucketRange`). ``routable`` says whether a query with this key goes to
-    that master now; if not, ``reason`` says why, with the same words :class:`ClientStats`
-    counts misses by. ``master_health`` is the master's health in the client's registry (None
-    when the client has no pool for it); ``ejected`` the uuids of the replicaset's instances
-    that reads skip now for their health (a write still goes to its master).
+    that master now; if not, ``reason`` says why, with the words :class:`ClientStats` counts
+    misses by: :attr:`shardline.RouteExplanation.reason`'s when the topology has no master for
+    the bucket, else ``"master-not-online"`` or ``"no-address"``. ``detail`` is the
+    topology's sentence naming the range, the owner and the master (or the cause and time of
+    the clear), and ``route`` the topology's whole :class:`shardline.RouteExplanation`.
+    ``master_health`` is the master's health in the client's registry (None when the client
+    has no pool for it); ``ejected`` the uuids of the replicaset's instances that reads skip
+    now for their health (a write still goes to its master).
     """
 
     tier: str
@@ -123,3 +141,22 @@ class Explanation:
     reason: str | None
     master_health: WorkerHealth | None
     ejected: tuple[str, ...]
+    detail: str = ""
+    route: RouteExplanation | None = None
+
+    def __str__(self) -> str:
+        outcome = "routable" if self.routable else f"not routable ({self.reason})"
+        lines = [
+            f"tier {self.tier!r}, bucket {self.bucket}: {outcome}",
+            f"  {self.detail}" if self.detail else f"  range {self.range}",
+        ]
+        if self.master_health is not None:
+            health = self.master_health
+            lines.append(
+                f"  master health: {health.state}, success rate {health.success_rate:.3f},"
+                f" {health.consecutive_failures} failure(s) in a row"
+            )
+        if self.ejected:
+            lines.append(f"  skipped by reads for their health: {', '.join(self.ejected)}")
+        lines.append(f"  tier map epoch {self.epoch}")
+        return "\n".join(lines)

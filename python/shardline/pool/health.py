@@ -29,10 +29,12 @@ class HealthPolicy:
 
     - ``failures`` dispatches in a row failed (a transport error) or missed their deadline;
     - its success rate, a moving average of outcomes (1 a success, 0 a failure or a deadline
-      miss; weight 0.1, starting at 1), falls below ``success_rate`` on a failure;
+      miss; weight 0.1, starting at 1; every call handed to the worker that did not fail counts
+      as a success, in flight or not), falls below ``success_rate`` on a failure;
     - it is stuck: with calls in flight, none has completed (and none started with the worker
       idle) for longer than ``max(stuck_floor, stuck_multiple * its latency average)``, once
-      it has a latency average;
+      it has a latency average (both over the calls the pool times: on the native
+      round-robin path, one in ``WorkerPool.HEALTH_SAMPLE`` and every one after a failure);
     - its latency average is above ``latency_outlier`` times the median of the visible
       workers that have one (at least 3 of them), and above ``stuck_floor``.
 

@@ -85,8 +85,10 @@ class BucketEvent:
         """Builds the event for one element of the JSON array ``SELECT _pico_bucket(tier)`` returns.
 
         The row is a mapping with ``bucket_id_start``, ``bucket_id_end``,
-        ``current_replicaset_uuid``, ``state`` and ``tier_name``; ``target_replicaset_uuid`` is
-        not used, since requests follow the current owner until a migration completes. Raises
+        ``current_replicaset_uuid``, ``state`` and ``tier_name``; in a state whose buckets are
+        served by their target (``copied``, ``sent``: see docs/picodata.md), a non-null
+        ``target_replicaset_uuid`` is the event's ``current_replicaset_uuid`` (the replicaset
+        requests go to), else it is not read. Raises
         :class:`shardline.InvalidEvent` naming the missing or malformed field, or the row itself
         when it is not a mapping (a number, a str, None, a list, ...).
         """

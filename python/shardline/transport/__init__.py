@@ -8,7 +8,7 @@ extra; the protocol is in ``docs/msgpack-rpc.md``): :func:`serve_msgpack`,
 :mod:`shardline.transport.wire`): :func:`serve_grpc`, :class:`GrpcConnection`. Each is
 imported on first use, so one transport's dependencies are never needed for the other.
 ``shardline worker`` runs one worker with the handlers of
-:mod:`shardline.transport.demo_handlers`.
+:mod:`shardline.transport.demo_handlers`, or the caller's (``--handlers MODULE:ATTRIBUTE``).
 
 :class:`LocalPool` starts worker processes on this machine serving the caller's handlers,
 announced through ``LocalDiscovery``, and dispatches to them through a ``WorkerProxy``, in one

@@ -11,9 +11,10 @@ with requires_extra("grpc", __name__):
     import grpc
     import grpc.aio
 
-from shardline.errors import RpcError, RpcReason, TransientRpcError, WorkerError
+from shardline.errors import RpcError, RpcReason, TransientRpcError
 from shardline.transport.channels import acquire_channel
 from shardline.transport.loop_shared import release
+from shardline.transport.remote_errors import worker_error
 from shardline.transport.wire import (
     MAX_MESSAGE_BYTES,
     MalformedMessage,
@@ -74,7 +75,8 @@ class GrpcConnection:
       (``RESOURCE_EXHAUSTED``, ``"busy"``), or this connection was closed (``"closed"``);
     - ``RpcError`` (the proxy evicts the worker): any other gRPC status (``"grpc-status"``),
       or a reply that does not follow the wire format (``"protocol"``);
-    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
+    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled; for a
+      handler's built-in exception type, also an instance of it, see ``WorkerError``): the
       handler raised, or the worker has no handler of that name;
     - ``TypeError`` / ``ValueError`` before anything is sent: ``task`` is not a ``Task`` with a
       str handler, its payload is not JSON, or the request would exceed ``max_message_bytes``.
@@ -162,5 +164,12 @@ class GrpcConnection:
                 f"worker at {address}: {error}", reason="protocol", address=address
             ) from None
         if failure is not None:
-            raise WorkerError(*failure, handler=task.handler, address=address)
+            raise worker_error(
+                failure.type,
+                failure.message,
+                handler=task.handler,
+                address=address,
+                builtin=failure.builtin,
+                traceback=failure.traceback,
+            )
         return result

@@ -25,10 +25,11 @@ from shardline.errors import WorkerStartError
 from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
 from shardline.proxy_stream import ProxyStream
+from shardline.transport.handlers_spec import check_spec
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
-__all__ = ["LOOPBACK", "LocalPool", "check_spec"]
+__all__ = ["LOOPBACK", "LocalPool"]
 
 logger = logging.getLogger("shardline.transport.local_pool")
 
@@ -40,21 +41,6 @@ LOOPBACK = "127.0.0.1:0"
 """Where a local gRPC worker serves: loopback, on a port the system picks."""
 
 _MAX_SOCKET_PATH = 100  # bytes; the system's limit for a Unix socket's path is 104-108
-
-
-def check_spec(spec: object) -> str:
-    """``spec`` if it has the form ``module:attribute`` (dotted names on both sides), else
-    ``ValueError`` naming ``handlers``. Nothing is imported."""
-    if not isinstance(spec, str):
-        raise ValueError(f"handlers must be a 'module:attribute' str, not {spec!r}")
-    module, colon, attribute = spec.partition(":")
-    if not colon or not all(
-        part.isidentifier() for name in (module, attribute) for part in name.split(".")
-    ):
-        raise ValueError(
-            f"handlers must be 'module:attribute' (e.g. 'myapp.handlers:HANDLERS'), not {spec!r}"
-        )
-    return spec
 
 
 @dataclass(eq=False, slots=True)

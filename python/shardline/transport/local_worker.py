@@ -13,7 +13,7 @@ cannot be loaded is logged (naming the spec and the import error) and the proces
 status 2, before it serves anything. Its log goes to standard error.
 
 This is an internal entry point of ``LocalPool``, not a command for users (``shardline
-worker`` serves the demo handlers); the transports it can serve over are
+worker --handlers`` is theirs); the transports it can serve over are
 :data:`shardline.transport.TRANSPORTS`. It is imported by nothing: ``python -m``
 runs a module that its package has not imported already.
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import signal
@@ -41,16 +40,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.protocol import Discovery
 from shardline.transport.event_loop import run
-from shardline.transport.local_pool import check_spec
+from shardline.transport.handlers_spec import HandlersSpecError, load_handlers
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
 
-__all__ = ["HandlersSpecError", "load_handlers", "main"]
+__all__ = ["main"]
 
 logger = logging.getLogger("shardline.transport.local_worker")
 
@@ -58,40 +56,6 @@ LOAD_FAILED = 2
 """The exit status of a worker whose handlers spec cannot be loaded."""
 
 _HARD_EXIT_MARGIN = 5.0
-
-
-class HandlersSpecError(Exception):
-    """A ``MODULE:ATTRIBUTE`` spec that does not name a mapping of handlers."""
-
-
-def load_handlers(spec: str) -> Mapping[str, Handler]:
-    """Imports ``module`` and returns its ``attribute`` (dotted attributes are followed), which
-    must be a mapping of non-empty names to callables; anything else, an exception raised while
-    importing included, is a :class:`HandlersSpecError` naming the spec and the cause."""
-    try:
-        module_name, _, attribute = check_spec(spec).partition(":")
-    except ValueError as error:
-        raise HandlersSpecError(str(error)) from None
-    try:
-        found: Any = importlib.import_module(module_name)
-        for name in attribute.split("."):
-            found = getattr(found, name)
-    except Exception as error:
-        raise HandlersSpecError(
-            f"cannot load the handlers {spec!r}: {type(error).__name__}: {error}"
-        ) from error
-    if not isinstance(found, Mapping):
-        raise HandlersSpecError(
-            f"the handlers {spec!r} are a {type(found).__name__}, not a mapping of handler"
-            " names to handlers"
-        )
-    for name, handler in found.items():
-        if not isinstance(name, str) or not name or not callable(handler):
-            raise HandlersSpecError(
-                f"the handlers {spec!r} map {name!r} to {handler!r}: names must be non-empty str"
-                " and handlers callable"
-            )
-    return found
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -7,12 +7,13 @@ import logging
 import weakref
 from typing import Any, cast
 
-from shardline.errors import RpcError, RpcReason, TransientRpcError, WorkerError
+from shardline.errors import RpcError, RpcReason, TransientRpcError
 from shardline.transport import msgpack_stream_wire as stream_wire
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.loop_shared import LoopShared, Registries, release
 from shardline.transport.msgpack_stream import MsgpackStream, StreamFeed, answer_error
+from shardline.transport.remote_errors import worker_error
 from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
 from shardline.workers import WorkerMetadata
 
@@ -69,7 +70,8 @@ class MsgpackConnection:
       or sent what this protocol does not allow (unreadable bytes, a frame over
       ``max_frame_bytes``: every call in flight on the socket fails so, naming the limit);
       sent when the call had been written;
-    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled): the
+    - :class:`~shardline.errors.WorkerError` (propagates; the worker stays pooled; for a
+      handler's built-in exception type, also an instance of it, see ``WorkerError``): the
       handler raised, the worker has no handler of that name, or it could not read the payload
       (``shardline.BadRequest``) or carry the result (``shardline.BadResult``, also when this
       side cannot read it);
@@ -187,7 +189,7 @@ class MsgpackConnection:
                 link.cancel(msgid)
                 raise shared.deadline_passed(timeout, sent=True) from None
             except _Failed as failed:
-                kind, type_name, message, started = failed.args
+                kind, type_name, message, started, builtin, traceback = failed.args
         finally:
             shared.end_call()
         address = self.metadata.address
@@ -200,7 +202,14 @@ class MsgpackConnection:
                 # busy and unavailable: refused, or asked for by the handler itself
                 sent=kind in _MAY_HAVE_STARTED and started is not False,
             )
-        raise WorkerError(type_name, message, handler=handler, address=address)
+        raise worker_error(
+            type_name,
+            message,
+            handler=handler,
+            address=address,
+            builtin=builtin,
+            traceback=traceback,
+        )
 
     async def stream(
         self, task: Task, *, timeout: float | None = None, window: int = stream_wire.DEFAULT_WINDOW
@@ -641,12 +650,14 @@ class _Link(asyncio.Protocol):
             try:
                 value = wire.unpack_value(result, "the result")
             except MalformedMessage as unreadable:
-                answer.set_exception(_Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable), True))
+                answer.set_exception(
+                    _Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable), True, None, None)
+                )
             else:
                 answer.set_result(value)
             return
         try:
-            kind, type_name, message, started = wire.read_error(error)
+            failure = wire.read_error(error)
         except MalformedMessage as unreadable:
             address = self._shared.address
             answer.set_exception(
@@ -658,7 +669,7 @@ class _Link(asyncio.Protocol):
                 )
             )
         else:
-            answer.set_exception(_Failed(kind, type_name, message, started))
+            answer.set_exception(_Failed(*failure))
 
     def _item(self, params: Any) -> None:
         msgid, packed = stream_wire.read_item(params)
@@ -675,7 +686,7 @@ class _Link(asyncio.Protocol):
             self._write(wire.cancel(msgid))
             address = self._shared.address
             feed.finish(
-                WorkerError(BAD_RESULT, str(unreadable), handler=feed.handler, address=address)
+                worker_error(BAD_RESULT, str(unreadable), handler=feed.handler, address=address)
             )
             return
         feed.push(value)
@@ -689,7 +700,7 @@ class _Link(asyncio.Protocol):
             feed.end()
             return
         try:
-            kind, type_name, message, started = wire.read_error(error)
+            failure = wire.read_error(error)
         except MalformedMessage as unreadable:
             feed.finish(
                 RpcError(
@@ -700,7 +711,7 @@ class _Link(asyncio.Protocol):
                 )
             )
             return
-        feed.finish(answer_error(address, feed.handler, kind, type_name, message, started))
+        feed.finish(answer_error(address, feed.handler, failure))
 
     def _check_alive(self) -> None:
         self._ping_timer = None
@@ -773,8 +784,8 @@ class _Expired(Exception):
 
 class _Failed(Exception):
     """Set on a call's answer when the worker answered an error, or a result this side cannot
-    read: ``args`` are the error's kind, type, message and whether the handler had started
-    (None: not said)."""
+    read: ``args`` are the fields of a :class:`~shardline.transport.msgpack_wire.ErrorAnswer`
+    (kind, type, message, whether the handler had started, built-in type, traceback)."""
 
 
 def _expire(answer: asyncio.Future[Any]) -> None:

@@ -24,6 +24,7 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
 from shardline.transport.msgpack_stream_worker import StreamProducer, UnsendableItem
+from shardline.transport.remote_errors import builtin_base, remote_traceback
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -132,8 +133,9 @@ async def serve_msgpack(
     bounds the calls a connection has running or queued), and one whose deadline passes or
     whose caller cancels while it waits there never starts. A handler that raises, a
     ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``: the worker lives on),
-    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError` (and logs it
-    here); one that raises :class:`RetryElsewhere` makes it retry on another worker (error
+    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError`, with the
+    handler's traceback and built-in type (:mod:`~shardline.transport.remote_errors`), and logs
+    it here; one that raises :class:`RetryElsewhere` makes it retry on another worker (error
     kind ``busy`` when ``overloaded``, else ``unavailable``). A request whose deadline passed
     before the worker read it (a stalled worker, resumed) is not started: it is answered
     ``deadline``, not started. An async handler still running at the caller's deadline is
@@ -278,8 +280,10 @@ def _stopped(msgid: int, started: bool) -> bytes:
     )
 
 
-def _failed(msgid: int, name: str, error: BaseException) -> bytes:
-    """The answer to a call whose handler raised ``error`` (never a cancellation)."""
+def _failed(msgid: int, name: str, error: BaseException, limit: int) -> bytes:
+    """The answer to a call whose handler raised ``error`` (never a cancellation), with the
+    error's built-in type and traceback (:mod:`~shardline.transport.remote_errors`), or
+    without the traceback when that would not fit the client's ``limit``."""
     if isinstance(error, RetryElsewhere):
         kind = wire.BUSY if error.overloaded else wire.UNAVAILABLE
         return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {error}")
@@ -296,7 +300,18 @@ def _failed(msgid: int, name: str, error: BaseException) -> bytes:
             type_name(error),
             exc_info=error,
         )
-    return wire.error(msgid, wire.HANDLER, type_name(error), str(error))
+    remote_type, message, builtin = type_name(error), str(error), builtin_base(error)
+    frame = wire.error(
+        msgid,
+        wire.HANDLER,
+        remote_type,
+        message,
+        builtin=builtin,
+        traceback=remote_traceback(error),
+    )
+    if len(frame) > limit:
+        frame = wire.error(msgid, wire.HANDLER, remote_type, message, builtin=builtin)
+    return frame
 
 
 class _State:
@@ -584,7 +599,7 @@ class _Link(asyncio.Protocol):
             except BaseException as error:
                 # the call itself raised (a function marked a coroutine function): even a
                 # StopIteration is its error here, never its result, as inside a coroutine
-                self._write(_failed(msgid, name, error))
+                self._write(_failed(msgid, name, error, self._answer_limit))
                 return
         else:
             queued = state.threads.submit(context.run, handler, argument)
@@ -610,7 +625,7 @@ class _Link(asyncio.Protocol):
         except BaseException as error:
             # (a BaseException ends here as any error: raised out of data_received, it
             # would end the event loop, and the worker with it)
-            self._write(_failed(msgid, name, error))
+            self._write(_failed(msgid, name, error, self._answer_limit))
             return
         if call is None:
             # The common answer, written here (what _result and _write do, without their
@@ -698,7 +713,7 @@ class _Link(asyncio.Protocol):
         try:
             generator = context.run(entry[0], argument)
         except BaseException as error:
-            self._write(_failed(msgid, name, error))
+            self._write(_failed(msgid, name, error, self._answer_limit))
             return
         producer = StreamProducer(
             msgid, name, generator, request.window, self._write, self._answer_limit
@@ -781,7 +796,7 @@ class _Link(asyncio.Protocol):
         except BaseException as error:
             # SystemExit, KeyboardInterrupt... too: a task that ends with one of them takes
             # the event loop down with it
-            frame = _failed(msgid, name, error)
+            frame = _failed(msgid, name, error, self._answer_limit)
         else:
             frame = (
                 wire.result(msgid, None)  # a stream's end

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final
 
-from shardline.errors import RpcReason, TransientRpcError, WorkerError
+from shardline.errors import RpcReason, TransientRpcError
 from shardline.transport import msgpack_wire as wire
+from shardline.transport.remote_errors import worker_error
 
 __all__ = ["MsgpackStream", "StreamFeed", "answer_error"]
 
@@ -25,20 +26,27 @@ _TRANSIENT_REASONS: Final[dict[str, RpcReason]] = {
 _MAY_HAVE_STARTED: Final = frozenset({wire.SHUTTING_DOWN, wire.DEADLINE})
 
 
-def answer_error(
-    address: str, handler: str, kind: str, type_name: str, message: str, started: bool | None
-) -> Exception:
+def answer_error(address: str, handler: str, failure: wire.ErrorAnswer) -> Exception:
     """What an error answer means to the caller, as for a dispatch: ``TransientRpcError``
-    (sent unless refused or said not started) or ``WorkerError``."""
+    (sent unless refused or said not started) or ``WorkerError`` (with the worker's built-in
+    type and traceback, see :mod:`~shardline.transport.remote_errors`)."""
+    kind = failure.kind
     reason = _TRANSIENT_REASONS.get(kind)
     if reason is not None:
         return TransientRpcError(
-            f"worker at {address}: {kind}: {type_name}: {message}",
+            f"worker at {address}: {kind}: {failure.type}: {failure.message}",
             reason=reason,
             address=address,
-            sent=kind in _MAY_HAVE_STARTED and started is not False,
+            sent=kind in _MAY_HAVE_STARTED and failure.started is not False,
         )
-    return WorkerError(type_name, message, handler=handler, address=address)
+    return worker_error(
+        failure.type,
+        failure.message,
+        handler=handler,
+        address=address,
+        builtin=failure.builtin,
+        traceback=failure.traceback,
+    )
 
 
 class _Ended:

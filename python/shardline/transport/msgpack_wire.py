@@ -23,7 +23,9 @@ What shardline adds (docs/msgpack-rpc.md tells the whole protocol):
 - ``[2, "shardline.cancel", [msgid]]`` cancels a dispatch in flight (no answer follows);
 - an error is a map ``{"kind": KIND, "type": str, "message": str}``, ``KIND`` one of
   :data:`ERROR_KINDS`, and for ``deadline`` and ``shutting_down`` ``"started": bool``, whether
-  the handler had started (absent from a worker of the first release).
+  the handler had started (absent from a worker of the first release); for ``handler``,
+  optionally ``"builtin": str`` and ``"traceback": str`` (see
+  :mod:`shardline.transport.remote_errors`).
 
 Nothing read is ever unpickled or evaluated: maps take only str or bytes keys, strings must be
 UTF-8, and extension types (the timestamp included) are refused. Every frame read is bounded.
@@ -76,6 +78,7 @@ __all__ = [
     "UNAVAILABLE",
     "UNIX_SCHEME",
     "UNKNOWN_HANDLER",
+    "ErrorAnswer",
     "FrameDecoder",
     "FrameTooLarge",
     "Hello",
@@ -302,11 +305,19 @@ None for any other value, which :func:`pack_value` then packs or refuses."""
 
 
 def error(
-    msgid: int, kind: str, type_name: str, message: str, *, started: bool | None = None
+    msgid: int,
+    kind: str,
+    type_name: str,
+    message: str,
+    *,
+    started: bool | None = None,
+    builtin: str | None = None,
+    traceback: str | None = None,
 ) -> bytes:
-    """An error answer, saying whether the handler had ``started`` unless that is None. It
+    """An error answer, saying whether the handler had ``started`` unless that is None, and
+    carrying the ``builtin`` type and ``traceback`` of a handler's exception unless None. It
     never fails: what UTF-8 cannot carry (a surrogate code point) is sent as ``?``, and a
-    long message is cut."""
+    long message is cut (a traceback comes bounded)."""
     if len(message) > _MAX_ERROR_MESSAGE_CHARS:
         message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
     fields: dict[str, Any] = {
@@ -316,6 +327,10 @@ def error(
     }
     if started is not None:
         fields["started"] = started
+    if builtin is not None:
+        fields["builtin"] = _legible(builtin)
+    if traceback is not None:
+        fields["traceback"] = _legible(traceback)
     return pack([RESPONSE, msgid, fields, None])
 
 
@@ -343,20 +358,35 @@ def read_deadline(value: Any) -> float | None:
     return float(value)
 
 
-def read_error(error: Any) -> tuple[str, str, str, bool | None]:
-    """``(kind, type, message, started)`` of an error answer (``started`` None when the
-    answer does not say); :class:`MalformedMessage` when it is not a well-formed one of a
-    known kind."""
+class ErrorAnswer(NamedTuple):
+    """An error answer as :func:`read_error` reads it: ``started`` None when the answer does
+    not say; ``builtin`` and ``traceback`` None when it carries none (a worker of an earlier
+    release, or another kind than ``handler``)."""
+
+    kind: str
+    type: str
+    message: str
+    started: bool | None
+    builtin: str | None
+    traceback: str | None
+
+
+def read_error(error: Any) -> ErrorAnswer:
+    """The error of an error answer; :class:`MalformedMessage` when it is not a well-formed
+    one of a known kind. Keys this version does not know are ignored."""
     if isinstance(error, dict):
         kind, type_name, message = error.get("kind"), error.get("type"), error.get("message")
         started = error.get("started")
+        builtin, traceback = error.get("builtin"), error.get("traceback")
         if (
             kind in ERROR_KINDS
             and isinstance(type_name, str)
             and isinstance(message, str)
             and (started is None or isinstance(started, bool))
+            and (builtin is None or isinstance(builtin, str))
+            and (traceback is None or isinstance(traceback, str))
         ):
-            return kind, type_name, message, started
+            return ErrorAnswer(kind, type_name, message, started, builtin, traceback)
     raise MalformedMessage(f"the answer carries an error this side cannot read: {error!r:.200}")
 
 

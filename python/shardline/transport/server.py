@@ -20,6 +20,7 @@ with requires_extra("grpc", __name__):
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.host_port import join_host_port, split_host_port
+from shardline.transport.remote_errors import builtin_base, remote_traceback
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
@@ -111,8 +112,9 @@ async def serve_grpc(
     call that finds them all busy waits in their queue, and one cancelled there (its
     deadline passed, its caller gave up) never starts. A handler that raises, a
     ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``: the worker lives on),
-    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError` (and logs it
-    here); one that raises :class:`RetryElsewhere` makes it retry on another worker (its
+    makes the caller's ``dispatch`` raise :class:`~shardline.errors.WorkerError`, with the
+    handler's traceback and built-in type (:mod:`~shardline.transport.remote_errors`), and logs
+    it here; one that raises :class:`RetryElsewhere` makes it retry on another worker (its
     status carries :data:`NOT_STARTED`).
 
     ``address`` is ``host:port`` (or ``grpc://host:port``; an IPv6 host in brackets,
@@ -237,7 +239,7 @@ class _Servicer:
             raise  # the call was cancelled: its caller's, its deadline, the server's stop
         except Exception as error:
             logger.warning("handler %r raised", task.handler, exc_info=True)
-            return encode_error(type_name(error), str(error))
+            return self._failed(error)
         except BaseException as error:
             # SystemExit, KeyboardInterrupt...: one call's failure; raised on, it would end
             # the event loop, and the worker with it
@@ -248,8 +250,20 @@ class _Servicer:
                 type_name(error),
                 exc_info=True,
             )
-            return encode_error(type_name(error), str(error))
+            return self._failed(error)
         try:
             return encode_result(result, self._max_message_bytes)
         except (TypeError, ValueError) as error:
             return encode_error(BAD_RESULT, f"handler {task.handler!r}: {error}")
+
+    def _failed(self, error: BaseException) -> bytes:
+        """The reply to a call whose handler raised ``error``, with its built-in type and
+        traceback (:mod:`~shardline.transport.remote_errors`), or without the traceback when
+        that would not fit ``max_message_bytes``."""
+        remote_type, message, builtin = type_name(error), str(error), builtin_base(error)
+        reply = encode_error(
+            remote_type, message, builtin=builtin, traceback=remote_traceback(error)
+        )
+        if len(reply) > self._max_message_bytes:
+            reply = encode_error(remote_type, message, builtin=builtin)
+        return reply

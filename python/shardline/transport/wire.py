@@ -8,12 +8,16 @@ One unary-unary gRPC method, ``/shardline.Worker/Dispatch``, carries UTF-8 JSON 
 The reply is exactly one of::
 
     {"result": <any JSON value>}
-    {"error": {"type": "ValueError", "message": "..."}}
+    {"error": {"type": "ValueError", "message": "...", "builtin": "ValueError", "traceback": "..."}}
 
 An ``error`` reply means the worker ran (or refused) the task and is healthy: its handler
 raised (``type`` is the exception's class, module-qualified unless it is a builtin), or the
 transport itself refused the task, with ``type`` one of :data:`UNKNOWN_HANDLER`,
-:data:`BAD_REQUEST` and :data:`BAD_RESULT`. Every other failure is a gRPC status.
+:data:`BAD_REQUEST` and :data:`BAD_RESULT`. Every other failure is a gRPC status. For a
+handler's exception the error may also carry ``builtin``, the most derived built-in type of
+:data:`~shardline.transport.remote_errors.BUILTIN_TYPES` it derives from, and ``traceback``,
+the worker's, bounded (:mod:`shardline.transport.remote_errors`); a reader ignores the keys it
+does not know, so a reply without them (an earlier release's) reads the same.
 
 JSON is strict on the way out (no ``NaN`` or ``Infinity``); nothing read from the network is
 ever unpickled or evaluated. Each side refuses messages over :data:`MAX_MESSAGE_BYTES` (or the
@@ -26,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from shardline.errors import InvalidAddress
 from shardline.host_port import split_host_port
@@ -38,6 +42,7 @@ __all__ = [
     "METHOD",
     "SCHEME",
     "UNKNOWN_HANDLER",
+    "ReplyError",
     "Task",
     "grpc_record_target",
     "grpc_target",
@@ -140,26 +145,56 @@ def encode_result(result: Any, limit: int) -> bytes:
     return _bounded(_dumps({"result": result}), limit, "the result")
 
 
-def encode_error(type_name: str, message: str) -> bytes:
-    """The reply reporting an error of type ``type_name``. It never fails: a surrogate code
-    point (which UTF-8 cannot carry) is sent as ``?``, and a long message is cut."""
+def encode_error(
+    type_name: str, message: str, *, builtin: str | None = None, traceback: str | None = None
+) -> bytes:
+    """The reply reporting an error of type ``type_name``, with the ``builtin`` type and
+    ``traceback`` of a handler's exception unless None. It never fails: a surrogate code point
+    (which UTF-8 cannot carry) is sent as ``?``, and a long message is cut (a traceback comes
+    bounded)."""
     if len(message) > _MAX_ERROR_MESSAGE_CHARS:
         message = message[:_MAX_ERROR_MESSAGE_CHARS] + "… (cut)"
-    return _dumps({"error": {"type": _legible(type_name), "message": _legible(message)}})
+    error = {"type": _legible(type_name), "message": _legible(message)}
+    if builtin is not None:
+        error["builtin"] = _legible(builtin)
+    if traceback is not None:
+        error["traceback"] = _legible(traceback)
+    return _dumps({"error": error})
 
 
-def decode_reply(data: bytes) -> tuple[Any, tuple[str, str] | None]:
-    """``(result, None)`` or ``(None, (type, message))``; :class:`MalformedMessage` when the
-    reply is neither. A surrogate code point in the type or message (a JSON escape) reads as
-    ``?``, as :func:`encode_error` sends it."""
+class ReplyError(NamedTuple):
+    """The error of a reply: ``builtin`` and ``traceback`` None when it carries none."""
+
+    type: str
+    message: str
+    builtin: str | None = None
+    traceback: str | None = None
+
+
+def decode_reply(data: bytes) -> tuple[Any, ReplyError | None]:
+    """``(result, None)`` or ``(None, error)``; :class:`MalformedMessage` when the reply is
+    neither (an error whose ``builtin`` or ``traceback`` is there but no str is not
+    well-formed). A surrogate code point in the error's text (a JSON escape) reads as ``?``,
+    as :func:`encode_error` sends it."""
     document = _loads(data, "the reply")
     if "result" in document:
         return document["result"], None
     error = document.get("error")
     if isinstance(error, dict):
         type_name, message = error.get("type"), error.get("message")
-        if isinstance(type_name, str) and isinstance(message, str):
-            return None, (_legible(type_name), _legible(message))
+        builtin, traceback = error.get("builtin"), error.get("traceback")
+        if (
+            isinstance(type_name, str)
+            and isinstance(message, str)
+            and (builtin is None or isinstance(builtin, str))
+            and (traceback is None or isinstance(traceback, str))
+        ):
+            return None, ReplyError(
+                _legible(type_name),
+                _legible(message),
+                None if builtin is None else _legible(builtin),
+                None if traceback is None else _legible(traceback),
+            )
     raise MalformedMessage(
         f"the reply has neither a result nor a well-formed error: {data[:200]!r}"
     )

@@ -1,0 +1,250 @@
+"""Keyed INSERTs routed from Picodata's query metadata (issue 27): shardline with no key, with
+``key=``, and picopyn 3.2.0's auto-routed ``Pool.execute``, interleaved.
+
+On the stand-in cluster of ``picodata_standin.py`` (one PostgreSQL playing 3 replicasets x 2
+instances, ``inet_server_addr()`` telling which instance ran a query). PostgreSQL cannot send
+Picodata's metadata NOTICE, so each client is given what Picodata sends for the statement
+(``PreparedStatementMetadata``: tier ``default``, ``dk_meta`` ``[[1, 20]]``, the key ``$1`` an
+integer) through its own entry point: shardline's notice listener (``Client._on_notice``, the
+code a NOTICE reaches), picopyn's metadata cache (the hook ``bench_picodata_client.py`` uses). The
+statement: ``INSERT INTO users (id, name, landed_on) VALUES ($1, $2, inet_server_addr())``, each
+id once in the module.
+
+- shardline ``execute(INSERT, id, name)``: no key, routed by the statement's metadata;
+- shardline ``execute(INSERT, id, name, key=id)``;
+- picopyn ``Pool(enable_discovery=True, max_size=96)`` (16 per instance, as shardline's bound)
+  ``.execute(INSERT, id, name)``: its own routing from the same metadata.
+
+Groups (benchmark thread on one CPU, the server's processes on the other, as the issue-11
+groups ``separate CPUs``): ``keyed INSERT from metadata, 16 in flight``: 16 callers, 25 inserts
+each per way and round: calls/s and this process's CPU per call; ``keyed INSERT from metadata,
+1 in flight``: each id through one way, the ways in turn: p50 and p99. Every write's
+``landed_on`` is checked against the key's master after the group (``off_master`` per way).
+Goals (issue 27): from metadata within 1.1x of ``key=`` (throughput, CPU per call, p50), and
+at least 2x picopyn's throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytest_benchmark")
+pytest.importorskip("picopyn")
+
+from picopyn.asynchronous.pool import Pool as PicopynPool
+from picopyn.query_metadata import PreparedStatementMetadata
+
+import shardline.picodata
+
+from .benchkit import percentiles
+from .picodata_standin import OID_INT8, TIER, StandinCluster
+from .placement import placed
+
+CALLERS = 16
+PER_CALLER = 25
+FLIGHT_ROUNDS = 30
+FLIGHT_WARMUP = 3
+SINGLE_PER_ROUND = 48
+SINGLE_ROUNDS = 40
+SINGLE_WARMUP = 3
+WAIT = 60.0
+PLACEMENT = "separate CPUs"
+
+INSERT = "INSERT INTO users (id, name, landed_on) VALUES ($1, $2, inet_server_addr())"
+NOTICE = json.dumps(
+    {"type": "PreparedStatementMetadata", "query": INSERT, "tier": TIER, "dk_meta": [[1, OID_INT8]]}
+)
+IDS = itertools.count(10**12)  # each users.id written once in the module
+
+FROM_METADATA = "shardline: execute(), routed from metadata"
+KEYED = "shardline: execute(key=)"
+PICOPYN = "picopyn: Pool.execute (auto-routed)"
+
+
+@dataclass
+class Ways:
+    cluster: StandinCluster
+    loop: asyncio.AbstractEventLoop
+    db: shardline.picodata.Client
+    picopyn: PicopynPool
+    written: dict[str, list[int]]
+
+    def run(self, coroutine: Awaitable[Any]) -> Any:
+        return self.loop.run_until_complete(asyncio.wait_for(coroutine, WAIT))
+
+    def calls(self) -> dict[str, Callable[[int], Awaitable[Any]]]:
+        db, pool = self.db, self.picopyn
+
+        async def from_metadata(key: int) -> Any:
+            return await db.execute(INSERT, key, "x")
+
+        async def keyed(key: int) -> Any:
+            return await db.execute(INSERT, key, "x", key=key)
+
+        async def picopyn(key: int) -> Any:
+            return await pool.execute(INSERT, key, "x")
+
+        return {FROM_METADATA: from_metadata, KEYED: keyed, PICOPYN: picopyn}
+
+    def off_master(self) -> dict[str, int]:
+        rows = self.run(
+            self.db.fetch("SELECT id, host(landed_on) FROM users WHERE id >= $1", 10**12)
+        )
+        landed = dict(rows)
+        return {
+            name: sum(landed[key] != self.cluster.expected_host(key) for key in keys)
+            for name, keys in self.written.items()
+        }
+
+
+@pytest.fixture(scope="module")
+def ways() -> Iterator[Ways]:
+    cluster = StandinCluster()
+    loop = asyncio.new_event_loop()
+
+    async def open_all() -> Ways:
+        db = await shardline.picodata.connect(cluster.dsn, tier=TIER)
+        db._on_notice(None, SimpleNamespace(message=NOTICE))  # what Picodata sends on Parse
+        pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True, max_size=96)
+        await pool.open()
+        service = pool._query_metadata_service
+        assert service is not None
+        service._cache.set(PreparedStatementMetadata(INSERT, TIER, [(1, OID_INT8)]))
+        return Ways(cluster, loop, db, pool, {FROM_METADATA: [], KEYED: [], PICOPYN: []})
+
+    opened = loop.run_until_complete(asyncio.wait_for(open_all(), WAIT))
+    try:
+        yield opened
+    finally:
+        opened.run(opened.db.close())
+        opened.run(opened.picopyn.close())
+        loop.close()
+        cluster.close()
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return {"median": median, "q1": q1, "q3": q3, "min": min(samples)}
+
+
+def _ratio(a: list[float], b: list[float]) -> dict[str, float]:
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    q1, median, q3 = statistics.quantiles(ratios, n=4)
+    return {"median": round(median, 3), "q1": round(q1, 3), "q3": round(q3, 3)}
+
+
+def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
+    calls = ways.calls()
+    names = list(calls)
+    per_s: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    rounds = itertools.count()
+
+    async def flight(name: str) -> None:
+        call = calls[name]
+
+        async def caller() -> None:
+            for _ in range(PER_CALLER):
+                key = next(IDS)
+                ways.written[name].append(key)
+                assert await call(key) == "INSERT 0 1"
+
+        await asyncio.gather(*(caller() for _ in range(CALLERS)))
+
+    def round_() -> None:
+        turn = next(rounds)
+        for i in range(len(names)):
+            name = names[(turn + i) % len(names)]
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            ways.run(flight(name))
+            wall, busy = time.perf_counter() - t0, time.process_time() - cpu0
+            per_s[name].append(CALLERS * PER_CALLER / wall)
+            cpu[name].append(busy / (CALLERS * PER_CALLER) * 1e6)
+
+    from_metadata_before = ways.db.stats().from_metadata
+    benchmark.group = "keyed INSERT from metadata, 16 in flight"
+    with placed(ways.cluster.server_pids(), PLACEMENT):
+        benchmark.pedantic(round_, rounds=FLIGHT_ROUNDS, warmup_rounds=FLIGHT_WARMUP, iterations=1)
+    kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
+    kept_cpu = {name: samples[-FLIGHT_ROUNDS:] for name, samples in cpu.items()}
+    stats = ways.db.stats()
+    off_master = ways.off_master()
+    benchmark.extra_info.update(
+        impl=f"three ways interleaved, {CALLERS} callers, {PLACEMENT}",
+        calls_per_round=len(names) * CALLERS * PER_CALLER,
+        by_way={
+            name: {
+                "calls_per_s": _summary(kept[name]),
+                "client_cpu_us_per_call": _summary(kept_cpu[name]),
+                "off_master": off_master[name],
+            }
+            for name in names
+        },
+        ratios={
+            "from metadata / key=, throughput": _ratio(kept[FROM_METADATA], kept[KEYED]),
+            "from metadata / key=, client CPU per call": _ratio(
+                kept_cpu[FROM_METADATA], kept_cpu[KEYED]
+            ),
+            "from metadata / picopyn, throughput": _ratio(kept[FROM_METADATA], kept[PICOPYN]),
+            "key= / picopyn, throughput": _ratio(kept[KEYED], kept[PICOPYN]),
+        },
+        shardline_from_metadata=stats.from_metadata - from_metadata_before,
+        shardline_fallbacks=dict(stats.fallbacks),
+    )
+    assert off_master[FROM_METADATA] == 0
+    assert off_master[KEYED] == 0
+    assert stats.from_metadata - from_metadata_before == len(ways.written[FROM_METADATA])
+
+
+def test_insert_from_metadata_1_in_flight(benchmark: Any, ways: Ways) -> None:
+    calls = ways.calls()
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    turns = itertools.count()
+
+    async def round_of_turns() -> None:
+        for _ in range(SINGLE_PER_ROUND):
+            turn = next(turns)
+            for i in range(len(names)):
+                name = names[(turn + i) % len(names)]
+                key = next(IDS)
+                ways.written[name].append(key)
+                t0 = time.perf_counter_ns()
+                assert await calls[name](key) == "INSERT 0 1"
+                times[name].append((time.perf_counter_ns() - t0) / 1e9)
+
+    benchmark.group = "keyed INSERT from metadata, 1 in flight"
+    with placed(ways.cluster.server_pids(), PLACEMENT):
+        benchmark.pedantic(
+            lambda: ways.run(round_of_turns()),
+            rounds=SINGLE_ROUNDS,
+            warmup_rounds=SINGLE_WARMUP,
+            iterations=1,
+        )
+    kept = {name: samples[-SINGLE_ROUNDS * SINGLE_PER_ROUND :] for name, samples in times.items()}
+    by_way = {name: percentiles(samples) for name, samples in kept.items()}
+    off_master = ways.off_master()
+    benchmark.extra_info.update(
+        impl=f"three ways in turn, 1 caller, {PLACEMENT}",
+        calls_per_round=len(names) * SINGLE_PER_ROUND,
+        by_way={name: {**by_way[name], "off_master": off_master[name]} for name in names},
+        ratios={
+            "from metadata / key=, p50": round(
+                by_way[FROM_METADATA]["p50_ns"] / by_way[KEYED]["p50_ns"], 3
+            ),
+            "from metadata / picopyn, p50": round(
+                by_way[FROM_METADATA]["p50_ns"] / by_way[PICOPYN]["p50_ns"], 3
+            ),
+        },
+    )
+    assert off_master[FROM_METADATA] == 0
