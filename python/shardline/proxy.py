@@ -43,6 +43,7 @@ from shardline.errors import (
 )
 from shardline.pool.context import LoadBalancerContext
 from shardline.pool.health import HealthPolicy, WorkerHealth
+from shardline.proxy_stream import ProxyStream
 from shardline.retry_budget import RetryBudget
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
@@ -807,6 +808,31 @@ class WorkerProxy:
             raise self._exhausted_call(task, offered) from failure
         finally:
             await candidates.aclose()
+
+    def stream(
+        self, task: Any, *, timeout: float | None = None, idempotent: bool | None = None
+    ) -> ProxyStream:
+        """The items of ``task``'s handler, an async generator on the worker, as an async
+        iterator (see :class:`~shardline.proxy_stream.ProxyStream`: flow control, errors,
+        leaving early, health)::
+
+            async for item in proxy.stream(Task("count", 10)):
+                ...
+
+        ``timeout`` (the proxy's ``timeout`` when None) bounds the whole stream, from this call
+        to its last item; ``idempotent`` is dispatch's, and matters only before the first item:
+        a stream is never sent again once an item came. Nothing is sent until the first item
+        is asked for. Only a msgpack connection streams (another raises
+        ``NotImplementedError``); a handler that is not an async generator is a
+        ``WorkerError`` (``shardline.BadRequest``), as is an async generator given to
+        :meth:`dispatch`."""
+        if timeout is None:
+            timeout = self._timeout
+        elif not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if idempotent is None:
+            idempotent = getattr(task, "idempotent", False) is True
+        return ProxyStream(self, task, timeout, idempotent)
 
     def _failed(
         self,

@@ -24,6 +24,7 @@ from shardline.discovery.subscription import Subscription
 from shardline.errors import WorkerStartError
 from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
+from shardline.proxy_stream import ProxyStream
 from shardline.transport.handlers_spec import check_spec
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
@@ -102,7 +103,9 @@ class LocalPool:
     for none), as :class:`~shardline.WorkerProxy` takes them:
     ``timeout`` bounds the whole call, and defaults to the pool's ``timeout``
     (:data:`~shardline.proxy.DEFAULT_TIMEOUT`, 1 s); a task that reached a worker is sent again
-    only if it is idempotent. ``workers`` lists the records of the pooled workers and ``pids``
+    only if it is idempotent. ``stream(task, timeout=None, idempotent=None)`` is the proxy's
+    :meth:`~shardline.WorkerProxy.stream`: the items of an async generator handler (msgpack
+    transport only). ``workers`` lists the records of the pooled workers and ``pids``
     the pids of the worker processes running now.
 
     A worker that dies while the pool runs is logged (WARNING, with its exit status and the
@@ -218,6 +221,15 @@ class LocalPool:
         if self._state != "running" or self._proxy is None:
             raise RuntimeError(f"{self!r} is not running: dispatch inside `async with`")
         return await self._proxy.dispatch(task, timeout=timeout, idempotent=idempotent)
+
+    def stream(
+        self, task: Any, *, timeout: float | None = None, idempotent: bool | None = None
+    ) -> ProxyStream:
+        """The items of ``task`` streamed from one of the workers; see
+        :meth:`shardline.WorkerProxy.stream`."""
+        if self._state != "running" or self._proxy is None:
+            raise RuntimeError(f"{self!r} is not running: stream inside `async with`")
+        return self._proxy.stream(task, timeout=timeout, idempotent=idempotent)
 
     @property
     def proxy(self) -> WorkerProxy:

@@ -9,9 +9,11 @@ import weakref
 from typing import Any, cast
 
 from shardline.errors import RpcError, RpcReason, TransientRpcError
+from shardline.transport import msgpack_stream_wire as stream_wire
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.loop_shared import LoopShared, Registries, release
+from shardline.transport.msgpack_stream import MsgpackStream, StreamFeed, answer_error
 from shardline.transport.remote_errors import worker_error
 from shardline.transport.tls import TlsSettings
 from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
@@ -95,6 +97,12 @@ class MsgpackConnection:
     ``"protocol"`` for the others.
 
     Cancelling ``dispatch`` (or its deadline passing) sends the worker a cancel for the call.
+
+    ``await stream(task, timeout=None, window=DEFAULT_WINDOW)`` starts a streamed call of an
+    async generator handler and returns its items as a
+    :class:`~shardline.transport.msgpack_stream.MsgpackStream` once the request is written
+    (the errors before that are ``dispatch``'s); see that class for flow control, the
+    deadline, and leaving early.
 
     ``close()`` (idempotent, synchronous) says this connection is no longer needed; calls in
     flight through it finish normally. A connection that is garbage-collected unclosed is
@@ -221,6 +229,63 @@ class MsgpackConnection:
             address=address,
             builtin=builtin,
             traceback=traceback,
+        )
+
+    async def stream(
+        self, task: Task, *, timeout: float | None = None, window: int = stream_wire.DEFAULT_WINDOW
+    ) -> MsgpackStream:
+        """Starts ``task`` as a streamed call; see the class docstring.
+
+        ``window`` (1 to :data:`~shardline.transport.msgpack_stream_wire.MAX_WINDOW`) is how
+        many items the worker may send ahead of the caller's reading. Raises before anything
+        is sent what ``dispatch`` raises then (``TypeError``, ``ValueError``, and
+        ``TransientRpcError`` not sent: unreachable, closed, the deadline passed while the
+        socket was dialled or full); every later failure comes out of the iterator."""
+        if not isinstance(task, Task):
+            raise TypeError(f"a MsgpackConnection streams Task objects, not {type(task).__name__}")
+        handler = task.handler
+        if not isinstance(handler, str):
+            raise TypeError(f"a task's handler is a str, not {type(handler).__name__}")
+        if type(window) is not int or not 1 <= window <= stream_wire.MAX_WINDOW:
+            raise ValueError(
+                f"window must be an int from 1 to {stream_wire.MAX_WINDOW}, not {window!r}"
+            )
+        address = self.metadata.address
+        if self._closed:
+            raise TransientRpcError(
+                f"the connection to the worker at {address} is closed",
+                reason="closed",
+                address=address,
+            )
+        payload = wire.pack_value(task.payload, "the payload", handler)
+        _check_handler(handler)
+        shared = self._shared
+        loop = shared.loop
+        deadline = None if timeout is None else loop.time() + timeout
+        link = shared.link
+        if link is None or link.broken or link.paused:
+            scope = asyncio.timeout_at(deadline)
+            try:
+                async with scope:
+                    link = await shared._ready()
+                    if link.paused:
+                        await link.writable()
+            except TimeoutError:
+                if scope.expired():
+                    raise shared.deadline_passed(timeout, sent=False) from None
+                raise
+        msgid, feed = link.open_stream(handler, payload, deadline, window)
+        shared.in_flight += 1
+        return MsgpackStream(
+            feed,
+            msgid,
+            window,
+            deadline,
+            address,
+            link.grant,
+            link.cancel_stream,
+            shared.end_call,
+            loop,
         )
 
 
@@ -370,6 +435,7 @@ class _Link(asyncio.Protocol):
         self._decoder = wire.FrameDecoder(shared.max_frame_bytes, "answers")
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._streams: dict[int, StreamFeed] = {}
         self._next_msgid = 0
         # the largest request: this side's limit and the worker's, once its hello came
         self._limit = 0
@@ -541,6 +607,46 @@ class _Link(asyncio.Protocol):
             self._shared.deadlines.add(deadline, answer)
         return self, msgid, answer
 
+    def open_stream(
+        self, handler: str, payload: bytes, deadline: float | None, window: int
+    ) -> tuple[int, StreamFeed]:
+        """Writes a stream request (``deadline`` a ``loop.time()``, None for none); returns
+        its msgid and the feed its items and end will come to."""
+        if self.broken or self._transport is None:
+            address = self._shared.address
+            raise TransientRpcError(
+                f"worker at {address}: connection lost", reason="connection-lost", address=address
+            )
+        msgid = self._next_msgid
+        timeout = None if deadline is None else max(deadline - self._loop.time(), 0.0)
+        frame = stream_wire.stream_request(
+            msgid, handler, payload, timeout, deadline if self._deadlines else None, window
+        )
+        self._next_msgid = (msgid + 1) & 0xFFFFFFFF
+        if len(frame) > self._limit:
+            raise ValueError(
+                f"the task for handler {handler!r} is {len(frame)} bytes, over the limit of"
+                f" {self._limit} (this side's or the worker's at {self._shared.address})"
+            )
+        feed = self._streams[msgid] = StreamFeed(handler, window)
+        self._write(frame)
+        if self._ping_timer is None:
+            self._last_heard = self._loop.time()
+            self._ping_timer = self._loop.call_later(self._shared.ping[0], self._check_alive)
+        return msgid, feed
+
+    def grant(self, msgid: int, items: int) -> None:
+        """Lets the worker send ``items`` more of stream ``msgid``."""
+        feed = self._streams.get(msgid)
+        if feed is not None and not self.broken:
+            feed.allowed += items
+            self._write(stream_wire.credit(msgid, items))
+
+    def cancel_stream(self, msgid: int) -> None:
+        """Forgets the stream and tells the worker to cancel it."""
+        if self._streams.pop(msgid, None) is not None and not self.broken:
+            self._write(wire.cancel(msgid))
+
     def cancel(self, msgid: int) -> None:
         """Forgets the call and tells the worker to cancel it."""
         if self._calls.pop(msgid, None) is not None and not self.broken:
@@ -574,9 +680,14 @@ class _Link(asyncio.Protocol):
             return
         if not (isinstance(message, list) and len(message) == 4 and message[0] == wire.RESPONSE):
             if isinstance(message, list) and len(message) == 3 and message[0] == wire.NOTIFICATION:
+                if message[1] == stream_wire.ITEM:
+                    self._item(message[2])
                 return  # a notification this version does not know: ignored
             raise MalformedMessage(f"not a response: {wire.describe(message)}")
         _, msgid, error, result = message
+        if self._streams and type(msgid) is int and msgid in self._streams:
+            self._stream_ended(self._streams.pop(msgid), error, result)
+            return
         answer = self._calls.pop(msgid, None) if isinstance(msgid, int) else None
         if answer is None:
             return  # a call cancelled or timed out here, or a ping
@@ -607,9 +718,51 @@ class _Link(asyncio.Protocol):
         else:
             answer.set_exception(_Failed(*failure))
 
+    def _item(self, params: Any) -> None:
+        msgid, packed = stream_wire.read_item(params)
+        feed = self._streams.get(msgid)
+        if feed is None:
+            return  # a stream cancelled here: its late items are dropped
+        if feed.allowed <= 0:
+            raise MalformedMessage(f"an item of stream {msgid} past the credit granted")
+        try:
+            value = wire.unpack_value(packed, "an item")
+        except MalformedMessage as unreadable:
+            # that stream's failure alone, as an unreadable result is that call's
+            del self._streams[msgid]
+            self._write(wire.cancel(msgid))
+            address = self._shared.address
+            feed.finish(
+                worker_error(BAD_RESULT, str(unreadable), handler=feed.handler, address=address)
+            )
+            return
+        feed.push(value)
+
+    def _stream_ended(self, feed: StreamFeed, error: Any, result: Any) -> None:
+        """The answer that ends a stream: nil (its end) or an error."""
+        address = self._shared.address
+        if error is None:
+            if result is not None:
+                raise MalformedMessage(f"a stream's end carries a result: {result!r:.100}")
+            feed.end()
+            return
+        try:
+            failure = wire.read_error(error)
+        except MalformedMessage as unreadable:
+            feed.finish(
+                RpcError(
+                    f"worker at {address}: {unreadable}",
+                    reason="protocol",
+                    address=address,
+                    sent=True,
+                )
+            )
+            return
+        feed.finish(answer_error(address, feed.handler, failure))
+
     def _check_alive(self) -> None:
         self._ping_timer = None
-        if self.broken or not self._calls or self._transport is None:
+        if self.broken or not (self._calls or self._streams) or self._transport is None:
             return
         interval, patience = self._shared.ping
         now = self._loop.time()
@@ -659,6 +812,9 @@ class _Link(asyncio.Protocol):
         for answer in calls.values():
             if not answer.done():
                 answer.set_exception(error)
+        streams, self._streams = self._streams, {}
+        for feed in streams.values():
+            feed.finish(error)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 

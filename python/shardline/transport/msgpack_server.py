@@ -19,6 +19,7 @@ from typing import Any, cast
 from shardline._core import coroutine_send
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.host_port import join_host_port, split_host_port
+from shardline.transport import msgpack_stream_wire as stream_wire
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
@@ -30,6 +31,7 @@ from shardline.transport.limits import (
     WorkerLimits,
     connection_bound,
 )
+from shardline.transport.msgpack_stream_worker import StreamProducer, UnsendableItem
 from shardline.transport.remote_errors import builtin_base, remote_traceback
 from shardline.transport.serving import (
     AnnouncedServer,
@@ -38,6 +40,7 @@ from shardline.transport.serving import (
     check_handlers,
     free_publisher,
     handler_threads,
+    is_stream_handler,
     release_publisher,
     reserve_publisher,
     type_name,
@@ -364,6 +367,8 @@ def _failed(msgid: int, name: str, error: BaseException, limit: int) -> bytes:
     if isinstance(error, RetryElsewhere):
         kind = wire.BUSY if error.overloaded else wire.UNAVAILABLE
         return wire.error(msgid, kind, _TRANSIENT_TYPE, f"handler {name!r}: {error}")
+    if isinstance(error, UnsendableItem):
+        return wire.error(msgid, wire.BAD_RESULT, BAD_RESULT, str(error))
     if isinstance(error, Exception):
         logger.warning("handler %r raised", name, exc_info=error)
     else:
@@ -403,6 +408,10 @@ class _State:
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.handlers = handlers
+        # the async generator handlers: called with stream, never with dispatch
+        self.streaming = frozenset(
+            name for name, (handler, _) in handlers.items() if is_stream_handler(handler)
+        )
         self.threads = threads
         self.served = ", ".join(sorted(handlers)) or "none"
         self.max_frame_bytes = max_frame_bytes
@@ -437,6 +446,7 @@ class _Link(asyncio.Protocol):
         self._offset_at = 0.0
         self._dropped = 0  # requests expired before they were read, in the current read
         self.calls: dict[int, asyncio.Task[None]] = {}
+        self._producers: dict[int, StreamProducer] = {}  # the streams among the calls
         # Calls the client cancelled: they end without an answer.
         self._abandoned: set[int] = set()
         # Calls cancelled at their deadline: they are answered `deadline`.
@@ -606,6 +616,11 @@ class _Link(asyncio.Protocol):
             _, method, params = message
             if method == wire.CANCEL:
                 self._cancel(params)
+            elif method == stream_wire.CREDIT:
+                msgid, granted = stream_wire.read_credit(params)
+                producer = self._producers.get(msgid)
+                if producer is not None:  # (a stream that ended meanwhile needs none)
+                    producer.grant(granted)
             elif method == wire.HELLO:
                 raise MalformedMessage("a second hello")
             else:
@@ -618,6 +633,9 @@ class _Link(asyncio.Protocol):
             raise MalformedMessage(f"msgid {msgid} is already in flight")
         if method == wire.PING:
             self._write(wire.result(msgid, None))
+            return
+        if method == stream_wire.STREAM:
+            self._stream(msgid, params)
             return
         if method != wire.DISPATCH:
             self._answer_error(
@@ -716,6 +734,15 @@ class _Link(asyncio.Protocol):
                 msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {unreadable}"
             )
             return
+        if name in state.streaming:
+            self._answer_error(
+                msgid,
+                wire.BAD_REQUEST,
+                BAD_REQUEST,
+                f"handler {name!r} is an async generator: its items are read with stream(),"
+                " not dispatch()",
+            )
+            return
         # The handler's own coroutine up to its first wait, run here, in a copy of the context
         # as a task would: a handler that answers at once (most of them) costs no task, no
         # coroutine of this class and no turn of the loop; one that waits goes on as a task
@@ -775,6 +802,93 @@ class _Link(asyncio.Protocol):
             return
         calls[msgid] = call
         state.calls += 1
+        call.add_done_callback(functools.partial(self._finished, msgid))
+        if seconds is not None:
+            if self._deadlines is None:
+                self._deadlines = Deadlines(loop, self._expire, _call_ended)
+            self._deadlines.add(loop.time() + seconds, (msgid, call))
+
+    def _stream(self, msgid: int, params: Any) -> None:
+        """A stream request: refused, or answered at once, as a dispatch is, for the same
+        reasons; else its handler's generator runs as a task (:class:`StreamProducer`) that
+        sends its items, counted in ``calls`` as a dispatch, answered by :meth:`_run`."""
+        state = self._state
+        try:
+            request = stream_wire.read_stream_request(params)
+        except MalformedMessage as error:
+            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
+            return
+        name, seconds, deadline = request.handler, request.timeout, request.deadline
+        calls = self.calls
+        if msgid in calls:
+            raise MalformedMessage(f"msgid {msgid} is already in flight")
+        if state.stopping:
+            self._write(_stopped(msgid, False))
+            return
+        if deadline is not None and self._clock_offset is not None:
+            left = self._place(deadline, seconds)
+            if left <= 0:
+                self._dropped += 1
+                self._write(
+                    wire.error(
+                        msgid,
+                        wire.DEADLINE,
+                        "shardline.Deadline",
+                        f"handler {name!r}: the caller's deadline passed {-left:.3f} s before"
+                        " the worker read the stream request; not started",
+                        started=False,
+                    )
+                )
+                return
+            if seconds is None or left < seconds:
+                seconds = left
+        if len(calls) >= state.max_in_flight or state.calls >= state.limits.max_calls:
+            self._answer_error(
+                msgid,
+                wire.BUSY,
+                "shardline.Busy",
+                f"{state.max_in_flight} dispatches already in flight on this connection"
+                if len(calls) >= state.max_in_flight
+                else f"{state.limits.max_calls} dispatches already in flight on this worker",
+            )
+            return
+        entry = state.handlers.get(name)
+        if entry is None:
+            self._answer_error(
+                msgid,
+                wire.UNKNOWN_HANDLER,
+                UNKNOWN_HANDLER,
+                f"no handler named {name!r} (this worker serves: {state.served})",
+            )
+            return
+        if name not in state.streaming:
+            self._answer_error(
+                msgid,
+                wire.BAD_REQUEST,
+                BAD_REQUEST,
+                f"handler {name!r} is not an async generator function: it answers dispatch(),"
+                " it cannot stream",
+            )
+            return
+        try:
+            argument = wire.unpack_value(request.payload, "the payload")
+        except MalformedMessage as error:
+            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
+            return
+        context = copy_context()
+        try:
+            generator = context.run(entry[0], argument)
+        except BaseException as error:
+            self._write(_failed(msgid, name, error, self._answer_limit))
+            return
+        producer = StreamProducer(
+            msgid, name, generator, request.window, self._write, self._answer_limit
+        )
+        loop = self._loop
+        call = loop.create_task(self._run(msgid, name, producer.run(), seconds), context=context)
+        calls[msgid] = call
+        state.calls += 1
+        self._producers[msgid] = producer
         call.add_done_callback(functools.partial(self._finished, msgid))
         if seconds is not None:
             if self._deadlines is None:
@@ -851,7 +965,11 @@ class _Link(asyncio.Protocol):
             # the event loop down with it
             frame = _failed(msgid, name, error, self._answer_limit)
         else:
-            frame = self._result(msgid, name, result)
+            frame = (
+                wire.result(msgid, None)  # a stream's end
+                if result is None and msgid in self._producers
+                else self._result(msgid, name, result)
+            )
         self._write(frame)
 
     def _expire(self, call: tuple[int, asyncio.Task[None]]) -> None:
@@ -863,6 +981,7 @@ class _Link(asyncio.Protocol):
         # A done callback, not a finally: a task cancelled before its first step never runs.
         del self.calls[msgid]
         self._state.calls -= 1
+        self._producers.pop(msgid, None)
         self._abandoned.discard(msgid)
         self._expired.discard(msgid)
 

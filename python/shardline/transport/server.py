@@ -28,6 +28,7 @@ from shardline.transport.serving import (
     check_handlers,
     free_publisher,
     handler_threads,
+    is_stream_handler,
     release_publisher,
     reserve_publisher,
     type_name,
@@ -229,6 +230,12 @@ class _Servicer:
                 UNKNOWN_HANDLER, f"no handler named {task.handler!r} (this worker serves: {served})"
             )
         handler, is_async = entry
+        if not is_async and is_stream_handler(handler):
+            return encode_error(
+                BAD_REQUEST,
+                f"handler {task.handler!r} is an async generator: the grpc transport does not"
+                " stream; serve it over msgpack and read its items with stream()",
+            )
         try:
             if is_async:
                 result = await handler(task.payload)

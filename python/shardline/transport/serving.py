@@ -24,6 +24,7 @@ __all__ = [
     "check_handlers",
     "free_publisher",
     "handler_threads",
+    "is_stream_handler",
     "release_publisher",
     "reserve_publisher",
     "type_name",
@@ -67,6 +68,13 @@ def check_handlers(handlers: Mapping[str, Handler]) -> dict[str, tuple[Handler, 
         )
         for name, handler in handlers.items()
     }
+
+
+def is_stream_handler(handler: Handler) -> bool:
+    """Whether ``handler`` streams its items: an async generator function, or an object whose
+    ``__call__`` is one (served by the msgpack transport's ``stream``; see
+    docs/msgpack-rpc.md, "Streaming")."""
+    return inspect.isasyncgenfunction(handler) or inspect.isasyncgenfunction(type(handler).__call__)
 
 
 DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
