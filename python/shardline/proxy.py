@@ -624,9 +624,13 @@ class WorkerProxy:
             if health.state == "probing":
                 why = "ejected by passive health; its probe call is running"
             else:
+                # the ejection's length, not the time left: two explanations of one state read
+                # the same (the time left is in health(uid))
+                policy = self._health
+                length = min(policy.base_ejection * health.times_ejected, policy.max_ejection)
                 why = (
-                    f"ejected by passive health ({health.reason}) for {health.ejected_for:.3g}"
-                    f" s more, then one probe call"
+                    f"ejected by passive health ({health.reason}) for {length:.3g} s"
+                    f" (ejection {health.times_ejected}), then one probe call"
                 )
             yield Excluded(uid, why, metadata)
 
