@@ -20,11 +20,13 @@ SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 from shardline.discovery import InProcessDiscovery
@@ -49,6 +51,11 @@ async def hold(payload: Any) -> None:
     await asyncio.Event().wait()
 
 
+async def ticks(payload: Any) -> AsyncIterator[int]:
+    for n in itertools.count():
+        yield n
+
+
 def hog(payload: Any) -> int:
     while True:
         try:
@@ -69,6 +76,7 @@ HANDLERS = {
     "big": big,
     "big_later": big_later,
     "hold": hold,
+    "ticks": ticks,
     "hog": hog,
     "release": release,
 }

@@ -27,6 +27,7 @@ from shardline import TransientRpcError, WorkerMetadata
 from shardline.discovery import InProcessDiscovery
 from shardline.errors import WorkerError
 from shardline.transport import LocalPool, Task
+from shardline.transport import msgpack_stream_wire as stream_wire
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack_connection import MsgpackConnection
@@ -372,6 +373,36 @@ async def test_calls_beyond_max_calls_on_the_whole_worker_are_busy() -> None:
             assert (refused.value.reason, refused.value.sent) == ("busy", False)
             assert "6 dispatches already in flight on this worker" in str(refused.value)
         close_all(socks)
+
+
+async def test_a_stream_counts_against_max_calls_as_a_dispatch_does() -> None:
+    async with bounded_worker({"max_calls": 2}) as worker:
+        sock = await raw_socket(worker)
+        loop = asyncio.get_running_loop()
+        # two endless streams, each held by its window of one item
+        await loop.sock_sendall(
+            sock,
+            b"".join(
+                stream_wire.stream_request(n, "ticks", msgpack.packb(None), None, None, 1)
+                for n in (1, 2)
+            ),
+        )
+        await loop.sock_sendall(sock, dispatch(3, "echo", 1))
+        await loop.sock_sendall(
+            sock, stream_wire.stream_request(4, "ticks", msgpack.packb(None), None, None, 1)
+        )
+        answers: dict[int, Any] = {}
+
+        async def two_answers() -> None:
+            while len(answers) < 2:
+                for message in await read(sock, 1):
+                    if message[0] == wire.RESPONSE:
+                        answers[message[1]] = message[2]
+
+        await asyncio.wait_for(two_answers(), WAIT)
+        assert [answers[msgid]["kind"] for msgid in (3, 4)] == ["busy", "busy"]
+        assert "2 dispatches already in flight on this worker" in answers[3]["message"]
+        close_all([sock])
 
 
 # --- items and what an error says -------------------------------------------------------
