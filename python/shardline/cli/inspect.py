@@ -16,6 +16,7 @@ from shardline.cli.arguments import (
     seconds_argument,
     usage_error,
 )
+from shardline.cli.inspect_probe import PROBE_TIMEOUT, health_table, probe_once
 from shardline.cli.terminal import rich_console
 from shardline.demo.tables import plain_table
 
@@ -72,6 +73,30 @@ def add_inspect_command(commands: argparse._SubParsersAction[CommandParser]) -> 
         metavar="SECONDS",
         help=f"with --watch: seconds between polls (default: {WATCH_INTERVAL:g})",
     )
+    inspect.add_argument(
+        "--probe",
+        action="store_true",
+        help=(
+            "also run a probe query (SELECT 1) on each instance through a Picodata client and"
+            " show each instance's health as that client's registry sees it: healthy or"
+            " ejected for reads (or waiting for its probe), failures in a row, times ejected,"
+            " for how long more, and why; the client ejects an instance after 5 failures or"
+            " deadline misses in a row. Once: each instance is probed until it answers or is"
+            " ejected (at most 5 rounds); with --watch: one round per poll, the same client"
+            " throughout, so ejections and re-admissions show as they happen. In --json: a"
+            " health object (null when the client could not start)"
+        ),
+    )
+    inspect.add_argument(
+        "--probe-timeout",
+        type=seconds_argument(zero=False),
+        default=None,
+        metavar="SECONDS",
+        help=(
+            "with --probe: the deadline of each probe, connecting included"
+            f" (default: {PROBE_TIMEOUT:g})"
+        ),
+    )
     output = inspect.add_mutually_exclusive_group()
     output.add_argument(
         "--plain",
@@ -92,6 +117,10 @@ def add_inspect_command(commands: argparse._SubParsersAction[CommandParser]) -> 
 def _inspect(args: argparse.Namespace) -> int:
     if args.interval is not None and not args.watch:
         return usage_error("inspect", "--interval needs --watch")
+    if args.probe_timeout is not None and not args.probe:
+        return usage_error("inspect", "--probe-timeout needs --probe")
+    if args.probe_timeout is None:
+        args.probe_timeout = PROBE_TIMEOUT
     require_extra("pg", "this command")
     if not (args.plain or args.json) and sys.stdout.isatty():
         require_extra("cli", "table output on a terminal (--plain and --json do without)")
@@ -105,7 +134,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from shardline.topology.sources import SourceState
     from shardline.topology.sources.polling import PollingSource
 
-    async def poll_once() -> tuple[Topology, SourceState, bool]:
+    async def poll_once() -> tuple[Topology, SourceState, bool, dict[str, Any]]:
         topology = Topology()
         source = PollingSource(
             args.dsn, interval=3600.0, tiers=args.tiers, timeout=args.timeout, retry=3600.0
@@ -117,13 +146,21 @@ def _inspect(args: argparse.Namespace) -> int:
         finally:
             await source.aclose()
             await task
-        return topology, state, complete
+        document = _inspect_document(topology, state, complete)
+        if args.probe:
+            document["health"] = await probe_once(
+                args.dsn,
+                tier=args.tiers[0] if args.tiers else None,
+                timeout=args.probe_timeout,
+                instances=document["instances"],
+            )
+        return topology, state, complete, document
 
     # failures are summed up below; the source's own warnings would repeat them
     logging.getLogger("shardline.topology.sources").addHandler(logging.NullHandler())
 
     try:
-        topology, state, complete = asyncio.run(poll_once())
+        topology, state, complete, document = asyncio.run(poll_once())
     except ValueError as error:
         print(f"shardline inspect: error: {error}", file=sys.stderr)
         return 2
@@ -139,9 +176,9 @@ def _inspect(args: argparse.Namespace) -> int:
             " or instances (is this the cluster's database?)",
             file=sys.stderr,
         )
-    status = 0 if complete and not empty else 1
+    probed = not args.probe or document["health"] is not None
+    status = 0 if complete and not empty and probed else 1
     out = sys.stdout
-    document = _inspect_document(topology, state, complete)
     if args.json:
         json.dump(document, out, indent=2)
         out.write("\n")
@@ -304,6 +341,7 @@ def _inspect_tables(document: Mapping[str, Any]) -> list[tuple[str, list[str], l
         ]
         for r in document["bucket_ranges"]
     ]
+    probed = [health_table(document["health"])] if document.get("health") else []
     return [
         ("tiers", ["tier", "buckets", "ranges", "mapped", "replicasets"], tiers),
         (
@@ -321,4 +359,5 @@ def _inspect_tables(document: Mapping[str, Any]) -> list[tuple[str, list[str], l
             ["tier", "buckets", "replicaset", "replicaset uuid", "master address"],
             ranges,
         ),
+        *probed,
     ]

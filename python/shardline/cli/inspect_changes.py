@@ -15,6 +15,7 @@ __all__ = ["Changed", "Changes", "Membership", "MovedRange", "changes_between", 
 INSTANCE_FIELDS = ("name", "replicaset_uuid", "state", "address", "master")
 REPLICASET_FIELDS = ("name", "tier", "master_uuid")
 TIER_FIELDS = ("bucket_count",)
+HEALTH_FIELDS = ("state",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +55,26 @@ class MovedRange:
 class Changes:
     """What changed from one poll to the next: membership, epochs (tier → ``(before,
     after)``; a tier new or gone has ``None`` on that side) and the bucket ranges whose owner
-    changed, as maximal runs of buckets."""
+    changed, as maximal runs of buckets; with ``--probe``, ``health``: the instances whose
+    health state changed (only ``changed``: an instance that comes or goes is in
+    ``instances``)."""
 
     tiers: Membership
     replicasets: Membership
     instances: Membership
     epochs: Mapping[str, tuple[int | None, int | None]]
     moved: tuple[MovedRange, ...]
+    health: Membership = Membership()
 
     def __bool__(self) -> bool:
-        return bool(self.tiers or self.replicasets or self.instances or self.epochs or self.moved)
+        return bool(
+            self.tiers
+            or self.replicasets
+            or self.instances
+            or self.epochs
+            or self.moved
+            or self.health
+        )
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready data (``inspect --watch --json`` writes it as ``changes``)."""
@@ -87,6 +98,7 @@ class Changes:
                 {"tier": m.tier, "start": m.start, "end": m.end, "from": m.before, "to": m.after}
                 for m in self.moved
             ],
+            "health": membership(self.health),
         }
 
     def lines(self) -> list[str]:
@@ -96,6 +108,7 @@ class Changes:
             ("tier", self.tiers),
             ("replicaset", self.replicasets),
             ("instance", self.instances),
+            ("health of instance", self.health),
         ):
             out.extend(f"{kind} {key} added" for key in part.added)
             out.extend(f"{kind} {key} removed" for key in part.removed)
@@ -188,7 +201,8 @@ def changes_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> Chan
     ``replicasets``, ``instances``, ``bucket_ranges``) with ``epochs``, tier → the tier's
     epoch. Tiers are keyed by name, replicasets and instances by uuid; an instance's name,
     replicaset, state, address and role, a replicaset's name, tier and master, and a tier's
-    bucket count are compared. Pure: it reads nothing else.
+    bucket count are compared; when both have a ``health`` part (``--probe``), each instance's
+    health state. Pure: it reads nothing else.
     """
     epochs_before: Mapping[str, int] = before.get("epochs", {})
     epochs_after: Mapping[str, int] = after.get("epochs", {})
@@ -212,7 +226,14 @@ def changes_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> Chan
         for tier in sorted(maps_before.keys() | maps_after.keys())
         for move in moved_ranges(tier, maps_before.get(tier, []), maps_after.get(tier, []))
     ]
+    health = Membership()
+    if before.get("health") and after.get("health"):
+        probed = _membership(
+            before["health"]["instances"], after["health"]["instances"], "uuid", HEALTH_FIELDS
+        )
+        health = Membership(changed=probed.changed)
     return Changes(
+        health=health,
         tiers=_membership(before["tiers"], after["tiers"], "name", TIER_FIELDS),
         replicasets=_membership(
             before["replicasets"], after["replicasets"], "uuid", REPLICASET_FIELDS

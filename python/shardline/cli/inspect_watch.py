@@ -11,8 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from shardline.cli.inspect_changes import Changes, changes_between
+from shardline.cli.inspect_probe import Prober, start_failed
 from shardline.cli.terminal import rich_console
 from shardline.demo.tables import plain_table
+from shardline.errors import ShardlineError
 
 if TYPE_CHECKING:
     import argparse
@@ -148,11 +150,13 @@ class _Live:
                 for row in rows
             ]
 
+        health = document.get("health")
         if changes is None:
-            return [
+            plain: list[list[str | None]] = [
                 [None] * len(document[part])
                 for part in ("tiers", "replicasets", "instances", "bucket_ranges")
             ]
+            return plain + ([[None] * len(health["instances"])] if health else [])
         tiers = styled(document["tiers"], "name", changes.tiers)
         tiers = [
             style or (self.CHANGED if row["name"] in changes.epochs else None)
@@ -172,7 +176,7 @@ class _Live:
             styled(document["replicasets"], "uuid", changes.replicasets),
             styled(document["instances"], "uuid", changes.instances),
             ranges,
-        ]
+        ] + ([styled(health["instances"], "uuid", changes.health)] if health else [])
 
 
 def watch(
@@ -187,7 +191,9 @@ def watch(
     Implementation notes:
         One ``PollingSource`` feeds one ``Topology`` for the whole watch, so a tier's epoch
         moves exactly when its map changes; each poll is ``refresh()`` (the source's own
-        schedule is set far out of the way) followed by a sleep of the interval.
+        schedule is set far out of the way) followed by a sleep of the interval. With
+        ``--probe``, one ``Prober`` (one Picodata client) serves the whole watch, one round of
+        probes after each poll, so its health registry sees them in a row.
     """
     from shardline.topology import Topology
     from shardline.topology.sources.polling import PollingSource
@@ -211,6 +217,12 @@ def watch(
         task = asyncio.create_task(source.run(topology))
         previous: dict[str, Any] | None = None
         failures: dict[str, int] = {}
+        prober = (
+            Prober(args.dsn, tier=args.tiers[0] if args.tiers else None, timeout=args.probe_timeout)
+            if args.probe
+            else None
+        )
+        started = False
         try:
             poll = 0
             while True:
@@ -230,11 +242,25 @@ def watch(
                         file=sys.stderr,
                     )
                 failures = dict(state.failures)
+                if prober is not None:
+                    if not started:
+                        try:
+                            await prober.open()
+                            started = True
+                        except ShardlineError as error:
+                            start_failed(error)
+                    document["health"] = None
+                    if started:
+                        uuids = [row["uuid"] for row in document["instances"]]
+                        outcomes = await prober.probe(uuids)
+                        document["health"] = prober.document(document["instances"], outcomes)
                 changes = changes_between(previous, document) if previous is not None else None
                 view.show(document, changes, tables_of(document))
                 previous = document
                 await asyncio.sleep(args.interval)
         finally:
+            if prober is not None:
+                await prober.close()
             await source.aclose()
             await task
 

@@ -1435,6 +1435,39 @@ class Client:
             route=route,
         )
 
+    async def ping(self, instance: str, *, timeout: float | None = None) -> None:
+        """Runs ``SELECT 1`` on the instance whose uuid is ``instance``, as any query of the
+        client: a connection from its pool (dialled even during its connect backoff), the
+        client's deadline unless ``timeout=`` gives one, and its outcome reported to the
+        health registry (see the class): a deadline miss or a failed connect counts towards
+        an ejection, a success towards re-admission, and the ping of an instance whose
+        ejection has passed is its probe. Raises what a query would:
+        :class:`~shardline.errors.DeadlineExceeded`,
+        :class:`~shardline.errors.InstanceUnavailable`, or
+        :class:`~shardline.errors.NoWorkersAvailable` for an instance the topology does not
+        have online with a valid pgproto address. ``shardline inspect --probe`` is built on
+        it."""
+        self._check_open()
+        self._sync()
+        pool = self._pool_of(self._topology.instances.get(instance))
+        if pool is None:
+            raise NoWorkersAvailable(
+                f"instance {instance!r} is not online with a pgproto address in the topology"
+            )
+        connection = await self._acquire(pool, redial=True)
+        started = self._report_start(pool) if pool.watched else 0
+        pool.lent[connection] = self._tick if timeout is None else None
+        try:
+            await connection.execute("SELECT 1", timeout=timeout)
+        except BaseException as error:
+            raised = self._failed(pool, connection, error, started, False, timeout)
+            if raised is None:
+                raise
+            raise raised from error
+        if started:
+            self._finish(pool, started, _SUCCESS)
+        pool.release(connection)
+
 
 def _reason(route: RouteExplanation) -> str | None:
     """Why the client cannot send a query to what ``route`` routes to, in the core's words
