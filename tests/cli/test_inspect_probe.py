@@ -18,7 +18,7 @@ import pytest
 
 from support.forwarded_cluster import cluster
 from support.pg_server import PgServer
-from support.picodata_catalog import name_uuid
+from support.picodata_catalog import Catalog, name_uuid
 
 pytestmark = pytest.mark.async_timeout(120)
 
@@ -187,9 +187,7 @@ async def test_watch_shows_the_ejection_and_the_readmission(pg: PgServer) -> Non
                 {"key": name_uuid("r1_3"), "fields": {"state": ["healthy", "ejected"]}}
             ]
             # its ejection passes, the next probe is its probe, and it is back
-            back = await poll_until(
-                "r1_3 re-admitted", lambda d: d["health"]["readmissions"] == 1
-            )
+            back = await poll_until("r1_3 re-admitted", lambda d: d["health"]["readmissions"] == 1)
             row = health_rows(back)["r1_3"]
             assert row["state"] == "healthy"
             assert row["probe"] == "ok"
@@ -209,3 +207,16 @@ def test_probe_timeout_needs_probe(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["inspect", "postgresql://u@127.0.0.1:1/db", "--probe-timeout", "1"]) == 2
     assert "--probe-timeout needs --probe" in capsys.readouterr().err
+
+
+def test_no_health_when_the_client_cannot_start(
+    catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardline.cli import main
+
+    catalog.add_tier("arbiter", 0)
+    assert main(["inspect", catalog.dsn, "--tier", "arbiter", "--probe", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["health"] is None
+    assert "--probe: the Picodata client could not start" in err
+    assert "'arbiter' has no buckets" in err

@@ -36,7 +36,10 @@ def add_inspect_command(commands: argparse._SubParsersAction[CommandParser]) -> 
             " once, as PollingSource does, and print the tiers, replicasets, instances (names"
             " next to uuids) and bucket ranges, as tables or, with --json, as one JSON"
             " document. Exits with status 1 if any part could not be read (each failure is"
-            " printed on stderr) or the catalog is empty. Needs the pg extra (asyncpg)."
+            " printed on stderr) or the catalog is empty. With --probe, also a probe query on"
+            " each instance through a Picodata client, and each instance's health as that"
+            " client sees it (docs/operations.md, 'Which instances would a client skip?')."
+            " Needs the pg extra (asyncpg)."
         ),
     )
     inspect.add_argument("dsn", metavar="DSN", help="where to connect, e.g. postgresql://…")
