@@ -38,6 +38,7 @@ contradict each other, options of the other backend, or a value the library refu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -69,11 +70,33 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``shardline`` command with ``argv`` (default: ``sys.argv[1:]``); returns the
     exit status: 0 on success, 2 for a usage error or an invalid scenario file.
+
+    A command whose reader closes its end of stdout (``shardline inspect ... | head``) stops
+    there, quietly, with status 0: the reader had what it wanted (a watch stops at its next
+    poll). What it was doing is wound up as on any other exit (worker processes stopped,
+    connections closed).
     """
-    args = _parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args.run
     try:
-        return run(args)
-    except MissingExtra as error:
-        print(f"shardline {args.command}: error: {error}", file=sys.stderr)
-        return 1
+        args = _parser().parse_args(argv)
+        run: Callable[[argparse.Namespace], int] = args.run
+        try:
+            status = run(args)
+        except MissingExtra as error:
+            print(f"shardline {args.command}: error: {error}", file=sys.stderr)
+            return 1
+        # what is still buffered fails here, not in the interpreter's flush at exit
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return 0
+    return status
+
+
+def _discard_stdout() -> None:
+    """Points stdout at the null device, so that what is still buffered for the reader that
+    left is dropped at exit instead of failing again (and printing a traceback there)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    finally:
+        os.close(null)

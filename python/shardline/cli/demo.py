@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from shardline._extras import require_extra
@@ -262,8 +261,4 @@ def _demo(args: argparse.Namespace) -> int:
         # every worker process is stopped and the temporary directory removed by now
         print("shardline demo: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # The reader (e.g. `| head`) has seen enough; point stdout at /dev/null so the
-        # interpreter's final flush does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
     return 0
