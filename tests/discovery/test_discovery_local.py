@@ -29,6 +29,7 @@ from shardline.discovery.record import encode_record
 from shardline.workers import WorkerMetadata
 from support.discovery_contract import WAIT, DiscoveryContract, quiet, take
 from support.local_discovery import write_by_hand
+from support.parked import parked
 from support.workers import worker
 
 # Short enough for a quick suite, long enough that a loaded machine stalling a process for a
@@ -59,6 +60,19 @@ class TestLocalDiscovery(DiscoveryContract):
 
     async def make(self, namespace: str) -> Discovery:
         return local(self.directory, namespace)
+
+
+async def lapsed(path: Path, bound: float = 10.0) -> None:
+    """Until every publisher of the store at ``path`` has missed its liveness timeout, as
+    the store itself tells (its rows: last heartbeat on the shared monotonic clock, timeout)."""
+    deadline = time.monotonic() + bound
+    while True:
+        with closing(sqlite3.connect(path)) as db:
+            beats = db.execute("SELECT beat_at, timeout FROM publishers").fetchall()
+        if all(time.monotonic() - beat_at > timeout for beat_at, timeout in beats):
+            return
+        assert time.monotonic() < deadline, f"publishers still live after {bound} s: {beats}"
+        await asyncio.sleep(0.01)
 
 
 @asynccontextmanager
@@ -171,7 +185,8 @@ async def test_a_subscriber_started_after_a_publisher_died_replays_none_of_its_w
         process.send_signal(signal.SIGKILL)
         await process.wait()
     # nobody was watching while its heartbeat lapsed
-    await asyncio.sleep(LIVENESS + HEARTBEAT)
+    (store,) = tmp_path.glob("dead-*.sqlite3")
+    await lapsed(store)
     discovery = local(tmp_path, "dead")
     survivor = worker(9)
     await discovery.publisher.publish("worker-added", survivor)
@@ -296,7 +311,7 @@ async def test_subscribers_are_woken_at_once_rather_than_at_the_next_poll(tmp_pa
         delays = []
         for pid in range(1, 6):
             waiting = asyncio.create_task(take(subscription, 1))
-            await asyncio.sleep(0.05)
+            await parked(subscription._events, "_changed")  # it waits for the doorbell
             published = time.monotonic()
             await other.publisher.publish("worker-updated", worker(1, pid=pid))
             await waiting
@@ -316,7 +331,7 @@ async def test_a_change_written_without_a_wake_up_is_noticed_by_polling(tmp_path
         await discovery.publisher.publish("worker-added", worker(1))
         await take(subscription, 1)
         waiting = asyncio.create_task(take(subscription, 1))
-        await asyncio.sleep(0.05)
+        await parked(subscription._events, "_changed")  # it waits for its next look
         written = time.monotonic()
         write_by_hand(discovery.path, [(worker(7).uid, encode_record(worker(7)))])
         assert kinds_and_pids(await waiting) == [("worker-added", 7, worker(7).pid)]
@@ -349,7 +364,7 @@ async def test_a_closed_handle_ends_its_subscriptions_and_refuses_work(tmp_path:
     await other.publisher.publish("worker-added", worker(1))
     await take(subscription, 1)
     waiting = asyncio.ensure_future(anext(subscription))
-    await asyncio.sleep(0.05)
+    await parked(subscription._events, "_changed")
     await discovery.aclose()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, 2.0)

@@ -24,6 +24,7 @@ from shardline.topology.sources import (
     TopologySnapshot,
     apply_change,
 )
+from support.parked import parked
 from support.pg_server import PgServer, with_params
 from support.picodata_catalog import Catalog, Expected, name_uuid, topology_state
 from support.polling import owners, run_polled, seed_tier, started
@@ -841,7 +842,7 @@ async def test_aclose_ends_run_and_answers_waiting_refreshes(catalog: Catalog) -
     task = asyncio.create_task(source.run(topology))
     await started(source)
     refresh = asyncio.create_task(source.refresh())
-    await asyncio.sleep(0.1)
+    await parked(refresh, "refresh")  # it waits for the poll after the delayed one
     await source.aclose()
     assert await asyncio.wait_for(refresh, 5) is False
     await asyncio.wait_for(task, 5)
