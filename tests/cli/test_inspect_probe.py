@@ -165,7 +165,7 @@ async def test_watch_shows_the_ejection_and_the_readmission(pg: PgServer) -> Non
                 assert remaining > 0, f"no poll showed {what}"
                 line = await asyncio.wait_for(process.stdout.readline(), remaining)
                 assert line, f"the watch ended before a poll showed {what}"
-                document = json.loads(line)
+                document: dict[str, Any] = json.loads(line)
                 seen.append(document)
                 if condition(document):
                     return document

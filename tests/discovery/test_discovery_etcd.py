@@ -26,6 +26,7 @@ from shardline.discovery.record import MAX_RECORD_BYTES, encode_record
 from support.discovery_contract import DiscoveryContract, kinds, quiet, take
 from support.etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
 from support.etcd_server import EtcdServer, make_certificates
+from support.parked import parked
 from support.workers import worker
 
 _namespaces = iter(range(1_000_000))
@@ -450,7 +451,7 @@ async def test_a_subscription_outlives_its_channel_closed_by_another_calls_failo
     try:
         subscription = discovery.subscribe()
         waiting = asyncio.ensure_future(anext(subscription))
-        await asyncio.sleep(0.2)
+        await parked(subscription._events, "stream_step")  # it waits on its watch stream
         await fail_over(discovery._connection)
         await discovery.publisher.publish("worker-added", worker(1))
         event = await asyncio.wait_for(waiting, 20)

@@ -39,6 +39,7 @@ from support.etcd_helpers import (
     with_store,
 )
 from support.etcd_server import EtcdServer, make_certificates
+from support.parked import parked
 from support.registration_contract import KeeperContract, RecordStoreContract, take
 
 WAIT = 20.0
@@ -308,7 +309,7 @@ async def test_a_watch_ends_when_its_store_closes(etcd: EtcdServer) -> None:
     watch = store.watch(["app"])
     assert await take(watch, 1) == [("app", None)]
     waiting = asyncio.ensure_future(anext(watch))
-    await asyncio.sleep(0.1)
+    await parked(watch, "stream_step")  # it waits on its watch stream
     await store.aclose()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, WAIT)
@@ -321,7 +322,7 @@ async def test_a_watch_outlives_its_channel_closed_by_another_calls_failover(
         watch = store.watch(["app"])
         assert await take(watch, 1) == [("app", None)]
         waiting = asyncio.ensure_future(anext(watch))
-        await asyncio.sleep(0.1)
+        await parked(watch, "stream_step")  # it waits on its watch stream
         await fail_over(store._connection)
         await store.report("app", True, OLD, "a:1")
         assert await asyncio.wait_for(waiting, WAIT) == ("app", Record(OLD, True, "a:1"))

@@ -82,7 +82,12 @@ class DiscoveryContract:
         async def scenario(make: Callable[[], Awaitable[Discovery]]) -> None:
             subscription = (await make()).subscribe()
             publisher = (await make()).publisher
-            await asyncio.sleep(0.2)
+            # a first change seen: the subscription's starting point is behind it, so each
+            # change below is streamed as one, not folded into its first listing
+            await publisher.publish("worker-added", worker(0))
+            assert kinds(await take(subscription, 1)) == [
+                ("worker-added", worker(0).uid, worker(0).address)
+            ]
             moved = worker(1, address="10.0.0.9:1")
             await publisher.publish("worker-added", worker(1))
             await publisher.publish("worker-updated", moved)
