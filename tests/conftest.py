@@ -31,6 +31,23 @@ settings.register_profile("shardline", deadline=None)
 settings.load_profile("shardline")
 
 
+SERVER_FIXTURES = frozenset(
+    {"pg", "pg_ipv6", "etcd", "etcd_ipv6", "picodata_cluster", "backend", "catalog"}
+)
+"""The fixtures that start a server (or a worker process): a test that takes one, directly or
+through another fixture, is marked ``integration``."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks ``integration`` every test that takes a server fixture. A module that starts
+    servers or processes itself (worker processes, RPC servers on loopback, a child
+    interpreter) says so with ``pytestmark``; ``pytest -m "not integration"`` runs the rest,
+    the fast tier."""
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Runs an ``async def`` test on a fresh event loop, failing it after the seconds of its

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from support.paths import DATA, ROOT
 
+pytestmark = pytest.mark.integration
+
 SCRIPT = ROOT / "benches" / "plots.py"
 FIXTURE = DATA / "bench_plots_run.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

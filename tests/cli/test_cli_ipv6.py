@@ -24,7 +24,7 @@ from support.picodata_catalog import Catalog
 from support.transport_servers import WAIT, new_namespace
 from support.worker_processes import worker_process
 
-pytestmark = [pytest.mark.async_timeout(WAIT), requires_ipv6]
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT), requires_ipv6]
 
 SCHEMES = {"msgpack": "msgpack+tcp://", "grpc": "grpc://"}
 

@@ -18,6 +18,8 @@ import pytest
 from support.picodata_catalog import Catalog
 from support.transport_servers import new_namespace
 
+pytestmark = pytest.mark.integration
+
 WAIT = 60.0  # the most a command is waited for
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 TIMEOUT = 60.0
 WORKER = ("worker", "--namespace", "usage")
 

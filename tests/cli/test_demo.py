@@ -25,6 +25,8 @@ from shardline.demo.scenario import MAX_FILE_BYTES
 from support.etcd_server import EtcdServer
 from support.paths import ROOT
 
+pytestmark = pytest.mark.integration
+
 EXAMPLE = ROOT / "examples" / "scenario.json"
 ANSI = re.compile(r"\x1b\[")
 

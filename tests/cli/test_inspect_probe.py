@@ -20,7 +20,7 @@ from support.forwarded_cluster import cluster
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 
-pytestmark = pytest.mark.async_timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(120)]
 
 INSTANCES = ("r1_1", "r1_2", "r1_3", "r2_1", "r2_2")
 PROBE_TIMEOUT = "0.5"  # a healthy instance answers in milliseconds, even on a loaded machine

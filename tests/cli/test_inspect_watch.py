@@ -26,6 +26,8 @@ from shardline.cli.inspect_watch import _Live
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 
+pytestmark = pytest.mark.integration
+
 READ_TIMEOUT = 30.0  # for a poll to show a change: generous, a loaded machine is slow
 
 

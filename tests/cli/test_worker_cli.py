@@ -15,7 +15,10 @@ from support.discovery_contract import kinds, take
 from support.transport_servers import WAIT, new_namespace
 from support.worker_processes import Backend, worker_process
 
-pytestmark = pytest.mark.async_timeout(WAIT)  # each async test, start to finish
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.async_timeout(WAIT),
+]  # each async test, start to finish
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -24,7 +24,10 @@ from support.paths import TESTS
 from support.transport_servers import WAIT, new_namespace
 from support.worker_processes import Backend, WorkerProcess
 
-pytestmark = pytest.mark.async_timeout(WAIT)  # each async test, start to finish
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.async_timeout(WAIT),
+]  # each async test, start to finish
 
 SPEC = "support.remote_error_handlers:HANDLERS"
 SHARDLINE = Path(sys.executable).with_name("shardline")  # the console script

@@ -22,7 +22,7 @@ from support.etcd_server import make_certificates as make_etcd_certificates
 from support.transport_servers import WAIT, new_namespace
 from support.worker_processes import worker_process
 
-pytestmark = pytest.mark.async_timeout(WAIT)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
 
 NOT_LOOPBACK = "192.0.2.1"  # TEST-NET-1 (RFC 5737): on no interface of this machine
 

@@ -209,6 +209,7 @@ async def test_a_publisher_killed_by_sigkill_is_dropped_when_its_lease_expires(
     assert ttl / 3 < elapsed < ttl + 1.5
 
 
+@pytest.mark.integration  # a server of its own
 async def test_credentials_pass_through_wrong_ones_fail_and_a_restart_logs_in_again() -> None:
     with EtcdServer() as server:
         server.enable_auth(root_password="root-secret")
@@ -250,6 +251,7 @@ async def test_credentials_pass_through_wrong_ones_fail_and_a_restart_logs_in_ag
         await scenario()
 
 
+@pytest.mark.integration  # a server of its own
 async def test_tls_settings_pass_through(tmp_path: Path) -> None:
     certificates = make_certificates(tmp_path)
     with EtcdServer(certificates=certificates) as server:

@@ -32,6 +32,8 @@ from support.local_discovery import write_by_hand
 from support.parked import parked
 from support.workers import worker
 
+pytestmark = pytest.mark.integration
+
 # Short enough for a quick suite, long enough that a loaded machine stalling a process for a
 # moment does not get it presumed dead. Tests not about liveness keep the defaults (1 s, 5 s).
 HEARTBEAT = 0.1

@@ -12,6 +12,8 @@ import pytest
 from support.etcd_server import EtcdServer, EtcdUnavailable
 from support.pg_server import PgServer, PgUnavailable
 
+pytestmark = pytest.mark.integration
+
 
 def wrapper_script(count: Path, crashes: int) -> str:
     """A shell script that dies by SIGSEGV on its first ``crashes`` runs, then runs its

@@ -21,6 +21,8 @@ import pytest
 from shardline import MissingExtra, ShardlineError
 from shardline._extras import EXTRAS, require_extra, requires_extra
 
+pytestmark = pytest.mark.integration
+
 # a Python process where each module in `blocked` cannot be imported, as if not installed
 BLOCK = "import sys\nfor _name in {blocked!r}:\n    sys.modules[_name] = None\n"
 

@@ -44,6 +44,8 @@ from support.picodata_cluster import (
     PicodataCluster,
 )
 
+pytestmark = pytest.mark.integration
+
 README = ROOT / "README.md"
 TIMEOUT = 120.0
 ETCD_ADDRESS = "127.0.0.1:2379"

@@ -7,7 +7,11 @@ import importlib.metadata
 import subprocess
 import sys
 
+import pytest
+
 import shardline
+
+pytestmark = pytest.mark.integration
 
 
 def test_the_package_and_the_command_report_the_installed_version() -> None:

@@ -10,8 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import shardline._core
 from support.paths import TESTS
+
+pytestmark = pytest.mark.integration
 
 RUN = TESTS / "wheel" / "run.py"
 

@@ -32,6 +32,8 @@ from shardline.cli import main
 from shardline.testing import check_balancer
 from support.paths import ROOT
 
+pytestmark = pytest.mark.integration
+
 EXAMPLE = ROOT / "examples" / "balancer-plugin"
 
 BUILT_INS = {

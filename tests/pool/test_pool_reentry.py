@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 # A hang is a deadlock; a healthy child finishes in well under a second.
 TIMEOUT = 30
 

@@ -162,6 +162,7 @@ def workers_directory(tmp_path: Path) -> Path:
     return directory
 
 
+@pytest.mark.integration  # a server of its own
 async def test_every_key_reaches_the_instance_that_owns_it_as_buckets_move(
     workers_directory: Path,
 ) -> None:

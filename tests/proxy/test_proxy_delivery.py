@@ -43,6 +43,7 @@ class Scripted:
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
         if answer is HANG:
             try:
+                # hangs on purpose, up to the attempt's deadline: a worker that never answers
                 await asyncio.sleep(3600 if timeout is None else timeout)
             except asyncio.CancelledError:
                 self.log.append((self.address, "cancelled"))

@@ -36,6 +36,7 @@ async def run(store: EtcdRecordStore, service: str, op: list[Any]) -> Any:
         record = await store.get(service)
         return None if record is None else [record.owner, record.registered, record.address]
     if kind == "sleep":
+        # a scripted pause, the thing the scenario varies: where the racers' calls interleave
         await asyncio.sleep(op[1] / 1000)
         return None
     raise ValueError(f"unknown op {op!r}")

@@ -382,6 +382,7 @@ async def test_scenario9_a_proxy_fed_by_registration_discovery_follows_the_recor
             await discovery.aclose()
 
 
+@pytest.mark.integration  # a server of its own
 async def test_a_watch_resumes_across_etcd_restarts_missing_no_change_and_logging_in_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -480,6 +481,7 @@ async def test_compaction_past_the_watch_lists_again_and_yields_only_the_differe
     assert "compacted" in caplog.text
 
 
+@pytest.mark.integration  # a server of its own
 async def test_tls_settings_pass_through(tmp_path: Path) -> None:
     certificates = make_certificates(tmp_path)
     with EtcdServer(certificates=certificates) as server:

@@ -362,6 +362,7 @@ def valid_rows(size: int, *, last: str = "") -> bytes:
     ],
 )
 @pytest.mark.parametrize("form", ["str", "bytes"])
+@pytest.mark.integration  # a child interpreter
 def test_a_poll_costs_at_most_four_times_its_size(
     tmp_path: Path, name: str, make: Any, expected: str, form: str
 ) -> None:

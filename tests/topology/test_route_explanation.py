@@ -454,6 +454,7 @@ TestExplainAgreesWithRoute.settings = settings(
 
 @pytest.mark.parametrize(("reentry", "where"), REENTRIES)
 @pytest.mark.parametrize("call", ["t.explain('a', 7)", "t.explain('a', 99)"])
+@pytest.mark.integration  # a child interpreter
 def test_a_gc_pass_inside_explain_may_re_enter(call: str, reentry: str, where: str) -> None:
     run_child(child_code("", call, reentry, where, gc_pass=True))
 

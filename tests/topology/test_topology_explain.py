@@ -356,6 +356,7 @@ READER_CASES: dict[str, tuple[str, str]] = {
 
 @pytest.mark.parametrize(("reentry", "where"), REENTRIES)
 @pytest.mark.parametrize("case", sorted(READER_CASES))
+@pytest.mark.integration  # a child interpreter
 def test_a_gc_pass_inside_a_reader_may_re_enter(case: str, reentry: str, where: str) -> None:
     setup, call = READER_CASES[case]
     run_child(child_code(setup, call, reentry, where, gc_pass=True))

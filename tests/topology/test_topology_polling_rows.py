@@ -210,6 +210,7 @@ def test_bucket_maps_of_tiers_the_topology_cannot_hold_are_reported_after_the_re
     assert set(topology.replicasets) == {rs_uuid(1), rs_uuid(2)}
 
 
+@pytest.mark.integration  # a child interpreter
 def test_shardline_loads_without_a_pgwire_driver() -> None:
     probe = (
         "import sys, shardline, shardline.topology.sources, shardline.cli;"

@@ -19,6 +19,8 @@ from support.picodata_catalog import Catalog, topology_state
 from support.polling import owners, run_polled, seed_tier, started
 from support.replicasets import rs_uuid
 
+pytestmark = pytest.mark.integration
+
 
 @dataclass(frozen=True)
 class TlsServer:

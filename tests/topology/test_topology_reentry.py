@@ -14,6 +14,8 @@ import pytest
 
 from support.reentry import REENTRIES, child_code, run_child
 
+pytestmark = pytest.mark.integration
+
 # A finalizer run by a garbage-collection pass inside the call, for every method: (what to
 # prepare before each call, the call).
 GC_CASES: dict[str, tuple[str, str]] = {

@@ -40,7 +40,7 @@ async def raise_async(payload: list[str]) -> None:
     await (``payload[1]``)."""
     kind, when = payload
     if when == "after":
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a real suspension: the await the raise comes after
     raise RAISED[kind](f"{kind} from a handler")
 
 

@@ -18,7 +18,7 @@ from shardline.transport import RetryElsewhere, Task
 from shardline.transport.connection import GrpcConnection
 from support.transport_servers import WAIT, raw_server, worker
 
-pytestmark = pytest.mark.async_timeout(WAIT)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
 
 
 def at(address: str) -> WorkerMetadata:

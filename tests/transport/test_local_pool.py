@@ -26,7 +26,7 @@ T = TypeVar("T")
 SPEC = "local_pool_handlers:HANDLERS"
 BOUND = 20.0  # for every scenario, start to finish
 
-pytestmark = pytest.mark.async_timeout(BOUND)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(BOUND)]
 LOGGER = "shardline.transport.local_pool"
 HERE = Path(__file__).parent  # local_pool_handlers.py is beside this file
 

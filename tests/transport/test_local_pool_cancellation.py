@@ -14,7 +14,7 @@ from support.cancellation import stops_when_cancelled
 
 SPEC = "local_pool_handlers:HANDLERS"  # beside this file
 
-pytestmark = pytest.mark.async_timeout(60)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60)]
 
 
 @pytest.mark.parametrize("turns", range(6))

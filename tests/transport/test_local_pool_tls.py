@@ -16,7 +16,7 @@ from shardline.transport.msgpack_wire import record_address
 from support.certificates import Certificates, make_certificates
 from support.transport_servers import WAIT
 
-pytestmark = pytest.mark.async_timeout(WAIT * 3)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT * 3)]
 
 SPEC = "local_pool_handlers:HANDLERS"
 

@@ -35,7 +35,7 @@ from shardline.transport.msgpack_server import serve_msgpack
 from support.transport_servers import WAIT
 from support.worker_processes import worker_process
 
-pytestmark = pytest.mark.async_timeout(60)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60)]
 
 SCRIPT = Path(__file__).with_name("bounds_worker.py")
 MiB = 1024 * 1024

@@ -28,7 +28,7 @@ from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpac
 from support import msgpack_reference as reference
 from support.transport_servers import WAIT, new_namespace
 
-pytestmark = pytest.mark.async_timeout(WAIT)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
 
 
 def at(address: str) -> WorkerMetadata:

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -37,7 +38,10 @@ from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
 from support.transport_servers import WAIT, new_namespace
 
-pytestmark = pytest.mark.async_timeout(WAIT)  # each async test, start to finish
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.async_timeout(WAIT),
+]  # each async test, start to finish
 
 WORKER_SCRIPT = Path(__file__).with_name("msgpack_worker.py")
 READY = 15.0
@@ -150,8 +154,11 @@ async def test_a_hundred_concurrent_calls_share_one_socket() -> None:
 
 
 async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
+    began, released = threading.Event(), threading.Event()
+
     def blocking(payload: Any) -> str:
-        time.sleep(0.3)
+        began.set()
+        released.wait(WAIT)  # blocks its thread on purpose, until the other call is answered
         return "blocking"
 
     async def scenario() -> list[str]:
@@ -160,7 +167,9 @@ async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() 
             connection(server) as opened,
         ):
             slow = asyncio.ensure_future(opened.dispatch(Task("blocking")))
+            assert await asyncio.to_thread(began.wait, WAIT)
             fast = await opened.dispatch(Task("echo", "fast"))
+            released.set()
             return [fast, await slow]
 
     assert await scenario() == ["fast", "blocking"]

@@ -36,7 +36,7 @@ SPEC = "support.remote_error_handlers:HANDLERS"
 HANDLERS_FILE = remote_error_handlers.__file__
 BOUND = 30.0
 
-pytestmark = pytest.mark.async_timeout(BOUND)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(BOUND)]
 
 
 @pytest.fixture(params=["msgpack", "grpc"])

@@ -21,7 +21,7 @@ from shardline import DeadlineExceeded, OutcomeUnknown, WorkerMetadata
 from shardline.transport import LocalPool, Task
 
 SPEC = "sick_worker_handlers:HANDLERS"
-pytestmark = pytest.mark.async_timeout(60.0)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60.0)]
 
 
 async def until(condition: Callable[[], bool], what: str, bound: float = 20.0) -> None:

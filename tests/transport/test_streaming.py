@@ -33,7 +33,7 @@ from shardline.transport.msgpack_stream_wire import DEFAULT_WINDOW
 from shardline.workers import DiscoveryEvent
 from support.transport_servers import new_namespace
 
-pytestmark = pytest.mark.async_timeout(60.0)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60.0)]
 
 WORKER_SCRIPT = Path(__file__).with_name("stream_worker.py")
 SPEC = "stream_handlers:HANDLERS"

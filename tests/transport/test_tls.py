@@ -40,7 +40,10 @@ from shardline.workers import WorkerMetadata
 from support.certificates import Certificates, make_certificates
 from support.transport_servers import WAIT, new_namespace
 
-pytestmark = pytest.mark.async_timeout(WAIT * 2)  # each async test, start to finish
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.async_timeout(WAIT * 2),
+]  # each async test, start to finish
 
 TRANSPORTS = ["msgpack", "grpc"]
 # A refusal comes this soon, or it was not refused by the handshake but by a timer: every

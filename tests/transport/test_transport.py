@@ -7,7 +7,7 @@ import dataclasses
 import gc
 import shutil
 import subprocess
-import time
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -33,9 +33,13 @@ from shardline.transport.wire import (
     encode_request,
 )
 from support.discovery_contract import kinds, take
+from support.held import Held
 from support.transport_servers import WAIT, new_namespace, raw_server, worker
 
-pytestmark = pytest.mark.async_timeout(WAIT)  # each async test, start to finish
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.async_timeout(WAIT),
+]  # each async test, start to finish
 
 
 def at(address: str) -> WorkerMetadata:
@@ -101,8 +105,11 @@ async def test_a_proxy_over_in_process_discovery_spreads_tasks_over_grpc_workers
 
 
 async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
+    began, released = threading.Event(), threading.Event()
+
     def blocking(payload: Any) -> str:
-        time.sleep(0.3)
+        began.set()
+        released.wait(WAIT)  # blocks its thread on purpose, until the other call is answered
         return "blocking"
 
     async def scenario() -> list[str]:
@@ -114,8 +121,9 @@ async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() 
                 finished.append(await connection.dispatch(Task(handler)))
 
             slow = asyncio.create_task(call("blocking"))
-            await asyncio.sleep(0.05)
+            assert await asyncio.to_thread(began.wait, WAIT)
             await call("whoami")
+            released.set()
             await slow
             connection.close()
             return finished
@@ -149,13 +157,15 @@ async def test_unavailable_overloaded_and_late_workers_fail_transiently(
 
 async def test_calls_beyond_the_concurrency_limit_are_refused_as_overload() -> None:
 
-    async with worker(max_concurrent_calls=1) as server:
+    held = Held()
+    async with worker(handlers=named("a", hold=held.handler), max_concurrent_calls=1) as server:
         connection = GrpcConnection(server.metadata)
-        busy = asyncio.create_task(connection.dispatch(Task("sleep", 0.2)))
-        await asyncio.sleep(0.05)
+        busy = asyncio.create_task(connection.dispatch(Task("hold", 0.2)))
+        await held.begun()
         with pytest.raises(TransientRpcError, match="RESOURCE_EXHAUSTED") as caught:
             await connection.dispatch(Task("echo", 1))
         assert (caught.value.reason, caught.value.address) == ("busy", server.metadata.address)
+        held.release()
         assert await busy == 0.2
         assert await connection.dispatch(Task("echo", 1)) == 1
         connection.close()
@@ -449,15 +459,17 @@ async def test_connections_to_one_address_share_a_channel_closed_with_the_last_o
 
 async def test_a_call_in_flight_when_the_last_reference_goes_completes_then_the_channel_closes():
 
-    async with worker() as server:
+    held = Held()
+    async with worker(handlers=named("a", hold=held.handler)) as server:
         connection = GrpcConnection(server.metadata)
         shared = connection._shared
-        call = asyncio.create_task(connection.dispatch(Task("sleep", 0.2)))
-        await asyncio.sleep(0.05)
+        call = asyncio.create_task(connection.dispatch(Task("hold", 0.2)))
+        await held.begun()
         connection.close()
         assert not shared.closed
         later = GrpcConnection(server.metadata)
         assert later._shared is not shared
+        held.release()
         assert await call == 0.2
         assert shared.closed
         later.close()
@@ -540,16 +552,20 @@ async def test_stopping_withdraws_the_record_then_lets_a_call_in_flight_finish()
 
     namespace = new_namespace()
     watcher = InProcessDiscovery(namespace).subscribe()
-    server = await serve_grpc(DEMO_HANDLERS, "127.0.0.1:0", InProcessDiscovery(namespace))
+    held = Held()
+    server = await serve_grpc(
+        named("a", hold=held.handler), "127.0.0.1:0", InProcessDiscovery(namespace)
+    )
     await take(watcher, 1)
     connection = GrpcConnection(server.metadata)
-    call = asyncio.create_task(connection.dispatch(Task("sleep", 0.3)))
-    await asyncio.sleep(0.05)
+    call = asyncio.create_task(connection.dispatch(Task("hold", 0.3)))
+    await held.begun()
     stopping = asyncio.create_task(server.stop(grace=5))
     assert kinds(await take(watcher, 1)) == [
         ("worker-dropped", server.metadata.uid, server.address)
     ]
     assert not call.done()
+    held.release()
     assert await call == 0.3
     await stopping
     await server.stop()

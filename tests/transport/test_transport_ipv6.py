@@ -16,7 +16,7 @@ from shardline.workers import WorkerMetadata
 from support.ipv6 import requires_ipv6
 from support.transport_servers import WAIT, new_namespace
 
-pytestmark = pytest.mark.async_timeout(WAIT)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
 
 TRANSPORTS = {"msgpack": "msgpack+tcp://", "grpc": "grpc://"}
 

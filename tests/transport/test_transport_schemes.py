@@ -22,7 +22,10 @@ from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.workers import WorkerMetadata
 from support.transport_servers import WAIT, new_namespace
 
-pytestmark = pytest.mark.async_timeout(WAIT)  # each async test, start to finish
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.async_timeout(WAIT),
+]  # each async test, start to finish
 
 
 def at(address: str) -> WorkerMetadata:

@@ -26,7 +26,7 @@ from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 SPEC = "fault_handlers:HANDLERS"
 
-pytestmark = pytest.mark.async_timeout(40.0)
+pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(40.0)]
 
 
 @asynccontextmanager
