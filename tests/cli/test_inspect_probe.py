@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from support.forwarded_cluster import cluster
+from support.interruptible import SHARDLINE
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 
@@ -138,9 +139,7 @@ async def test_a_healthy_cluster_takes_one_round_and_no_probe_no_health(pg: PgSe
 async def test_watch_shows_the_ejection_and_the_readmission(pg: PgServer) -> None:
     async with cluster(pg) as c:
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "shardline",
+            *SHARDLINE,
             "inspect",
             c.url,
             "--watch",

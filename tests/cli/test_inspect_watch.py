@@ -11,7 +11,6 @@ import pty
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from shardline.cli import main
 from shardline.cli.inspect_changes import changes_between, moved_ranges
 from shardline.cli.inspect_watch import _Live
+from support.interruptible import SHARDLINE
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 
@@ -53,7 +53,7 @@ class Watch:
     def __init__(self, *args: str) -> None:
         env = dict(os.environ, COLUMNS="200")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "shardline.cli", "inspect", *args, "--watch"],
+            [*SHARDLINE, "inspect", *args, "--watch"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -163,9 +163,7 @@ def test_watch_on_a_terminal_is_a_live_view_that_highlights_changes(catalog: Cat
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "shardline.cli",
+            *SHARDLINE,
             "inspect",
             catalog.dsn,
             "--watch",
