@@ -69,9 +69,25 @@ class WorkerLimits:
       is answered ``bad_request``. Reading a value costs about its item count, so each message
       read costs at most about ``max_message_items + max_payload_items`` items of work, however
       it was built (a 4 MiB frame holds four million one-byte ints).
+    - ``violation_burst`` (20) and ``violation_rate`` (5 per second): connections closed for
+      breaking the protocol (a malformed message, one over a bound above, a bad hello) or for
+      a failed TLS handshake, on the whole worker, as a token bucket: it holds up to
+      ``violation_burst`` of them and refills at ``violation_rate`` a second; once it is
+      empty, the worker stops accepting new connections until it holds one again (new
+      clients wait in the system's listen backlog; open connections are served on as
+      before). So an attacker who dials again and again, breaking the protocol each time,
+      gets about ``violation_rate`` connections a second, and a connection that is not yet
+      accepted waits at most ``(violation_burst + 1) / violation_rate`` seconds (4.2 s) for
+      its turn. The rule counts the whole worker, not each peer address: see
+      docs/msgpack-rpc.md ("Bounds") for why. Not applied to a Unix socket (only this user
+      can reach it).
+    - ``log_interval`` (10 s): the lines a worker logs per connection closed for a violation
+      (at ERROR) or per refused TLS handshake (at WARNING): the first in each ``log_interval``
+      is logged as it comes, those that follow it in the interval are counted and said in one
+      line at its end.
 
-    ``ValueError``, naming the field, for a count that is not a positive int or a timeout that
-    is not a positive finite number of seconds.
+    ``ValueError``, naming the field, for a count that is not a positive int or a timeout,
+    rate or interval that is not a positive finite number.
     """
 
     max_connections: int = 10_000
@@ -82,11 +98,14 @@ class WorkerLimits:
     frame_timeout: float = 30.0
     max_message_items: int = 4096
     max_payload_items: int = 1 << 20
+    violation_burst: int = 20
+    violation_rate: float = 5.0
+    log_interval: float = 10.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value: Any = getattr(self, field.name)
-            if field.name.endswith("_timeout"):
+            if field.type == "float":
                 if (
                     isinstance(value, bool)
                     or not isinstance(value, int | float)
@@ -94,8 +113,8 @@ class WorkerLimits:
                     or value <= 0
                 ):
                     raise ValueError(
-                        f"WorkerLimits.{field.name} must be a positive finite number of"
-                        f" seconds, got {value!r}"
+                        f"WorkerLimits.{field.name} must be a positive finite number"
+                        f"{'' if field.name == 'violation_rate' else ' of seconds'}, got {value!r}"
                     )
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}")
@@ -106,6 +125,7 @@ class WorkerLimits:
         ``idle_timeout=60``), the defaults for the rest: what ``shardline worker --limit``
         takes. ``ValueError`` naming the setting for an unknown name or a bad value."""
         known = [field.name for field in fields(cls)]
+        decimal = {field.name for field in fields(cls) if field.type == "float"}
         given: dict[str, Any] = {}
         for setting in settings:
             name, equals, text = setting.partition("=")
@@ -115,7 +135,7 @@ class WorkerLimits:
                     f"a limit is NAME=VALUE, NAME one of {', '.join(known)}; got {setting!r}"
                 )
             try:
-                given[name] = float(text) if name.endswith("_timeout") else int(text)
+                given[name] = float(text) if name in decimal else int(text)
             except ValueError:
                 raise ValueError(f"limit {setting!r}: {text!r} is not a number") from None
         return cls(**given)
