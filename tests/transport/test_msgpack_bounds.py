@@ -481,6 +481,72 @@ async def test_a_msgid_outside_32_bits_closes_the_connection_cleanly(
         close_all([sock])
 
 
+# --- connection churn ----------------------------------------------------------------------
+
+
+async def _break_the_protocol_again_and_again(worker: Worker, seconds: float) -> int:
+    """The attack: one connection after another, each sending a msgid of -1 and waiting for
+    the worker to close it, for ``seconds``; returns how many the worker closed."""
+    loop = asyncio.get_running_loop()
+    bad = msgpack.packb([0, -1, wire.PING, []])
+    closed = 0
+    end = loop.time() + seconds
+    while loop.time() < end:
+        sock = socket.socket()
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (worker.host, worker.port))
+            await loop.sock_sendall(sock, wire.hello(1 << 30) + bad)
+            async with asyncio.timeout(max(0.0, end - loop.time())):
+                while await loop.sock_recv(sock, 1 << 16):
+                    pass
+            closed += 1
+        except ConnectionError:
+            closed += 1
+        except TimeoutError:
+            break  # still waiting to be accepted when the attack ends
+        finally:
+            sock.close()
+    return closed
+
+
+async def test_connections_that_break_the_protocol_again_and_again_pause_accepting() -> None:
+    burst, rate, seconds = 5, 2.0, 3.0
+    limits = {"violation_burst": burst, "violation_rate": rate}
+    async with bounded_worker(limits) as worker, client(worker) as established:
+        assert await established.dispatch(Task("echo", 0)) == 0
+        attack = asyncio.ensure_future(_break_the_protocol_again_and_again(worker, seconds))
+        await worker.logged("WARNING", "stopped accepting connections for", "violation_burst 5")
+        # a connection open before the pause is served during it
+        assert await established.dispatch(Task("echo", 1), timeout=WAIT) == 1
+        # one dialled during the attack waits its turn in the backlog, and is served
+        async with client(worker) as dialled:
+            assert await dialled.dispatch(Task("echo", 2), timeout=WAIT) == 2
+        closed = await attack
+        # about burst + rate a second; without the bound, thousands
+        assert closed <= burst + rate * seconds + 2, closed
+        assert await established.dispatch(Task("echo", 3), timeout=WAIT) == 3
+
+
+async def test_lines_logged_per_connection_closed_are_at_most_one_per_log_interval() -> None:
+    attempts = 30
+    async with bounded_worker({"log_interval": 2.0, "violation_burst": 1000}) as worker:
+        socks = [await raw_socket(worker) for _ in range(attempts)]
+        for sock in socks:
+            await asyncio.get_running_loop().sock_sendall(
+                sock, msgpack.packb([0, -1, wire.PING, []])
+            )
+        for sock in socks:
+            assert await closed_by_worker(sock)
+        close_all(socks)
+        summary = await worker.logged("ERROR", "... and", "more like it within 2 s, the last:")
+        full = [line for line in worker.lines if line.startswith("ERROR") and "... and" not in line]
+        assert len(full) == 1, full
+        assert "closing the connection of the client at 127.0.0.1:" in full[0]
+        assert f"and {attempts - 1} more like it" in summary, summary
+        assert "msgid -1 is not in 0..4294967295" in summary
+
+
 # --- where limits are given -------------------------------------------------------------
 
 
@@ -497,6 +563,13 @@ def test_limits_are_checked_and_read_back_from_their_settings() -> None:
         WorkerLimits(max_calls=0)
     with pytest.raises(ValueError, match="hello_timeout must be a positive finite"):
         WorkerLimits(hello_timeout=float("inf"))
+    churn = WorkerLimits(violation_burst=3, violation_rate=0.5, log_interval=60.0)
+    assert churn.settings() == ["violation_burst=3", "violation_rate=0.5", "log_interval=60.0"]
+    assert WorkerLimits.parse(["violation_rate=2", "log_interval=1"]) == WorkerLimits(
+        violation_rate=2.0, log_interval=1.0
+    )
+    with pytest.raises(ValueError, match="violation_rate must be a positive finite number, got 0"):
+        WorkerLimits(violation_rate=0)
 
 
 async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:

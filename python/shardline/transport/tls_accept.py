@@ -8,6 +8,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
+from shardline.transport.eager import start_eagerly
 from shardline.transport.tls import HANDSHAKE_TIMEOUT
 
 __all__ = ["TlsAccept"]
@@ -23,8 +24,10 @@ class TlsAccept(asyncio.Protocol):
     ``handshakes`` holds the handshakes under way (a worker that stops cancels them).
 
     Implementation notes: the handshake is ``loop.start_tls`` on the plain transport, whose
-    failure the caller sees; a server made with ``ssl=`` only logs it in debug mode. Reading
-    stops at once, so the handshake's first bytes wait for ``start_tls``. What the TLS
+    failure the caller sees; a server made with ``ssl=`` only logs it in debug mode. It is
+    started within ``connection_made`` (:func:`start_eagerly`), so the handshake's first
+    bytes are read by it: uvloop starts reading once ``connection_made`` returns, whatever
+    it paused, and what a protocol that is not yet the TLS one read would be lost. What the TLS
     transport delivers between the handshake's end and the protocol of ``make()`` taking
     it (a first request sent with the handshake's last flight) is kept and handed over.
     """
@@ -43,10 +46,10 @@ class TlsAccept(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         plain = cast(asyncio.Transport, transport)
-        plain.pause_reading()
-        handshake = asyncio.get_running_loop().create_task(self._handshake(plain))
-        self._handshakes.add(handshake)
-        handshake.add_done_callback(self._handshakes.discard)
+        handshake = start_eagerly(asyncio.get_running_loop(), self._handshake(plain))
+        if handshake is not None:
+            self._handshakes.add(handshake)
+            handshake.add_done_callback(self._handshakes.discard)
 
     async def _handshake(self, plain: asyncio.Transport) -> None:
         early = _Early()
