@@ -594,6 +594,13 @@ async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:
             opened.close()
     async with worker_process(tmp_path, *arguments[:4], "--limit", "max_cals=1") as process:
         assert await process.exit_status() == 2
+    churn = ("--limit", "violation_rate=2.5", "--limit", "log_interval=1")
+    async with worker_process(tmp_path, *arguments[:4], *churn) as process:
+        opened = MsgpackConnection(await process.ready())
+        try:
+            assert await opened.dispatch(Task("echo", 1)) == 1
+        finally:
+            opened.close()
 
 
 async def test_a_local_pool_gives_its_workers_the_limits() -> None:
