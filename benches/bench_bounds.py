@@ -248,7 +248,7 @@ async def _run() -> dict[str, Any]:
                 await asyncio.sleep(SETTLE)
             cpu = process_cpu(worker.pid)
             latencies, failures = await _phase(connection, PHASE)
-            figures = {
+            figures: dict[str, Any] = {
                 "calls": len(latencies),
                 "failures": dict(failures),
                 **_summary(latencies),

@@ -484,47 +484,57 @@ async def test_a_msgid_outside_32_bits_closes_the_connection_cleanly(
 # --- connection churn ----------------------------------------------------------------------
 
 
-async def _break_the_protocol_again_and_again(worker: Worker, seconds: float) -> int:
-    """The attack: one connection after another, each sending a msgid of -1 and waiting for
-    the worker to close it, for ``seconds``; returns how many the worker closed."""
+async def _dial_again_and_again(worker: Worker, seconds: float, *, violate: bool) -> int:
+    """The attack: one connection after another for ``seconds``, each saying hello and then
+    sending a msgid of -1 and waiting for the worker to close it (``violate``), or closing
+    as soon as the worker's hello comes; returns how many the worker accepted."""
     loop = asyncio.get_running_loop()
     bad = msgpack.packb([0, -1, wire.PING, []])
-    closed = 0
+    accepted = 0
     end = loop.time() + seconds
     while loop.time() < end:
         sock = socket.socket()
         sock.setblocking(False)
         try:
             await loop.sock_connect(sock, (worker.host, worker.port))
-            await loop.sock_sendall(sock, wire.hello(1 << 30) + bad)
+            await loop.sock_sendall(sock, wire.hello(1 << 30) + (bad if violate else b""))
             async with asyncio.timeout(max(0.0, end - loop.time())):
-                while await loop.sock_recv(sock, 1 << 16):
-                    pass
-            closed += 1
+                while await loop.sock_recv(sock, 1 << 16) and not violate:
+                    break  # the worker's hello: accepted
+            accepted += 1
         except ConnectionError:
-            closed += 1
+            accepted += 1
         except TimeoutError:
             break  # still waiting to be accepted when the attack ends
         finally:
             sock.close()
-    return closed
+    return accepted
 
 
-async def test_connections_that_break_the_protocol_again_and_again_pause_accepting() -> None:
+@pytest.mark.parametrize(
+    ("violate", "limits", "said"),
+    [
+        (True, {"violation_burst": 5, "violation_rate": 2.0}, "violation_burst 5"),
+        (False, {"accept_burst": 5, "accept_rate": 2.0}, "accept_burst 5"),
+    ],
+    ids=["breaking-the-protocol", "breaking-nothing"],
+)
+async def test_connections_dialled_again_and_again_pause_accepting(
+    violate: bool, limits: dict[str, Any], said: str
+) -> None:
     burst, rate, seconds = 5, 2.0, 3.0
-    limits = {"violation_burst": burst, "violation_rate": rate}
     async with bounded_worker(limits) as worker, client(worker) as established:
         assert await established.dispatch(Task("echo", 0)) == 0
-        attack = asyncio.ensure_future(_break_the_protocol_again_and_again(worker, seconds))
-        await worker.logged("WARNING", "stopped accepting connections for", "violation_burst 5")
+        attack = asyncio.ensure_future(_dial_again_and_again(worker, seconds, violate=violate))
+        await worker.logged("WARNING", "stopped accepting connections for", said)
         # a connection open before the pause is served during it
         assert await established.dispatch(Task("echo", 1), timeout=WAIT) == 1
         # one dialled during the attack waits its turn in the backlog, and is served
         async with client(worker) as dialled:
             assert await dialled.dispatch(Task("echo", 2), timeout=WAIT) == 2
-        closed = await attack
+        accepted = await attack
         # about burst + rate a second; without the bound, thousands
-        assert closed <= burst + rate * seconds + 2, closed
+        assert accepted <= burst + rate * seconds + 2, accepted
         assert await established.dispatch(Task("echo", 3), timeout=WAIT) == 3
 
 
@@ -563,8 +573,13 @@ def test_limits_are_checked_and_read_back_from_their_settings() -> None:
         WorkerLimits(max_calls=0)
     with pytest.raises(ValueError, match="hello_timeout must be a positive finite"):
         WorkerLimits(hello_timeout=float("inf"))
-    churn = WorkerLimits(violation_burst=3, violation_rate=0.5, log_interval=60.0)
-    assert churn.settings() == ["violation_burst=3", "violation_rate=0.5", "log_interval=60.0"]
+    churn = WorkerLimits(accept_rate=9.5, violation_burst=3, violation_rate=0.5, log_interval=60.0)
+    assert churn.settings() == [
+        "accept_rate=9.5",
+        "violation_burst=3",
+        "violation_rate=0.5",
+        "log_interval=60.0",
+    ]
     assert WorkerLimits.parse(["violation_rate=2", "log_interval=1"]) == WorkerLimits(
         violation_rate=2.0, log_interval=1.0
     )

@@ -1,6 +1,7 @@
-"""`AcceptGate`: the bound on connection churn after protocol violations
-(``WorkerLimits.violation_burst`` and ``violation_rate``): a token bucket of violations over the
-whole worker; while it is empty, the worker's listening sockets accept nothing."""
+"""`AcceptGate`: the bound on a worker's connection churn (``WorkerLimits.accept_burst`` and
+``accept_rate``, ``violation_burst`` and ``violation_rate``): token buckets of the connections
+accepted and of the protocol violations, over the whole worker; while either is empty, the
+worker's listening sockets accept nothing."""
 
 from __future__ import annotations
 
@@ -20,15 +21,51 @@ Reserve = Callable[[socket.socket], Awaitable[asyncio.Server]]
 server's own options), the socket's ownership passed to the server made."""
 
 
+# A pause waits for this share of a second's refill (and at least one token), so a steady
+# churn costs at most about ten pauses a second, not one per connection.
+_RESUME_SECONDS = 0.1
+
+
+class _Bucket:
+    """A token bucket ``depth`` deep refilled at ``rate`` a second, whose debt is at most
+    ``depth``."""
+
+    __slots__ = ("depth", "filled_at", "rate", "tokens")
+
+    def __init__(self, depth: int, rate: float, now: float) -> None:
+        self.depth = float(depth)
+        self.rate = rate
+        self.tokens = self.depth
+        self.filled_at = now
+
+    def take(self, now: float) -> bool:
+        """Takes one; whether fewer than one is left after."""
+        self.tokens = max(-self.depth, self.level(now) - 1)
+        return self.tokens < 1
+
+    def level(self, now: float) -> float:
+        self.tokens = min(self.depth, self.tokens + (now - self.filled_at) * self.rate)
+        self.filled_at = now
+        return self.tokens
+
+    def wait(self, now: float) -> float:
+        """Seconds until it holds enough to resume accepting (0: it does)."""
+        enough = max(1.0, min(self.depth, self.rate * _RESUME_SECONDS))
+        return max(0.0, (enough - self.level(now)) / self.rate)
+
+
 class AcceptGate:
-    """Counts a worker's protocol violations (:meth:`violation`: a connection closed for
-    breaking the protocol, a refused TLS handshake) and stops its accepting while more came
-    than ``limits`` allow: the bucket holds ``violation_burst`` and refills at
-    ``violation_rate`` a second; each violation takes one, and while less than one is left
-    the listening sockets accept nothing (connections dialled meanwhile wait in the system's
-    listen backlog; those open are served as before). The debt a burst of violations can run
-    up is at most ``violation_burst``, so a pause lasts at most
-    ``(violation_burst + 1) / violation_rate`` seconds.
+    """Bounds a worker's connection churn: stops its accepting while more connections came,
+    or more of them broke the protocol, than ``limits`` allow. Two token buckets: one of the
+    connections accepted (:meth:`accepted`), ``accept_burst`` deep and refilled at
+    ``accept_rate`` a second; one of the violations (:meth:`violation`: a connection closed
+    for breaking the protocol, a refused TLS handshake), ``violation_burst`` deep and
+    refilled at ``violation_rate`` a second. Each takes one per event; once either holds
+    less than one, the listening sockets accept nothing (connections dialled meanwhile wait
+    in the system's listen backlog; those open are served as before) until it holds one
+    again, or a tenth of a second's refill if that is more. A burst of events can run a
+    bucket into debt, at most its depth, so a pause lasts at most about
+    ``(depth + 1) / rate`` seconds.
 
     :meth:`attach` gives it the server whose accepting it pauses (``reserve`` None: a server
     never paused, a Unix socket's); :meth:`close` closes that server, :meth:`wait_closed`
@@ -40,21 +77,20 @@ class AcceptGate:
     pause closes the server while this keeps a duplicate of each listening socket's
     descriptor: the socket, and its backlog, stays open in the kernel, and accepting resumes
     with a new server on another duplicate (``reserve``). Nothing is accepted while paused:
-    accepting a connection only to close it would cost the loop what the attacker's churn
-    costs it now, and would let it dial again sooner.
+    accepting a connection only to close it would cost the loop most of what the churn
+    costs it, and would let the peer dial again sooner.
     """
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, limits: WorkerLimits, log: LogThrottle
     ) -> None:
         self.violations = 0
-        self._log = log
         self.pauses = 0
         self._loop = loop
-        self._rate = limits.violation_rate
-        self._burst = float(limits.violation_burst)
-        self._tokens = self._burst
-        self._filled_at = loop.time()
+        self._log = log
+        now = loop.time()
+        self._accepts = _Bucket(limits.accept_burst, limits.accept_rate, now)
+        self._violations = _Bucket(limits.violation_burst, limits.violation_rate, now)
         self._servers: list[asyncio.Server] = []
         self._held: list[socket.socket] = []
         self._reserve: Reserve | None = None
@@ -75,15 +111,24 @@ class AcceptGate:
         if reserve is not None:
             self._reserve = reserve
             self._held = [socket.socket(fileno=os.dup(held.fileno())) for held in server.sockets]
-            if self._refill() < 1:
-                self._pause()
+            if self._wait() > 0:
+                self._pause("connections came before the server was ready")
+
+    def accepted(self) -> None:
+        """Counts one connection accepted; stops accepting if it empties the bucket."""
+        if self._accepts.take(self._loop.time()) and not self._paused:
+            self._pause(
+                f"accept_burst {self._accepts.depth:.0f}, accept_rate {self._accepts.rate:g}/s"
+            )
 
     def violation(self) -> None:
         """Counts one violation; stops accepting if it empties the bucket."""
         self.violations += 1
-        self._tokens = max(-self._burst, self._refill() - 1)
-        if self._tokens < 1 and not self._paused and self._reserve is not None:
-            self._pause()
+        if self._violations.take(self._loop.time()) and not self._paused:
+            self._pause(
+                f"{self.violations} connections broke the protocol so far (violation_burst"
+                f" {self._violations.depth:.0f}, violation_rate {self._violations.rate:g}/s)"
+            )
 
     def close(self) -> None:
         """Stops accepting for good: closes the server and the sockets held."""
@@ -102,36 +147,27 @@ class AcceptGate:
         for server in self._servers:
             await server.wait_closed()
 
-    def _refill(self) -> float:
+    def _wait(self) -> float:
         now = self._loop.time()
-        self._tokens = min(self._burst, self._tokens + (now - self._filled_at) * self._rate)
-        self._filled_at = now
-        return self._tokens
+        return max(self._accepts.wait(now), self._violations.wait(now))
 
-    def _pause(self) -> None:
+    def _pause(self, why: str) -> None:
+        if self._reserve is None or self._closed:
+            return
         self._paused = True
         self.pauses += 1
         for server in self._servers:
             server.close()
         self._servers = []
-        self._log.log(
-            logging.WARNING,
-            "stopped accepting connections for %.2f s: %d connections broke the protocol"
-            " so far (violation_burst %d, violation_rate %g/s)",
-            (1 - self._tokens) / self._rate,
-            self.violations,
-            self._burst,
-            self._rate,
-        )
-        self._wait_for_token()
-
-    def _wait_for_token(self) -> None:
-        self._timer = self._loop.call_later((1 - self._tokens) / self._rate, self._resume)
+        wait = self._wait()
+        self._log.log(logging.WARNING, "stopped accepting connections for %.2f s: %s", wait, why)
+        self._timer = self._loop.call_later(wait, self._resume)
 
     def _resume(self) -> None:
         self._timer = None
-        if self._refill() < 1:  # violations of connections already open came meanwhile
-            self._wait_for_token()
+        wait = self._wait()
+        if wait > 0:  # violations of connections already open came meanwhile
+            self._timer = self._loop.call_later(wait, self._resume)
             return
         self._reopening = self._loop.create_task(self._reopen())
 
@@ -149,8 +185,7 @@ class AcceptGate:
                 raise
             # out of file descriptors, most likely: try again, never stop accepting for good
             self._log.log(logging.WARNING, "cannot accept connections again yet: %s", error)
-            self._tokens = 0.0
-            self._wait_for_token()
+            self._timer = self._loop.call_later(_RESUME_SECONDS, self._resume)
             return
         self._reopening = None
         if self._closed:

@@ -69,6 +69,13 @@ class WorkerLimits:
       is answered ``bad_request``. Reading a value costs about its item count, so each message
       read costs at most about ``max_message_items + max_payload_items`` items of work, however
       it was built (a 4 MiB frame holds four million one-byte ints).
+    - ``accept_burst`` (1,000) and ``accept_rate`` (500 per second): connections accepted, on
+      the whole worker, as a token bucket: it holds up to ``accept_burst`` of them and
+      refills at ``accept_rate`` a second; once it is empty, the worker stops accepting new
+      connections until it holds a tenth of a second's refill (new clients wait in the
+      system's listen backlog; open connections are served as before). So a peer that dials
+      and closes again and again, breaking no rule, gets about ``accept_rate`` connections a
+      second, while a thousand clients can connect at once.
     - ``violation_burst`` (20) and ``violation_rate`` (5 per second): connections closed for
       breaking the protocol (a malformed message, one over a bound above, a bad hello) or for
       a failed TLS handshake, on the whole worker, as a token bucket: it holds up to
@@ -98,6 +105,8 @@ class WorkerLimits:
     frame_timeout: float = 30.0
     max_message_items: int = 4096
     max_payload_items: int = 1 << 20
+    accept_burst: int = 1000
+    accept_rate: float = 500.0
     violation_burst: int = 20
     violation_rate: float = 5.0
     log_interval: float = 10.0
@@ -114,7 +123,7 @@ class WorkerLimits:
                 ):
                     raise ValueError(
                         f"WorkerLimits.{field.name} must be a positive finite number"
-                        f"{'' if field.name == 'violation_rate' else ' of seconds'}, got {value!r}"
+                        f"{'' if field.name.endswith('_rate') else ' of seconds'}, got {value!r}"
                     )
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}")

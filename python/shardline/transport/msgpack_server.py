@@ -316,11 +316,17 @@ async def serve_msgpack(
 
 
 def _accepting(state: _State, context: ssl.SSLContext | None) -> Callable[[], asyncio.Protocol]:
-    """The protocol factory of a TCP server: a connection's :class:`_Link`, after its TLS
-    handshake when ``context`` is given (a refused handshake is logged and counted as a
-    violation)."""
+    """The protocol factory of a TCP server, called at each accept (counted by the server's
+    :class:`~shardline.transport.churn.AcceptGate`): a connection's :class:`_Link`, after its
+    TLS handshake when ``context`` is given (a refused one is logged and is a violation)."""
+    gate = state.gate
     if context is None:
-        return lambda: _Link(state)
+
+        def plain() -> asyncio.Protocol:
+            gate.accepted()
+            return _Link(state)
+
+        return plain
 
     def refused(peer: Any, error: BaseException) -> None:
         who = join_host_port(peer[0], peer[1]) if isinstance(peer, tuple) else "a client"
@@ -330,9 +336,13 @@ def _accepting(state: _State, context: ssl.SSLContext | None) -> Callable[[], as
             who,
             type_name(error) + f": {error}",
         )
-        state.gate.violation()
+        gate.violation()
 
-    return lambda: TlsAccept(context, lambda: _Link(state), refused, state.handshakes)
+    def secured() -> asyncio.Protocol:
+        gate.accepted()
+        return TlsAccept(context, lambda: _Link(state), refused, state.handshakes)
+
+    return secured
 
 
 def _serve_address(address: str) -> tuple[tuple[str, int] | str, bool]:
