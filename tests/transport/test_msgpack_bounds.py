@@ -32,6 +32,7 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.msgpack_server import serve_msgpack
+from support.certificates import make_certificates
 from support.transport_servers import WAIT
 from support.worker_processes import worker_process
 
@@ -536,6 +537,34 @@ async def test_connections_dialled_again_and_again_pause_accepting(
         # about burst + rate a second; without the bound, thousands
         assert accepted <= burst + rate * seconds + 2, accepted
         assert await established.dispatch(Task("echo", 3), timeout=WAIT) == 3
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+async def test_a_worker_s_connections_have_tcp_keepalive(
+    tls: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # set once on the listening socket on Linux, whose accepted sockets inherit it
+    certificates = make_certificates(tmp_path_factory.mktemp("tls")) if tls else None
+    server = await serve_msgpack(
+        {"echo": lambda payload: payload},
+        "127.0.0.1:0",
+        InProcessDiscovery("keepalive"),
+        tls=certificates.serving() if certificates else None,
+    )
+    opened = MsgpackConnection(
+        server.metadata, tls=certificates.dialling() if certificates else None
+    )
+    try:
+        assert await opened.dispatch(Task("echo", 1)) == 1
+        (link,) = server._state.links
+        sock = link._transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    finally:
+        opened.close()
+        await server.stop(0)
 
 
 async def test_lines_logged_per_connection_closed_are_at_most_one_per_log_interval() -> None:
