@@ -121,8 +121,10 @@ class MsgpackWorkerServer(AnnouncedServer):
 
     @property
     def accept_pauses(self) -> int:
-        """How many times the server stopped accepting connections for a while because of
-        violations (see :attr:`violations`)."""
+        """How many times the server stopped accepting connections for a while, because
+        connections came, or broke the protocol (:attr:`violations`), faster than its
+        :class:`~shardline.transport.limits.WorkerLimits` allow (``accept_rate``,
+        ``violation_rate``)."""
         return self._state.gate.pauses
 
     async def _close(self, grace: float) -> None:
@@ -201,7 +203,8 @@ async def serve_msgpack(
     taken as ``address``); its ``ca`` requires client certificates signed by it (mutual
     TLS). A client whose handshake fails or takes over
     :data:`~shardline.transport.tls.HANDSHAKE_TIMEOUT` seconds is dropped before it can send
-    anything. Without ``tls``, a TCP address that is not loopback (``127.0.0.1``, ``::1``,
+    anything, logged at WARNING with its address and why (throttled, see ``limits``), and
+    counted as a violation. Without ``tls``, a TCP address that is not loopback (``127.0.0.1``, ``::1``,
     ``localhost``) is refused with ``ValueError`` unless ``insecure`` is true: anyone who can
     reach it could run every handler. A Unix socket is always plaintext (``tls`` with one is
     a ``ValueError``).
@@ -214,8 +217,11 @@ async def serve_msgpack(
 
     ``limits`` (a :class:`~shardline.transport.limits.WorkerLimits`; its defaults when None)
     bounds what clients may hold: connections, calls in flight on the whole worker, answer
-    bytes queued unread, the time to say hello, to finish a message and to stay idle, and the
-    items of a message and of a payload. Serving raises the process's soft limit on open files
+    bytes queued unread, the time to say hello, to finish a message and to stay idle, the
+    items of a message and of a payload, and connection churn: over a TCP address, the worker
+    stops accepting for a while when connections come, or break the protocol, faster than
+    ``limits`` allow (connections already open are served on), and the lines it logs per
+    connection are throttled to one of each kind per ``log_interval``. Serving raises the process's soft limit on open files
     to its hard limit where the system allows (logged at INFO), and running out of file
     descriptors is logged at WARNING.
 
