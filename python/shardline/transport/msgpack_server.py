@@ -204,10 +204,10 @@ async def serve_msgpack(
     TLS). A client whose handshake fails or takes over
     :data:`~shardline.transport.tls.HANDSHAKE_TIMEOUT` seconds is dropped before it can send
     anything, logged at WARNING with its address and why (throttled, see ``limits``), and
-    counted as a violation. Without ``tls``, a TCP address that is not loopback (``127.0.0.1``, ``::1``,
-    ``localhost``) is refused with ``ValueError`` unless ``insecure`` is true: anyone who can
-    reach it could run every handler. A Unix socket is always plaintext (``tls`` with one is
-    a ``ValueError``).
+    counted as a violation. Without ``tls``, a TCP address that is not loopback
+    (``127.0.0.1``, ``::1``, ``localhost``) is refused with ``ValueError`` unless ``insecure``
+    is true: anyone who can reach it could run every handler. A Unix socket is always
+    plaintext (``tls`` with one is a ``ValueError``).
 
     Frames over ``max_frame_bytes`` are refused: a peer sending one is disconnected (logged
     as an error; other connections are served on), a result that would make one is answered
@@ -221,9 +221,9 @@ async def serve_msgpack(
     items of a message and of a payload, and connection churn: over a TCP address, the worker
     stops accepting for a while when connections come, or break the protocol, faster than
     ``limits`` allow (connections already open are served on), and the lines it logs per
-    connection are throttled to one of each kind per ``log_interval``. Serving raises the process's soft limit on open files
-    to its hard limit where the system allows (logged at INFO), and running out of file
-    descriptors is logged at WARNING.
+    connection are throttled to one of each kind per ``log_interval``. Serving raises the
+    process's soft limit on open files to its hard limit where the system allows (logged at
+    INFO), and running out of file descriptors is logged at WARNING.
 
     The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
     extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
