@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline.transport.churn import _RESUME_SECONDS, AcceptGate
+from shardline.transport.churn import _RESUME_SECONDS, _ROUNDING, AcceptGate
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.log_throttle import LogThrottle
 
@@ -89,11 +89,11 @@ class BucketModel:
 
     def take(self) -> bool:
         self.tokens = max(-self.depth, self.tokens - 1)
-        return self.tokens < 1
+        return self.tokens < 1 - _ROUNDING
 
     def enough(self) -> bool:
         mark = max(1.0, min(self.depth, self.rate * _RESUME_SECONDS))
-        return self.tokens >= mark - self.rate * _EPSILON
+        return self.tokens >= mark - max(_ROUNDING, self.rate * _EPSILON)
 
 
 def _quiet_log() -> LogThrottle:

@@ -24,6 +24,8 @@ server's own options), the socket's ownership passed to the server made."""
 # A pause waits for this share of a second's refill (and at least one token), so a steady
 # churn costs at most about ten pauses a second, not one per connection.
 _RESUME_SECONDS = 0.1
+# Tokens a refill computed in two steps may lack against one: not a shortage.
+_ROUNDING = 1e-9
 
 
 class _Bucket:
@@ -41,7 +43,7 @@ class _Bucket:
     def take(self, now: float) -> bool:
         """Takes one; whether fewer than one is left after."""
         self.tokens = max(-self.depth, self.level(now) - 1)
-        return self.tokens < 1
+        return self.tokens < 1 - _ROUNDING
 
     def level(self, now: float) -> float:
         self.tokens = min(self.depth, self.tokens + (now - self.filled_at) * self.rate)
@@ -50,8 +52,8 @@ class _Bucket:
 
     def wait(self, now: float) -> float:
         """Seconds until it holds enough to resume accepting (0: it does)."""
-        enough = max(1.0, min(self.depth, self.rate * _RESUME_SECONDS))
-        return max(0.0, (enough - self.level(now)) / self.rate)
+        short = max(1.0, min(self.depth, self.rate * _RESUME_SECONDS)) - self.level(now)
+        return short / self.rate if short > _ROUNDING else 0.0
 
 
 class AcceptGate:
