@@ -102,13 +102,14 @@ def _quiet_log() -> LogThrottle:
     return LogThrottle(quiet, cast(Any, Clock()), 10.0)
 
 
+# (kind, how many at once) for accepts and violations (a burst can run a bucket into its
+# debt's floor), (wait, seconds)
 events = st.lists(
     st.one_of(
-        st.just(("accepted", 0.0)),
-        st.just(("violation", 0.0)),
+        st.tuples(st.sampled_from(["accepted", "violation"]), st.integers(1, 25)),
         st.tuples(st.just("wait"), st.sampled_from([0.001, 0.01, 0.05, 0.1, 0.3, 1.0, 3.0])),
     ),
-    max_size=120,
+    max_size=60,
 )
 
 
@@ -121,6 +122,7 @@ events = st.lists(
 def test_the_gate_accepts_when_the_buckets_model_says_so(
     events: list[tuple[str, float]], accept: tuple[int, float], violation: tuple[int, float]
 ) -> None:
+    # (for accepts and violations, the number is how many come at once)
     limits = WorkerLimits(
         accept_burst=accept[0],
         accept_rate=accept[1],
@@ -148,13 +150,14 @@ def test_the_gate_accepts_when_the_buckets_model_says_so(
                 if paused and all(bucket.enough() for bucket in buckets.values()):
                     paused = False
             else:
-                if kind == "violation":
-                    violations += 1
-                    gate.violation()
-                else:
-                    gate.accepted()
-                if buckets[kind].take() and not paused:
-                    paused, pauses = True, pauses + 1
+                for _ in range(int(seconds)):
+                    if kind == "violation":
+                        violations += 1
+                        gate.violation()
+                    else:
+                        gate.accepted()
+                    if buckets[kind].take() and not paused:
+                        paused, pauses = True, pauses + 1
             assert gate.paused == paused
             assert (gate.pauses, gate.violations) == (pauses, violations)
             # accepting: exactly one server open; paused: none
