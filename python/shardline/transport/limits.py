@@ -65,10 +65,10 @@ class WorkerLimits:
     - ``max_message_items`` (4,096): items (each value, container and map key counts one) in one
       message, outside the payload it carries; beyond them the connection is closed.
       A MessagePack-RPC message of this protocol holds about ten.
-    - ``max_payload_items`` (1,048,576): items in one dispatch's payload; beyond them the call
-      is answered ``bad_request``. Reading a value costs about its item count, so each message
-      read costs at most about ``max_message_items + max_payload_items`` items of work, however
-      it was built (a 4 MiB frame holds four million one-byte ints).
+    - ``max_payload_items`` (1,048,576): items in one dispatch's (or stream's) payload; beyond
+      them the call is answered ``bad_request``. Reading a value costs about its item count, so
+      each message read costs at most about ``max_message_items + max_payload_items`` items of
+      work, however it was built (a 4 MiB frame holds four million one-byte ints).
     - ``accept_burst`` (1,000) and ``accept_rate`` (500 per second): connections accepted, on
       the whole worker, as a token bucket: it holds up to ``accept_burst`` of them and
       refills at ``accept_rate`` a second; once it is empty, the worker stops accepting new
@@ -86,10 +86,12 @@ class WorkerLimits:
       gets about ``violation_rate`` connections a second, and a connection that is not yet
       accepted waits at most ``(violation_burst + 1) / violation_rate`` seconds (4.2 s) for
       its turn. The rule counts the whole worker, not each peer address: see
-      docs/msgpack-rpc.md ("Bounds") for why. Not applied to a Unix socket (only this user
-      can reach it).
+      docs/msgpack-rpc.md ("Connection churn") for why. Each pause, of either bucket, is
+      logged at WARNING and counted (``MsgpackWorkerServer.accept_pauses``; the violations:
+      ``violations``). Neither bucket applies to a Unix socket (only this user can reach it).
     - ``log_interval`` (10 s): the lines a worker logs per connection closed for a violation
-      (at ERROR) or per refused TLS handshake (at WARNING): the first in each ``log_interval``
+      (at ERROR), per refused TLS handshake and per accept pause (at WARNING), each kind
+      apart: the first in each ``log_interval``
       is logged as it comes, those that follow it in the interval are counted and said in one
       line at its end.
 
