@@ -434,6 +434,16 @@ async def test_a_payload_of_millions_of_items_is_a_bad_request_naming_the_bound(
         close_all([sock])
 
 
+async def test_a_stream_s_payload_is_bounded_as_a_dispatch_s() -> None:
+    async with bounded_worker({"max_payload_items": 3}) as worker, client(worker) as opened:
+        with pytest.raises(WorkerError, match="more than 3 items"):
+            async for _ in await opened.stream(Task("ticks", [1, 2, 3])):
+                pass
+        async for tick in await opened.stream(Task("ticks", [1, 2])):
+            assert tick == 0
+            break
+
+
 @pytest.mark.parametrize(
     ("params", "said"),
     [

@@ -91,9 +91,8 @@ class WorkerLimits:
       ``violations``). Neither bucket applies to a Unix socket (only this user can reach it).
     - ``log_interval`` (10 s): the lines a worker logs per connection closed for a violation
       (at ERROR), per refused TLS handshake and per accept pause (at WARNING), each kind
-      apart: the first in each ``log_interval``
-      is logged as it comes, those that follow it in the interval are counted and said in one
-      line at its end.
+      apart: the first in each ``log_interval`` is logged as it comes, those that follow it
+      in the interval are counted and said in one line at its end.
 
     ``ValueError``, naming the field, for a count that is not a positive int or a timeout,
     rate or interval that is not a positive finite number.
