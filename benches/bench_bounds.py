@@ -35,8 +35,10 @@ Measured per phase (``extra_info["phases"]``; ``healthy`` is the first healthy p
 included), ``healthy_p99_ms`` (the healthy phase's just before) and ``p99_ratio`` (to it;
 ``p99_ratio_to_first``: to the first healthy phase's, as this benchmark measured before), the
 worker's resident memory at the phase's end (``rss_mb``) and the CPU seconds it used in the
-phase (``worker_cpu_s``). ``extra_info["goals"]`` judges each attack's
-ratio against 5. One round of ``benchmark.pedantic`` (the figures are in ``extra_info``).
+phase (``worker_cpu_s``); for the attacks that dial again and again, the connections the
+attacker made in its ``SETTLE + PHASE`` seconds (``attack_connections``).
+``extra_info["goals"]`` judges each attack's ratio against 5. One round of
+``benchmark.pedantic`` (the figures are in ``extra_info``).
 """
 
 from __future__ import annotations
@@ -110,16 +112,20 @@ async def _hold(socks: list[socket.socket], seconds: float) -> None:
 async def _again_and_again(
     send: Callable[[socket.socket], Awaitable[None]], host: str, port: int, seconds: float
 ) -> None:
-    """Dials, sends, waits for the worker to close the socket, and again, for ``seconds``."""
+    """Dials, sends, waits for the worker to close the socket, and again, for ``seconds``;
+    prints how many connections it made."""
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
+    dialled = 0
     while loop.time() < end:
         sock = await _dial(host, port)
+        dialled += 1
         with contextlib.suppress(ConnectionError):
             await send(sock)
             while await loop.sock_recv(sock, 1 << 16):
                 pass
         sock.close()
+    print(dialled, flush=True)
 
 
 async def attack(name: str, host: str, port: int, seconds: float) -> None:
@@ -167,12 +173,12 @@ async def attack(name: str, host: str, port: int, seconds: float) -> None:
 
         await _again_and_again(msgid, host, port, seconds)
     elif name == "hello_and_close":
-        end = loop.time() + seconds
-        while loop.time() < end:
-            sock = await _dial(host, port)
-            with contextlib.suppress(ConnectionError):
-                await loop.sock_recv(sock, 1 << 16)
+
+        async def nothing(sock: socket.socket) -> None:
+            await loop.sock_recv(sock, 1 << 16)  # the worker's hello: then close
             sock.close()
+
+        await _again_and_again(nothing, host, port, seconds)
     else:
         raise ValueError(f"no attack {name!r}")
 
@@ -245,6 +251,7 @@ async def _run() -> dict[str, Any]:
                         str(PHASE + SETTLE),
                     ],
                     cwd=Path(__file__).parents[1],
+                    stdout=subprocess.PIPE,
                 )
                 await asyncio.sleep(SETTLE)
             cpu = process_cpu(worker.pid)
@@ -264,7 +271,9 @@ async def _run() -> dict[str, Any]:
                 figures["p99_ratio"] = figures["p99_ms"] / healthy["p99_ms"]
                 phases[name] = figures
             if attacker is not None:
-                attacker.wait()
+                said, _ = attacker.communicate()
+                if said.strip():  # the attacks that dial again and again say how often
+                    figures["attack_connections"] = int(said)
             # a fresh socket for the next phase, as a client whose socket was closed would dial
             connection.close()
             connection = MsgpackConnection(record)
@@ -301,6 +310,7 @@ def test_a_legitimate_client_during_each_attack(benchmark: Any) -> None:
             f" x{figures['p99_ratio']:5.2f} (x{figures['p99_ratio_to_first']:5.2f} to the first)"
             f"  rss {figures['rss_mb']:6.0f} MB  cpu {figures['worker_cpu_s']:5.2f} s"
             f"  failures {figures['failures']}"
+            f"  attack connections {figures.get('attack_connections', '-')}"
         )
 
 
