@@ -176,7 +176,8 @@ async def attack(name: str, host: str, port: int, seconds: float) -> None:
 
         async def nothing(sock: socket.socket) -> None:
             await loop.sock_recv(sock, 1 << 16)  # the worker's hello: then close
-            sock.close()
+            with contextlib.suppress(OSError):  # (one the worker reset first)
+                sock.shutdown(socket.SHUT_RDWR)
 
         await _again_and_again(nothing, host, port, seconds)
     else:

@@ -46,6 +46,9 @@ class Clock:
     def time(self) -> float:
         return self.now
 
+    def call_soon(self, callback: Callable[..., None], *args: Any) -> _Timer:
+        return self.call_later(0.0, callback, *args)
+
     def call_later(self, delay: float, callback: Callable[..., None], *args: Any) -> _Timer:
         timer = _Timer()
         heapq.heappush(self._timers, (self.now + delay, next(self._order), timer, callback, args))
@@ -158,6 +161,7 @@ def test_the_gate_accepts_when_the_buckets_model_says_so(
                         gate.accepted()
                     if buckets[kind].take() and not paused:
                         paused, pauses = True, pauses + 1
+            clock.advance(0.0)  # (a pause closes its server once the callback returns)
             assert gate.paused == paused
             assert (gate.pauses, gate.violations) == (pauses, violations)
             # accepting: exactly one server open; paused: none

@@ -547,6 +547,8 @@ async def test_connections_dialled_again_and_again_pause_accepting(
         # about burst + rate a second; without the bound, thousands
         assert accepted <= burst + rate * seconds + 2, accepted
         assert await established.dispatch(Task("echo", 3), timeout=WAIT) == 3
+        # no accept failed on the way (a server closed under an accept logs its traceback)
+        assert not [line for line in worker.lines if "Traceback" in line], worker.lines
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])

@@ -80,7 +80,11 @@ class AcceptGate:
     descriptor: the socket, and its backlog, stays open in the kernel, and accepting resumes
     with a new server on another duplicate (``reserve``). Nothing is accepted while paused:
     accepting a connection only to close it would cost the loop most of what the churn
-    costs it, and would let the peer dial again sooner.
+    costs it, and would let the peer dial again sooner. A pause closes the server once the
+    callback that counted the last event returns, so a connection being accepted then is
+    served: uvloop makes a connection's transport as it accepts it; asyncio's own loop makes
+    it a turn later, so there a connection it accepted in the same turn as a pause, after
+    the event that caused it, is dropped (its client dials again).
     """
 
     def __init__(
@@ -158,8 +162,11 @@ class AcceptGate:
             return
         self._paused = True
         self.pauses += 1
+        # Closed once the current callback returns: an accept may be under way (the protocol
+        # factory counts it), and a server closed before it attaches the connection's
+        # transport fails that connection.
         for server in self._servers:
-            server.close()
+            self._loop.call_soon(server.close)
         self._servers = []
         wait = self._wait()
         self._log.log(logging.WARNING, "stopped accepting connections for %.2f s: %s", wait, why)
