@@ -32,6 +32,7 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.msgpack_server import serve_msgpack
+from support.certificates import make_certificates
 from support.transport_servers import WAIT
 from support.worker_processes import worker_process
 
@@ -433,6 +434,16 @@ async def test_a_payload_of_millions_of_items_is_a_bad_request_naming_the_bound(
         close_all([sock])
 
 
+async def test_a_stream_s_payload_is_bounded_as_a_dispatch_s() -> None:
+    async with bounded_worker({"max_payload_items": 3}) as worker, client(worker) as opened:
+        with pytest.raises(WorkerError, match="more than 3 items"):
+            async for _ in await opened.stream(Task("ticks", [1, 2, 3])):
+                pass
+        async for tick in await opened.stream(Task("ticks", [1, 2])):
+            assert tick == 0
+            break
+
+
 @pytest.mark.parametrize(
     ("params", "said"),
     [
@@ -481,6 +492,112 @@ async def test_a_msgid_outside_32_bits_closes_the_connection_cleanly(
         close_all([sock])
 
 
+# --- connection churn ----------------------------------------------------------------------
+
+
+async def _dial_again_and_again(worker: Worker, seconds: float, *, violate: bool) -> int:
+    """The attack: one connection after another for ``seconds``, each saying hello and then
+    sending a msgid of -1 and waiting for the worker to close it (``violate``), or closing
+    as soon as the worker's hello comes; returns how many the worker accepted."""
+    loop = asyncio.get_running_loop()
+    bad = msgpack.packb([0, -1, wire.PING, []])
+    accepted = 0
+    end = loop.time() + seconds
+    while loop.time() < end:
+        sock = socket.socket()
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (worker.host, worker.port))
+            await loop.sock_sendall(sock, wire.hello(1 << 30) + (bad if violate else b""))
+            async with asyncio.timeout(max(0.0, end - loop.time())):
+                while await loop.sock_recv(sock, 1 << 16) and not violate:
+                    break  # the worker's hello: accepted
+            accepted += 1
+        except ConnectionError:
+            accepted += 1
+        except TimeoutError:
+            break  # still waiting to be accepted when the attack ends
+        finally:
+            sock.close()
+    return accepted
+
+
+@pytest.mark.parametrize(
+    ("violate", "limits", "said"),
+    [
+        (True, {"violation_burst": 5, "violation_rate": 2.0}, "violation_burst 5"),
+        (False, {"accept_burst": 5, "accept_rate": 2.0}, "accept_burst 5"),
+    ],
+    ids=["breaking-the-protocol", "breaking-nothing"],
+)
+async def test_connections_dialled_again_and_again_pause_accepting(
+    violate: bool, limits: dict[str, Any], said: str
+) -> None:
+    burst, rate, seconds = 5, 2.0, 3.0
+    async with bounded_worker(limits) as worker, client(worker) as established:
+        assert await established.dispatch(Task("echo", 0)) == 0
+        attack = asyncio.ensure_future(_dial_again_and_again(worker, seconds, violate=violate))
+        await worker.logged("WARNING", "stopped accepting connections for", said)
+        # a connection open before the pause is served during it
+        assert await established.dispatch(Task("echo", 1), timeout=WAIT) == 1
+        # one dialled during the attack waits its turn in the backlog, and is served
+        async with client(worker) as dialled:
+            assert await dialled.dispatch(Task("echo", 2), timeout=WAIT) == 2
+        accepted = await attack
+        # about burst + rate a second; without the bound, thousands
+        assert accepted <= burst + rate * seconds + 2, accepted
+        assert await established.dispatch(Task("echo", 3), timeout=WAIT) == 3
+        # no accept failed on the way (a server closed under an accept logs its traceback)
+        assert not [line for line in worker.lines if "Traceback" in line], worker.lines
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+async def test_a_worker_s_connections_have_tcp_keepalive(
+    tls: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # set once on the listening socket on Linux, whose accepted sockets inherit it
+    certificates = make_certificates(tmp_path_factory.mktemp("tls")) if tls else None
+    server = await serve_msgpack(
+        {"echo": lambda payload: payload},
+        "127.0.0.1:0",
+        InProcessDiscovery("keepalive"),
+        tls=certificates.serving() if certificates else None,
+    )
+    opened = MsgpackConnection(
+        server.metadata, tls=certificates.dialling() if certificates else None
+    )
+    try:
+        assert await opened.dispatch(Task("echo", 1)) == 1
+        (link,) = server._state.links
+        sock = link._transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    finally:
+        opened.close()
+        await server.stop(0)
+
+
+async def test_lines_logged_per_connection_closed_are_at_most_one_per_log_interval() -> None:
+    attempts = 30
+    async with bounded_worker({"log_interval": 2.0, "violation_burst": 1000}) as worker:
+        socks = [await raw_socket(worker) for _ in range(attempts)]
+        for sock in socks:
+            await asyncio.get_running_loop().sock_sendall(
+                sock, msgpack.packb([0, -1, wire.PING, []])
+            )
+        for sock in socks:
+            assert await closed_by_worker(sock)
+        close_all(socks)
+        summary = await worker.logged("ERROR", "... and", "more like it within 2 s, the last:")
+        full = [line for line in worker.lines if line.startswith("ERROR") and "... and" not in line]
+        assert len(full) == 1, full
+        assert "closing the connection of the client at 127.0.0.1:" in full[0]
+        assert f"and {attempts - 1} more like it" in summary, summary
+        assert "msgid -1 is not in 0..4294967295" in summary
+
+
 # --- where limits are given -------------------------------------------------------------
 
 
@@ -497,6 +614,18 @@ def test_limits_are_checked_and_read_back_from_their_settings() -> None:
         WorkerLimits(max_calls=0)
     with pytest.raises(ValueError, match="hello_timeout must be a positive finite"):
         WorkerLimits(hello_timeout=float("inf"))
+    churn = WorkerLimits(accept_rate=9.5, violation_burst=3, violation_rate=0.5, log_interval=60.0)
+    assert churn.settings() == [
+        "accept_rate=9.5",
+        "violation_burst=3",
+        "violation_rate=0.5",
+        "log_interval=60.0",
+    ]
+    assert WorkerLimits.parse(["violation_rate=2", "log_interval=1"]) == WorkerLimits(
+        violation_rate=2.0, log_interval=1.0
+    )
+    with pytest.raises(ValueError, match="violation_rate must be a positive finite number, got 0"):
+        WorkerLimits(violation_rate=0)
 
 
 async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:
@@ -521,6 +650,13 @@ async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:
             opened.close()
     async with worker_process(tmp_path, *arguments[:4], "--limit", "max_cals=1") as process:
         assert await process.exit_status() == 2
+    churn = ("--limit", "violation_rate=2.5", "--limit", "log_interval=1")
+    async with worker_process(tmp_path, *arguments[:4], *churn) as process:
+        opened = MsgpackConnection(await process.ready())
+        try:
+            assert await opened.dispatch(Task("echo", 1)) == 1
+        finally:
+            opened.close()
 
 
 async def test_a_local_pool_gives_its_workers_the_limits() -> None:

@@ -34,6 +34,7 @@ from shardline.transport import (
 )
 from shardline.transport import msgpack_wire as wire
 from shardline.transport.demo_handlers import DEMO_HANDLERS
+from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack_server import MsgpackWorkerServer
 from shardline.transport.server import WorkerServer
 from shardline.workers import WorkerMetadata
@@ -251,6 +252,30 @@ async def test_a_bad_certificate_is_refused_at_once_saying_why(
         )
         if served != "expired_server":
             assert await echo(server.metadata, tls=good) == "over TLS"
+
+
+async def test_a_worker_logs_the_tls_handshakes_it_refuses_one_line_per_interval(
+    certificates: Certificates, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "shardline.transport.msgpack_server")
+    limits = WorkerLimits(log_interval=60.0)
+    async with worker("msgpack", certificates.serving(mutual=True), limits=limits) as server:
+        assert isinstance(server, MsgpackWorkerServer)
+        for _ in range(3):  # no client certificate
+            await refused(server.metadata, tls=certificates.dialling())
+        async with asyncio.timeout(WAIT):
+            while server.violations < 3:
+                await asyncio.sleep(0.01)
+        lines = [record.getMessage() for record in caplog.records]
+        (line,) = [line for line in lines if "refused the TLS handshake" in line]
+        assert line.startswith("refused the TLS handshake of 127.0.0.1:"), line
+        assert "certificate" in line, line
+        # a caller with the right certificates is served as before
+        good = certificates.dialling(certificates.client)
+        assert await echo(server.metadata, tls=good) == "over TLS"
+    # the rest of the interval's, said when the worker stops
+    (summary,) = [r.getMessage() for r in caplog.records if "more like it" in r.getMessage()]
+    assert summary.startswith("... and 2 more like it within 60 s, the last: refused the TLS")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

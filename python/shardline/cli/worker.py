@@ -164,7 +164,8 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
             "msgpack only, repeatable: a bound the worker keeps whatever its clients send, one"
             " of WorkerLimits' fields (max_connections, max_calls, max_queued_bytes,"
             " hello_timeout, idle_timeout, frame_timeout, max_message_items,"
-            " max_payload_items), e.g. --limit max_calls=2048 (default: docs/msgpack-rpc.md)"
+            " max_payload_items, violation_burst, violation_rate, log_interval), e.g."
+            " --limit max_calls=2048 (default: docs/msgpack-rpc.md)"
         ),
     )
     worker.set_defaults(run=_worker)

@@ -65,13 +65,37 @@ class WorkerLimits:
     - ``max_message_items`` (4,096): items (each value, container and map key counts one) in one
       message, outside the payload it carries; beyond them the connection is closed.
       A MessagePack-RPC message of this protocol holds about ten.
-    - ``max_payload_items`` (1,048,576): items in one dispatch's payload; beyond them the call
-      is answered ``bad_request``. Reading a value costs about its item count, so each message
-      read costs at most about ``max_message_items + max_payload_items`` items of work, however
-      it was built (a 4 MiB frame holds four million one-byte ints).
+    - ``max_payload_items`` (1,048,576): items in one dispatch's (or stream's) payload; beyond
+      them the call is answered ``bad_request``. Reading a value costs about its item count, so
+      each message read costs at most about ``max_message_items + max_payload_items`` items of
+      work, however it was built (a 4 MiB frame holds four million one-byte ints).
+    - ``accept_burst`` (1,000) and ``accept_rate`` (500 per second): connections accepted, on
+      the whole worker, as a token bucket: it holds up to ``accept_burst`` of them and
+      refills at ``accept_rate`` a second; once it is empty, the worker stops accepting new
+      connections until it holds a tenth of a second's refill (new clients wait in the
+      system's listen backlog; open connections are served as before). So a peer that dials
+      and closes again and again, breaking no rule, gets about ``accept_rate`` connections a
+      second, while a thousand clients can connect at once.
+    - ``violation_burst`` (20) and ``violation_rate`` (5 per second): connections closed for
+      breaking the protocol (a malformed message, one over a bound above, a bad hello) or for
+      a failed TLS handshake, on the whole worker, as a token bucket: it holds up to
+      ``violation_burst`` of them and refills at ``violation_rate`` a second; once it is
+      empty, the worker stops accepting new connections until it holds one again (new
+      clients wait in the system's listen backlog; open connections are served on as
+      before). So an attacker who dials again and again, breaking the protocol each time,
+      gets about ``violation_rate`` connections a second, and a connection that is not yet
+      accepted waits at most ``(violation_burst + 1) / violation_rate`` seconds (4.2 s) for
+      its turn. The rule counts the whole worker, not each peer address: see
+      docs/msgpack-rpc.md ("Connection churn") for why. Each pause, of either bucket, is
+      logged at WARNING and counted (``MsgpackWorkerServer.accept_pauses``; the violations:
+      ``violations``). Neither bucket applies to a Unix socket (only this user can reach it).
+    - ``log_interval`` (10 s): the lines a worker logs per connection closed for a violation
+      (at ERROR), per refused TLS handshake and per accept pause (at WARNING), each kind
+      apart: the first in each ``log_interval`` is logged as it comes, those that follow it
+      in the interval are counted and said in one line at its end.
 
-    ``ValueError``, naming the field, for a count that is not a positive int or a timeout that
-    is not a positive finite number of seconds.
+    ``ValueError``, naming the field, for a count that is not a positive int or a timeout,
+    rate or interval that is not a positive finite number.
     """
 
     max_connections: int = 10_000
@@ -82,11 +106,16 @@ class WorkerLimits:
     frame_timeout: float = 30.0
     max_message_items: int = 4096
     max_payload_items: int = 1 << 20
+    accept_burst: int = 1000
+    accept_rate: float = 500.0
+    violation_burst: int = 20
+    violation_rate: float = 5.0
+    log_interval: float = 10.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value: Any = getattr(self, field.name)
-            if field.name.endswith("_timeout"):
+            if field.type == "float":
                 if (
                     isinstance(value, bool)
                     or not isinstance(value, int | float)
@@ -94,8 +123,8 @@ class WorkerLimits:
                     or value <= 0
                 ):
                     raise ValueError(
-                        f"WorkerLimits.{field.name} must be a positive finite number of"
-                        f" seconds, got {value!r}"
+                        f"WorkerLimits.{field.name} must be a positive finite number"
+                        f"{'' if field.name.endswith('_rate') else ' of seconds'}, got {value!r}"
                     )
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}")
@@ -106,6 +135,7 @@ class WorkerLimits:
         ``idle_timeout=60``), the defaults for the rest: what ``shardline worker --limit``
         takes. ``ValueError`` naming the setting for an unknown name or a bad value."""
         known = [field.name for field in fields(cls)]
+        decimal = {field.name for field in fields(cls) if field.type == "float"}
         given: dict[str, Any] = {}
         for setting in settings:
             name, equals, text = setting.partition("=")
@@ -115,7 +145,7 @@ class WorkerLimits:
                     f"a limit is NAME=VALUE, NAME one of {', '.join(known)}; got {setting!r}"
                 )
             try:
-                given[name] = float(text) if name.endswith("_timeout") else int(text)
+                given[name] = float(text) if name in decimal else int(text)
             except ValueError:
                 raise ValueError(f"limit {setting!r}: {text!r} is not a number") from None
         return cls(**given)

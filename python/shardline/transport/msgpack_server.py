@@ -8,10 +8,13 @@ import concurrent.futures
 import functools
 import logging
 import os
+import socket
+import ssl
 import stat
+import sys
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import copy_context
 from types import CoroutineType, MappingProxyType
 from typing import Any, cast
@@ -21,6 +24,7 @@ from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.host_port import join_host_port, split_host_port
 from shardline.transport import msgpack_stream_wire as stream_wire
 from shardline.transport import msgpack_wire as wire
+from shardline.transport.churn import AcceptGate
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
 from shardline.transport.limits import (
@@ -31,6 +35,7 @@ from shardline.transport.limits import (
     WorkerLimits,
     connection_bound,
 )
+from shardline.transport.log_throttle import LogThrottle
 from shardline.transport.msgpack_stream_worker import StreamProducer, UnsendableItem
 from shardline.transport.remote_errors import builtin_base, remote_traceback
 from shardline.transport.serving import (
@@ -45,7 +50,8 @@ from shardline.transport.serving import (
     reserve_publisher,
     type_name,
 )
-from shardline.transport.tls import HANDSHAKE_TIMEOUT, TlsSettings, check_plaintext
+from shardline.transport.tls import TlsSettings, check_plaintext
+from shardline.transport.tls_accept import TlsAccept
 from shardline.transport.wire import (
     BAD_REQUEST,
     BAD_RESULT,
@@ -69,6 +75,10 @@ _TRANSIENT_TYPE = "shardline.RetryElsewhere"
 # never makes it too small (which would drop requests before their deadline).
 _DRIFT = 1e-4
 
+# Linux gives an accepted socket its listening socket's keepalive options (and asyncio's and
+# uvloop's TCP_NODELAY): set once there, not at each connection's cost.
+_INHERITS_KEEPALIVE = sys.platform == "linux"
+
 
 class MsgpackWorkerServer(AnnouncedServer):
     """A running worker, made by :func:`serve_msgpack`. ``metadata`` is the record it
@@ -86,7 +96,6 @@ class MsgpackWorkerServer(AnnouncedServer):
 
     def __init__(
         self,
-        server: asyncio.AbstractServer,
         state: _State,
         metadata: WorkerMetadata,
         publisher: DiscoveryPublisher,
@@ -94,7 +103,6 @@ class MsgpackWorkerServer(AnnouncedServer):
         grace: float,
     ) -> None:
         super().__init__(metadata, publisher, grace)
-        self._server = server
         self._state = state
         self._socket_file = socket_file
 
@@ -104,11 +112,28 @@ class MsgpackWorkerServer(AnnouncedServer):
         (see :class:`~shardline.transport.limits.WorkerLimits`), since the server started."""
         return self._state.sweeper.refused
 
+    @property
+    def violations(self) -> int:
+        """Connections closed for breaking the protocol, and TLS handshakes refused, since
+        the server started: what ``WorkerLimits.violation_burst`` and ``violation_rate``
+        count."""
+        return self._state.gate.violations
+
+    @property
+    def accept_pauses(self) -> int:
+        """How many times the server stopped accepting connections for a while, because
+        connections came, or broke the protocol (:attr:`violations`), faster than its
+        :class:`~shardline.transport.limits.WorkerLimits` allow (``accept_rate``,
+        ``violation_rate``)."""
+        return self._state.gate.pauses
+
     async def _close(self, grace: float) -> None:
         state = self._state
         state.stopping = True
         state.sweeper.stop()
-        self._server.close()
+        state.gate.close()
+        for handshake in state.handshakes:
+            handshake.cancel()
         calls = [call for link in state.links for call in link.calls.values()]
         if calls:
             await asyncio.wait(calls, timeout=grace)
@@ -120,7 +145,8 @@ class MsgpackWorkerServer(AnnouncedServer):
         for link in list(state.links):
             link.close()
         state.threads.shutdown(wait=False, cancel_futures=True)
-        await self._server.wait_closed()
+        await state.gate.wait_closed()
+        state.log.close()
         _remove_socket_file(self._socket_file)
 
 
@@ -177,10 +203,11 @@ async def serve_msgpack(
     taken as ``address``); its ``ca`` requires client certificates signed by it (mutual
     TLS). A client whose handshake fails or takes over
     :data:`~shardline.transport.tls.HANDSHAKE_TIMEOUT` seconds is dropped before it can send
-    anything. Without ``tls``, a TCP address that is not loopback (``127.0.0.1``, ``::1``,
-    ``localhost``) is refused with ``ValueError`` unless ``insecure`` is true: anyone who can
-    reach it could run every handler. A Unix socket is always plaintext (``tls`` with one is
-    a ``ValueError``).
+    anything, logged at WARNING with its address and why (throttled, see ``limits``), and
+    counted as a violation. Without ``tls``, a TCP address that is not loopback
+    (``127.0.0.1``, ``::1``, ``localhost``) is refused with ``ValueError`` unless ``insecure``
+    is true: anyone who can reach it could run every handler. A Unix socket is always
+    plaintext (``tls`` with one is a ``ValueError``).
 
     Frames over ``max_frame_bytes`` are refused: a peer sending one is disconnected (logged
     as an error; other connections are served on), a result that would make one is answered
@@ -190,10 +217,13 @@ async def serve_msgpack(
 
     ``limits`` (a :class:`~shardline.transport.limits.WorkerLimits`; its defaults when None)
     bounds what clients may hold: connections, calls in flight on the whole worker, answer
-    bytes queued unread, the time to say hello, to finish a message and to stay idle, and the
-    items of a message and of a payload. Serving raises the process's soft limit on open files
-    to its hard limit where the system allows (logged at INFO), and running out of file
-    descriptors is logged at WARNING.
+    bytes queued unread, the time to say hello, to finish a message and to stay idle, the
+    items of a message and of a payload, and connection churn: over a TCP address, the worker
+    stops accepting for a while when connections come, or break the protocol, faster than
+    ``limits`` allow (connections already open are served on), and the lines it logs per
+    connection are throttled to one of each kind per ``log_interval``. Serving raises the
+    process's soft limit on open files to its hard limit where the system allows (logged at
+    INFO), and running out of file descriptors is logged at WARNING.
 
     The record is ``WorkerMetadata(uid or a new uuid4, address, os.getpid(), version, tags,
     extra)``, published as ``worker-added`` through ``discovery.publisher``. Stopping the
@@ -245,23 +275,26 @@ async def serve_msgpack(
                 server = await loop.create_unix_server(lambda: _Link(state), where)
             except OSError as error:
                 raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
+            state.gate.attach(server, None)
             os.chmod(where, 0o600)
             status = os.stat(where)
             socket_file = (where, status.st_dev, status.st_ino)
             published = f"{wire.UNIX_SCHEME}{where}"
         else:
             host, port = where
+            factory = _accepting(state, context)
             try:
-                server = await loop.create_server(
-                    lambda: _Link(state),
-                    host,
-                    port,
-                    reuse_port=False,
-                    ssl=context,
-                    ssl_handshake_timeout=None if context is None else HANDSHAKE_TIMEOUT,
-                )
+                server = await loop.create_server(factory, host, port, reuse_port=False)
             except OSError as error:
                 raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
+            if _INHERITS_KEEPALIVE:
+                for listening in server.sockets:
+                    wire.keep_alive_socket(listening)
+
+            def reserve(sock: socket.socket) -> Awaitable[asyncio.Server]:
+                return loop.create_server(factory, sock=sock)
+
+            state.gate.attach(server, reserve)
             bound = server.sockets[0].getsockname()[1] if port == 0 else port
             published = wire.tcp_address(host, bound, tls=context is not None)
         metadata = WorkerMetadata(
@@ -275,8 +308,8 @@ async def serve_msgpack(
         try:
             await publisher.publish("worker-added", metadata)
         except BaseException:
-            server.close()
-            await server.wait_closed()
+            state.gate.close()
+            await state.gate.wait_closed()
             _remove_socket_file(socket_file)
             raise
     except BaseException:
@@ -285,7 +318,37 @@ async def serve_msgpack(
         raise
     state.sweeper.start()
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
-    return MsgpackWorkerServer(server, state, metadata, publisher, socket_file, grace)
+    return MsgpackWorkerServer(state, metadata, publisher, socket_file, grace)
+
+
+def _accepting(state: _State, context: ssl.SSLContext | None) -> Callable[[], asyncio.Protocol]:
+    """The protocol factory of a TCP server, called at each accept (counted by the server's
+    :class:`~shardline.transport.churn.AcceptGate`): a connection's :class:`_Link`, after its
+    TLS handshake when ``context`` is given (a refused one is logged and is a violation)."""
+    gate = state.gate
+    if context is None:
+
+        def plain() -> asyncio.Protocol:
+            gate.accepted()
+            return _Link(state)
+
+        return plain
+
+    def refused(peer: Any, error: BaseException) -> None:
+        who = join_host_port(peer[0], peer[1]) if isinstance(peer, tuple) else "a client"
+        state.log.log(
+            logging.WARNING,
+            "refused the TLS handshake of %s: %s",
+            who,
+            type_name(error) + f": {error}",
+        )
+        gate.violation()
+
+    def secured() -> asyncio.Protocol:
+        gate.accepted()
+        return TlsAccept(context, lambda: _Link(state), refused, state.handshakes)
+
+    return secured
 
 
 def _serve_address(address: str) -> tuple[tuple[str, int] | str, bool]:
@@ -421,6 +484,10 @@ class _State:
         self.stopping = False
         self.calls = 0  # dispatches in flight over every link
         self.sweeper = Sweeper(loop, limits, self.links, max_connections)
+        # the lines a peer can cause one of per connection, and the bound on that churn
+        self.log = LogThrottle(logger, loop, limits.log_interval)
+        self.gate = AcceptGate(loop, limits, self.log)
+        self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
 
 
 class _Link(asyncio.Protocol):
@@ -476,7 +543,8 @@ class _Link(asyncio.Protocol):
             self._peer = f"the client at {join_host_port(peer[0], peer[1])}"
         elif peer:
             self._peer = f"the client at {peer}"
-        wire.keep_alive(transport)
+        if not _INHERITS_KEEPALIVE:
+            wire.keep_alive(transport)
         self._high_water = transport.get_write_buffer_limits()[1]
         self._state.links.add(self)
         transport.write(wire.hello(self._state.max_frame_bytes, self._loop.time()))
@@ -585,7 +653,9 @@ class _Link(asyncio.Protocol):
                 self._flush()
 
     def _drop(self, reason: str) -> None:
-        logger.error("closing the connection of %s: %s", self._peer, reason)
+        """Closes the connection of a peer that broke the protocol: a violation."""
+        self._state.log.log(logging.ERROR, "closing the connection of %s: %s", self._peer, reason)
+        self._state.gate.violation()
         if self._transport is not None:
             self._transport.abort()
 
@@ -685,62 +755,13 @@ class _Link(asyncio.Protocol):
         (``unreadable`` says why); ``seconds`` its timeout, ``deadline`` its deadline on the
         client's clock. The decoder hands these over already taken apart, the payload read;
         those whose payload it cannot read come through :meth:`_request`."""
-        calls = self.calls
-        if msgid in calls:
-            raise MalformedMessage(f"msgid {msgid} is already in flight")
-        state = self._state
-        if state.stopping:
-            self._write(_stopped(msgid, False))
+        admitted = self._admit(msgid, name, seconds, deadline, stream=False)
+        if admitted is None:
             return
-        if deadline is not None and self._clock_offset is not None:
-            left = self._place(deadline, seconds)
-            if left <= 0:
-                # its caller gave up while it waited to be read (this worker stalled)
-                self._dropped += 1
-                self._write(
-                    wire.error(
-                        msgid,
-                        wire.DEADLINE,
-                        "shardline.Deadline",
-                        f"handler {name!r}: the caller's deadline passed {-left:.3f} s before"
-                        " the worker read the request; not started",
-                        started=False,
-                    )
-                )
-                return
-            if seconds is None or left < seconds:
-                seconds = left
-        if len(calls) >= state.max_in_flight or state.calls >= state.limits.max_calls:
-            self._answer_error(
-                msgid,
-                wire.BUSY,
-                "shardline.Busy",
-                f"{state.max_in_flight} dispatches already in flight on this connection"
-                if len(calls) >= state.max_in_flight
-                else f"{state.limits.max_calls} dispatches already in flight on this worker",
-            )
-            return
-        entry = state.handlers.get(name)
-        if entry is None:
-            self._answer_error(
-                msgid,
-                wire.UNKNOWN_HANDLER,
-                UNKNOWN_HANDLER,
-                f"no handler named {name!r} (this worker serves: {state.served})",
-            )
-            return
+        (handler, is_async), seconds = admitted
         if unreadable is not None:
             self._answer_error(
                 msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {unreadable}"
-            )
-            return
-        if name in state.streaming:
-            self._answer_error(
-                msgid,
-                wire.BAD_REQUEST,
-                BAD_REQUEST,
-                f"handler {name!r} is an async generator: its items are read with stream(),"
-                " not dispatch()",
             )
             return
         # The handler's own coroutine up to its first wait, run here, in a copy of the context
@@ -748,7 +769,8 @@ class _Link(asyncio.Protocol):
         # coroutine of this class and no turn of the loop; one that waits goes on as a task
         # (_run) from where it waits. An exception of the first step is answered here as _run
         # would answer it.
-        handler, is_async = entry
+        calls = self.calls
+        state = self._state
         context = copy_context()
         loop = self._loop
         queued = None
@@ -812,22 +834,63 @@ class _Link(asyncio.Protocol):
         """A stream request: refused, or answered at once, as a dispatch is, for the same
         reasons; else its handler's generator runs as a task (:class:`StreamProducer`) that
         sends its items, counted in ``calls`` as a dispatch, answered by :meth:`_run`."""
-        state = self._state
         try:
             request = stream_wire.read_stream_request(params)
         except MalformedMessage as error:
             self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, str(error))
             return
-        name, seconds, deadline = request.handler, request.timeout, request.deadline
+        name = request.handler
+        admitted = self._admit(msgid, name, request.timeout, request.deadline, stream=True)
+        if admitted is None:
+            return
+        (handler, _), seconds = admitted
+        try:
+            argument = wire.unpack_value(
+                request.payload, "the payload", self._state.limits.max_payload_items
+            )
+        except MalformedMessage as error:
+            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
+            return
+        context = copy_context()
+        try:
+            generator = context.run(handler, argument)
+        except BaseException as error:
+            self._write(_failed(msgid, name, error, self._answer_limit))
+            return
+        producer = StreamProducer(
+            msgid, name, generator, request.window, self._write, self._answer_limit
+        )
+        loop = self._loop
+        call = loop.create_task(self._run(msgid, name, producer.run(), seconds), context=context)
+        self.calls[msgid] = call
+        self._state.calls += 1
+        self._producers[msgid] = producer
+        call.add_done_callback(functools.partial(self._finished, msgid))
+        if seconds is not None:
+            if self._deadlines is None:
+                self._deadlines = Deadlines(loop, self._expire, _call_ended)
+            self._deadlines.add(loop.time() + seconds, (msgid, call))
+
+    def _admit(
+        self, msgid: int, name: str, seconds: float | None, deadline: float | None, *, stream: bool
+    ) -> tuple[tuple[Handler, bool], float | None] | None:
+        """Whether a call of handler ``name`` (a stream when ``stream``, else a dispatch) may
+        start: None once it is answered here (the worker is stopping, the caller's
+        ``deadline``, on its clock, passed before the worker read the request, too many calls
+        are in flight, no handler has that name, or the handler is not of the call's kind);
+        else the handler's entry and the seconds the call has (``seconds``, its timeout,
+        tightened to its deadline)."""
         calls = self.calls
         if msgid in calls:
             raise MalformedMessage(f"msgid {msgid} is already in flight")
+        state = self._state
         if state.stopping:
             self._write(_stopped(msgid, False))
-            return
+            return None
         if deadline is not None and self._clock_offset is not None:
             left = self._place(deadline, seconds)
             if left <= 0:
+                # its caller gave up while it waited to be read (this worker stalled)
                 self._dropped += 1
                 self._write(
                     wire.error(
@@ -835,11 +898,11 @@ class _Link(asyncio.Protocol):
                         wire.DEADLINE,
                         "shardline.Deadline",
                         f"handler {name!r}: the caller's deadline passed {-left:.3f} s before"
-                        " the worker read the stream request; not started",
+                        f" the worker read the {'stream ' if stream else ''}request; not started",
                         started=False,
                     )
                 )
-                return
+                return None
             if seconds is None or left < seconds:
                 seconds = left
         if len(calls) >= state.max_in_flight or state.calls >= state.limits.max_calls:
@@ -851,7 +914,7 @@ class _Link(asyncio.Protocol):
                 if len(calls) >= state.max_in_flight
                 else f"{state.limits.max_calls} dispatches already in flight on this worker",
             )
-            return
+            return None
         entry = state.handlers.get(name)
         if entry is None:
             self._answer_error(
@@ -860,40 +923,20 @@ class _Link(asyncio.Protocol):
                 UNKNOWN_HANDLER,
                 f"no handler named {name!r} (this worker serves: {state.served})",
             )
-            return
-        if name not in state.streaming:
+            return None
+        if stream != (name in state.streaming):
             self._answer_error(
                 msgid,
                 wire.BAD_REQUEST,
                 BAD_REQUEST,
                 f"handler {name!r} is not an async generator function: it answers dispatch(),"
-                " it cannot stream",
+                " it cannot stream"
+                if stream
+                else f"handler {name!r} is an async generator: its items are read with"
+                " stream(), not dispatch()",
             )
-            return
-        try:
-            argument = wire.unpack_value(request.payload, "the payload")
-        except MalformedMessage as error:
-            self._answer_error(msgid, wire.BAD_REQUEST, BAD_REQUEST, f"handler {name!r}: {error}")
-            return
-        context = copy_context()
-        try:
-            generator = context.run(entry[0], argument)
-        except BaseException as error:
-            self._write(_failed(msgid, name, error, self._answer_limit))
-            return
-        producer = StreamProducer(
-            msgid, name, generator, request.window, self._write, self._answer_limit
-        )
-        loop = self._loop
-        call = loop.create_task(self._run(msgid, name, producer.run(), seconds), context=context)
-        calls[msgid] = call
-        state.calls += 1
-        self._producers[msgid] = producer
-        call.add_done_callback(functools.partial(self._finished, msgid))
-        if seconds is not None:
-            if self._deadlines is None:
-                self._deadlines = Deadlines(loop, self._expire, _call_ended)
-            self._deadlines.add(loop.time() + seconds, (msgid, call))
+            return None
+        return entry, seconds
 
     def _place(self, deadline: float, seconds: float | None) -> float:
         """The seconds left until ``deadline`` (on the client's clock), ``seconds`` the

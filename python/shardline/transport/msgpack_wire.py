@@ -93,6 +93,7 @@ __all__ = [
     "error",
     "hello",
     "keep_alive",
+    "keep_alive_socket",
     "pack",
     "pack_value",
     "ping",
@@ -473,7 +474,14 @@ def keep_alive(transport: Any) -> None:
     peer that vanished without a word (a host down, a cable cut) is found on an idle
     connection within about :data:`KEEPALIVE_SECONDS`."""
     sock = transport.get_extra_info("socket")
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+    if sock is not None:
+        keep_alive_socket(sock)
+
+
+def keep_alive_socket(sock: Any) -> None:
+    """:func:`keep_alive` for a socket (a server's listening one: on Linux, the sockets it
+    accepts inherit the options)."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
         return
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     # Linux names these; elsewhere the system's keepalive timing applies.

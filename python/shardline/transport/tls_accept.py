@@ -1,0 +1,102 @@
+"""`TlsAccept`: a worker's TCP connection up to the end of its TLS handshake, so a worker sees
+the handshakes it refuses (asyncio and uvloop drop them without a word)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from typing import Any, cast
+
+from shardline.transport.eager import start_eagerly
+from shardline.transport.tls import HANDSHAKE_TIMEOUT
+
+__all__ = ["TlsAccept"]
+
+
+class TlsAccept(asyncio.Protocol):
+    """The protocol a TLS worker's server makes for each connection it accepts: runs the
+    server side of the TLS handshake (``context``, at most :data:`HANDSHAKE_TIMEOUT`
+    seconds), then gives the TLS transport to a protocol of ``make()``, as if that protocol's
+    server had been made with ``ssl=context``. A handshake that fails, or does not finish in
+    time, closes the connection and calls ``refused(peer, error)``, ``peer`` the socket's
+    peer address (``peername``), ``error`` the exception the handshake raised.
+    ``handshakes`` holds the handshakes under way (a worker that stops cancels them).
+
+    Implementation notes: the handshake is ``loop.start_tls`` on the plain transport, whose
+    failure the caller sees; a server made with ``ssl=`` only logs it in debug mode. It is
+    started within ``connection_made`` (:func:`start_eagerly`), so the handshake's first
+    bytes are read by it: uvloop starts reading once ``connection_made`` returns, whatever
+    it paused, and what a protocol that is not yet the TLS one read would be lost. What the TLS
+    transport delivers between the handshake's end and the protocol of ``make()`` taking
+    it (a first request sent with the handshake's last flight) is kept and handed over.
+    """
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        make: Callable[[], asyncio.Protocol],
+        refused: Callable[[Any, BaseException], None],
+        handshakes: set[asyncio.Task[None]],
+    ) -> None:
+        self._context = context
+        self._make = make
+        self._refused = refused
+        self._handshakes = handshakes
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        plain = cast(asyncio.Transport, transport)
+        handshake = start_eagerly(asyncio.get_running_loop(), self._handshake(plain))
+        if handshake is not None:
+            self._handshakes.add(handshake)
+            handshake.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, plain: asyncio.Transport) -> None:
+        early = _Early()
+        try:
+            secured = await asyncio.get_running_loop().start_tls(
+                plain,
+                early,
+                self._context,
+                server_side=True,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+            )
+        except asyncio.CancelledError:
+            plain.abort()
+            raise
+        except Exception as error:
+            plain.abort()
+            self._refused(plain.get_extra_info("peername"), error)
+            return
+        if secured is None or early.lost:
+            return  # (the peer left as the handshake ended)
+        protocol = self._make()
+        secured.set_protocol(protocol)
+        protocol.connection_made(secured)
+        early.hand_over(protocol)
+
+
+class _Early(asyncio.Protocol):
+    """The TLS transport's protocol during the handshake: keeps what comes before the
+    protocol of ``make()`` takes over."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.ended = False
+        self.lost = False
+
+    def data_received(self, data: bytes) -> None:
+        self.received.append(data)
+
+    def eof_received(self) -> bool | None:
+        self.ended = True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+    def hand_over(self, protocol: asyncio.Protocol) -> None:
+        if self.received:
+            protocol.data_received(b"".join(self.received))
+        if self.ended:
+            protocol.eof_received()
