@@ -18,10 +18,10 @@ from typing import Any
 
 from shardline._extras import require_extra
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
-from shardline.checks import check_count, check_seconds
+from shardline.checks import check_count, check_seconds, refusal
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
-from shardline.errors import WorkerStartError
+from shardline.errors import InvalidArgumentType, WorkerStartError
 from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
 from shardline.proxy_stream import ProxyStream
@@ -172,7 +172,7 @@ class LocalPool:
         self._spec = check_spec(handlers)
         if tls is not None:
             if not isinstance(tls, TlsSettings):
-                raise ValueError(f"tls must be a TlsSettings, not {tls!r}")
+                raise InvalidArgumentType(f"tls must be a TlsSettings, not {tls!r}")
             tls.server_context()  # the workers serve with it: bad files are said here
         self._tls = tls
         self._timeout = check_seconds("timeout", timeout)
@@ -188,7 +188,9 @@ class LocalPool:
         self._limits = limits
         self._max_frame_bytes = check_count("max_frame_bytes", max_frame_bytes)
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, not {max_restarts!r}")
+            raise refusal(max_restarts, int)(
+                f"max_restarts must be an int >= 0, not {max_restarts!r}"
+            )
         self._workers = workers
         self._transport = transport
         self._start_timeout = check_seconds("start_timeout", start_timeout)
