@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pickle
+import pkgutil
 import subprocess
 import sys
 from typing import Any
@@ -21,6 +22,27 @@ ERRORS = [
     for name in errors.__all__
     if isinstance(value := getattr(errors, name), type) and issubclass(value, BaseException)
 ]
+
+
+def public_errors() -> list[type[BaseException]]:
+    """Every exception class a public module of shardline exports (in its ``__all__``)."""
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages(shardline.__path__, "shardline."):
+        if any(part.startswith("_") for part in info.name.split(".")):
+            continue
+        module = importlib.import_module(info.name)
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__.startswith("shardline.")
+            ):
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return [found[name] for name in sorted(found)]
+
+
+PUBLIC_ERRORS = public_errors()
 
 LAZY_PACKAGES = [
     "shardline",
@@ -41,6 +63,21 @@ def test_every_error_is_made_with_no_arguments_as_a_builtin_is(cls: type[Excepti
     assert error.args == ()
     assert str(error) == ""
     assert isinstance(error, shardline.ShardlineError)
+
+
+def test_the_public_errors_found_include_those_of_the_subpackages() -> None:
+    names = {cls.__name__ for cls in PUBLIC_ERRORS}
+    assert {"TransientRpcError", "TransportError", "FrameTooLarge", "RetryElsewhere"} <= names
+
+
+@pytest.mark.parametrize("cls", PUBLIC_ERRORS, ids=lambda cls: f"{cls.__module__}.{cls.__name__}")
+def test_every_public_error_of_every_module_is_made_with_no_arguments(
+    cls: type[Exception],
+) -> None:
+    with pytest.raises(cls) as raised:
+        raise cls()
+    assert raised.value.args == ()
+    assert str(raised.value) == ""
 
 
 @pytest.mark.parametrize("cls", ERRORS, ids=lambda cls: cls.__name__)

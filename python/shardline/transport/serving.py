@@ -47,8 +47,8 @@ class RetryElsewhere(Exception):
     says the task was not sent (``RpcError.sent`` false): the handler asked for it to go
     elsewhere, so it must not have done anything it would do again there."""
 
-    def __init__(self, message: str = "", *, overloaded: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str | None = None, *, overloaded: bool = False) -> None:
+        super().__init__(*(() if message is None else (message,)))
         self.overloaded = overloaded
 
 
