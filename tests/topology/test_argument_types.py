@@ -45,24 +45,21 @@ def assert_wrong_type(error: BaseException) -> None:
     assert isinstance(error, ValueError)
 
 
-@pytest.mark.parametrize("bad", WRONG_TYPES, ids=repr)
+@pytest.mark.parametrize(
+    ("bad", "wrong_type"),
+    [(bad, True) for bad in WRONG_TYPES] + [(bad, False) for bad in OUT_OF_RANGE],
+    ids=repr,
+)
 @pytest.mark.parametrize("where", ["owner", "find_bucket_master", "owners", "bucket_id count"])
-def test_a_bucket_id_or_count_of_another_type_is_also_a_type_error(
-    topology: Topology, where: str, bad: Any
-) -> None:
-    with pytest.raises(TypeError, match="must be an int") as raised:
-        calls(topology)[where](bad)
-    assert_wrong_type(raised.value)
-
-
-@pytest.mark.parametrize("bad", OUT_OF_RANGE, ids=repr)
-@pytest.mark.parametrize("where", ["owner", "find_bucket_master", "owners", "bucket_id count"])
-def test_an_int_out_of_range_is_a_value_error_only(
-    topology: Topology, where: str, bad: Any
+def test_a_bucket_id_or_count_of_another_type_is_also_a_type_error_one_out_of_range_is_not(
+    topology: Topology, where: str, bad: Any, wrong_type: bool
 ) -> None:
     with pytest.raises(InvalidArgument, match="must be an int from") as raised:
         calls(topology)[where](bad)
-    assert not isinstance(raised.value, TypeError)
+    if wrong_type:
+        assert_wrong_type(raised.value)
+    else:
+        assert not isinstance(raised.value, TypeError)
 
 
 @pytest.mark.parametrize(
@@ -104,21 +101,17 @@ def test_an_out_of_the_right_type_but_unusable_is_a_value_error_only(topology: T
         assert not isinstance(raised.value, TypeError)
 
 
-@pytest.mark.parametrize("bad", ["1", None, True, [1]], ids=repr)
+@pytest.mark.parametrize(
+    ("bad", "wrong_type"),
+    [("1", True), (None, True), (True, True), ([1], True), (0, False), (-1, False)],
+)
 @pytest.mark.parametrize("check", [check_seconds, check_count], ids=lambda c: c.__name__)
-def test_the_shared_checks_call_a_value_of_another_type_a_type_error(
-    check: Callable[[str, object], object], bad: Any
-) -> None:
-    with pytest.raises(TypeError, match="timeout must be") as raised:
-        check("timeout", bad)
-    assert_wrong_type(raised.value)
-
-
-@pytest.mark.parametrize("bad", [0, -1])
-@pytest.mark.parametrize("check", [check_seconds, check_count], ids=lambda c: c.__name__)
-def test_the_shared_checks_call_a_number_out_of_range_a_value_error_only(
-    check: Callable[[str, object], object], bad: int
+def test_the_shared_checks_call_another_type_a_type_error_and_a_number_out_of_range_not(
+    check: Callable[[str, object], object], bad: Any, wrong_type: bool
 ) -> None:
     with pytest.raises(ValueError, match="timeout must be") as raised:
         check("timeout", bad)
-    assert not isinstance(raised.value, TypeError)
+    if wrong_type:
+        assert_wrong_type(raised.value)
+    else:
+        assert not isinstance(raised.value, TypeError)
