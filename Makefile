@@ -29,8 +29,8 @@ test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run
 lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi, the import layers (import-linter)
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
-	$(BIN)/ruff check python tests benches examples
-	$(BIN)/ruff format --check python tests benches examples
+	$(BIN)/ruff check python tests benches examples docs
+	$(BIN)/ruff format --check python tests benches examples docs
 	$(BIN)/mypy --strict python/shardline
 	$(BIN)/python -m mypy.stubtest shardline._core
 	$(BIN)/lint-imports

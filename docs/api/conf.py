@@ -50,8 +50,10 @@ def _private(name: str) -> bool:
 def public_modules(package: str, *, recursive: bool = True) -> list[str]:
     """``package`` and the public modules below it (and the subpackages', if ``recursive``)."""
     path = importlib.import_module(package).__path__
-    below = pkgutil.walk_packages(path, f"{package}.") if recursive else pkgutil.iter_modules(
-        path, f"{package}."
+    below = (
+        pkgutil.walk_packages(path, f"{package}.")
+        if recursive
+        else pkgutil.iter_modules(path, f"{package}.")
     )
     return sorted(
         [package]
