@@ -14,7 +14,7 @@ written in its docstring, and its message is empty.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 __all__ = [
     "DeadlineExceeded",
@@ -47,9 +47,32 @@ def _given(message: str | None) -> tuple[str, ...]:
     return () if message is None else (message,)
 
 
+def _rebuilt(cls: type[ShardlineError], args: tuple[object, ...]) -> ShardlineError:
+    """An error of ``cls`` with ``args``, made without its ``__init__`` (for unpickling)."""
+    error = cls.__new__(cls, *args)
+    error.args = args  # an OSError's __new__ leaves them to an __init__ of the subclass's own
+    return error
+
+
 class ShardlineError(Exception):
     """Root of the errors shardline defines (see this module's docstring for the builtin
-    errors it also raises)."""
+    errors it also raises).
+
+    Every one survives ``pickle`` and ``copy``: its message and attributes come back as they
+    were.
+
+    Implementation notes:
+        A builtin error is rebuilt as ``cls(*args)``, but ``args`` here is the message alone
+        while the constructors take what the message is made of (``WorkerError``'s remote
+        type, handler...): it is rebuilt from ``args`` without ``__init__``, then given its
+        attributes back (an ``ImportError``'s ``name`` and ``path`` are not in ``__dict__``).
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = dict(self.__dict__)
+        if isinstance(self, ImportError):
+            state.update(name=self.name, path=self.path)
+        return _rebuilt, (type(self), self.args), state
 
 
 class InvalidEvent(ShardlineError, ValueError):

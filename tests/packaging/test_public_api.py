@@ -4,6 +4,7 @@ its exports and not the loader's internals."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import pickle
@@ -85,6 +86,31 @@ def test_an_error_made_with_no_arguments_survives_pickling(cls: type[Exception])
     copy: Any = pickle.loads(pickle.dumps(cls()))
     assert type(copy) is cls
     assert copy.args == ()
+
+
+WITH_ARGUMENTS = [
+    shardline.RpcError("m", reason="busy", address="grpc://h:1", sent=True),
+    shardline.OutcomeUnknown("m", reason="deadline", address="grpc://h:1", uid=7),
+    shardline.DeadlineExceeded("m", timeout=1.0, tried=((7, "a", "deadline"),), may_have_run=True),
+    shardline.WorkerError("ValueError", "bad", handler="h", address="a", remote_traceback="tb"),
+    shardline.MissingExtra("pg", "asyncpg", needed_by="the client"),
+    shardline.InvalidRecord("oversized", "m"),
+    shardline.InvalidAddress("m", reason="r"),
+    shardline.InstanceUnavailable("m", instance="i", address="h:1"),
+    errors.NotPicodata("m", address="h:1"),
+    shardline.InvalidArgumentType("m"),
+]
+
+
+@pytest.mark.parametrize("error", WITH_ARGUMENTS, ids=lambda error: type(error).__name__)
+def test_an_error_made_with_arguments_survives_pickling_and_copying(error: Exception) -> None:
+    for copied in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert type(copied) is type(error)
+        assert copied.args == error.args
+        assert str(copied) == str(error)
+        assert vars(copied) == vars(error)
+    if isinstance(error, ImportError):
+        assert pickle.loads(pickle.dumps(error)).name == error.name
 
 
 def test_an_rpc_error_made_with_no_arguments_has_the_documented_defaults() -> None:
