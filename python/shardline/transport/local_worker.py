@@ -2,18 +2,18 @@
 
 ``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
 --directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS
---max-frame-bytes N [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--limit NAME=VALUE ...]``
+[--max-frame-bytes N] [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--limit NAME=VALUE ...]``
 imports the mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at
 ``ADDRESS`` (a Unix socket's path or loopback ``host:port``) over the named transport, refusing
-messages over ``N`` bytes (with TLS when given the files of a
-:class:`~shardline.transport.tls.TlsSettings`) and announces the worker through
-``LocalDiscovery(NS, directory=DIR)`` with the record uid ``UID``. It runs until SIGTERM, or
-until its standard input reaches end of file, which is how it learns that the process that
-started it is gone: it then withdraws its record and stops like on SIGTERM (calls in flight get
-``--grace`` seconds), and exits at the latest ``--grace`` plus 5 seconds after the end of file
-even if a handler does not return. A handlers spec that cannot be loaded is logged (naming the
-spec and the import error) and the process exits with status 2, before it serves anything. Its
-log goes to standard error.
+messages over ``N`` bytes (:data:`~shardline.transport.MAX_MESSAGE_BYTES` by default; with TLS
+when given the files of a :class:`~shardline.transport.tls.TlsSettings`) and announces the
+worker through ``LocalDiscovery(NS, directory=DIR)`` with the record uid ``UID``. It runs until
+SIGTERM, or until its standard input reaches end of file, which is how it learns that the
+process that started it is gone: it then withdraws its record and stops like on SIGTERM (calls
+in flight get ``--grace`` seconds), and exits at the latest ``--grace`` plus 5 seconds after the
+end of file even if a handler does not return. A handlers spec that cannot be loaded is logged
+(naming the spec and the import error) and the process exits with status 2, before it serves
+anything. Its log goes to standard error.
 
 This is an internal entry point of ``LocalPool``, not a command for users (``shardline
 worker --handlers`` is theirs); the transports it can serve over are
@@ -52,6 +52,7 @@ from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
 from shardline.transport.tls import TlsSettings
+from shardline.transport.wire import MAX_MESSAGE_BYTES
 
 __all__ = ["main"]
 
@@ -78,7 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--uid", required=True, type=uuid.UUID, help="the record's uid")
     parser.add_argument("--grace", required=True, type=float, help="seconds to drain calls")
     parser.add_argument(
-        "--max-frame-bytes", required=True, type=int, help="the bound on a message, in bytes"
+        "--max-frame-bytes",
+        type=int,
+        default=MAX_MESSAGE_BYTES,
+        help="the bound on a message, in bytes (default: %(default)s)",
     )
     parser.add_argument("--tls-cert", help="serve TLS with this certificate chain (PEM)")
     parser.add_argument("--tls-key", help="the private key of --tls-cert (PEM)")
