@@ -7,7 +7,7 @@ MATURIN := VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin
 FUZZ_SECONDS ?= 180
 FUZZ_SHORT_SECONDS ?= 10
 
-.PHONY: help demo test lint pytest soak-tests cargo-test fuzz fuzz-short bench servers clean
+.PHONY: help demo test lint pytest soak-tests cargo-test fuzz fuzz-short bench servers clean docs
 .PHONY: wheel wheel-smoke sdist bench-abi3 bench-instrumentation bench-faults
 
 help: ## List the targets
@@ -29,11 +29,16 @@ test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run
 lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi, the import layers (import-linter)
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
-	$(BIN)/ruff check python tests benches examples
-	$(BIN)/ruff format --check python tests benches examples
+	$(BIN)/ruff check python tests benches examples docs
+	$(BIN)/ruff format --check python tests benches examples docs
 	$(BIN)/mypy --strict python/shardline
 	$(BIN)/python -m mypy.stubtest shardline._core
 	$(BIN)/lint-imports
+
+# -E: autodoc does not see a docstring change as a change of the page, so every build reads all
+docs: $(BIN)/maturin ## The API reference from the docstrings (Sphinx, docs/api/; every warning an error) into target/docs/html
+	$(MATURIN) develop --extras docs --quiet
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html -d target/docs/doctrees docs/api target/docs/html
 
 pytest: ## Run the Python test suite
 	$(BIN)/pytest -q

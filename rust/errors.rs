@@ -13,6 +13,7 @@ static UNKNOWN_TIER: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static TIER_WITHOUT_BUCKETS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNHASHABLE_KEY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INVALID_ARGUMENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static INVALID_ARGUMENT_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn raise(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, name: &str, msg: String) -> PyErr {
     match cell.import(py, "shardline.errors", name) {
@@ -45,6 +46,12 @@ pub fn unhashable_key(py: Python<'_>, msg: String) -> PyErr {
 /// value (and its position in a sequence).
 pub fn invalid_argument(py: Python<'_>, msg: String) -> PyErr {
     raise(py, &INVALID_ARGUMENT, "InvalidArgument", msg)
+}
+
+/// An argument of the wrong type (a bucket id that is not an int, an array of other items than
+/// integers): `InvalidArgumentType`, both an `InvalidArgument` and a `TypeError`.
+pub fn invalid_argument_type(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, &INVALID_ARGUMENT_TYPE, "InvalidArgumentType", msg)
 }
 
 /// `value`'s Python repr, for messages; never fails.

@@ -23,7 +23,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyMemoryView};
 
-use crate::errors::{invalid_argument, quoted, short_repr};
+use crate::errors::{invalid_argument, invalid_argument_type, quoted, short_repr};
 use crate::key_encoding::KeyInt;
 
 /// Bucket ids and counts are `u32`s in the maps and in hashing (`hash % count + 1` of a 32-bit
@@ -99,7 +99,7 @@ pub fn bucket_ids(values: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
                         KeyInt::NonNegative(v) => v.to_string(),
                         KeyInt::Negative(v) => v.to_string(),
                     };
-                    out_of_range(values.py(), element(index), 0, number)
+                    out_of_range(values.py(), element(index), 0, number, false)
                 })
             })
             .collect();
@@ -134,37 +134,46 @@ impl Display for Name {
     }
 }
 
-/// `value` as an int in `min..=MAX`, or `InvalidArgument` naming it as `name`.
+/// `value` as an int in `min..=MAX`, or `InvalidArgument` naming it as `name`
+/// (`InvalidArgumentType` when it is not an int).
 fn int_in_range(value: &Bound<'_, PyAny>, min: u32, name: Name) -> PyResult<u32> {
     let py = value.py();
-    let reject = |cause: Option<PyErr>| {
-        let error = out_of_range(py, name, min, short_repr(value));
+    let reject = |wrong_type: bool, cause: Option<PyErr>| {
+        let error = out_of_range(py, name, min, short_repr(value), wrong_type);
         error.set_cause(py, cause);
         error
     };
     // A bool is an int to Python, but never a bucket id or count.
     if value.is_instance_of::<PyBool>() {
-        return Err(reject(None));
+        return Err(reject(true, None));
     }
     match value.extract::<i64>() {
         Ok(v) => u32::try_from(v)
             .ok()
             .filter(|&v| v >= min)
-            .ok_or_else(|| reject(None)),
-        // Not an int (no `__index__`), or one beyond i64: both are out of the domain.
-        Err(err)
-            if err.is_instance_of::<PyTypeError>(py)
-                || err.is_instance_of::<PyOverflowError>(py) =>
-        {
-            Err(reject(Some(err)))
-        }
+            .ok_or_else(|| reject(false, None)),
+        // Not an int (no `__index__`).
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => Err(reject(true, Some(err))),
+        // An int beyond i64: out of the domain.
+        Err(err) if err.is_instance_of::<PyOverflowError>(py) => Err(reject(false, Some(err))),
         // Raised by the value's own `__index__`: the caller's error, passed on unchanged.
         Err(err) => Err(err),
     }
 }
 
-fn out_of_range(py: Python<'_>, name: Name, min: u32, got: impl Display) -> PyErr {
-    invalid_argument(
+fn out_of_range(
+    py: Python<'_>,
+    name: Name,
+    min: u32,
+    got: impl Display,
+    wrong_type: bool,
+) -> PyErr {
+    let raise = if wrong_type {
+        invalid_argument_type
+    } else {
+        invalid_argument
+    };
+    raise(
         py,
         format!("{name} must be an int from {min} to {MAX}, got {got}"),
     )
@@ -269,7 +278,7 @@ impl IntArray {
             // A memoryview of other items cannot be iterated in general (it raises
             // NotImplementedError for '>d' or a struct): its items are never read.
             if values.is_instance_of::<PyMemoryView>() {
-                return Err(invalid_argument(
+                return Err(invalid_argument_type(
                     values.py(),
                     format!(
                         "{what} must be a memoryview of integers, got one of format {}",

@@ -8,7 +8,7 @@
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 
-use crate::errors::{invalid_argument, short_repr};
+use crate::errors::{invalid_argument, invalid_argument_type, short_repr};
 use crate::int_arrays::{int_format, Kind};
 
 /// A writable one-dimensional array of 32- or 64-bit integers (signed or not, either byte order).
@@ -22,11 +22,17 @@ pub struct OutArray {
 }
 
 impl OutArray {
-    /// `value` as an `out=` array, or `InvalidArgument` naming it as `what`.
+    /// `value` as an `out=` array, or `InvalidArgument` naming it as `what`
+    /// (`InvalidArgumentType` for an object with no buffer or items of another type).
     pub fn of(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Self> {
         let py = value.py();
-        let reject = |why: &str| {
-            invalid_argument(
+        let reject = |wrong_type: bool, why: &str| {
+            let raise = if wrong_type {
+                invalid_argument_type
+            } else {
+                invalid_argument
+            };
+            raise(
                 py,
                 format!(
                     "{what} must be a writable one-dimensional array of 32- or 64-bit integers \
@@ -35,19 +41,19 @@ impl OutArray {
                 ),
             )
         };
-        let buffer = PyUntypedBuffer::get(value).map_err(|_| reject("no buffer"))?;
+        let buffer = PyUntypedBuffer::get(value).map_err(|_| reject(true, "no buffer"))?;
         if buffer.readonly() {
-            return Err(reject("it is read-only"));
+            return Err(reject(false, "it is read-only"));
         }
         if buffer.dimensions() != 1 || buffer.suboffsets().is_some() {
-            return Err(reject("it is not one-dimensional"));
+            return Err(reject(false, "it is not one-dimensional"));
         }
         let (wide, signed, swap) = match int_format(buffer.format(), buffer.item_size()) {
             Some((Kind::I32, swap)) => (false, true, swap),
             Some((Kind::U32, swap)) => (false, false, swap),
             Some((Kind::I64, swap)) => (true, true, swap),
             Some((Kind::U64, swap)) => (true, false, swap),
-            _ => return Err(reject("its items are not 32- or 64-bit integers")),
+            _ => return Err(reject(true, "its items are not 32- or 64-bit integers")),
         };
         let (len, stride) = (buffer.shape()[0], buffer.strides()[0]);
         Ok(Self {

@@ -27,6 +27,7 @@ from shardline.errors import (
     InstanceUnavailable,
     InvalidAddress,
     InvalidArgument,
+    InvalidArgumentType,
     InvalidEvent,
     InvalidRecord,
     MissingExtra,
@@ -77,6 +78,7 @@ __all__ = [
     "InstanceUnavailable",
     "InvalidAddress",
     "InvalidArgument",
+    "InvalidArgumentType",
     "InvalidEvent",
     "InvalidRecord",
     "LeastLoadedLoadBalancer",
@@ -113,7 +115,7 @@ __all__ = [
     "bucket_id",
 ]
 
-__getattr__ = lazy_exports(
+__getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "shardline._version": ["__version__"],

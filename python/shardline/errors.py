@@ -2,20 +2,26 @@
 
 Each is a :class:`ShardlineError`, and most also subclass the builtin they resemble, so a
 caller that already catches ``ValueError`` or ``LookupError`` keeps working. An invalid argument
-to a constructor or a setting (a duration, a count, a name) is a plain ``ValueError`` naming the
-argument, and a wait that runs out (a proxy's quorum, a ``LocalPool``'s start) a
-``TimeoutError``.
+to a constructor or a setting (a duration, a count, a name) is a ``ValueError`` naming the
+argument; where the argument's *type* is wrong (a str for a count, a float for a bucket id) the
+error is also a ``TypeError``. A wait that runs out (a proxy's quorum, a ``LocalPool``'s start)
+is a ``TimeoutError``.
+
+Like the builtins, every class here can be made with no arguments (``TransientRpcError()``), as a
+test double raised by a fake connection or worker would be; its attributes then have the defaults
+written in its docstring, and its message is empty.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 __all__ = [
     "DeadlineExceeded",
     "InstanceUnavailable",
     "InvalidAddress",
     "InvalidArgument",
+    "InvalidArgumentType",
     "InvalidEvent",
     "InvalidRecord",
     "MissingExtra",
@@ -35,9 +41,38 @@ __all__ = [
 ]
 
 
+def _given(message: str | None) -> tuple[str, ...]:
+    """An exception's ``args`` for ``message``: none when there is none, as ``ValueError()``
+    has."""
+    return () if message is None else (message,)
+
+
+def _rebuilt(cls: type[ShardlineError], args: tuple[object, ...]) -> ShardlineError:
+    """An error of ``cls`` with ``args``, made without its ``__init__`` (for unpickling)."""
+    error = cls.__new__(cls, *args)
+    error.args = args  # an OSError's __new__ leaves them to an __init__ of the subclass's own
+    return error
+
+
 class ShardlineError(Exception):
     """Root of the errors shardline defines (see this module's docstring for the builtin
-    errors it also raises)."""
+    errors it also raises).
+
+    Every one survives ``pickle`` and ``copy``: its message and attributes come back as they
+    were.
+
+    Implementation notes:
+        A builtin error is rebuilt as ``cls(*args)``, but ``args`` here is the message alone
+        while the constructors take what the message is made of (``WorkerError``'s remote
+        type, handler...): it is rebuilt from ``args`` without ``__init__``, then given its
+        attributes back (an ``ImportError``'s ``name`` and ``path`` are not in ``__dict__``).
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = dict(self.__dict__)
+        if isinstance(self, ImportError):
+            state.update(name=self.name, path=self.path)
+        return _rebuilt, (type(self), self.args), state
 
 
 class InvalidEvent(ShardlineError, ValueError):
@@ -59,7 +94,19 @@ class InvalidArgument(ShardlineError, ValueError):
     Also a balancer name that cannot be resolved (:mod:`shardline.balancers.registry`): unknown
     (the message lists the known names), registered twice, or registered as something that
     makes no balancer.
+
+    Where the argument's type is the problem, the error is an :class:`InvalidArgumentType`,
+    which is also a ``TypeError``.
     """
+
+
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """An argument of the wrong type: a bucket id or count that is not an int (a float, a str,
+    a bool), an array of items that are not integers, an object with no buffer given as an
+    ``out=`` array, a str given where a number of seconds or a count is read. Both a
+    ``TypeError``, as Python's own argument checks raise, and an :class:`InvalidArgument` (so
+    a ``ValueError``), as shardline raised for these before; the message names the argument
+    and the value."""
 
 
 class InvalidAddress(ShardlineError, ValueError):
@@ -68,18 +115,19 @@ class InvalidAddress(ShardlineError, ValueError):
     names the address; ``reason`` says what is wrong with it in words (``"the port 'x' is not
     a number"``), or is ``None`` when the text has no ``host:port`` shape at all."""
 
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str | None = None, *, reason: str | None = None) -> None:
+        super().__init__(*_given(message))
         self.reason = reason
 
 
 class InvalidRecord(ShardlineError, ValueError):
     """A worker record read from discovery is oversized, malformed or of an unknown schema
     version. Subscribers skip such a record with a logged warning and count it by ``reason``
-    (``"oversized"``, ``"malformed"`` or ``"unknown-schema"``); it never stops a stream."""
+    (``"oversized"``, ``"malformed"`` (the default) or ``"unknown-schema"``); it never stops a
+    stream."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, reason: str = "malformed", message: str | None = None) -> None:
+        super().__init__(*_given(message))
         self.reason = reason
 
 
@@ -123,10 +171,10 @@ _RPC_REASONS: frozenset[str] = frozenset(get_args(RpcReason))
 class RpcError(ShardlineError):
     """A dispatch to a worker failed; the proxy evicts the worker before trying another.
 
-    ``RpcError(message)`` is enough for a connection of one's own; the built-in transports
-    also say why, in words a caller can compare (``reason``, one vocabulary for both), and
-    name the worker (``address``, its record's address: ``msgpack+tcp://host:port``,
-    ``grpc://host:port``...). ``reason`` is one of :data:`RpcReason`:
+    ``RpcError(message)`` (or ``RpcError()``) is enough for a connection of one's own; the
+    built-in transports also say why, in words a caller can compare (``reason``, one vocabulary
+    for both), and name the worker (``address``, its record's address:
+    ``msgpack+tcp://host:port``, ``grpc://host:port``...). ``reason`` is one of :data:`RpcReason`:
 
     - ``"unspecified"``: the default, when the raiser did not say;
     - ``"unavailable"``: the worker refused the call for now (its handler raised
@@ -164,7 +212,7 @@ class RpcError(ShardlineError):
 
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         *,
         reason: RpcReason = "unspecified",
         address: str | None = None,
@@ -172,7 +220,7 @@ class RpcError(ShardlineError):
     ) -> None:
         if reason not in _RPC_REASONS:
             raise ValueError(f"{reason!r} is not an RpcReason (one of {sorted(_RPC_REASONS)})")
-        super().__init__(message)
+        super().__init__(*_given(message))
         self.reason: RpcReason = reason
         self.address = address
         self.sent = sent
@@ -188,11 +236,16 @@ class OutcomeUnknown(RpcError):
     """The task reached a worker and its connection was lost (or the worker stopped
     answering) before the result came back: the task may have run, so the proxy did not send
     it again (it is not idempotent). ``reason``, ``address`` and ``sent`` (always true) as
-    for :class:`RpcError`; ``uid`` is the worker's; the transport's error is the
-    ``__cause__``."""
+    for :class:`RpcError`; ``uid`` is the worker's (None when not given); the transport's
+    error is the ``__cause__``."""
 
     def __init__(
-        self, message: str, *, reason: RpcReason, address: str | None, uid: object
+        self,
+        message: str | None = None,
+        *,
+        reason: RpcReason = "unspecified",
+        address: str | None = None,
+        uid: object = None,
     ) -> None:
         super().__init__(message, reason=reason, address=address, sent=True)
         self.uid = uid
@@ -202,9 +255,9 @@ class DeadlineExceeded(ShardlineError, TimeoutError):
     """A call's deadline passed: ``timeout`` seconds (the caller's, or the proxy's default)
     bound the whole call, every attempt inside it.
 
-    ``timeout`` is the deadline's length in seconds; ``tried`` the workers the call was sent
-    to or refused by, in order, as ``(uid, address, reason)`` with ``reason`` the
-    :data:`RpcReason` of that attempt's failure (``"deadline"`` for the attempt the deadline
+    ``timeout`` is the deadline's length in seconds (0.0 when not given); ``tried`` the workers
+    the call was sent to or refused by, in order, as ``(uid, address, reason)`` with ``reason``
+    the :data:`RpcReason` of that attempt's failure (``"deadline"`` for the attempt the deadline
     cut short); ``may_have_run`` whether the task was sent to a worker that had not answered
     when the deadline passed (then it may have run there, or may still run: a worker drops a
     request whose deadline passed before it starts, and cancels an async handler at it);
@@ -213,14 +266,14 @@ class DeadlineExceeded(ShardlineError, TimeoutError):
 
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         *,
-        timeout: float,
+        timeout: float = 0.0,
         tried: tuple[tuple[object, str | None, str], ...] = (),
         may_have_run: bool = False,
         address: str | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(*_given(message))
         self.timeout = timeout
         self.tried = tried
         self.may_have_run = may_have_run
@@ -238,10 +291,12 @@ class InstanceUnavailable(ShardlineError, ConnectionError):
     could be opened, or the pooled one was found broken), even after one refresh and retry.
     Nothing was sent. The message names the instance (name or uuid) and its address, and the
     driver's error is chained as ``__cause__``. ``instance`` is the uuid (``None`` for the
-    catalog's server), ``address`` the ``host:port`` dialled."""
+    catalog's server), ``address`` the ``host:port`` dialled (each None when not given)."""
 
-    def __init__(self, message: str, *, instance: str | None, address: str | None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str | None = None, *, instance: str | None = None, address: str | None = None
+    ) -> None:
+        super().__init__(*_given(message))
         self.instance = instance
         self.address = address
 
@@ -250,10 +305,10 @@ class NotPicodata(ShardlineError, ValueError):
     """The Picodata client's DSN reaches a server that answers SQL but has no Picodata catalog
     (no ``_pico_tier`` table): a plain PostgreSQL, most likely. Retrying will not help; the
     message names the address and what the server said. ``address`` is the ``host:port``
-    dialled."""
+    dialled (None when not given)."""
 
-    def __init__(self, message: str, *, address: str | None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str | None = None, *, address: str | None = None) -> None:
+        super().__init__(*_given(message))
         self.address = address
 
 
@@ -287,20 +342,25 @@ class WorkerError(ShardlineError):
     derived of them (class ``RemoteValueError`` and so on), so ``except ValueError`` catches a
     handler's ``ValueError``; its ``args`` are the ``WorkerError``'s. Any other exception, a
     handler's own class among them, is a plain ``WorkerError``.
+
+    ``WorkerError()`` (every str attribute ``""``) has an empty message.
     """
 
     def __init__(
         self,
-        remote_type: str,
-        remote_message: str,
+        remote_type: str = "",
+        remote_message: str = "",
         *,
-        handler: str,
-        address: str,
+        handler: str = "",
+        address: str = "",
         remote_traceback: str | None = None,
     ) -> None:
-        super().__init__(
-            f"handler {handler!r} of the worker at {address}: {remote_type}: {remote_message}"
-        )
+        if remote_type or remote_message or handler or address:
+            super().__init__(
+                f"handler {handler!r} of the worker at {address}: {remote_type}: {remote_message}"
+            )
+        else:
+            super().__init__()
         self.remote_type = remote_type
         self.remote_message = remote_message
         self.handler = handler
@@ -322,12 +382,17 @@ class MissingExtra(ShardlineError, ImportError):
     The message names what needs it, the missing module and the command that installs it, e.g.
     ``shardline.transport.connection needs grpc, which is not installed: pip install
     'shardline[grpc]'``. ``extra`` is the extra's name, ``name`` (as for any ``ImportError``) the
-    missing module; the ``ModuleNotFoundError`` is chained as ``__cause__``.
+    missing module; the ``ModuleNotFoundError`` is chained as ``__cause__``. ``MissingExtra()``
+    has an empty message, ``extra`` ``""`` and ``name`` None.
     """
 
-    def __init__(self, extra: str, module: str, *, needed_by: str) -> None:
-        super().__init__(
-            f"{needed_by} needs {module}, which is not installed: pip install 'shardline[{extra}]'",
-            name=module,
-        )
+    def __init__(self, extra: str = "", module: str | None = None, *, needed_by: str = "") -> None:
+        if module is None:
+            super().__init__()
+        else:
+            super().__init__(
+                f"{needed_by} needs {module}, which is not installed:"
+                f" pip install 'shardline[{extra}]'",
+                name=module,
+            )
         self.extra = extra

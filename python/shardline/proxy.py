@@ -254,7 +254,9 @@ class WorkerProxy:
       tried and how each failed, chained to the last failure (a balancer that knows why, such
       as a keyed one finding no route, raises it itself with its reason, which propagates);
     - a balancer offering a worker twice in one call, or another one after a success:
-      ``RuntimeError``.
+      ``RuntimeError``;
+    - a proxy that was never started (``dispatch`` before ``async with`` or ``start()``):
+      ``RuntimeError`` saying so, as ``LocalPool`` raises, and not ``NoWorkersAvailable``.
 
     **One deadline per call.** ``dispatch(task, timeout=...)`` bounds the whole call: every
     attempt runs inside it and is given the seconds that remain, which the worker sees too
@@ -364,6 +366,7 @@ class WorkerProxy:
         self._rpc_failures = dict.fromkeys(get_args(RpcReason), 0)
         self._quorum_reached = asyncio.Event()
         self._sentinel: asyncio.Task[None] | None = None
+        self._started = False
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -443,6 +446,7 @@ class WorkerProxy:
         """Follows discovery in the background and waits for ``quorum`` pooled workers; with
         health on, also watches for stuck workers in the background (see the class
         docstring)."""
+        self._started = True
         self._sentinel = asyncio.create_task(self._follow_discovery())
         if self._health is not None:
             self._watcher = asyncio.create_task(self._watch_health(self._health.stuck_floor / 2))
@@ -1084,8 +1088,15 @@ class WorkerProxy:
 
     def _exhausted_call(
         self, task: Any, tried: Mapping[uuid.UUID, Exception | None]
-    ) -> NoWorkersAvailable:
-        """Counts a call whose balancer offered nobody more, and makes its error."""
+    ) -> NoWorkersAvailable | RuntimeError:
+        """Counts a call whose balancer offered nobody more, and makes its error: a
+        ``RuntimeError`` when the proxy was never started, so its pool is empty for that
+        reason (checked here, off the path of a call that finds a worker)."""
+        if not self._started:
+            return RuntimeError(
+                "the WorkerProxy was not started: dispatch inside `async with proxy:` (or"
+                " after `await proxy.start()`), once discovery has brought workers"
+            )
         self._exhausted += 1
         return _exhausted(task, tried)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from shardline.checks import check_seconds
+from shardline.checks import check_seconds, refusal
 
 __all__ = ["RetryBudget"]
 
@@ -53,7 +53,9 @@ class RetryBudget:
                 or not math.isfinite(value)
                 or value < 0
             ):
-                raise ValueError(f"RetryBudget {name} must be a finite number >= 0, not {value!r}")
+                raise refusal(value, (int, float))(
+                    f"RetryBudget {name} must be a finite number >= 0, not {value!r}"
+                )
         check_seconds("window", self.window)
 
     @property

@@ -20,12 +20,17 @@ async def whoami(payload: Any) -> int:
     return os.getpid()
 
 
+async def blob(size: int) -> str:
+    """A result of ``size`` characters, from a small request."""
+    return "x" * size
+
+
 def block(payload: Any) -> None:
     """Never returns: a thread stuck in it keeps the process from exiting on SIGTERM."""
     threading.Event().wait()
 
 
-HANDLERS: dict[str, Handler] = {"echo": echo, "whoami": whoami, "block": block}
+HANDLERS: dict[str, Handler] = {"echo": echo, "whoami": whoami, "blob": blob, "block": block}
 
 
 def __getattr__(name: str) -> Any:

@@ -72,7 +72,7 @@ __all__ = [
     "seed_cases",
 ]
 
-__getattr__ = lazy_exports(
+__getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "shardline.demo.live": ["LiveDemo", "LiveDemoError", "LivePoll"],

@@ -73,8 +73,8 @@ class LiveDemoError(ShardlineError):
     """The live topology part cannot run: the cluster could not be read, or an argument is
     invalid (``usage`` is True then)."""
 
-    def __init__(self, message: str, *, usage: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str | None = None, *, usage: bool = False) -> None:
+        super().__init__(*(() if message is None else (message,)))
         self.usage = usage
 
 

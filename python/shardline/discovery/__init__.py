@@ -37,7 +37,7 @@ __all__ = [
 
 
 # grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
-__getattr__ = lazy_exports(
+__getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "shardline.discovery.etcd": ["EtcdDiscovery"],

@@ -16,6 +16,7 @@ with requires_extra("etcd", __name__):
     import grpc.aio
     from aetcd import rpc
 
+from shardline.checks import refusal
 from shardline.discovery.etcd_connection import (
     EtcdConnection,
     EtcdOptions,
@@ -243,7 +244,9 @@ class EtcdDiscovery:
         self.prefix = namespace_prefix(namespace, "workers")
         self.namespace = namespace
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
-            raise ValueError(f"ttl must be a whole number of seconds, at least 1, got {ttl!r}")
+            raise refusal(ttl, int)(
+                f"ttl must be a whole number of seconds, at least 1, got {ttl!r}"
+            )
         self._connection = EtcdConnection(endpoints, **options)
         self._publisher = _EtcdPublisher(self._connection, self.prefix, ttl)
 

@@ -23,7 +23,8 @@ with requires_extra("etcd", __name__):
     import grpc.aio
     from aetcd import rpc
 
-from shardline.errors import InvalidAddress
+from shardline.checks import refusal
+from shardline.errors import InvalidAddress, InvalidArgumentType
 from shardline.host_port import join_host_port, split_host_port
 
 __all__ = [
@@ -141,7 +142,9 @@ def namespace_prefix(namespace: str, kind: str) -> bytes:
     a non-empty str without ``/``."""
     if not isinstance(namespace, str) or not namespace or "/" in namespace:
         # a "/" would let one namespace's prefix contain another's
-        raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
+        raise refusal(namespace, str)(
+            f"namespace must be a non-empty str without '/', got {namespace!r}"
+        )
     return f"/shardline/{namespace}/{kind}/".encode()
 
 
@@ -169,7 +172,7 @@ def parse_endpoints(endpoints: str | Sequence[str], *, tls_configured: bool) -> 
     parsed = []
     for item in items:
         if not isinstance(item, str):
-            raise ValueError(f"etcd endpoint {item!r} is not a str")
+            raise InvalidArgumentType(f"etcd endpoint {item!r} is not a str")
         text = item.strip()
         scheme, separator, rest = text.rpartition("://")
         if separator and scheme not in ("http", "https"):
@@ -253,7 +256,9 @@ class EtcdConnection:
         if (cert_key is None) != (cert_cert is None):
             raise ValueError("cert_key and cert_cert must be given together")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+            raise refusal(timeout, (int, float))(
+                f"timeout must be a positive number of seconds, got {timeout!r}"
+            )
         tls_files = (ca_cert, cert_key, cert_cert)
         self._endpoints = parse_endpoints(
             endpoints, tls_configured=any(path is not None for path in tls_files)

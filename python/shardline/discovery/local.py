@@ -18,12 +18,13 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from shardline.checks import check_seconds
+from shardline.checks import check_seconds, refusal
 from shardline.discovery.local_doorbell import Doorbell
 from shardline.discovery.local_store import Batch, LocalStore, Registration, connect, head
 from shardline.discovery.protocol import RecordFilter
 from shardline.discovery.record import encode_record, stamped
 from shardline.discovery.subscription import RecordFeed, Subscription
+from shardline.errors import InvalidArgumentType
 from shardline.workers import DiscoveryEvent, DiscoveryEventType, WorkerMetadata
 
 __all__ = ["LocalDiscovery"]
@@ -98,7 +99,7 @@ class LocalDiscovery:
         log_retention: int = 10_000,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
-            raise ValueError(f"namespace must be a non-empty str, not {namespace!r}")
+            raise refusal(namespace, str)(f"namespace must be a non-empty str, not {namespace!r}")
         self._heartbeat = check_seconds("heartbeat", heartbeat)
         timeout = check_seconds("liveness_timeout", liveness_timeout)
         if timeout < 2 * self._heartbeat:
@@ -108,7 +109,7 @@ class LocalDiscovery:
             )
         self._poll_interval = check_seconds("poll_interval", poll_interval)
         if isinstance(log_retention, bool) or not isinstance(log_retention, int):
-            raise ValueError(f"log_retention must be an int, not {log_retention!r}")
+            raise InvalidArgumentType(f"log_retention must be an int, not {log_retention!r}")
         if log_retention < 1:
             raise ValueError(f"log_retention must be at least 1, not {log_retention!r}")
         if directory is None:

@@ -49,4 +49,6 @@ __all__ = [
 
 
 # grpcio and aetcd are an optional extra: import them only for a caller that uses etcd
-__getattr__ = lazy_exports(__name__, {"shardline.registration.etcd_store": ["EtcdRecordStore"]})
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"shardline.registration.etcd_store": ["EtcdRecordStore"]}
+)

@@ -20,7 +20,7 @@ with requires_extra("etcd", __name__):
 from shardline.discovery.etcd_connection import EtcdConnection, EtcdOptions, namespace_prefix
 from shardline.discovery.etcd_watch import Changes, Listing, watch_range
 from shardline.discovery.record import load_document
-from shardline.errors import InvalidRecord
+from shardline.errors import InvalidArgumentType, InvalidRecord
 from shardline.registration.checks import (
     check_owner,
     check_service,
@@ -194,9 +194,9 @@ class EtcdRecordStore:
         key = self.key(service)
         check_owner(owner)
         if not isinstance(registered, bool):
-            raise ValueError(f"registered must be a bool, got {registered!r}")
+            raise InvalidArgumentType(f"registered must be a bool, got {registered!r}")
         if address is not None and not isinstance(address, str):
-            raise ValueError(f"address must be a str or None, got {address!r}")
+            raise InvalidArgumentType(f"address must be a str or None, got {address!r}")
         if not registered and address is not None:
             raise ValueError(f"an unregistered record has no address, got {address!r}")
         record = Record(owner=owner, registered=registered, address=address)

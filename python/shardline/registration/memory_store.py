@@ -6,6 +6,7 @@ import asyncio
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Collection
 
+from shardline.errors import InvalidArgumentType
 from shardline.registration.checks import (
     check_owner,
     check_service,
@@ -58,9 +59,9 @@ class MemoryRecordStore:
         check_service(service)
         check_owner(owner)
         if not isinstance(registered, bool):
-            raise ValueError(f"registered must be a bool, got {registered!r}")
+            raise InvalidArgumentType(f"registered must be a bool, got {registered!r}")
         if address is not None and not isinstance(address, str):
-            raise ValueError(f"address must be a str or None, got {address!r}")
+            raise InvalidArgumentType(f"address must be a str or None, got {address!r}")
         check_text("address", address)
         if not registered and address is not None:
             raise ValueError(f"an unregistered record has no address, got {address!r}")

@@ -56,7 +56,7 @@ __all__ = [
     "serve_msgpack",
 ]
 
-__getattr__ = lazy_exports(
+__getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "shardline.transport.local_pool": ["LocalPool"],

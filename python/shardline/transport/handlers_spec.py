@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from shardline.errors import InvalidArgumentType
 from shardline.transport.serving import Handler
 
 __all__ = ["HandlersSpecError", "check_spec", "load_handlers"]
@@ -22,7 +23,7 @@ def check_spec(spec: object) -> str:
     """``spec`` if it has the form ``module:attribute`` (dotted names on both sides), else
     ``ValueError`` naming ``handlers``. Nothing is imported."""
     if not isinstance(spec, str):
-        raise ValueError(f"handlers must be a 'module:attribute' str, not {spec!r}")
+        raise InvalidArgumentType(f"handlers must be a 'module:attribute' str, not {spec!r}")
     module, colon, attribute = spec.partition(":")
     if not colon or not all(
         part.isidentifier() for name in (module, attribute) for part in name.split(".")

@@ -18,10 +18,10 @@ from typing import Any
 
 from shardline._extras import require_extra
 from shardline.balancers.round_robin import RoundRobinLoadBalancer
-from shardline.checks import check_count, check_seconds
+from shardline.checks import check_count, check_seconds, refusal
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
-from shardline.errors import WorkerStartError
+from shardline.errors import InvalidArgumentType, WorkerStartError
 from shardline.pool.health import HealthPolicy
 from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
 from shardline.proxy_stream import ProxyStream
@@ -29,6 +29,7 @@ from shardline.transport.handlers_spec import check_spec
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.transport.tls import TlsSettings
+from shardline.transport.wire import MAX_MESSAGE_BYTES
 from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = ["LOOPBACK", "LocalPool"]
@@ -89,6 +90,13 @@ class LocalPool:
     ``limits`` (msgpack only) bounds what each worker lets its clients hold
     (:class:`~shardline.transport.limits.WorkerLimits`; its defaults when None).
 
+    ``max_frame_bytes`` (:data:`~shardline.transport.MAX_MESSAGE_BYTES`, 4 MiB, by default) bounds
+    every message between the proxy and the workers, both ways: the workers serve with it
+    (``serve_msgpack``'s ``max_frame_bytes``, ``serve_grpc``'s ``max_message_bytes``) and the
+    proxy's connections are made with it. A task over it is a ``ValueError`` naming the limit,
+    before anything is sent; a result over it a :class:`~shardline.WorkerError`
+    (``shardline.BadResult``) naming the limit. Neither counts against the worker.
+
     Entering the block starts the processes and returns once every one of them has joined the
     proxy's pool. A worker that exits before it joined fails the start with
     :class:`~shardline.errors.WorkerStartError` (its message names the spec, the pid, the exit
@@ -123,9 +131,10 @@ class LocalPool:
     seconds (the pool's small temporary directory is then left behind). A pool is entered
     once.
 
-    ``ValueError``, naming the argument, for ``workers`` below 1, a ``handlers`` that is not
-    ``"module:attribute"``, an unknown ``transport``, durations that are not positive, or a
-    negative ``max_restarts``; :class:`~shardline.MissingExtra` when the ``transport``'s extra
+    ``ValueError``, naming the argument, for ``workers`` or ``max_frame_bytes`` below 1, a
+    ``handlers`` that is not ``"module:attribute"``, an unknown ``transport``, durations that are
+    not positive, or a negative ``max_restarts`` (also a ``TypeError`` where the argument is
+    not a number at all); :class:`~shardline.MissingExtra` when the ``transport``'s extra
     (of the same name) is not installed, checked here rather than in every worker.
 
     Implementation notes: each worker is ``python -m shardline.transport.local_worker`` (the
@@ -158,11 +167,12 @@ class LocalPool:
         health: HealthPolicy | None = DEFAULT_HEALTH,
         tls: TlsSettings | None = None,
         limits: WorkerLimits | None = None,
+        max_frame_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self._spec = check_spec(handlers)
         if tls is not None:
             if not isinstance(tls, TlsSettings):
-                raise ValueError(f"tls must be a TlsSettings, not {tls!r}")
+                raise InvalidArgumentType(f"tls must be a TlsSettings, not {tls!r}")
             tls.server_context()  # the workers serve with it: bad files are said here
         self._tls = tls
         self._timeout = check_seconds("timeout", timeout)
@@ -176,8 +186,11 @@ class LocalPool:
         if limits is not None and transport != "msgpack":
             raise ValueError(f"limits apply to the msgpack transport, not {transport!r}")
         self._limits = limits
+        self._max_frame_bytes = check_count("max_frame_bytes", max_frame_bytes)
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, not {max_restarts!r}")
+            raise refusal(max_restarts, int)(
+                f"max_restarts must be an int >= 0, not {max_restarts!r}"
+            )
         self._workers = workers
         self._transport = transport
         self._start_timeout = check_seconds("start_timeout", start_timeout)
@@ -275,8 +288,14 @@ class LocalPool:
         self._discovery = LocalDiscovery(self._namespace, directory=self._directory)
         self._subscription = self._discovery.subscribe()
 
+        # each transport's connection names its bound in its own words
+        limit = "max_frame_bytes" if self._transport == "msgpack" else "max_message_bytes"
+        options: dict[str, Any] = {limit: self._max_frame_bytes}
+        if self._tls is not None:
+            options["tls"] = self._tls
+
         def connect_and_keep(metadata: WorkerMetadata) -> Connection:
-            made = connect(metadata) if self._tls is None else connect(metadata, tls=self._tls)
+            made = connect(metadata, **options)
             self._connections.append(made)
             return made
 
@@ -366,6 +385,7 @@ class LocalPool:
             "--address", address,
             "--uid", str(uid),
             "--grace", repr(self._stop_grace),
+            "--max-frame-bytes", str(self._max_frame_bytes),
             *tls_files,
             *(f"--limit={setting}" for setting in (self._limits or WorkerLimits()).settings()),
             stdin=asyncio.subprocess.PIPE,

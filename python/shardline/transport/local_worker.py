@@ -1,18 +1,19 @@
 """The worker process a :class:`~shardline.transport.LocalPool` starts.
 
 ``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
---directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS [--tls-cert
-PEM --tls-key PEM [--tls-ca PEM]] [--limit NAME=VALUE ...]`` imports the
-mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at ``ADDRESS`` (a Unix
-socket's path or loopback ``host:port``) over the named transport (with TLS when given the
-files of a :class:`~shardline.transport.tls.TlsSettings`) and
-announces the worker through ``LocalDiscovery(NS, directory=DIR)`` with the record uid
-``UID``. It runs until SIGTERM, or until its standard input reaches end of file, which is how
-it learns that the process that started it is gone: it then withdraws its record and stops
-like on SIGTERM (calls in flight get ``--grace`` seconds), and exits at the latest ``--grace``
-plus 5 seconds after the end of file even if a handler does not return. A handlers spec that
-cannot be loaded is logged (naming the spec and the import error) and the process exits with
-status 2, before it serves anything. Its log goes to standard error.
+--directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS
+[--max-frame-bytes N] [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--limit NAME=VALUE ...]``
+imports the mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at
+``ADDRESS`` (a Unix socket's path or loopback ``host:port``) over the named transport, refusing
+messages over ``N`` bytes (:data:`~shardline.transport.MAX_MESSAGE_BYTES` by default; with TLS
+when given the files of a :class:`~shardline.transport.tls.TlsSettings`) and announces the
+worker through ``LocalDiscovery(NS, directory=DIR)`` with the record uid ``UID``. It runs until
+SIGTERM, or until its standard input reaches end of file, which is how it learns that the
+process that started it is gone: it then withdraws its record and stops like on SIGTERM (calls
+in flight get ``--grace`` seconds), and exits at the latest ``--grace`` plus 5 seconds after the
+end of file even if a handler does not return. A handlers spec that cannot be loaded is logged
+(naming the spec and the import error) and the process exits with status 2, before it serves
+anything. Its log goes to standard error.
 
 This is an internal entry point of ``LocalPool``, not a command for users (``shardline
 worker --handlers`` is theirs); the transports it can serve over are
@@ -51,6 +52,7 @@ from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
 from shardline.transport.tls import TlsSettings
+from shardline.transport.wire import MAX_MESSAGE_BYTES
 
 __all__ = ["main"]
 
@@ -60,6 +62,8 @@ LOAD_FAILED = 2
 """The exit status of a worker whose handlers spec cannot be loaded."""
 
 _HARD_EXIT_MARGIN = 5.0
+
+_FRAME_LIMIT = {"msgpack": "max_frame_bytes", "grpc": "max_message_bytes"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", required=True, help="host:port, or a Unix socket's path")
     parser.add_argument("--uid", required=True, type=uuid.UUID, help="the record's uid")
     parser.add_argument("--grace", required=True, type=float, help="seconds to drain calls")
+    parser.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        default=MAX_MESSAGE_BYTES,
+        help="the bound on a message, in bytes (default: %(default)s)",
+    )
     parser.add_argument("--tls-cert", help="serve TLS with this certificate chain (PEM)")
     parser.add_argument("--tls-key", help="the private key of --tls-cert (PEM)")
     parser.add_argument("--tls-ca", help="require client certificates signed by these (PEM)")
@@ -140,6 +150,8 @@ async def _serve(
             uid=args.uid,
             grace=args.grace,
             tls=tls,
+            # each transport's server names its bound in its own words
+            **{_FRAME_LIMIT[args.transport]: args.max_frame_bytes},
             **({"limits": WorkerLimits.parse(args.limit)} if args.limit else {}),
         )
         try:

@@ -137,10 +137,11 @@ _MAX_ERROR_MESSAGE_CHARS = 8 * 1024
 
 
 class FrameTooLarge(MalformedMessage):
-    """A peer sent a frame over the limit (``limit`` bytes)."""
+    """A peer sent a frame over the limit (``limit`` bytes; 0, and no message, when not
+    given)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"a frame over the limit of {limit} bytes")
+    def __init__(self, limit: int = 0) -> None:
+        super().__init__(*((f"a frame over the limit of {limit} bytes",) if limit else ()))
         self.limit = limit
 
 

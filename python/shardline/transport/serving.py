@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any, Self
 from weakref import WeakSet
 
+from shardline.checks import refusal
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.workers import WorkerMetadata
 
@@ -46,8 +47,8 @@ class RetryElsewhere(Exception):
     says the task was not sent (``RpcError.sent`` false): the handler asked for it to go
     elsewhere, so it must not have done anything it would do again there."""
 
-    def __init__(self, message: str = "", *, overloaded: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str | None = None, *, overloaded: bool = False) -> None:
+        super().__init__(*(() if message is None else (message,)))
         self.overloaded = overloaded
 
 
@@ -57,7 +58,7 @@ def check_handlers(handlers: Mapping[str, Handler]) -> dict[str, tuple[Handler, 
     not a non-empty str, ``TypeError`` for a handler that is not callable."""
     for name, handler in handlers.items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"handler names must be non-empty str, got {name!r}")
+            raise refusal(name, str)(f"handler names must be non-empty str, got {name!r}")
         if not callable(handler):
             raise TypeError(f"handler {name!r} is not callable: {handler!r}")
     return {
@@ -92,7 +93,7 @@ def handler_threads(threads: int | None) -> concurrent.futures.ThreadPoolExecuto
     if threads is None:
         threads = DEFAULT_THREADS
     elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive int, got {threads!r}")
+        raise refusal(threads, int)(f"threads must be a positive int, got {threads!r}")
     return concurrent.futures.ThreadPoolExecutor(
         max_workers=threads, thread_name_prefix="shardline-handler"
     )

@@ -12,6 +12,9 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shardline.checks import refusal
+from shardline.errors import InvalidArgumentType
+
 if TYPE_CHECKING:
     import grpc
 
@@ -86,7 +89,7 @@ class TlsSettings:
             if value is None:
                 continue
             if not isinstance(value, str | os.PathLike):
-                raise ValueError(f"TlsSettings {name} must be a path, got {value!r}")
+                raise InvalidArgumentType(f"TlsSettings {name} must be a path, got {value!r}")
             path = os.fspath(value)
             if not isinstance(path, str) or not path:
                 raise ValueError(f"TlsSettings {name} must be a non-empty path, got {value!r}")
@@ -108,7 +111,9 @@ class TlsSettings:
         if server is not None and (
             not isinstance(server, str) or not server or server != server.strip()
         ):
-            raise ValueError(f"TlsSettings server_hostname must be a host name, got {server!r}")
+            raise refusal(server, str)(
+                f"TlsSettings server_hostname must be a host name, got {server!r}"
+            )
 
     @property
     def mutual(self) -> bool:

@@ -57,7 +57,7 @@ __all__ = [
 
 
 # the pg extra is optional: import its driver only for a caller that talks to PostgreSQL
-__getattr__ = lazy_exports(
+__getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "shardline.topology.sources.polling": ["PollingSource"],

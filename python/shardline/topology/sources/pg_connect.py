@@ -17,7 +17,7 @@ from shardline._extras import requires_extra
 with requires_extra("pg", __name__):
     import asyncpg
 
-from shardline.errors import InvalidAddress
+from shardline.errors import InvalidAddress, InvalidArgumentType
 from shardline.host_port import join_host_port
 
 __all__ = ["CLOSE_TIMEOUT", "connect_kwargs", "message", "parse_dsn", "peer"]
@@ -41,7 +41,7 @@ def parse_dsn(dsn: object) -> tuple[str, dict[str, str]]:
         Credentials are left out of every message.
     """
     if not isinstance(dsn, str):
-        raise ValueError(f"dsn must be a str, got {type(dsn).__name__}")
+        raise InvalidArgumentType(f"dsn must be a str, got {type(dsn).__name__}")
     parts = urllib.parse.urlsplit(dsn)
     if parts.scheme not in _SCHEMES:
         raise ValueError(
@@ -73,7 +73,9 @@ def connect_kwargs(
     ``"shardline"`` unless the DSN (``dsn_settings``) sets it. Raises ``ValueError``."""
     kwargs = dict(given or {})
     if not all(isinstance(key, str) for key in kwargs):
-        raise ValueError(f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}")
+        raise InvalidArgumentType(
+            f"connect_kwargs must have str keys, got {sorted(map(repr, kwargs))}"
+        )
     managed = sorted(key for key in _MANAGED if key in kwargs)
     if managed:
         raise ValueError(f"connect_kwargs must not set {', '.join(managed)}: the source does")
@@ -87,7 +89,9 @@ def connect_kwargs(
     if not isinstance(settings, Mapping) or not all(
         isinstance(key, str) and isinstance(value, str) for key, value in settings.items()
     ):
-        raise ValueError(f"connect_kwargs['server_settings'] must map str to str, got {settings!r}")
+        raise InvalidArgumentType(
+            f"connect_kwargs['server_settings'] must map str to str, got {settings!r}"
+        )
     settings = dict(settings)  # the caller's mapping is left as it is
     if "application_name" not in dsn_settings:
         settings.setdefault("application_name", "shardline")

@@ -51,6 +51,7 @@ from shardline._extras import requires_extra
 with requires_extra("pg", __name__):
     import asyncpg
 
+from shardline.checks import refusal
 from shardline.topology.sources import pg_connect
 from shardline.topology.sources.membership import TIERS_QUERY
 from shardline.topology.sources.notification_transport import TransportError
@@ -180,12 +181,12 @@ class PgNotifyTransport:
         connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(channel, str) or not channel or len(channel.encode()) > _MAX_CHANNEL:
-            raise ValueError(
+            raise refusal(channel, str)(
                 f"channel must be a non-empty str of at most {_MAX_CHANNEL} bytes, got {channel!r}"
             )
         for name, query in (("snapshot_query", snapshot_query), ("tiers_query", tiers_query)):
             if not isinstance(query, str) or not query.strip():
-                raise ValueError(f"{name} must be a non-empty str, got {query!r}")
+                raise refusal(query, str)(f"{name} must be a non-empty str, got {query!r}")
         for name, value in (("ping_interval", ping_interval), ("timeout", timeout)):
             if (
                 isinstance(value, bool)
@@ -193,11 +194,11 @@ class PgNotifyTransport:
                 or not math.isfinite(value)
                 or value <= 0
             ):
-                raise ValueError(
+                raise refusal(value, (int, float))(
                     f"{name} must be a positive finite number of seconds, got {value!r}"
                 )
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
-            raise ValueError(f"max_queue must be a positive int, got {max_queue!r}")
+            raise refusal(max_queue, int)(f"max_queue must be a positive int, got {max_queue!r}")
         where, dsn_settings = parse_dsn(dsn)
         self._dsn = dsn
         self._connect_kwargs = pg_connect.connect_kwargs(connect_kwargs, dsn_settings)

@@ -17,7 +17,8 @@ with requires_extra("pg", __name__):
     import asyncpg
 
 from shardline._core import BucketPayload
-from shardline.checks import check_count, check_seconds
+from shardline.checks import check_count, check_seconds, refusal
+from shardline.errors import InvalidArgumentType
 from shardline.topology.sources import pg_connect
 from shardline.topology.sources.changes import BucketSnapshot, TopologyChange, TopologySnapshot
 from shardline.topology.sources.membership import (
@@ -139,7 +140,9 @@ class PollingSource(TopologySource):
         self._min_interval = check_seconds("min_interval", min_interval, zero=True)
         self._scope = _tier_names(tiers)
         if address_type is not None and (not isinstance(address_type, str) or not address_type):
-            raise ValueError(f"address_type must be a non-empty str or None, got {address_type!r}")
+            raise refusal(address_type, str)(
+                f"address_type must be a non-empty str or None, got {address_type!r}"
+            )
         self._address_type = address_type
         self._max_rows = check_count("max_rows", max_rows)
         self._max_payload = check_count("max_payload", max_payload)
@@ -464,7 +467,9 @@ def _tier_names(tiers: Iterable[str] | None) -> frozenset[str] | None:
     if tiers is None:
         return None
     if isinstance(tiers, str | bytes):
-        raise ValueError(f"tiers must be an iterable of tier names, not a single {tiers!r}")
+        raise InvalidArgumentType(
+            f"tiers must be an iterable of tier names, not a single {tiers!r}"
+        )
     names = frozenset(tiers)
     bad = sorted(repr(name) for name in names if not isinstance(name, str) or not name)
     if bad or not names:

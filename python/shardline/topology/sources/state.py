@@ -48,10 +48,14 @@ class FailureReason(StrEnum):
 
 
 class CountedFailure(Exception):
-    """A failure a source counts in :attr:`SourceState.failures`, by its ``reason``."""
+    """A failure a source counts in :attr:`SourceState.failures`, by its ``reason``
+    (``unexpected-error`` when the raiser did not say: ``CountedFailure()`` is an empty one,
+    as a builtin error can be)."""
 
-    def __init__(self, reason: FailureReason, message: str) -> None:
-        super().__init__(message)
+    def __init__(
+        self, reason: FailureReason = FailureReason.UNEXPECTED, message: str | None = None
+    ) -> None:
+        super().__init__(*(() if message is None else (message,)))
         self.reason = reason
 
 
