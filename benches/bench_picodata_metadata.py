@@ -148,6 +148,7 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
     names = list(calls)
     per_s: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
+    server_cpu: dict[str, list[float]] = {name: [] for name in names}
     rounds = itertools.count()
 
     async def flight(name: str) -> None:
@@ -165,11 +166,14 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
         turn = next(rounds)
         for i in range(len(names)):
             name = names[(turn + i) % len(names)]
+            server0 = ways.cluster.server_cpu_ns()
             cpu0, t0 = time.process_time(), time.perf_counter()
             ways.run(flight(name))
             wall, busy = time.perf_counter() - t0, time.process_time() - cpu0
+            served = ways.cluster.server_cpu_ns() - server0
             per_s[name].append(CALLERS * PER_CALLER / wall)
             cpu[name].append(busy / (CALLERS * PER_CALLER) * 1e6)
+            server_cpu[name].append(served / (CALLERS * PER_CALLER) / 1e3)
 
     from_metadata_before = ways.db.stats().from_metadata
     benchmark.group = "keyed INSERT from metadata, 16 in flight"
@@ -177,6 +181,7 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
         benchmark.pedantic(round_, rounds=FLIGHT_ROUNDS, warmup_rounds=FLIGHT_WARMUP, iterations=1)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     kept_cpu = {name: samples[-FLIGHT_ROUNDS:] for name, samples in cpu.items()}
+    kept_server = {name: samples[-FLIGHT_ROUNDS:] for name, samples in server_cpu.items()}
     stats = ways.db.stats()
     off_master = ways.off_master()
     benchmark.extra_info.update(
@@ -186,6 +191,7 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
             name: {
                 "calls_per_s": _summary(kept[name]),
                 "client_cpu_us_per_call": _summary(kept_cpu[name]),
+                "server_cpu_us_per_call": _summary(kept_server[name]),
                 "off_master": off_master[name],
             }
             for name in names

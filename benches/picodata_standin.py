@@ -43,6 +43,11 @@ MAX_CONNECTIONS = 400  # the three clients and the floor hold their connections 
 
 USERS_TABLE = "CREATE TABLE users (id bigint PRIMARY KEY, name text, landed_on inet)"
 
+DURABILITY = {"synchronous_commit": "on"}
+"""How a write is made durable, as Picodata's default table does it: ``PgServer`` turns
+``fsync`` off, and this makes each commit wait for its WAL record's ``write()`` (no flush to
+disk). See the module's "Writes" section."""
+
 
 class StandinCluster:
     """The server, the catalog, and where each instance is (see the module)."""
@@ -54,6 +59,7 @@ class StandinCluster:
             settings={
                 "listen_addresses": ",".join(self.hosts),
                 "max_connections": str(MAX_CONNECTIONS),
+                **DURABILITY,
             }
         )
         self.server.start()
@@ -136,6 +142,18 @@ class StandinCluster:
         except OSError:
             children = []
         return [pid, *map(int, children)]
+
+    def server_cpu_ns(self) -> int:
+        """The CPU time, in ns, that the server's processes (:meth:`server_pids`, read now) have
+        run so far (``/proc/<pid>/schedstat``, the scheduler's own count; a process that ended
+        meanwhile is left out)."""
+        total = 0
+        for pid in self.server_pids():
+            try:
+                total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
 
     def server_connect_kwargs(self) -> dict[str, Any]:
         """asyncpg.connect keyword arguments for a raw connection to the server (the floor)."""
