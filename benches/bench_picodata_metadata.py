@@ -17,7 +17,8 @@ id once in the module.
 
 Groups (benchmark thread on one CPU, the server's processes on the other, as the issue-11
 groups ``separate CPUs``): ``keyed INSERT from metadata, 16 in flight``: 16 callers, 25 inserts
-each per way and round: calls/s and this process's CPU per call; ``keyed INSERT from metadata,
+each per way and round: calls/s, this process's CPU per call and the server's (its processes'
+``schedstat``, read before and after each way's turn); ``keyed INSERT from metadata,
 1 in flight``: each id through one way, the ways in turn: p50 and p99. Every write's
 ``landed_on`` is checked against the key's master after the group (``off_master`` per way).
 Goals (issue 27): from metadata within 1.1x of ``key=`` (throughput, CPU per call, p50), and

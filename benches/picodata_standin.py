@@ -19,6 +19,19 @@ query must land, computed from the catalog's own tables and picopyn's ``calculat
 write records the instance it landed on), and ``_pico_table`` says ``users`` is sharded by
 ``id`` (murmur3, tier ``default``; ``tests/support/picodata_tables.py``, where the format's sources
 are named), so picopyn's ``create_sharding_key_factory`` and shardline's ``key_for`` can read it.
+
+Writes: a table Picodata creates without ``USING`` is a ``memtx`` table, rows kept in memory
+(picodata/picodata ``docs/docs/overview/glossary.md``, "Движок хранения": memtx is the default
+engine), and every change is still written to the WAL (same file, "WAL", "Персистентность"),
+the transaction waiting for that write but not for an ``fsync``: a tier's ``wal_mode``
+defaults to ``write`` (``docs/docs/reference/config.md``, ``cluster.tier.<tier>.wal_mode``,
+26.2; Tarantool's own default, ``src/box/lua/load_cfg.lua``). The stand-in does the same:
+``users`` is a logged table, ``fsync`` is off (``PgServer``) and :data:`DURABILITY` makes each
+commit wait for its WAL record's ``write()``. With ``synchronous_commit`` off (``PgServer``'s
+default) a commit instead signals the WAL writer process, which costs this server more per
+INSERT than the write itself (benches/RESULTS.md, issue 27's throughput section). An
+``UNLOGGED`` table would stand for Picodata's ``CREATE UNLOGGED TABLE`` (``docs/docs/reference/
+sql/create_table.md``), not its default table.
 """
 
 from __future__ import annotations
