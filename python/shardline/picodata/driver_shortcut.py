@@ -41,7 +41,8 @@ CACHE_ERRORS = (OutdatedSchemaCacheError, InvalidCachedStatementError)
 """The errors of a cached statement that asyncpg's ``_do_execute`` handles itself."""
 
 CHECKED_RELEASES = frozenset({(0, 29), (0, 30), (0, 31), (0, 32)})
-"""asyncpg's (major, minor) releases whose ``fetch*`` and ``_execute`` were compared."""
+"""asyncpg's (major, minor) releases whose ``execute``, ``fetch*``, ``_execute`` down to the
+statement cache's key and ``bind_execute``'s signature were compared."""
 
 
 def shortcut_allowed(asyncpg_version: str) -> bool:
@@ -62,8 +63,8 @@ async def after_cache_error(
     changed under the rows (``OutdatedSchemaCacheError``) reloads the schema state and
     raises; a statement whose result type changed (``InvalidCachedStatementError``, after an
     ``ALTER TABLE``) drops the statement caches and, outside a transaction, runs the query once
-    more through ``_execute`` (which prepares it afresh), else raises. Returns what
-    ``_execute`` returns."""
+    more through ``_execute`` (which prepares it afresh, and would itself retry once more where
+    asyncpg retries once), else raises. Returns what ``_execute`` returns."""
     if isinstance(error, OutdatedSchemaCacheError):
         await connection.reload_schema_state()
         raise error
