@@ -17,7 +17,8 @@ id once in the module.
 
 Groups (benchmark thread on one CPU, the server's processes on the other, as the issue-11
 groups ``separate CPUs``): ``keyed INSERT from metadata, 16 in flight``: 16 callers, 25 inserts
-each per way and round: calls/s and this process's CPU per call; ``keyed INSERT from metadata,
+each per way and round: calls/s, this process's CPU per call and the server's (its processes'
+``schedstat``, read before and after each way's turn); ``keyed INSERT from metadata,
 1 in flight``: each id through one way, the ways in turn: p50 and p99. Every write's
 ``landed_on`` is checked against the key's master after the group (``off_master`` per way).
 Goals (issue 27): from metadata within 1.1x of ``key=`` (throughput, CPU per call, p50), and
@@ -148,6 +149,7 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
     names = list(calls)
     per_s: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
+    server_cpu: dict[str, list[float]] = {name: [] for name in names}
     rounds = itertools.count()
 
     async def flight(name: str) -> None:
@@ -165,11 +167,14 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
         turn = next(rounds)
         for i in range(len(names)):
             name = names[(turn + i) % len(names)]
+            server0 = ways.cluster.server_cpu_ns()
             cpu0, t0 = time.process_time(), time.perf_counter()
             ways.run(flight(name))
             wall, busy = time.perf_counter() - t0, time.process_time() - cpu0
+            served = ways.cluster.server_cpu_ns() - server0
             per_s[name].append(CALLERS * PER_CALLER / wall)
             cpu[name].append(busy / (CALLERS * PER_CALLER) * 1e6)
+            server_cpu[name].append(served / (CALLERS * PER_CALLER) / 1e3)
 
     from_metadata_before = ways.db.stats().from_metadata
     benchmark.group = "keyed INSERT from metadata, 16 in flight"
@@ -177,6 +182,7 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
         benchmark.pedantic(round_, rounds=FLIGHT_ROUNDS, warmup_rounds=FLIGHT_WARMUP, iterations=1)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     kept_cpu = {name: samples[-FLIGHT_ROUNDS:] for name, samples in cpu.items()}
+    kept_server = {name: samples[-FLIGHT_ROUNDS:] for name, samples in server_cpu.items()}
     stats = ways.db.stats()
     off_master = ways.off_master()
     benchmark.extra_info.update(
@@ -186,6 +192,7 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
             name: {
                 "calls_per_s": _summary(kept[name]),
                 "client_cpu_us_per_call": _summary(kept_cpu[name]),
+                "server_cpu_us_per_call": _summary(kept_server[name]),
                 "off_master": off_master[name],
             }
             for name in names

@@ -19,6 +19,19 @@ query must land, computed from the catalog's own tables and picopyn's ``calculat
 write records the instance it landed on), and ``_pico_table`` says ``users`` is sharded by
 ``id`` (murmur3, tier ``default``; ``tests/support/picodata_tables.py``, where the format's sources
 are named), so picopyn's ``create_sharding_key_factory`` and shardline's ``key_for`` can read it.
+
+Writes: a table Picodata creates without ``USING`` is a ``memtx`` table, rows kept in memory
+(picodata/picodata ``docs/docs/overview/glossary.md``, "Движок хранения": memtx is the default
+engine), and every change is still written to the WAL (same file, "WAL", "Персистентность"),
+the transaction waiting for that write but not for an ``fsync``: a tier's ``wal_mode``
+defaults to ``write`` (``docs/docs/reference/config.md``, ``cluster.tier.<tier>.wal_mode``,
+26.2; Tarantool's own default, ``src/box/lua/load_cfg.lua``). The stand-in does the same:
+``users`` is a logged table, ``fsync`` is off (``PgServer``) and :data:`DURABILITY` makes each
+commit wait for its WAL record's ``write()``. With ``synchronous_commit`` off (``PgServer``'s
+default) a commit instead signals the WAL writer process, which costs this server more per
+INSERT than the write itself (benches/RESULTS.md, issue 27's throughput section). An
+``UNLOGGED`` table would stand for Picodata's ``CREATE UNLOGGED TABLE`` (``docs/docs/reference/
+sql/create_table.md``), not its default table.
 """
 
 from __future__ import annotations
@@ -43,6 +56,11 @@ MAX_CONNECTIONS = 400  # the three clients and the floor hold their connections 
 
 USERS_TABLE = "CREATE TABLE users (id bigint PRIMARY KEY, name text, landed_on inet)"
 
+DURABILITY = {"synchronous_commit": "on"}
+"""How a write is made durable, as Picodata's default table does it: ``PgServer`` turns
+``fsync`` off, and this makes each commit wait for its WAL record's ``write()`` (no flush to
+disk). See the module's "Writes" section."""
+
 
 class StandinCluster:
     """The server, the catalog, and where each instance is (see the module)."""
@@ -54,6 +72,7 @@ class StandinCluster:
             settings={
                 "listen_addresses": ",".join(self.hosts),
                 "max_connections": str(MAX_CONNECTIONS),
+                **DURABILITY,
             }
         )
         self.server.start()
@@ -136,6 +155,18 @@ class StandinCluster:
         except OSError:
             children = []
         return [pid, *map(int, children)]
+
+    def server_cpu_ns(self) -> int:
+        """The CPU time, in ns, that the server's processes (:meth:`server_pids`, read now) have
+        run so far (``/proc/<pid>/schedstat``, the scheduler's own count; a process that ended
+        meanwhile is left out)."""
+        total = 0
+        for pid in self.server_pids():
+            try:
+                total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
 
     def server_connect_kwargs(self) -> dict[str, Any]:
         """asyncpg.connect keyword arguments for a raw connection to the server (the floor)."""

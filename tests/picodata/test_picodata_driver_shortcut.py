@@ -99,12 +99,49 @@ async def test_the_hot_path_takes_the_shortcut_where_allowed(
 ) -> None:
     probe = "SELECT 1 AS shortcut_probe"
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        await db.fetch(probe, key=3)  # opens the connection of key 3's master
+        await db.fetch(probe, key=3)  # opens the connection of key 3's master, caches probe
         awaited_by.clear()
         for method in ("fetch", "fetchrow", "fetchval"):
             await getattr(db, method)(probe, key=3)  # its idle connection: the hot path
-        expected = ["query"] * 3 if INSTALLED else ["fetch", "fetchrow", "fetchval"]
-        assert awaited_by[probe] == expected
+        # a cached statement goes past _execute to the protocol itself
+        expected = [] if INSTALLED else ["fetch", "fetchrow", "fetchval"]
+        assert awaited_by.get(probe, []) == expected
         written = "SELECT $1::int AS shortcut_probe"
-        assert await db.execute(written, 1, key=3) == "SELECT 1"
-        assert awaited_by[written] == ["execute"]  # never shortened
+        assert await db.execute(written, 1, key=3) == "SELECT 1"  # prepared here
+        assert await db.execute(written, 2, key=3) == "SELECT 1"  # cached
+        assert awaited_by[written] == (["query"] if INSTALLED else ["execute", "execute"])
+
+
+async def test_a_command_timeout_keeps_the_driver_s_statement_lookup(
+    pg: PgServer, awaited_by: dict[str, list[str]]
+) -> None:
+    probe = "SELECT 2 AS shortcut_probe"
+    kwargs = {"command_timeout": 30.0}
+    async with cluster(pg) as c, connect(c.url, tier="default", connect_kwargs=kwargs) as db:
+        assert await db.fetchval(probe, key=3) == 2  # opens the connection, caches probe
+        awaited_by.clear()
+        for _ in range(3):
+            assert await db.fetchval(probe, key=3) == 2
+        # asyncpg's _execute applies command_timeout: never skipped then
+        assert awaited_by[probe] == (["query"] * 3 if INSTALLED else ["fetchval"] * 3)
+
+
+async def test_a_statement_whose_result_type_changed_is_prepared_again(pg: PgServer) -> None:
+    """A cached statement the server refuses after an ALTER TABLE (asyncpg's
+    InvalidCachedStatementError) is prepared again and run once more, as asyncpg does."""
+    async with cluster(pg) as c, connect(c.url, tier="default") as db:
+        raw = await asyncpg.connect(c.url)
+        try:
+            await raw.execute("CREATE TABLE altered (id int)")
+            await raw.execute("INSERT INTO altered VALUES (1)")
+            query = "SELECT * FROM altered WHERE id = $1"
+            for _ in range(2):  # prepared, then cached on key 3's connection
+                assert list(await db.fetchrow(query, 1, key=3)) == [1]
+            await raw.execute("ALTER TABLE altered ADD COLUMN name text DEFAULT 'x'")
+            assert list(await db.fetchrow(query, 1, key=3)) == [1, "x"]
+            assert await db.execute("UPDATE altered SET name = $2 WHERE id = $1", 1, "y", key=3)
+            assert await db.execute("UPDATE altered SET name = $2 WHERE id = $1", 1, "z", key=3)
+            await raw.execute("ALTER TABLE altered ADD COLUMN other int DEFAULT 5")
+            assert list(await db.fetchrow(query, 1, key=3)) == [1, "z", 5]
+        finally:
+            await raw.close()

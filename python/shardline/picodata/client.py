@@ -31,7 +31,7 @@ from shardline.errors import (
     UnknownTier,
 )
 from shardline.host_port import split_host_port
-from shardline.picodata.driver_shortcut import shortcut_allowed
+from shardline.picodata.driver_shortcut import CACHE_ERRORS, after_cache_error, shortcut_allowed
 from shardline.picodata.instance_pool import InstancePool
 from shardline.picodata.query_metadata import (
     MAX_STATEMENTS,
@@ -180,10 +180,12 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
         hand-written methods would repeat the logic four times. Where the driver shortcut
         applies, awaiting asyncpg's ``_execute`` instead of ``run`` removes asyncpg's own
         frame too (the connection's ``is_closed()``, which ``run`` would check first, has
-        just been checked).
+        just been checked), and a statement already in the connection's cache is run by the
+        protocol's ``bind_execute`` itself, four more frames fewer (see
+        :mod:`shardline.picodata.driver_shortcut`).
     """
-    limit = 0 if shape == "rows" else 1
-    shortcut = shape is not None and _SHORTCUT
+    limit = 0 if shape in ("rows", None) else 1
+    status = shape is None  # execute: the status of the command, not rows
 
     async def query(
         self: Client,
@@ -228,7 +230,8 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
                 self._keyed += 1
                 if key.__class__ is StatementRouting:
                     self._from_metadata += 1
-            direct = shortcut and not options
+            # execute without arguments takes the simple-query protocol: asyncpg's own path
+            direct = _SHORTCUT and not options and (args or not status)
             started = 0
         else:
             pool, connection, key = await self._connection(key, read_only, strict, query, args)
@@ -238,8 +241,29 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
         pool.lent[connection] = self._tick if timeout is None else None
         try:
             if direct:
-                rows = await connection._execute(query, args, limit, timeout)
-                if shape == "rows":
+                statement = (
+                    connection._stmt_cache.get(
+                        (query, connection._protocol.get_record_class(), False)
+                    )
+                    if timeout is None and self._untimed
+                    else None
+                )
+                if statement is not None:
+                    try:
+                        rows = await connection._protocol.bind_execute(
+                            statement, args, "", limit, status, None
+                        )
+                    except CACHE_ERRORS as error:
+                        rows = await after_cache_error(
+                            connection, error, query, args, limit, status
+                        )
+                else:
+                    rows = await connection._execute(
+                        query, args, limit, timeout, return_status=status
+                    )
+                if status:
+                    result = rows[1].decode()
+                elif shape == "rows":
                     result = rows
                 elif not rows:
                     result = None
@@ -520,6 +544,9 @@ class Client:
         # the catalog's own connections; the instances' get Picodata's session settings too
         self._catalog_kwargs = {**kwargs, "timeout": timeout}
         self._connect_kwargs = self._catalog_kwargs
+        # whether a query without timeout= is unbounded for the driver (the hot path's
+        # shortcut past asyncpg's statement lookup applies only then)
+        self._untimed = self._catalog_kwargs.get("command_timeout") is None
         self._dsn_options = dsn_settings.get("options")
 
         self._topology = Topology()
