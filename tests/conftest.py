@@ -7,11 +7,19 @@ through. Plain helpers are in ``support/`` (see README.md)."""
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+
+# gRPC's fork handlers, on by default, run in the child of every fork this process makes (each
+# worker process a test starts) before it execs; with gRPC's own threads busy in this process,
+# such a child once logged "epoll_wait error: Bad file descriptor" and exited before exec (a
+# bounds_worker that never started, one run in ~3,000 tests). No test forks without exec, so
+# the handlers have nothing to protect here. Set before anything imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 from hypothesis import settings
 
 from shardline import Topology
