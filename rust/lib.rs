@@ -1,77 +1,61 @@
-//! shardline's Rust core. This file only wires modules; each concept has its own file.
+//! shardline's extension module (`shardline._core`): the Python classes and functions, over the
+//! pure core in `rust/core` (crate `shardline-core`). This file only wires modules; each concept
+//! has its own folder (see docs/architecture.md).
 
-mod bucket_divisor;
-mod bucket_map;
-mod bucket_payload;
-mod bucket_range;
-mod coroutine_send;
-mod cpu_lanes;
-mod crc32c;
 mod dispatch_times;
-mod errors;
-mod events;
-mod gil_lock;
+mod hashing;
 mod health;
-mod instance;
-mod int_arrays;
-mod int_key_lanes;
-mod key_encoding;
 mod keyed_record;
-mod lua_tostring;
-mod map_clear;
-mod map_stats;
-mod msgpack_rpc;
-mod murmur3;
-mod out_array;
 mod pool;
-mod replicaset;
+mod py;
 mod round_robin;
-mod route_explanation;
-mod route_stats;
-mod sharding;
-mod str_key_lanes;
-mod tally;
 mod topology;
-mod uuid;
+mod wire;
 mod workers_view;
+
+// The pool's files still name these at the crate's root.
+use py::{gil_lock, tally};
 
 use pyo3::prelude::*;
 
 #[pymodule(gil_used = false)]
 mod _core {
     #[pymodule_export]
-    use crate::bucket_payload::BucketPayload;
-    #[pymodule_export]
-    use crate::bucket_range::BucketRange;
-    #[pymodule_export]
-    use crate::coroutine_send::coroutine_send;
-    #[pymodule_export]
-    use crate::events::parse_bucket_row;
-    #[pymodule_export]
-    use crate::instance::Instance;
+    use crate::hashing::bucket_id;
     #[pymodule_export]
     use crate::keyed_record::KeyedRecord;
     #[pymodule_export]
-    use crate::map_stats::MapStats;
-    #[pymodule_export]
-    use crate::msgpack_rpc::{
-        msgpack_answer, msgpack_call, msgpack_plain, msgpack_request, msgpack_result,
-        msgpack_unpack, MsgpackReader,
-    };
-    #[pymodule_export]
     use crate::pool::WorkerPool;
-    #[pymodule_export]
-    use crate::replicaset::Replicaset;
     #[pymodule_export]
     use crate::round_robin::PoolRotationSelect;
     #[pymodule_export]
-    use crate::route_explanation::RouteExplanation;
+    use crate::topology::bucket_range::BucketRange;
     #[pymodule_export]
-    use crate::route_stats::RouteStats;
+    use crate::topology::events::parse_bucket_row;
     #[pymodule_export]
-    use crate::sharding::bucket_id;
+    use crate::topology::explanation::RouteExplanation;
+    #[pymodule_export]
+    use crate::topology::instance::Instance;
+    #[pymodule_export]
+    use crate::topology::map_stats::MapStats;
+    #[pymodule_export]
+    use crate::topology::payload::BucketPayload;
+    #[pymodule_export]
+    use crate::topology::replicaset::Replicaset;
+    #[pymodule_export]
+    use crate::topology::route_stats::RouteStats;
     #[pymodule_export]
     use crate::topology::Topology;
+    #[pymodule_export]
+    use crate::wire::coroutine::coroutine_send;
+    #[pymodule_export]
+    use crate::wire::decode::msgpack_unpack;
+    #[pymodule_export]
+    use crate::wire::encode::{
+        msgpack_answer, msgpack_call, msgpack_plain, msgpack_request, msgpack_result,
+    };
+    #[pymodule_export]
+    use crate::wire::reader::MsgpackReader;
     #[pymodule_export]
     use crate::workers_view::WorkersView;
 }
