@@ -13,7 +13,7 @@ use shardline_core::uuid;
 use super::events::{BucketChange, InstanceChange, Op, ReplicasetChange};
 use super::instance::Instance;
 use super::replicaset::Replicaset;
-use super::state::{now, Displaced, ReplicasetEntry};
+use super::state::{now, Displaced, ReplicasetEntry, State};
 use super::Topology;
 use crate::py::errors::{quoted, raise, repr, Error};
 
@@ -146,58 +146,48 @@ impl Topology {
             }
             return Ok(());
         }
-        // The merged instance is made with no lock held, from the one known then; it is stored
-        // only if that one is still current (we hold a reference, so its address cannot be
-        // reused), else merged again from the newer one.
-        loop {
-            let known = self
-                .state
-                .read()
-                .instances
-                .get(&change.uuid)
-                .map(|known| known.clone_ref(py));
-            let merged = match known.as_ref().map(Py::get) {
-                Some(known) => Instance {
-                    uuid: known.uuid.clone(),
-                    replicaset_uuid: change
-                        .replicaset_uuid
-                        .map(uuid::format)
-                        .or_else(|| known.replicaset_uuid.clone()),
-                    current_state: change
-                        .current_state
-                        .clone()
-                        .or_else(|| known.current_state.clone()),
-                    address: change.address.clone().or_else(|| known.address.clone()),
-                    name: change.name.clone().or_else(|| known.name.clone()),
-                },
-                None => Instance {
-                    uuid: uuid::format(change.uuid),
-                    replicaset_uuid: change.replicaset_uuid.map(uuid::format),
-                    current_state: change.current_state.clone(),
-                    address: change.address.clone(),
-                    name: change.name.clone(),
-                },
-            };
-            let known = known.as_ref();
-            let changed = known.is_none_or(|known| *known.get() != merged);
-            let from = known.and_then(|known| replicaset_of(known.get()));
-            let to = replicaset_of(&merged);
-            let object = Py::new(py, merged)?;
-            let mut displaced = Displaced::default();
-            let mut state = self.state.write();
-            if state.instances.get(&change.uuid).map(Py::as_ptr) != known.map(Py::as_ptr) {
-                continue;
-            }
-            state.forget_masters(&mut displaced);
-            if let Some(old) = state.instances.insert(change.uuid, object) {
-                displaced.objects.push(old.into_any());
-            }
-            state.join(change.uuid, from, to);
-            if changed {
-                self.membership_moved();
-            }
-            return Ok(());
-        }
+        let key = change.uuid;
+        self.merge_until_current(
+            |state| state.instances.get(&key).map(|known| known.clone_ref(py)),
+            |state| state.instances.get(&key).map(Py::as_ptr),
+            |known: &Py<Instance>| known.as_ptr(),
+            |known| {
+                let known = known.map(Py::get);
+                let merged = match known {
+                    Some(known) => Instance {
+                        uuid: known.uuid.clone(),
+                        replicaset_uuid: change
+                            .replicaset_uuid
+                            .map(uuid::format)
+                            .or_else(|| known.replicaset_uuid.clone()),
+                        current_state: change
+                            .current_state
+                            .clone()
+                            .or_else(|| known.current_state.clone()),
+                        address: change.address.clone().or_else(|| known.address.clone()),
+                        name: change.name.clone().or_else(|| known.name.clone()),
+                    },
+                    None => Instance {
+                        uuid: uuid::format(key),
+                        replicaset_uuid: change.replicaset_uuid.map(uuid::format),
+                        current_state: change.current_state.clone(),
+                        address: change.address.clone(),
+                        name: change.name.clone(),
+                    },
+                };
+                let changed = known.is_none_or(|known| *known != merged);
+                let from = known.and_then(replicaset_of);
+                let to = replicaset_of(&merged);
+                Ok((Py::new(py, merged)?, changed, from, to))
+            },
+            |state, displaced, (object, changed, from, to)| {
+                if let Some(old) = state.instances.insert(key, object) {
+                    displaced.objects.push(old.into_any());
+                }
+                state.join(key, from, to);
+                changed
+            },
+        )
     }
 
     pub(super) fn apply_replicaset_change(
@@ -225,86 +215,113 @@ impl Topology {
         if let Some(tier) = &change.tier {
             self.registered_tier(py, tier);
         }
-        // As for instances: made with no lock held, stored only if the entry it was made from
-        // is still current.
-        loop {
-            let known = self
-                .state
-                .read()
-                .replicasets
-                .get(&change.uuid)
-                .map(|known| (known.tier.clone(), known.master, known.object.clone_ref(py)));
-            let (old_tier, old_master, old_object) = match known {
-                Some((tier, master, object)) => (Some(tier), master, Some(object)),
-                None => (None, None, None),
-            };
-            let tier: Box<str> = match (&change.tier, &old_tier) {
-                (Some(tier), _) => tier.as_str().into(),
-                (None, Some(tier)) => tier.clone(),
-                (None, None) => {
-                    return Err(raise(
-                        py,
-                        Error::InvalidEvent(format!(
-                            "field 'tier' is required for a replicaset not yet known: {}",
-                            uuid::format(change.uuid)
-                        )),
-                    ))
+        let key = change.uuid;
+        self.merge_until_current(
+            |state| {
+                let known = state.replicasets.get(&key)?;
+                Some((known.tier.clone(), known.master, known.object.clone_ref(py)))
+            },
+            |state| {
+                state
+                    .replicasets
+                    .get(&key)
+                    .map(|entry| entry.object.as_ptr())
+            },
+            |(_, _, object): &(Box<str>, Option<u128>, Py<Replicaset>)| object.as_ptr(),
+            |known| {
+                let (old_tier, old_master, old_object) = match known {
+                    Some((tier, master, object)) => (Some(tier), *master, Some(object)),
+                    None => (None, None, None),
+                };
+                let tier: Box<str> = match (&change.tier, old_tier) {
+                    (Some(tier), _) => tier.as_str().into(),
+                    (None, Some(tier)) => tier.clone(),
+                    (None, None) => {
+                        return Err(raise(
+                            py,
+                            Error::InvalidEvent(format!(
+                                "field 'tier' is required for a replicaset not yet known: {}",
+                                uuid::format(key)
+                            )),
+                        ))
+                    }
+                };
+                let master = change.current_master_uuid.or(old_master);
+                let name = change
+                    .name
+                    .clone()
+                    .or_else(|| old_object.and_then(|object| object.get().name.clone()));
+                let merged = Replicaset {
+                    uuid: uuid::format(key),
+                    tier: tier.to_string(),
+                    current_master_uuid: master.map(uuid::format),
+                    name,
+                };
+                let changed = old_object.is_none_or(|old| *old.get() != merged);
+                let object = Py::new(py, merged)?;
+                let clear = match old_tier {
+                    None => Some(ClearCause::ReplicasetJoined {
+                        replicaset: key,
+                        tier: tier.clone(),
+                    }),
+                    Some(old) if *old != tier => Some(ClearCause::ReplicasetMoved {
+                        replicaset: key,
+                        from: old.clone(),
+                        to: tier.clone(),
+                    }),
+                    Some(_) => None,
                 }
-            };
-            let master = change.current_master_uuid.or(old_master);
-            let name = change.name.clone().or_else(|| {
-                old_object
-                    .as_ref()
-                    .and_then(|object| object.get().name.clone())
-            });
-            let merged = Replicaset {
-                uuid: uuid::format(change.uuid),
-                tier: tier.to_string(),
-                current_master_uuid: master.map(uuid::format),
-                name,
-            };
-            let changed = old_object.as_ref().is_none_or(|old| *old.get() != merged);
-            let object = Py::new(py, merged)?;
-            let clear = match &old_tier {
-                None => Some(ClearCause::ReplicasetJoined {
-                    replicaset: change.uuid,
-                    tier: tier.clone(),
-                }),
-                Some(old) if *old != tier => Some(ClearCause::ReplicasetMoved {
-                    replicaset: change.uuid,
-                    from: old.clone(),
-                    to: tier.clone(),
-                }),
-                Some(_) => None,
-            }
-            .map(|cause| Clear { cause, at: now() });
+                .map(|cause| Clear { cause, at: now() });
+                let entry = ReplicasetEntry {
+                    tier,
+                    master,
+                    object,
+                };
+                Ok((entry, old_tier.cloned(), clear, changed))
+            },
+            |state, displaced, (entry, old_tier, clear, changed)| {
+                // A new member may take buckets from any replicaset of its tier; a member
+                // moving between tiers, from any of either.
+                if let Some(clear) = &clear {
+                    if let Some(old) = old_tier.as_deref().filter(|old| **old != *entry.tier) {
+                        state.clear_tier(old, clear, displaced);
+                    }
+                    state.clear_tier(&entry.tier, clear, displaced);
+                }
+                if let Some(old) = state.replicasets.insert(key, entry) {
+                    displaced.objects.push(old.object.into_any());
+                }
+                changed
+            },
+        )
+    }
+
+    /// Stores an instance or a replicaset merged from the one it replaces, with no lock held
+    /// while it is made: `copy` takes the current entry's references under the read lock,
+    /// `merge` makes the new entry from them, and `store` writes it under the write lock (after
+    /// every tier forgot its masters) if the entry is still the one copied, compared by the
+    /// address of its object (`address_in` the state's, `address_of` the copy's: the copy's
+    /// reference keeps that address from being reused); else it merges again from the newer
+    /// one. `store` returns whether the entry changed, which moves `membership_version`.
+    fn merge_until_current<K, M>(
+        &self,
+        copy: impl Fn(&State) -> Option<K>,
+        address_in: impl Fn(&State) -> Option<*mut pyo3::ffi::PyObject>,
+        address_of: impl Fn(&K) -> *mut pyo3::ffi::PyObject,
+        mut merge: impl FnMut(Option<&K>) -> PyResult<M>,
+        mut store: impl FnMut(&mut State, &mut Displaced, M) -> bool,
+    ) -> PyResult<()> {
+        loop {
+            let known = copy(&self.state.read());
+            let merged = merge(known.as_ref())?;
+            // Declared before the guard, so dropped after it (see `Displaced`).
             let mut displaced = Displaced::default();
             let mut state = self.state.write();
-            let current = state
-                .replicasets
-                .get(&change.uuid)
-                .map(|entry| entry.object.as_ptr());
-            if current != old_object.as_ref().map(Py::as_ptr) {
+            if address_in(&state) != known.as_ref().map(&address_of) {
                 continue;
             }
             state.forget_masters(&mut displaced);
-            // A new member may take buckets from any replicaset of its tier; a member moving
-            // between tiers, from any of either.
-            if let Some(clear) = &clear {
-                if let Some(old) = old_tier.as_deref().filter(|old| **old != *tier) {
-                    state.clear_tier(old, clear, &mut displaced);
-                }
-                state.clear_tier(&tier, clear, &mut displaced);
-            }
-            let entry = ReplicasetEntry {
-                tier,
-                master,
-                object,
-            };
-            if let Some(old) = state.replicasets.insert(change.uuid, entry) {
-                displaced.objects.push(old.object.into_any());
-            }
-            if changed {
+            if store(&mut state, &mut displaced, merged) {
                 self.membership_moved();
             }
             return Ok(());
