@@ -27,8 +27,8 @@ test: $(BIN)/maturin servers ## Install everything the tests need, lint, and run
 	$(MAKE) wheel-smoke sdist
 
 lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi, the import layers (import-linter)
-	cargo fmt --check
-	cargo clippy --all-targets --quiet -- -D warnings
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --quiet -- -D warnings
 	$(BIN)/ruff check python tests benches examples docs
 	$(BIN)/ruff format --check python tests benches examples docs
 	$(BIN)/mypy --strict python/shardline
@@ -46,8 +46,10 @@ pytest: ## Run the Python test suite
 soak-tests: ## Run the Python suite RUNS times (default 20) with every core busy; stops at the first failure
 	PYTHON=$(BIN)/python RUNS=$(or $(RUNS),20) tests/soak.sh $(PYTEST_ARGS)
 
-cargo-test: ## Run the Rust unit tests
-	cargo test --quiet
+# Every workspace member's tests: rust/core (shardline-core) needs no interpreter, the extension's
+# link against the venv's.
+cargo-test: ## Run the Rust unit tests (every workspace member)
+	cargo test --workspace --quiet
 
 fuzz: $(BIN)/maturin ## Fuzz every parser FUZZ_SECONDS (default 180) s each; fails on a contract violation
 	$(MATURIN) develop --extras test --quiet

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// A count that only grows, bumped where the work is done and read by a metrics scrape.
 ///
 /// Every caller holds the thread state of an interpreter with a GIL, so no two adds run at
-/// once: an add is a plain load and store (a relaxed atomic, no read-modify-write), which costs
-/// a lookup about a cycle where a locked add would cost it several nanoseconds (measured in
-/// `benches/RESULTS.md`, "Instrumentation cost (issue 15)"). A free-threaded build
+/// once: an add is a plain load and store (a relaxed atomic, no read-modify-write), cheaper on a
+/// lookup than a locked add (`benches/RESULTS.md`, "Instrumentation cost (issue 15)"). A
+/// free-threaded build
 /// (`cfg(Py_GIL_DISABLED)`, never the abi3 wheel) adds with `fetch_add` instead, so no count is
 /// lost there either. Reads are relaxed: a scrape sees each count at some recent value.
 #[derive(Default)]

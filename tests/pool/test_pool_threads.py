@@ -1,5 +1,5 @@
 """The worker pool used from several threads at once (issue 12, pool operations): on a GIL build
-its lock is the GIL itself (``rust/gil_lock.rs``), so every operation must still be atomic and
+its lock is the GIL itself (``rust/py/gil_lock.rs``), so every operation must still be atomic and
 leave the pool consistent, whatever the interleaving."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ fn finish(mut h: u32, data: &[u8]) -> u32 {
     let k = match data.len().checked_sub(4) {
         // The last four bytes end with the tail: shifting the others out reads it without a
         // branch on its length, which for keys of random lengths is mispredicted most of the
-        // time (measured on 100,000 keys of 4 to 40 bytes: 16 ns per key against 25). An empty
+        // time (`benches/RESULTS.md`, "Issue 12: route_many and pool operations"). An empty
         // tail shifts out everything, and scrambles to 0 (no change).
         Some(start) => {
             let last = block_of(&data[start..]);

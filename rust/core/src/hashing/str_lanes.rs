@@ -13,10 +13,8 @@
 //! position, and the rounds read whole rows. The copy is chosen at run time
 //! (`is_x86_feature_detected!`), never at build time; a CPU with neither runs the in-place form
 //! one key after another (the x86-64 baseline has no 32-bit lane multiply), which still saves
-//! the mispredicted exits. Measured on 100,000 keys of 4 to 40 bytes (Xeon, release build, Rust
-//! alone), ns per key: `murmur3_x86_32` one key at a time 13.2-14.1, the in-place form for the
-//! baseline 11.6-12.1 (with rows 14.6-15.9), AVX2 with rows 7.7-8.1, AVX-512 4.8-5.0; in
-//! `route_many`, the AVX-512 rows measured 1.7 ns per key slower than the gathers. The result
+//! the mispredicted exits. Each form was chosen by its measured cost (`benches/RESULTS.md`,
+//! "Issue 12: `route_many` of a list of str in lanes"). The result
 //! equals [`murmur3_x86_32`] for every length (the tests below, and
 //! `tests/topology/test_route_many_str_keys.py`).
 
