@@ -1,7 +1,6 @@
 //! `MsgpackReader`: a stream's messages read as they complete, whatever the split of its reads.
 
 use parking_lot::Mutex;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyType};
 use shardline_core::wire::scan::{scan_message, Limits, Scan};
@@ -224,9 +223,8 @@ impl MsgpackReader {
                 return Err(self.refusal(py, again.into()));
             }
             if guard.busy {
-                return Err(PyRuntimeError::new_err(
-                    "a MsgpackReader is fed by one thread at a time",
-                ));
+                drop(guard);
+                return Err(raise(py, Error::FedConcurrently));
             }
             let pending = std::mem::take(&mut *guard);
             guard.busy = true;

@@ -56,6 +56,8 @@ pub enum Error {
     UnknownDecimalFormat(String),
     /// `ValueError`: an argument outside what the function takes; the message says which.
     Value(String),
+    /// `RuntimeError`: a stream reader fed by a second thread while a first one reads.
+    FedConcurrently,
     /// The stream's own `too_large` class: a message longer than the frame limit.
     FrameTooLarge,
     /// The stream's own `malformed` class (`ValueError` for one value): bytes the protocol does
@@ -127,6 +129,7 @@ impl fmt::Display for Error {
                 f,
                 "unknown decimal_format {name:?}: expected \"binary\" or \"text\""
             ),
+            Error::FedConcurrently => f.write_str("a MsgpackReader is fed by one thread at a time"),
             Error::FrameTooLarge => f.write_str("a message longer than the frame limit"),
         }
     }

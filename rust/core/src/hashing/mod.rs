@@ -41,6 +41,7 @@ pub enum DecimalFormat {
 
 impl DecimalFormat {
     /// Parses the Python-facing name (`"binary"` / `"text"`).
+    #[inline]
     pub fn parse(name: &str) -> Result<Self, Error> {
         match name {
             "binary" => Ok(DecimalFormat::Binary),
@@ -70,6 +71,7 @@ impl Scheme {
     }
 
     /// The Python-facing name.
+    #[inline]
     pub fn name(self) -> &'static str {
         match self {
             Scheme::Picodata => "picodata",

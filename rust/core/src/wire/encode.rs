@@ -58,6 +58,7 @@ pub fn too_long(what: &str, len: usize) -> Result<(), Error> {
 
 /// The params' array header: four params with a deadline, the three of the first version
 /// without one (which a worker of that version reads).
+#[inline]
 pub fn params_header(deadline: Option<f64>) -> u8 {
     if deadline.is_some() {
         0x94
@@ -67,6 +68,7 @@ pub fn params_header(deadline: Option<f64>) -> u8 {
 }
 
 /// A float64, or nil.
+#[inline]
 pub fn put_seconds(out: &mut Vec<u8>, seconds: Option<f64>) {
     match seconds {
         None => out.push(0xc0),
@@ -78,6 +80,7 @@ pub fn put_seconds(out: &mut Vec<u8>, seconds: Option<f64>) {
 }
 
 /// `n` (negative) in the smallest signed form.
+#[inline]
 pub fn put_int(out: &mut Vec<u8>, n: i64) {
     // msgpack-python's choice for a negative int: the smallest signed form that holds it
     match n {
@@ -100,6 +103,7 @@ pub fn put_int(out: &mut Vec<u8>, n: i64) {
 
 /// A container's header for `len` items: the fix form (`fix`) up to `fix_max`, else the 16-
 /// or 32-bit one (`sixteen`, `sixteen + 1`).
+#[inline]
 pub fn put_len(out: &mut Vec<u8>, len: usize, fix: u8, fix_max: usize, sixteen: u8) {
     if len <= fix_max {
         out.push(fix | len as u8);

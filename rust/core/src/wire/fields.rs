@@ -4,6 +4,7 @@
 use super::scan::be;
 
 /// The unsigned integer at `data[*pos]`, if that is one.
+#[inline]
 pub fn uint(data: &[u8], pos: &mut usize) -> Option<u64> {
     let b = *data.get(*pos)?;
     let width = match b {
@@ -23,6 +24,7 @@ pub fn uint(data: &[u8], pos: &mut usize) -> Option<u64> {
 }
 
 /// The str or bin at `data[*pos]` (`bin` says which), if that is one.
+#[inline]
 pub fn raw<'a>(data: &'a [u8], pos: &mut usize, bin: bool) -> Option<&'a [u8]> {
     let b = *data.get(*pos)?;
     let (head, len) = match (b, bin) {
@@ -40,6 +42,7 @@ pub fn raw<'a>(data: &'a [u8], pos: &mut usize, bin: bool) -> Option<&'a [u8]> {
 
 /// A request's timeout as the worker reads it (nil or +inf: none; negative: 0), if it is a
 /// number; NaN and anything else are left to the Python side to refuse.
+#[inline]
 pub fn timeout(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
     let b = *data.get(*pos)?;
     let seconds = match b {
@@ -85,6 +88,7 @@ pub fn timeout(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
 
 /// A request's deadline (nil: none), if it is nil, a finite float or an int (as the nearest
 /// float); anything else is left to the Python side to refuse.
+#[inline]
 pub fn deadline(data: &[u8], pos: &mut usize) -> Option<Option<f64>> {
     let b = *data.get(*pos)?;
     let (seconds, len) = match b {

@@ -38,12 +38,14 @@ impl Limits {
     }
 }
 
+#[inline]
 pub fn be(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0, |n, &b| (n << 8) | u64::from(b))
 }
 
 /// What the header at `data[pos]` says: `(header bytes, body bytes, items it contains)`, or
 /// None when the header is not all there yet.
+#[inline]
 pub fn header(data: &[u8], pos: usize) -> Result<Option<(usize, u64, u64)>, Error> {
     let b = data[pos];
     let sized = |width: usize| -> Option<u64> { data.get(pos + 1..pos + 1 + width).map(be) };
@@ -164,6 +166,7 @@ pub fn scan_message(
     }
 }
 
+#[inline]
 pub fn is_container(b: u8) -> bool {
     matches!(b, 0x80..=0x9f | 0xdc..=0xdf)
 }
