@@ -56,6 +56,8 @@ pub enum Error {
     UnknownDecimalFormat(String),
     /// `ValueError`: an argument outside what the function takes; the message says which.
     Value(String),
+    /// `TypeError`: an argument of a type the function does not take; the message says which.
+    Type(String),
     /// `RuntimeError`: a stream reader fed by a second thread while a first one reads.
     FedConcurrently,
     /// The stream's own `too_large` class: a message longer than the frame limit.
@@ -74,6 +76,7 @@ impl fmt::Display for Error {
             | Error::InvalidArgument(message)
             | Error::InvalidArgumentType(message)
             | Error::Value(message)
+            | Error::Type(message)
             | Error::Malformed(message) => f.write_str(message),
             Error::NotABucketBound { field, got } => {
                 write!(
