@@ -1,6 +1,8 @@
 //! `BucketRange`: the range holding one bucket, with when and by what it was last set.
 
 use pyo3::prelude::*;
+use shardline_core::topology::ranges::Stamp;
+use shardline_core::uuid;
 
 use crate::py::errors::quoted;
 
@@ -22,6 +24,20 @@ pub struct BucketRange {
     pub epoch: u64,
     pub set_at: f64,
     pub set_by: &'static str,
+}
+
+impl BucketRange {
+    /// The range `[start, end]` of replicaset `owner`, with its `stamp`.
+    pub fn of(start: u32, end: u32, owner: u128, stamp: &Stamp) -> Self {
+        Self {
+            start,
+            end,
+            replicaset_uuid: uuid::format(owner),
+            epoch: stamp.epoch,
+            set_at: stamp.at,
+            set_by: stamp.by.name(),
+        }
+    }
 }
 
 #[pymethods]

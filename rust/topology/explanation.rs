@@ -219,17 +219,7 @@ impl RouteExplanation {
         };
         let range = range
             .map(|(start, end, owner, stamp)| {
-                Py::new(
-                    py,
-                    BucketRange {
-                        start,
-                        end,
-                        replicaset_uuid: uuid::format(owner),
-                        epoch: stamp.epoch,
-                        set_at: stamp.at,
-                        set_by: stamp.by.name(),
-                    },
-                )
+                Py::new(py, BucketRange::of(start, end, owner, &stamp))
             })
             .transpose()?;
         Ok(Self {

@@ -121,11 +121,7 @@ impl Topology {
             .values()
             .map(|object| object.clone_ref(py))
             .collect();
-        let out = PyDict::new(py);
-        for object in objects {
-            out.set_item(&object.get().uuid, &object)?;
-        }
-        Ok(out)
+        by_uuid(py, objects, |instance| &instance.uuid)
     }
 
     /// Replicaset uuid → `Replicaset`, a snapshot copy.
@@ -138,11 +134,7 @@ impl Topology {
             .values()
             .map(|entry| entry.object.clone_ref(py))
             .collect();
-        let out = PyDict::new(py);
-        for object in objects {
-            out.set_item(&object.get().uuid, &object)?;
-        }
-        Ok(out)
+        by_uuid(py, objects, |replicaset| &replicaset.uuid)
     }
 
     /// Tier → its ranges as `(start, end, replicaset_uuid)` sorted by start, a snapshot copy.
@@ -439,14 +431,7 @@ impl Topology {
                 .range(bucket_id.0)
                 .map(|(range, stamp)| (range.start, range.end, range.owner.uuid, *stamp))
         })?;
-        Ok(found.map(|(start, end, owner, stamp)| BucketRange {
-            start,
-            end,
-            replicaset_uuid: uuid::format(owner),
-            epoch: stamp.epoch,
-            set_at: stamp.at,
-            set_by: stamp.by.name(),
-        }))
+        Ok(found.map(|(start, end, owner, stamp)| BucketRange::of(start, end, owner, &stamp)))
     }
 
     /// Why `route(tier, key)` answers what it answers, as a `RouteExplanation`: the key's
@@ -535,4 +520,20 @@ impl Topology {
             state.instances.len()
         )
     }
+}
+
+/// `objects` (copied under the lock) as a dict by their uuids, built after it is released.
+fn by_uuid<'py, T>(
+    py: Python<'py>,
+    objects: Vec<Py<T>>,
+    uuid: impl Fn(&T) -> &String,
+) -> PyResult<Bound<'py, PyDict>>
+where
+    T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
+{
+    let out = PyDict::new(py);
+    for object in objects {
+        out.set_item(uuid(object.get()), &object)?;
+    }
+    Ok(out)
 }
