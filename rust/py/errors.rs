@@ -34,6 +34,12 @@ fn of_class(
 ///
 /// A wire refusal raised here (not by a reader with classes of its own, see [`raise_in_stream`])
 /// is a `ValueError`.
+///
+/// Implementation notes:
+///     Cold and never inlined: every caller is an error path, which then stays out of the
+///     hot code around it.
+#[cold]
+#[inline(never)]
 pub fn raise(py: Python<'_>, error: Error) -> PyErr {
     let message = error.to_string();
     match error {
