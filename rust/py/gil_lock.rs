@@ -1,15 +1,15 @@
 //! `GilLock`: the worker pool's reader-writer lock, which on an interpreter with a GIL is the GIL.
 //!
-//! Every pool operation runs with the thread attached to the interpreter, and none runs Python
-//! code while it holds the pool's lock (the first of the two safety rules). On an interpreter
-//! with a GIL, attached means holding the GIL, and only Python code (or an explicit release,
-//! which the pool never makes) hands the GIL to another thread: the GIL alone therefore already
-//! serialises every critical section, and an atomic lock around them costs an uncontended
-//! `lock cmpxchg` on entry and on exit for nothing (`benches/RESULTS.md`, "Issue 12 goals,
-//! session of 2026-12-03 10:05", has the profile). There the lock is a borrow count checked like `RefCell`'s, which turns a breach of
-//! the rule (a critical section entered again while one is open) into a panic, raised to Python,
-//! rather than a data race. A free-threaded build, where threads run Python code at the same
-//! time, keeps `parking_lot::RwLock`.
+//! Every pool operation runs with the thread attached to the interpreter, and none runs Python code
+//! while it holds the pool's lock (the first of the two safety rules). On an interpreter with a
+//! GIL, attached means holding the GIL, and only Python code (or an explicit release, which the
+//! pool never makes) hands the GIL to another thread: the GIL alone therefore already serialises
+//! every critical section, and an atomic lock around them costs an uncontended `lock cmpxchg` on
+//! entry and on exit for nothing (`benches/RESULTS.md`, "Issue 12 goals, session of 2026-12-03
+//! 10:05", has the profile). There the lock is a borrow count checked like `RefCell`'s, which turns
+//! a breach of the rule (a critical section entered again while one is open) into a panic, raised
+//! to Python, rather than a data race. A free-threaded build, where threads run Python code at the
+//! same time, keeps `parking_lot::RwLock`.
 
 pub use imp::GilLock;
 

@@ -7,7 +7,11 @@
 //! then wait forever for the lock its own thread (or one it waits for) holds. So: Python
 //! objects are made before the lock is taken, or after it is released from references copied
 //! under it (`clone_ref` runs no code); errors are raised after the guard is released; and
-//! every value a writer takes out of the state goes into a [`Displaced`] that outlives the guard.
+//! every value a writer takes out of the state goes into a `Displaced` that outlives the guard.
+//!
+//! This file is the class and its Python methods, each a few lines over the files that do the
+//! work: `state.rs` (what the lock guards), `apply.rs` (events), `route.rs` (lookups),
+//! `snapshot.rs` (whole-map snapshots).
 
 mod apply;
 pub mod bucket_range;

@@ -265,7 +265,8 @@ impl<O: PartialEq> BucketMap<O> {
         }
     }
 
-    /// Makes the map exactly `snapshot` (sorted and disjoint: see [`sort_snapshot`](super::ranges::sort_snapshot)).
+    /// Makes the map exactly `snapshot` (sorted and disjoint: see
+    /// [`sort_snapshot`](super::ranges::sort_snapshot)).
     /// Returns whether anything changed; an identical snapshot leaves the epoch alone. A range
     /// the map already held identically (same bounds, same owner) keeps its stamp; the others
     /// are stamped with `setting`. The ranges replaced (or the snapshot itself, if identical)

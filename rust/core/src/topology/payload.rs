@@ -6,13 +6,14 @@
 //! text holds. The extension's `BucketPayload` is a poll decoded and validated once, that any
 //! number of topologies can then apply without decoding it again.
 //!
-//! The rows are those of the extension's `events::bucket_row`, read with the same rules and messages: the fields
-//! `bucket_id_start`, `bucket_id_end` (ints in `1..=u32::MAX`, not bool), `tier_name` (the
-//! polled tier) and `current_replicaset_uuid` (a UUID string) are required; in a `state` whose
-//! buckets are served by their target ([`served_by_target`]), a non-null
+//! The rows are those of the extension's `events::bucket_row`, read with the same rules and
+//! messages: the fields `bucket_id_start`, `bucket_id_end` (ints in `1..=u32::MAX`, not bool),
+//! `tier_name` (the polled tier) and `current_replicaset_uuid` (a UUID string) are required; in a
+//! `state` whose buckets are served by their target ([`served_by_target`]), a non-null
 //! `target_replicaset_uuid` (a UUID string) is the range's owner instead; any other field is
-//! skipped. The text must be strict JSON (RFC 8259, as UTF-8 when given as bytes): no NaN, no
-//! lone surrogate escapes, no known field twice, and fewer than 128 levels of nesting (the outer array counts as one).
+//! skipped. The text must be strict JSON (RFC 8259, as UTF-8 when given as bytes): no NaN, no lone
+//! surrogate escapes, no known field twice, and fewer than 128 levels of nesting (the outer array
+//! counts as one).
 
 use std::borrow::Cow;
 use std::fmt;
