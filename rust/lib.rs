@@ -14,7 +14,13 @@ mod wire;
 mod workers_view;
 
 // The pool's files still name these at the crate's root.
-use py::{gil_lock, tally};
+use py::gil_lock;
+use shardline_core::tally;
+
+// The core's counters add without a read-modify-write, which is exact only where a GIL
+// serialises the adds: a build for an interpreter without one must make them atomic.
+#[cfg(all(Py_GIL_DISABLED, not(feature = "free-threaded")))]
+compile_error!("a free-threaded interpreter needs the `free-threaded` feature");
 
 use pyo3::prelude::*;
 

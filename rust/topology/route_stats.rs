@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::py::errors::quoted;
-use crate::py::tally::Tally;
+use shardline_core::tally::Tally;
 
 /// Why a lookup answered None, with the words `Topology.explain` uses for the same thing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 ///
 /// Every caller holds the thread state of an interpreter with a GIL, so no two adds run at
 /// once: an add is a plain load and store (a relaxed atomic, no read-modify-write), cheaper on a
-/// lookup than a locked add (`benches/RESULTS.md`, "Instrumentation cost (issue 15)"). A
-/// free-threaded build
-/// (`cfg(Py_GIL_DISABLED)`, never the abi3 wheel) adds with `fetch_add` instead, so no count is
-/// lost there either. Reads are relaxed: a scrape sees each count at some recent value.
+/// lookup than a locked add (`benches/RESULTS.md`, "Instrumentation cost (issue 15)"). Built
+/// with the feature `free-threaded` (which the extension turns on, and must, for a
+/// free-threaded interpreter; never the abi3 wheel), it adds with `fetch_add` instead, so no
+/// count is lost there either. Reads are relaxed: a scrape sees each count at some recent value.
 #[derive(Default)]
 pub struct Tally(AtomicU64);
 
@@ -17,9 +17,9 @@ impl Tally {
     /// Adds `n`; returns the count it makes (what a caller sampling every Nth add tests).
     #[inline(always)]
     pub fn add(&self, n: u64) -> u64 {
-        #[cfg(Py_GIL_DISABLED)]
+        #[cfg(feature = "free-threaded")]
         return self.0.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
-        #[cfg(not(Py_GIL_DISABLED))]
+        #[cfg(not(feature = "free-threaded"))]
         {
             let count = self.0.load(Ordering::Relaxed).wrapping_add(n);
             self.0.store(count, Ordering::Relaxed);
@@ -39,11 +39,11 @@ pub struct FloatTally(AtomicU64);
 impl FloatTally {
     pub fn add(&self, value: f64) {
         let add = |bits: u64| (f64::from_bits(bits) + value).to_bits();
-        #[cfg(Py_GIL_DISABLED)]
+        #[cfg(feature = "free-threaded")]
         let _ = self
             .0
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| Some(add(bits)));
-        #[cfg(not(Py_GIL_DISABLED))]
+        #[cfg(not(feature = "free-threaded"))]
         self.0
             .store(add(self.0.load(Ordering::Relaxed)), Ordering::Relaxed);
     }
