@@ -6,9 +6,9 @@ The rows are Picodata's: the ``_pico_bucket(tier)`` fields of
 states of the topology-notifications ADR (``doc/adr/2025-09-12-pgproto-topology-notifications.md``:
 ``copying``, ``copied``, ``aborting-copy``) and of the ``_pico_bucket`` table of Picodata 26.2
 (``src/catalog/pico_bucket.rs`` ``BucketState``: ``sending``, ``sent``). The decision
-(``served_by_target`` in ``rust/core/src/topology/payload.rs``): ``copied`` and ``sent`` go to the target (the data is
-whole there, the old owner may start neither a read nor a write, the next state is ``active``
-there); every other state goes to the current owner.
+(``served_by_target`` in ``rust/core/src/topology/payload.rs``): ``copied`` and ``sent`` go to the
+target (the data is whole there, the old owner may start neither a read nor a write, the next
+state is ``active`` there); every other state goes to the current owner.
 """
 
 from __future__ import annotations

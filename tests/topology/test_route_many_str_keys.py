@@ -1,9 +1,9 @@
 """``route_many`` of a list of str keys reads each key through the list's own reference (issue 12,
 goal "route_many list of str"): the keys' reference counts are untouched, every kind of str
 routes as ``route`` does, and a str it cannot read raises as before. The strs are hashed in
-batches, side by side (``rust/core/src/hashing/str_lanes.rs``): keys of every UTF-8 length, on either side
-of the lanes' bounds (4 and 43 bytes), in batches cut short by keys of other types, route as
-``route`` hashes them one at a time."""
+batches, side by side (``rust/core/src/hashing/str_lanes.rs``): keys of every UTF-8 length, on
+either side of the lanes' bounds (4 and 43 bytes), in batches cut short by keys of other types,
+route as ``route`` hashes them one at a time."""
 
 from __future__ import annotations
 
