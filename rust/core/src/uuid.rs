@@ -47,7 +47,7 @@ pub fn parse(text: &str) -> Option<u128> {
     parse_noting_form(text).map(|(value, _)| value)
 }
 
-/// [`parse`], also telling whether `text` is already in the form [`format`] produces.
+/// [`parse`], also telling whether `text` is already in the form [`format()`] produces.
 pub fn parse_noting_form(text: &str) -> Option<(u128, bool)> {
     let bytes = text.as_bytes();
     let positions = match bytes.len() {

@@ -4,7 +4,7 @@
 //! time, the hash's block loop runs as many times as the key has 4-byte blocks, and for keys of
 //! random lengths the loop's exit is mispredicted about once per key; each key's blocks also
 //! depend on one another, so little of one key overlaps the next. Here the keys of a batch (up to
-//! 64) are hashed side by side in 32-bit lanes instead: every key runs the same [`LANE_BLOCKS`]
+//! 64) are hashed side by side in 32-bit lanes instead: every key runs the same `LANE_BLOCKS`
 //! rounds, a round past its last block leaving the hash unchanged (a select, not a branch), and
 //! a block past a key's end reading the key's last four bytes (in bounds; not used). Keys
 //! shorter than 4 bytes or longer than the lanes hold take the scalar [`murmur3_x86_32`]. With

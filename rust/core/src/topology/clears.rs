@@ -53,7 +53,7 @@ impl ClearCause {
         }
     }
 
-    /// One phrase naming the cause, for people: "replicaset <uuid> deleted".
+    /// One phrase naming the cause, for people: `replicaset <uuid> deleted`.
     pub fn describe(&self) -> String {
         match self {
             ClearCause::ReplicasetDeleted { replicaset } => {
