@@ -33,10 +33,9 @@ use parking_lot::RwLock;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMapping, PyString};
 use rustc_hash::FxHashMap;
-use shardline_core::uuid;
 
-use crate::py::errors::{raise, repr, Error};
-use crate::py::int_arrays::{self, BucketId};
+use crate::py::errors::{raise, Error};
+use crate::py::int_arrays::BucketId;
 use bucket_range::BucketRange;
 use explanation::RouteExplanation;
 use instance::Instance;
@@ -365,21 +364,7 @@ impl Topology {
         tier: &Bound<'py, PyString>,
         bucket_ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let py = tier.py();
-        let ids = int_arrays::bucket_ids(bucket_ids)?;
-        let owners: Vec<Option<Py<PyString>>> = self.read_routable(tier, |_, known| {
-            known.routes.routed(ids.len() as u64);
-            ids.into_iter()
-                .map(|id| {
-                    let found = known.map.lookup(id);
-                    if found.is_none() {
-                        known.routes.missed(no_range(known), 1);
-                    }
-                    found.map(|owner| owner.name.clone_ref(py))
-                })
-                .collect()
-        })?;
-        PyList::new(py, owners)
+        self.owners_of(tier, bucket_ids)
     }
 
     /// `route` for many keys (an iterable of keys, or a one-dimensional integer array), as a
@@ -488,31 +473,7 @@ impl Topology {
         &self,
         replicaset_uuid: &Bound<'py, PyString>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let py = replicaset_uuid.py();
-        let key = replicaset_uuid
-            .to_str()
-            .ok()
-            .and_then(uuid::parse)
-            .ok_or_else(|| {
-                raise(
-                    py,
-                    Error::InvalidArgument(format!(
-                        "replicaset_uuid must be a UUID, got {}",
-                        repr(replicaset_uuid.as_any())
-                    )),
-                )
-            })?;
-        let members: Vec<Py<Instance>> = {
-            let state = self.state.read();
-            state.members.get(&key).map_or_else(Vec::new, |members| {
-                members
-                    .iter()
-                    .filter_map(|member| state.instances.get(member))
-                    .map(|instance| instance.clone_ref(py))
-                    .collect()
-            })
-        };
-        PyList::new(py, members)
+        self.members(replicaset_uuid)
     }
 
     fn __repr__(&self) -> String {

@@ -6,15 +6,16 @@ use pyo3::types::{PyList, PyString};
 use rustc_hash::FxHashMap;
 use shardline_core::hashing::divisor::BucketDivisor;
 use shardline_core::hashing::int_lanes;
+use shardline_core::uuid;
 
 use super::explanation::{Found, RouteExplanation};
 use super::instance::Instance;
-use super::state::{Masters, State, Tier};
+use super::state::{no_range, Masters, State, Tier};
 use super::Topology;
 use crate::hashing::{bucket_of, with_scratch, DecimalFormat, KeyHasher};
 use crate::py::errors::short_repr;
 use crate::py::errors::{quoted, raise, repr, Error};
-use crate::py::int_arrays::IntArray;
+use crate::py::int_arrays::{self, IntArray};
 use crate::py::out_array::OutArray;
 
 /// The text of a tier name given to a lookup: a str that is not text (it holds a lone
@@ -266,5 +267,60 @@ impl Topology {
             }
         })?;
         RouteExplanation::new(py, lookup_text(tier)?, key_repr, found)
+    }
+
+    /// `owners`: each bucket id's owner, read under one read lock.
+    pub(super) fn owners_of<'py>(
+        &self,
+        tier: &Bound<'py, PyString>,
+        bucket_ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = tier.py();
+        let ids = int_arrays::bucket_ids(bucket_ids)?;
+        let owners: Vec<Option<Py<PyString>>> = self.read_routable(tier, |_, known| {
+            known.routes.routed(ids.len() as u64);
+            ids.into_iter()
+                .map(|id| {
+                    let found = known.map.lookup(id);
+                    if found.is_none() {
+                        known.routes.missed(no_range(known), 1);
+                    }
+                    found.map(|owner| owner.name.clone_ref(py))
+                })
+                .collect()
+        })?;
+        PyList::new(py, owners)
+    }
+
+    /// `replicaset_instances`: the members the index names, copied under the read lock.
+    pub(super) fn members<'py>(
+        &self,
+        replicaset_uuid: &Bound<'py, PyString>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = replicaset_uuid.py();
+        let key = replicaset_uuid
+            .to_str()
+            .ok()
+            .and_then(uuid::parse)
+            .ok_or_else(|| {
+                raise(
+                    py,
+                    Error::InvalidArgument(format!(
+                        "replicaset_uuid must be a UUID, got {}",
+                        repr(replicaset_uuid.as_any())
+                    )),
+                )
+            })?;
+        let members: Vec<Py<Instance>> = {
+            let state = self.state.read();
+            state.members.get(&key).map_or_else(Vec::new, |members| {
+                members
+                    .iter()
+                    .filter_map(|member| state.instances.get(member))
+                    .map(|instance| instance.clone_ref(py))
+                    .collect()
+            })
+        };
+        PyList::new(py, members)
     }
 }
