@@ -152,7 +152,11 @@ async def until(condition: Any, what: str) -> None:
 
 
 def keyed(key: Any, *, read_only: bool = False) -> Task:
-    return Task("whoami", {"key": key, "read_only": read_only})
+    """A task for ``key``'s owner. A read is idempotent: after a master is killed, the read
+    sent to it may fail after sending (gRPC's "Stream removed" when the dead socket is found
+    only after the request was written), and only an idempotent task goes on to the replica
+    then; a write there raises ``OutcomeUnknown`` by design (at most once)."""
+    return Task("whoami", {"key": key, "read_only": read_only}, idempotent=read_only)
 
 
 @pytest.fixture
