@@ -27,6 +27,7 @@ from shardline import (
     WorkerProxy,
 )
 from shardline.pool.health import HealthPolicy
+from support.delegate_balancers import InAdmissionOrder
 from support.fakes import Stream, added, settle
 from support.workers import worker
 
@@ -51,28 +52,12 @@ class Switchable:
         return self.address
 
 
-class DelegateOnly:
-    """A plugin written against the async-generator protocol alone: every pooled worker, in
-    admission order."""
-
-    needs_load = False
-
-    async def delegate(self, task: Any, *, context: Any) -> Any:
-        for uid in list(context.workers):
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
-
-
 BALANCERS: list[Callable[[], Any]] = [
     RoundRobinLoadBalancer,
     WeightedRoundRobinLoadBalancer,
     LeastLoadedLoadBalancer,
     AffinityLoadBalancer,
-    DelegateOnly,
+    InAdmissionOrder,
 ]
 
 
