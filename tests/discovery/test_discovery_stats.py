@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry
 
 import shardline.discovery.subscription as subscription_module
 from shardline import InvalidRecord, WorkerMetadata, WorkerProxy
@@ -29,6 +28,7 @@ from shardline.discovery.record import MAX_PUBLISHED, decode_record, encode_reco
 from shardline.discovery.subscription import RecordFeed
 from shardline.metrics import register
 from support.etcd_server import EtcdServer
+from support.prometheus import scrape
 
 
 def worker(n: int, **changes: Any) -> WorkerMetadata:
@@ -55,15 +55,6 @@ class Idle:
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
         raise AssertionError("not dispatched to")
-
-
-def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 # the record's publish time

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from hypothesis import strategies as st
 from shardline import InvalidEvent, Topology
 from shardline.topology.sources import BucketPayload, BucketSnapshot, PollingSource, apply_change
 from shardline.topology.sources import polling as polling_module
-from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
 from support.polling import run_polled, seed_tier, started
 from support.replicasets import add_replicaset, rs_uuid
@@ -377,12 +375,6 @@ def test_a_poll_costs_at_most_four_times_its_size(
 
 
 # PollingSource
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
 
 
 async def test_polling_reads_a_changed_map_once_and_an_unchanged_one_never(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -22,7 +22,6 @@ from shardline.topology.sources import (
     TopologySource,
 )
 from shardline.topology.sources.empty_maps import EmptyMapWatch
-from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
 
 LOGGER = "shardline.topology.sources"
@@ -163,13 +162,6 @@ def test_topology_discovery_refuses_a_threshold_for_an_origin_without_run() -> N
 def test_connect_refuses_a_threshold_that_is_not_a_positive_time(after: Any) -> None:
     with pytest.raises(ValueError, match=r"warn_empty_after must be a positive, finite number"):
         connect("postgresql://127.0.0.1:1/nowhere", tier="default", warn_empty_after=after)
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    """An empty catalog in a schema of its own."""
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
 
 
 @pytest.mark.async_timeout(60)

@@ -9,13 +9,12 @@ import asyncio
 import logging
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 from shardline._histogram import DURATION_BUCKETS, LAG_BUCKETS, Histogram
@@ -28,24 +27,9 @@ from support.forwarded_cluster import cluster
 from support.notify_cluster import NotifyCluster, caught_up, install
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
+from support.prometheus import scrape
 
 LOGGER = "shardline.topology.sources"
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    """An empty catalog in a schema of its own."""
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
-
-
-def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

@@ -11,7 +11,7 @@ import asyncio
 import functools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -31,13 +31,6 @@ from support.polling import owners, run_polled, seed_tier, started
 from support.replicasets import rs_uuid
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    """An empty catalog in a schema of its own."""
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
 
 
 # the first poll
