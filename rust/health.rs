@@ -94,7 +94,7 @@ pub const SUCCESS_WEIGHT: f64 = 0.1;
 /// Of the dispatches the native path hands a fast worker while every worker is healthy, one in
 /// this many is timed rather than a token dispatch: what keeps its latency average current
 /// (see [`Policy::times_all`] for the others).
-pub const TIMED_EVERY: u64 = 16;
+pub const TIMED_EVERY: u64 = 32;
 /// The latency-outlier rule runs at most this often (nanoseconds): it reads every worker.
 pub const OUTLIER_EVERY_NS: u64 = 100_000_000;
 /// The outlier rule needs this many visible workers with a latency estimate.
@@ -751,6 +751,51 @@ mod tests {
             }
         }
         assert_eq!(failures, 7);
+    }
+
+    #[test]
+    fn token_successes_count_once_settled_and_readmit_a_worker_ejected_as_stuck() {
+        let (policy, pool) = (policy(), PoolHealth::default());
+        let health = WorkerHealth::new(0);
+        for _ in 0..3 {
+            health.token_handed();
+        }
+        // one of the three fails and is let go: two still in flight, none succeeded
+        health.token_missed();
+        assert_eq!(health.settle(2, SECOND, &pool), None);
+        health.finish(Outcome::Failure, 0, SECOND, &policy, &pool, 4);
+        assert_eq!(health.read(SECOND, &policy).0, 1);
+        assert!(health
+            .eject(SECOND, Reason::Stuck, &policy, &pool, 4)
+            .is_some());
+        // one of the two completes: a success, which ends the run of failures and re-admits
+        assert_eq!(
+            health.settle(1, 2 * SECOND, &pool),
+            Some(Transition::Readmitted)
+        );
+        assert_eq!(health.read(2 * SECOND, &policy).0, 0);
+        // counted once
+        assert_eq!(health.settle(1, 3 * SECOND, &pool), None);
+        assert_eq!(pool.counts(), (1, 1, 0));
+    }
+
+    #[test]
+    fn a_check_that_sees_a_worker_busy_after_idle_counts_that_as_progress() {
+        let (policy, pool) = (policy(), PoolHealth::default());
+        let health = WorkerHealth::new(0);
+        // idle since it was made; its token dispatches started unseen, long after
+        let ms = SECOND / 1000;
+        assert_eq!(
+            health.check_stuck(2, 0.001, 10 * SECOND, &policy, &pool, 4),
+            None
+        );
+        assert_eq!(
+            health.check_stuck(2, 0.001, 10 * SECOND + 20 * ms, &policy, &pool, 4),
+            None
+        );
+        assert!(health
+            .check_stuck(2, 0.001, 10 * SECOND + 21 * ms, &policy, &pool, 4)
+            .is_some());
     }
 
     #[test]

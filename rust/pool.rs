@@ -504,7 +504,8 @@ impl Entries {
 /// connection's, or one a garbage collection runs).
 ///
 /// Passive health (off until `configure_health`): from the outcome each `finish_dispatch`
-/// reports, a sick worker is ejected and hidden from every read a balancer makes (`workers`,
+/// reports, and the successes of the native path's token dispatches (`dispatch_next`), counted
+/// from their token's references, a sick worker is ejected and hidden from every read a balancer makes (`workers`,
 /// `next_in_rotation`, `rotation_order`, `dispatch_next`, `less_loaded_of`, `load`, `entry`,
 /// `start_dispatch`, `begin_dispatch`, `uids`) until its ejection time passes and a probe
 /// succeeds; the pool's own membership (`len(pool)`, `uid in pool`, `pooled`, `members`)
@@ -1167,9 +1168,9 @@ impl WorkerPool {
         Ok(self.pending.load(Ordering::Relaxed))
     }
 
-    /// With health on and every worker healthy, of the uncounted dispatches `dispatch_next`
-    /// hands a fast worker (see `dispatch_next`), one in this many is timed; the others are
-    /// token dispatches.
+    /// With health on, of the uncounted dispatches `dispatch_next` hands a fast, healthy
+    /// worker (see `dispatch_next`), one in this many is timed; the others are token
+    /// dispatches.
     #[classattr]
     #[allow(non_snake_case)]
     fn HEALTH_TIMED_EVERY() -> u64 {
@@ -1295,11 +1296,11 @@ impl WorkerPool {
     ///
     /// A timed dispatch is counted in flight, `started` is a reading of the pool's clock for
     /// `finish_dispatch`, and `token` is None: every dispatch with `count`; with health on,
-    /// also every one while some worker is unhealthy (a worker on probation handed out so is
-    /// probed, and one found stuck is ejected and passed over), every one to a worker with no
-    /// latency average yet or one above `stuck_floor / stuck_multiple` (where the stuck rule's
+    /// also every one to a worker on probation (it is its probe), to a worker with no latency
+    /// average yet or one above `stuck_floor / stuck_multiple` (where the stuck rule's
     /// threshold depends on it), one in `HEALTH_TIMED_EVERY` to a faster worker, and the
-    /// latency histogram's samples.
+    /// latency histogram's samples. With health on, a worker found stuck when a timed
+    /// dispatch hands it out is ejected and passed over.
     ///
     /// With health on, any other is a token dispatch: `started` is 0 and `token` the worker's
     /// dispatch token, which the caller holds while the call is in flight and lets go of when
@@ -1339,12 +1340,11 @@ impl WorkerPool {
             if !health_on {
                 break (entry, count);
             }
-            // With health on, the dispatch is timed when the caller counts it, while a worker
-            // is unhealthy (a probe to claim, the stuck rule at hand-out), for the histogram's
-            // sample, when the worker is slow or new, and on a fast worker's timed turns;
-            // otherwise it is a token dispatch.
+            // With health on, the dispatch is timed when the caller counts it, for the
+            // histogram's sample, when the worker is slow or new, when it is on probation (its
+            // probe to claim) and on a fast worker's timed turns; otherwise it is a token
+            // dispatch.
             let timed = count
-                || check
                 || sampled
                 || entry.token.is_none()
                 || entries
@@ -1354,7 +1354,7 @@ impl WorkerPool {
                 || entry
                     .health
                     .as_ref()
-                    .is_none_or(|health| health.timed_turn());
+                    .is_none_or(|health| !health.healthy() || health.timed_turn());
             if !timed {
                 break (entry, false);
             }

@@ -660,12 +660,17 @@ class WorkerProxy:
             ``select`` balancer with hedging on takes a fourth, slower path
             (:meth:`_dispatch_hedged`). The load (a count in flight and the latency, timed on
             the pool's clock in Rust) is kept when the balancer needs it or health is on,
-            and each dispatch then ends with its outcome (``finish_dispatch``), which is all
-            the health accounting costs; the select and delegate paths also time every
-            dispatch once ``measure_latency`` was called, the native path only those the
-            pool samples (a nonzero ``started``); otherwise the uid is resolved with a plain
-            pool lookup. The clock is read once per call, for the deadline; every failure is
-            handled by :meth:`_failed`, off the path of a call that succeeds.
+            and each dispatch then ends with its outcome (``finish_dispatch``); the select
+            and delegate paths also time every dispatch once ``measure_latency`` was called,
+            the native path only those the pool asks for (a nonzero ``started``); otherwise
+            the uid is resolved with a plain pool lookup. With health on, most of the native
+            path's dispatches are token dispatches instead (see ``docs/architecture.md``,
+            "Passive health"): the frame holds the worker's token while the call is in
+            flight and lets go of it first thing in ``finally``, and reports only an outcome
+            other than a success, so a successful call costs health no clock reading and no
+            second call into the pool. The clock is read once per call, for the deadline;
+            every failure is handled by :meth:`_failed`, off the path of a call that
+            succeeds.
         """
         if timeout is None:
             timeout = self._timeout

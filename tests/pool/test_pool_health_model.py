@@ -448,7 +448,7 @@ class HealthMachine(RuleBasedStateMachine):
             policy = model.policy
             timed = (
                 count
-                or model.unhealthy > 0
+                or w.state != "healthy"
                 or w.latency is None
                 or policy.stuck_multiple * w.latency > policy.stuck_floor
             )
