@@ -54,7 +54,7 @@ from shardline.host_port import join_host_port, split_host_port
 with requires_extra("msgpack", __name__):
     import msgpack  # type: ignore[import-untyped]
 
-from shardline.transport.wire import MalformedMessage
+from shardline.transport.task import MalformedMessage
 
 __all__ = [
     "BAD_REQUEST",
