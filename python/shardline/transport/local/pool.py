@@ -23,14 +23,14 @@ from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
 from shardline.errors import InvalidArgumentType, WorkerStartError
 from shardline.pool.health import HealthPolicy
-from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
+from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, WorkerProxy
 from shardline.proxy_stream import ProxyStream
 from shardline.transport.handlers_spec import check_spec
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
 from shardline.transport.task import MAX_MESSAGE_BYTES
 from shardline.transport.tls import TlsSettings
-from shardline.workers import DiscoveryEvent, WorkerMetadata
+from shardline.workers import Connection, DiscoveryEvent, WorkerMetadata
 
 __all__ = ["LOOPBACK", "LocalPool"]
 
