@@ -13,7 +13,7 @@ its end, also when it fails):
 - ``shardline: WorkerProxy + MsgpackConnection``: the MessagePack-RPC transport over TCP, a
   ``WorkerProxy`` (round-robin) following 2 ``shardline worker --transport msgpack`` processes
   (the demo handlers) through ``LocalDiscovery``. Where
-  ``shardline.transport.msgpack_connection`` cannot be imported this way is left out: its
+  ``shardline.transport.msgpack.connection`` cannot be imported this way is left out: its
   entry in ``by_way`` and the goals say "not available", and its test in ``calls end to end,
   each way alone`` is skipped.
 - ``shardline: WorkerProxy + GrpcConnection``: the same with 2 ``shardline worker --transport
@@ -108,10 +108,10 @@ from .workerkit import (
 )
 
 try:
-    from shardline.transport.msgpack_connection import MsgpackConnection
+    from shardline.transport.msgpack.connection import MsgpackConnection
 except ImportError as error:
     MsgpackConnection = None
-    MSGPACK_MISSING = f"shardline.transport.msgpack_connection cannot be imported: {error}"
+    MSGPACK_MISSING = f"shardline.transport.msgpack.connection cannot be imported: {error}"
 else:
     MSGPACK_MISSING = ""
 

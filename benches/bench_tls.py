@@ -56,7 +56,7 @@ pytest.importorskip("trustme")
 
 import trustme
 
-from shardline.transport.msgpack_connection import MsgpackConnection
+from shardline.transport.msgpack.connection import MsgpackConnection
 from shardline.transport.tls import TlsSettings
 
 from .benchkit import cpu_snapshot, percentiles

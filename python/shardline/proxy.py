@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Protocol, cast, get_args
+from typing import Any, Final, cast, get_args
 
 from shardline._tasks import cancel_and_wait
 from shardline.balancers.explanation import (
@@ -45,7 +45,7 @@ from shardline.pool.context import LoadBalancerContext
 from shardline.pool.health import HealthPolicy, WorkerHealth
 from shardline.proxy_stream import ProxyStream
 from shardline.retry_budget import RetryBudget
-from shardline.workers import DiscoveryEvent, WorkerMetadata
+from shardline.workers import Connection, DiscoveryEvent, WorkerMetadata
 
 __all__ = [
     "DEFAULT_HEALTH",
@@ -68,16 +68,6 @@ with 2 s by default, vshard's router with 0.5 s per attempt), and because a call
 stalled worker is held at most that long: with a longer default, a stall of a few seconds
 holds every caller that reached the stalled worker for its whole length. A task that takes
 longer says so with ``timeout=``."""
-
-
-class Connection(Protocol):
-    """How the proxy reaches one worker.
-
-    ``dispatch(task, timeout=seconds)`` must raise once ``timeout`` seconds have passed (an
-    ``RpcError`` with ``reason="deadline"``): the proxy relies on it to bound the call. An
-    ``RpcError`` says with ``sent`` whether the task may have reached the worker."""
-
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
 
 
 EVICTION_REASONS = ("broken", "dropped", "unconnectable")

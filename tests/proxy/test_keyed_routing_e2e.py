@@ -30,7 +30,7 @@ from shardline.discovery.record import decode_record
 from shardline.discovery.topology import TopologyDiscovery
 from shardline.topology.sources import PollingSource
 from shardline.transport import GrpcConnection, Task
-from shardline.transport.wire import grpc_target
+from shardline.transport.grpc.wire import grpc_target
 from support.fakes import Source
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, Expected, name_uuid

@@ -17,7 +17,7 @@ from typing import Any
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 from shardline.transport.demo_handlers import DEMO_HANDLERS
-from shardline.transport.msgpack_server import serve_msgpack
+from shardline.transport.msgpack.server import serve_msgpack
 
 
 async def hold(payload: Any) -> None:

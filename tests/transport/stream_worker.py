@@ -16,7 +16,7 @@ from stream_handlers import HANDLERS
 
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
-from shardline.transport.msgpack_server import serve_msgpack
+from shardline.transport.msgpack.server import serve_msgpack
 
 
 async def main(directory: str, namespace: str, address: str) -> None:

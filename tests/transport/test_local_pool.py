@@ -27,7 +27,7 @@ SPEC = "local_pool_handlers:HANDLERS"
 BOUND = 20.0  # for every scenario, start to finish
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(BOUND)]
-LOGGER = "shardline.transport.local_pool"
+LOGGER = "shardline.transport.local.pool"
 HERE = Path(__file__).parent  # local_pool_handlers.py is beside this file
 
 

@@ -27,11 +27,10 @@ from shardline import TransientRpcError, WorkerMetadata
 from shardline.discovery import InProcessDiscovery
 from shardline.errors import WorkerError
 from shardline.transport import LocalPool, Task
-from shardline.transport import msgpack_stream_wire as stream_wire
-from shardline.transport import msgpack_wire as wire
 from shardline.transport.limits import WorkerLimits
-from shardline.transport.msgpack_connection import MsgpackConnection
-from shardline.transport.msgpack_server import serve_msgpack
+from shardline.transport.msgpack import stream_wire, wire
+from shardline.transport.msgpack.connection import MsgpackConnection
+from shardline.transport.msgpack.server import serve_msgpack
 from support.certificates import make_certificates
 from support.transport_servers import WAIT
 from support.worker_processes import worker_process

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from shardline import RpcError, TransientRpcError, WorkerMetadata
 from shardline.discovery import InProcessDiscovery
 from shardline.transport import Task
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.msgpack_connection import MsgpackConnection
-from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
+from shardline.transport.msgpack import wire
+from shardline.transport.msgpack.connection import MsgpackConnection
+from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
 from support import msgpack_reference as reference
 from support.transport_servers import WAIT, new_namespace
 

@@ -31,11 +31,12 @@ from shardline.discovery import InProcessDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.errors import WorkerError
-from shardline.transport import Handler, Task, msgpack_server
-from shardline.transport import msgpack_wire as wire
+from shardline.transport import Handler, Task
 from shardline.transport.demo_handlers import DEMO_HANDLERS
-from shardline.transport.msgpack_connection import MsgpackConnection
-from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
+from shardline.transport.msgpack import server as msgpack_server
+from shardline.transport.msgpack import wire
+from shardline.transport.msgpack.connection import MsgpackConnection
+from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
 from support.transport_servers import WAIT, new_namespace
 
 pytestmark = [
@@ -475,7 +476,7 @@ async def test_garbage_closes_only_that_connection(
             writer.close()
             assert await opened.dispatch(Task("echo", 2)) == 2
 
-    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
+    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack.server"):
         await scenario()
     assert "closing the connection of the client at" in caplog.text
 
@@ -497,7 +498,7 @@ async def test_an_oversized_frame_from_a_client_closes_only_its_connection(
                 await big.dispatch(Task("echo", b"x" * 20_000))
             big.close()
 
-    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
+    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack.server"):
         await scenario()
     assert "a frame over the limit of 10000 bytes" in caplog.text
 
@@ -715,7 +716,7 @@ async def test_a_client_of_another_version_is_refused(caplog: pytest.LogCaptureF
             assert [message[1] for message in messages] == ["shardline.hello"], "then closed"
             writer.close()
 
-    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
+    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack.server"):
         await scenario()
     assert "speaks shardline msgpack-rpc version 2, this side speaks version 1" in caplog.text
 

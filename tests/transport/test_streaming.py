@@ -28,8 +28,8 @@ from shardline import (
 )
 from shardline.discovery.record import decode_record
 from shardline.transport import LocalPool, Task, connect
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.msgpack_stream_wire import DEFAULT_WINDOW
+from shardline.transport.msgpack import wire
+from shardline.transport.msgpack.stream_wire import DEFAULT_WINDOW
 from shardline.workers import DiscoveryEvent
 from support.delegate_balancers import InAdmissionOrder
 from support.transport_servers import new_namespace

@@ -23,15 +23,8 @@ from shardline.discovery import InProcessDiscovery
 from shardline.errors import InvalidRecord, WorkerError
 from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve_grpc
 from shardline.transport.demo_handlers import DEMO_HANDLERS
-from shardline.transport.wire import (
-    BAD_RESULT,
-    MAX_MESSAGE_BYTES,
-    UNKNOWN_HANDLER,
-    ReplyError,
-    decode_reply,
-    encode_error,
-    encode_request,
-)
+from shardline.transport.grpc.wire import ReplyError, decode_reply, encode_error, encode_request
+from shardline.transport.task import BAD_RESULT, MAX_MESSAGE_BYTES, UNKNOWN_HANDLER
 from support.discovery_contract import kinds, take
 from support.held import Held
 from support.transport_servers import WAIT, new_namespace, raw_server, worker

@@ -40,7 +40,7 @@ _UNLIMITED_TARGET = 1 << 20
 @dataclass(frozen=True, slots=True)
 class WorkerLimits:
     """The bounds a MessagePack-RPC worker keeps whatever its clients send, given to
-    :func:`~shardline.transport.msgpack_server.serve_msgpack` (or ``serve``) as
+    :func:`~shardline.transport.msgpack.server.serve_msgpack` (or ``serve``) as
     ``limits=WorkerLimits(...)``; each field's default is written after it. docs/msgpack-rpc.md
     ("Bounds") tells what a client sees of each.
 
