@@ -75,7 +75,6 @@ import functools
 import itertools
 import multiprocessing
 import os
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -93,9 +92,17 @@ import wool
 from shardline.transport import GrpcConnection
 
 from . import wool_echo
-from .benchkit import cdf_ns, percentiles, process_cpu, ratio_summary, spread, timed_rounds
+from .benchkit import (
+    cdf_ns,
+    in_turn,
+    percentiles,
+    process_cpu,
+    ratio_summary,
+    spread,
+    timed_rounds,
+)
 from .call_floor import loop_factory
-from .echo_calls import floor_way, in_flight, one_at_a_time, payload
+from .echo_calls import floor_way, in_flight, latency_ratio, one_at_a_time, payload
 from .placement import PLACEMENTS, placed
 from .workerkit import (
     GRPC_WORKER,
@@ -389,9 +396,7 @@ def test_calls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(names)):
-            name = names[(turn + i) % len(names)]
+        for name in in_turn(names, next(turns)):
             block = [payload(0, next(numbers)) for _ in range(calls_of(name, SINGLE_CALLS))]
             latencies[name].append(stand.run(name, one_at_a_time(stand.ways[name], block)))
 
@@ -411,14 +416,9 @@ def test_calls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None
     ratios: dict[str, dict[str, float]] = {}
     for a, b in LATENCY_PAIRS:
         if a in kept and b in kept:
-            per_round = [
-                statistics.median(x) / statistics.median(y)
-                for x, y in zip(kept[a], kept[b], strict=True)
-            ]
-            ratios[ratio_key(a, b)] = {
-                **ratio_summary(per_round),
-                "of_p50s": round(by_way[a]["p50_ns"] / by_way[b]["p50_ns"], 3),
-            }
+            ratios[ratio_key(a, b)] = latency_ratio(
+                kept[a], kept[b], by_way[a]["p50_ns"], by_way[b]["p50_ns"]
+            )
     by_way.update({name: NOT_AVAILABLE for name in NAMES if name not in names})
     benchmark.extra_info.update(
         impl="five ways in turn, a block of calls each per round, 1 caller",
@@ -443,9 +443,7 @@ def test_calls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> Non
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(names)):
-            name = names[(turn + i) % len(names)]
+        for name in in_turn(names, next(turns)):
             per_caller = calls_of(name, PER_CALLER)
             blocks = [
                 [payload(c, next(numbers)) for _ in range(per_caller)] for c in range(CALLERS)

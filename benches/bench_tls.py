@@ -58,9 +58,9 @@ import trustme
 from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.tls import TlsSettings
 
-from .benchkit import percentiles, ratio_summary, timed_rounds
+from .benchkit import in_turn, percentiles, ratio_summary, timed_rounds
 from .call_floor import loop_factory
-from .echo_calls import floor_way, in_flight, one_at_a_time, payload
+from .echo_calls import floor_way, in_flight, latency_ratio, one_at_a_time, payload
 from .placement import PLACEMENTS, placed
 from .workerkit import MSGPACK_WORKER, WAIT, Way, start_workers, through_proxy
 
@@ -175,9 +175,7 @@ def test_tls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(NAMES)):
-            name = NAMES[(turn + i) % len(NAMES)]
+        for name in in_turn(NAMES, next(turns)):
             block = [payload(0, next(numbers)) for _ in range(SINGLE_CALLS)]
             latencies[name].append(stand.run(one_at_a_time(stand.ways[name], block)))
 
@@ -187,15 +185,7 @@ def test_tls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     kept = {name: rounds[-ROUNDS:] for name, rounds in latencies.items()}
     by_way = {name: percentiles(list(itertools.chain(*kept[name]))) for name in NAMES}
     ratios = {
-        f"{a} / {b}": {
-            **ratio_summary(
-                [
-                    statistics.median(x) / statistics.median(y)
-                    for x, y in zip(kept[a], kept[b], strict=True)
-                ]
-            ),
-            "of_p50s": round(by_way[a]["p50_ns"] / by_way[b]["p50_ns"], 3),
-        }
+        f"{a} / {b}": latency_ratio(kept[a], kept[b], by_way[a]["p50_ns"], by_way[b]["p50_ns"])
         for a, b in PAIRS
     }
     benchmark.extra_info.update(
@@ -213,9 +203,7 @@ def test_tls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(NAMES)):
-            name = NAMES[(turn + i) % len(NAMES)]
+        for name in in_turn(NAMES, next(turns)):
             blocks = [
                 [payload(c, next(numbers)) for _ in range(PER_CALLER)] for c in range(CALLERS)
             ]

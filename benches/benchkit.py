@@ -289,6 +289,13 @@ def timed_rounds(
     benchmark.extra_info.update(cpu_shares(before, after))
 
 
+def in_turn(names: Sequence[str], turn: int) -> list[str]:
+    """``names`` starting from the ``turn``-th (cyclically): which goes first rotates from round
+    to round."""
+    first = turn % len(names)
+    return [*names[first:], *names[:first]]
+
+
 def spread(samples: Sequence[float]) -> dict[str, float]:
     """The median, quartiles and minimum of ``samples`` (at least two)."""
     q1, median, q3 = statistics.quantiles(samples, n=4)

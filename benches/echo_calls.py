@@ -1,13 +1,16 @@
 """The echo calls that ``bench_calls.py`` and ``bench_tls.py`` time over a ``Way``: the payloads,
-the floor's way, calls one at a time, and callers in flight at once."""
+the floor's way, calls one at a time, callers in flight at once, and the ratio of two ways'
+latencies."""
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from .benchkit import ratio_summary
 from .call_floor import FloorClient
 from .workerkit import Way, Workers
 
@@ -62,3 +65,17 @@ async def in_flight(way: Way, blocks: Sequence[Sequence[str]]) -> float:
     start = time.perf_counter()
     await asyncio.gather(*(caller(c) for c in range(len(blocks))))
     return time.perf_counter() - start
+
+
+def latency_ratio(
+    a_rounds: Sequence[Sequence[float]],
+    b_rounds: Sequence[Sequence[float]],
+    a_p50: float,
+    b_p50: float,
+) -> dict[str, float]:
+    """Way a's latency against way b's: the summary of the per-round ratios of their median
+    latencies, and ``of_p50s``, the ratio of their p50s over all rounds."""
+    per_round = [
+        statistics.median(x) / statistics.median(y) for x, y in zip(a_rounds, b_rounds, strict=True)
+    ]
+    return {**ratio_summary(per_round), "of_p50s": round(a_p50 / b_p50, 3)}
