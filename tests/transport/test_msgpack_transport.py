@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -36,7 +35,8 @@ from shardline.transport import msgpack_wire as wire
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
-from support.transport_servers import WAIT, new_namespace
+from support.held import HeldThread
+from support.transport_servers import WAIT, at, new_namespace
 
 pytestmark = [
     pytest.mark.integration,
@@ -45,10 +45,6 @@ pytestmark = [
 
 WORKER_SCRIPT = Path(__file__).with_name("msgpack_worker.py")
 READY = 15.0
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 @asynccontextmanager
@@ -154,22 +150,17 @@ async def test_a_hundred_concurrent_calls_share_one_socket() -> None:
 
 
 async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
-    began, released = threading.Event(), threading.Event()
-
-    def blocking(payload: Any) -> str:
-        began.set()
-        released.wait(WAIT)  # blocks its thread on purpose, until the other call is answered
-        return "blocking"
+    held = HeldThread()  # blocks its thread on purpose, until the other call is answered
 
     async def scenario() -> list[str]:
         async with (
-            worker({**DEMO_HANDLERS, "blocking": blocking}) as server,
+            worker({**DEMO_HANDLERS, "blocking": held.handler}) as server,
             connection(server) as opened,
         ):
             slow = asyncio.ensure_future(opened.dispatch(Task("blocking")))
-            assert await asyncio.to_thread(began.wait, WAIT)
+            await held.begun()
             fast = await opened.dispatch(Task("echo", "fast"))
-            released.set()
+            held.release()
             return [fast, await slow]
 
     assert await scenario() == ["fast", "blocking"]

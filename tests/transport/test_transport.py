@@ -7,7 +7,6 @@ import dataclasses
 import gc
 import shutil
 import subprocess
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from shardline import OutcomeUnknown, RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
+from shardline import OutcomeUnknown, RpcError, TransientRpcError, WorkerProxy
 from shardline.discovery import InProcessDiscovery
 from shardline.errors import InvalidRecord, WorkerError
 from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve_grpc
@@ -33,17 +32,13 @@ from shardline.transport.wire import (
     encode_request,
 )
 from support.discovery_contract import kinds, take
-from support.held import Held
-from support.transport_servers import WAIT, new_namespace, raw_server, worker
+from support.held import Held, HeldThread
+from support.transport_servers import WAIT, at, new_namespace, raw_server, worker
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.async_timeout(WAIT),
 ]  # each async test, start to finish
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 def named(name: str, **more: Handler) -> dict[str, Handler]:
@@ -105,15 +100,10 @@ async def test_a_proxy_over_in_process_discovery_spreads_tasks_over_grpc_workers
 
 
 async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
-    began, released = threading.Event(), threading.Event()
-
-    def blocking(payload: Any) -> str:
-        began.set()
-        released.wait(WAIT)  # blocks its thread on purpose, until the other call is answered
-        return "blocking"
+    held = HeldThread()  # blocks its thread on purpose, until the other call is answered
 
     async def scenario() -> list[str]:
-        async with worker(handlers=named("a", blocking=blocking)) as server:
+        async with worker(handlers=named("a", blocking=held.handler)) as server:
             connection = GrpcConnection(server.metadata)
             finished: list[str] = []
 
@@ -121,9 +111,9 @@ async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() 
                 finished.append(await connection.dispatch(Task(handler)))
 
             slow = asyncio.create_task(call("blocking"))
-            assert await asyncio.to_thread(began.wait, WAIT)
+            await held.begun()
             await call("whoami")
-            released.set()
+            held.release()
             await slow
             connection.close()
             return finished
