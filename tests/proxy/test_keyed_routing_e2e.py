@@ -36,6 +36,7 @@ from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, Expected, name_uuid
 from support.replicasets import inst_uuid, replica_uuid, rs_uuid
 from support.transport_servers import new_namespace
+from support.waiting import until
 from support.worker_processes import WorkerProcess, worker_process
 
 pytestmark = pytest.mark.async_timeout(120)  # four processes start, maybe on a loaded machine
@@ -141,14 +142,6 @@ async def start_workers(stack: AsyncExitStack, directory: Path, instances: list[
         workers.processes[instance] = process
         workers.addresses[instance] = grpc_target(record.address)
     return workers
-
-
-async def until(condition: Any, what: str) -> None:
-    for _ in range(int(WAIT / 0.005)):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def keyed(key: Any, *, read_only: bool = False) -> Task:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from shardline.topology.sources import (
 )
 from shardline.topology.sources.empty_maps import EmptyMapWatch
 from support.picodata_catalog import Catalog
+from support.waiting import until
 
 LOGGER = "shardline.topology.sources"
 RS1, RS2 = "00000000-0000-0000-0002-000000000001", "00000000-0000-0000-0002-000000000002"
@@ -32,12 +33,6 @@ BAD_THRESHOLDS = [0, -1.0, float("nan"), float("inf"), "30", True]
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
-
-
-async def eventually(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 class ScriptedSource(TopologySource):
@@ -111,7 +106,7 @@ async def test_topology_discovery_passes_its_threshold_to_the_sources_run(
     try:
         await asyncio.wait_for(anext(discovery), 10)
         source.queue.put_nowait(ReplicasetEvent("delete", RS2))  # clears the map
-        await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+        await until(lambda: any("has been empty" in line for _, line in lines(caplog)))
     finally:
         await discovery.aclose()
         await source.aclose()
@@ -180,7 +175,7 @@ async def test_a_picodata_client_warns_after_its_threshold(
             catalog.expel_replicaset("r2")
             catalog.fail_buckets("default")
         await db.refresh()
-        await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+        await until(lambda: any("has been empty" in line for _, line in lines(caplog)))
     (warning,) = [line for level, line in lines(caplog) if "has been empty" in line]
     assert "the map of tier 'default' has been empty for" in warning
 
@@ -230,7 +225,7 @@ async def test_a_running_source_says_so_of_a_tier_never_filled(
     source = ScriptedSource(snapshot("fresh"))
     task = asyncio.create_task(source.run(topology, warn_empty_after=0.1))
     try:
-        await eventually(lambda: any("held no ranges" in line for _, line in lines(caplog)))
+        await until(lambda: any("held no ranges" in line for _, line in lines(caplog)))
     finally:
         await source.aclose()
         await asyncio.wait_for(task, 10)
