@@ -19,10 +19,10 @@ from shardline.topology.sources import (
     BucketSnapshot,
     TopologyChange,
     TopologySnapshot,
-    TopologySource,
 )
 from shardline.topology.sources.empty_maps import EmptyMapWatch
 from support.picodata_catalog import Catalog
+from support.queued_source import QueuedSource
 from support.waiting import until
 
 LOGGER = "shardline.topology.sources"
@@ -35,38 +35,21 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
 
 
-class ScriptedSource(TopologySource):
-    """A source handing out what the test queues; a queued snapshot counts as a complete
-    refresh, as a real source's first read does. ``run`` records the threshold it was given."""
+class ScriptedSource(QueuedSource):
+    """A queued snapshot counts as a complete refresh, as a real source's first read does;
+    ``run`` records the threshold it was given."""
 
     def __init__(self, *changes: Any) -> None:
-        super().__init__("scripted")
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        super().__init__(*changes)
         self.thresholds: list[float | None] = []
-        for change in changes:
-            self.queue.put_nowait(change)
 
     async def run(self, topology: Topology, *, warn_empty_after: float | None = 1.0) -> None:
         self.thresholds.append(warn_empty_after)
         await super().run(topology, warn_empty_after=warn_empty_after)
 
-    async def _changes(self) -> AsyncIterator[TopologyChange]:
-        while (change := await self.queue.get()) is not None:
-            if isinstance(change, TopologySnapshot):
-                self._recorder.refreshed()
-            yield change
-
-    async def refresh(self) -> bool:
-        return True
-
-    def trigger(self) -> None:
-        pass
-
-    def resync(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        self.queue.put_nowait(None)
+    def _handing_out(self, change: TopologyChange) -> None:
+        if isinstance(change, TopologySnapshot):
+            self._recorder.refreshed()
 
 
 def snapshot(*tiers: str) -> TopologySnapshot:
