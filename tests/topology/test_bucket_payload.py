@@ -19,20 +19,9 @@ from shardline.topology.sources import polling as polling_module
 from support.picodata_catalog import Catalog
 from support.polling import run_polled, seed_tier, started
 from support.replicasets import add_replicaset, rs_uuid
+from support.replicasets import bucket_row as row
 
 COUNT = 3000
-
-
-def row(n: int, start: int, end: int, tier: str = "default", **extra: Any) -> dict[str, Any]:
-    return {
-        "bucket_id_start": start,
-        "bucket_id_end": end,
-        "current_replicaset_uuid": rs_uuid(n),
-        "target_replicaset_uuid": rs_uuid(n),
-        "state": "active",
-        "tier_name": tier,
-        **extra,
-    }
 
 
 SEED = [row(1, 1, 1000), row(2, 1001, 2000), row(3, 2001, 3000)]

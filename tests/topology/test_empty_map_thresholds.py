@@ -22,6 +22,7 @@ from shardline.topology.sources import (
 )
 from shardline.topology.sources.empty_maps import EmptyMapWatch
 from support.picodata_catalog import Catalog
+from support.polling import seed_tier
 from support.queued_source import QueuedSource
 from support.waiting import until
 
@@ -146,11 +147,7 @@ def test_connect_refuses_a_threshold_that_is_not_a_positive_time(after: Any) -> 
 async def test_a_picodata_client_warns_after_its_threshold(
     catalog: Catalog, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with catalog.transaction():
-        catalog.add_tier("default", 3000)
-        catalog.add_replicaset("r1", "default")
-        catalog.add_replicaset("r2", "default")
-        catalog.rebalance("default")
+    seed_tier(catalog, 2)
     caplog.set_level(logging.INFO, logger=LOGGER)
 
     async with connect(catalog.dsn, tier="default", warn_empty_after=0.2) as db:

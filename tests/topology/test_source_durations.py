@@ -26,6 +26,7 @@ from support.forwarded_cluster import cluster
 from support.notify_cluster import NotifyCluster, caught_up, install
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
+from support.polling import seed_tier
 from support.prometheus import scrape
 from support.waiting import until
 
@@ -153,11 +154,7 @@ def test_the_default_threshold_is_half_a_minute() -> None:
 async def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
     catalog: Catalog, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with catalog.transaction():
-        catalog.add_tier("default", 3000)
-        catalog.add_replicaset("r1", "default")
-        catalog.add_replicaset("r2", "default")
-        catalog.rebalance("default")
+    seed_tier(catalog, 2)
     caplog.set_level(logging.INFO, logger=LOGGER)
 
     topology = Topology()
