@@ -58,6 +58,14 @@ class Scene:
     def pooled(self) -> list[tuple[uuid.UUID, str]]:
         return [(metadata.uid, metadata.address) for metadata in self.proxy.workers]
 
+    async def move_a_to_b(self) -> WorkerMetadata:
+        """Republishes A's uid at B's address (``worker-updated``); returns that record once
+        the proxy pools it."""
+        moved = dataclasses.replace(self.a_record, address=self.b_record.address)
+        await self.publish("worker-updated", moved)
+        await until(lambda: self.pooled() == [(moved.uid, moved.address)], "the refresh")
+        return moved
+
 
 async def scene(tmp_path: Path, backend: Backend, case: Callable[[Scene], Awaitable[None]]) -> None:
     arguments, open_discovery = backend
@@ -88,9 +96,7 @@ async def test_case51_an_update_republishing_the_uid_at_a_new_address_moves_disp
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
-        moved = dataclasses.replace(s.a_record, address=s.b_record.address)
-        await s.publish("worker-updated", moved)
-        await until(lambda: s.pooled() == [(moved.uid, moved.address)], "the refresh")
+        await s.move_a_to_b()
         assert [await served_by(s.proxy) for _ in range(3)] == [s.b.process.pid] * 3
 
     await scene(tmp_path, backend, case)
@@ -100,9 +106,7 @@ async def test_case52_stopping_the_original_process_leaves_dispatch_on_the_secon
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
-        moved = dataclasses.replace(s.a_record, address=s.b_record.address)
-        await s.publish("worker-updated", moved)
-        await until(lambda: s.pooled() == [(moved.uid, moved.address)], "the refresh")
+        moved = await s.move_a_to_b()
         s.a.process.terminate()
         assert await s.a.exit_status() == 0
         # A withdrew only what it still owned: the moved record is the test's now, and stays.
@@ -121,9 +125,7 @@ async def test_case53_a_drop_of_the_moved_uid_leaves_no_ghost_worker(
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
-        moved = dataclasses.replace(s.a_record, address=s.b_record.address)
-        await s.publish("worker-updated", moved)
-        await until(lambda: s.pooled() == [(moved.uid, moved.address)], "the refresh")
+        moved = await s.move_a_to_b()
         await s.publish("worker-dropped", moved)
         await until(lambda: s.pooled() == [], "the drop")
         with pytest.raises(NoWorkersAvailable):
