@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, TypeVar
@@ -152,6 +153,20 @@ def keyed(key: Any, *, read_only: bool = False) -> Task:
     return Task("whoami", {"key": key, "read_only": read_only}, idempotent=read_only)
 
 
+def keyed_balancer(
+    topology: Topology, discovery: TopologyDiscovery, on_miss: Callable[[], object]
+) -> BucketLoadBalancer:
+    """Routes what :func:`keyed` makes: by its key, to a replica when it is read-only."""
+    return BucketLoadBalancer(
+        topology,
+        TIER,
+        key=lambda task: task.payload["key"],
+        read_only=lambda task: task.payload["read_only"],
+        replicas=discovery.replicas,
+        on_miss=on_miss,
+    )
+
+
 @pytest.fixture
 def workers_directory(tmp_path: Path) -> Path:
     directory = tmp_path / "shardline"
@@ -176,14 +191,7 @@ async def test_every_key_reaches_the_instance_that_owns_it_as_buckets_move(
         discovery = TopologyDiscovery(source, topology=topology)
         stack.push_async_callback(discovery.aclose)
         misses: list[str] = []
-        balancer = BucketLoadBalancer(
-            topology,
-            TIER,
-            key=lambda task: task.payload["key"],
-            read_only=lambda task: task.payload["read_only"],
-            replicas=discovery.replicas,
-            on_miss=lambda: misses.append("refresh"),
-        )
+        balancer = keyed_balancer(topology, discovery, lambda: misses.append("refresh"))
         proxy = WorkerProxy(
             discovery=discovery, loadbalancer=balancer, connect=GrpcConnection, quorum=3
         )
@@ -283,13 +291,8 @@ async def test_every_key_reaches_its_owner_with_the_catalog_in_postgresql(
             topology = Topology()
             discovery = TopologyDiscovery(source, topology=topology)
             stack.push_async_callback(discovery.aclose)
-            balancer = BucketLoadBalancer(
-                topology,
-                TIER,
-                key=lambda task: task.payload["key"],
-                read_only=lambda task: task.payload["read_only"],
-                replicas=discovery.replicas,
-                on_miss=lambda: (misses.append(None), source.trigger()),
+            balancer = keyed_balancer(
+                topology, discovery, lambda: (misses.append(None), source.trigger())
             )
             misses: list[None] = []
             proxy = WorkerProxy(
