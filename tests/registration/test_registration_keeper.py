@@ -70,6 +70,20 @@ class HeldStore(MemoryRecordStore):
         return await super().report(service, registered, owner, address)
 
 
+class FlakyStore(MemoryRecordStore):
+    """A memory store whose first write of True fails (ConnectionError "store unavailable")."""
+
+    failures = 1
+
+    async def report(
+        self, service: str, registered: bool, owner: str | None, address: str | None = None
+    ) -> bool:
+        if registered and self.failures:
+            self.failures -= 1
+            raise ConnectionError("store unavailable")
+        return await super().report(service, registered, owner, address)
+
+
 class HeldRegistration:
     """The keeper's registration call, held: records its time on ``replica``, then waits for
     ``release`` before answering ``OLD_ADDRESS``."""
@@ -232,17 +246,6 @@ async def test_an_error_in_a_tick_is_logged_and_the_loop_goes_on(
 async def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_probe(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    class FlakyStore(MemoryRecordStore):
-        failures = 1
-
-        async def report(
-            self, service: str, registered: bool, owner: str | None, address: str | None = None
-        ) -> bool:
-            if registered and self.failures:
-                self.failures -= 1
-                raise ConnectionError("store unavailable")
-            return await super().report(service, registered, owner, address)
-
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS)
         await stage.start(keeper, replica)
@@ -259,17 +262,6 @@ async def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_pr
 
 
 async def test_stats_count_registrations_probes_and_reports_by_result() -> None:
-    class FlakyStore(MemoryRecordStore):
-        failures = 1
-
-        async def report(
-            self, service: str, registered: bool, owner: str | None, address: str | None = None
-        ) -> bool:
-            if registered and self.failures:
-                self.failures -= 1
-                raise ConnectionError("store unavailable")
-            return await super().report(service, registered, owner, address)
-
     def counted(keeper: RegistrationKeeper) -> tuple[object, ...]:
         s = keeper.stats
         return (

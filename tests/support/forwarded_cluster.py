@@ -77,13 +77,24 @@ class Forwarder:
         link = (writer, up_writer)
         self._links.add(link)
         try:
-            await asyncio.gather(
-                _pump(reader, up_writer, self._flowing), _pump(up_reader, writer, self._flowing)
-            )
+            await self._carry(reader, writer, up_reader, up_writer)
         finally:
             self._links.discard(link)
             writer.transport.abort()
             up_writer.transport.abort()
+
+    async def _carry(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Carries one connection's bytes both ways until either side ends; a subclass that
+        reads what passes overrides it."""
+        await asyncio.gather(
+            _pump(reader, up_writer, self._flowing), _pump(up_reader, writer, self._flowing)
+        )
 
 
 async def _pump(

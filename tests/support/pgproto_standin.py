@@ -361,12 +361,13 @@ class PgprotoProxy(Forwarder):
         for session in self.sessions:
             session.stale.update(session.statements)
 
-    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        self.upstream_ports.add(up_writer.get_extra_info("sockname")[1])
-        link = (writer, up_writer)
-        self._links.add(link)
+    async def _carry(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
         session = _Session()
         self.sessions.append(session)
         try:
@@ -378,10 +379,7 @@ class PgprotoProxy(Forwarder):
         except (ConnectionError, OSError, asyncio.IncompleteReadError, struct.error):
             pass
         finally:
-            self._links.discard(link)
             self.sessions.remove(session)
-            writer.transport.abort()
-            up_writer.transport.abort()
 
     @staticmethod
     async def _handshake(
