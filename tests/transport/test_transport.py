@@ -9,7 +9,8 @@ import shutil
 import subprocess
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from shardline.transport.wire import (
     encode_error,
     encode_request,
 )
+from shardline.workers import WorkerMetadata
 from support.discovery_contract import kinds, take
 from support.held import Held, HeldThread
 from support.transport_servers import WAIT, at, new_namespace, raw_server, worker
@@ -322,37 +324,40 @@ async def test_through_a_proxy_a_handler_error_keeps_the_worker_and_a_transient_
             assert {metadata.uid for metadata in proxy.workers} == pooled
 
 
-async def test_through_a_proxy_a_worker_answering_internal_is_evicted() -> None:
-
+@asynccontextmanager
+async def good_and_internal() -> AsyncIterator[tuple[WorkerProxy, WorkerMetadata]]:
+    """A proxy (quorum 2) over a worker answering "good" and a raw server answering INTERNAL
+    to every call; yields the proxy and the raw server's record."""
     namespace = new_namespace()
     async with worker(namespace, named("good")), raw_server(_abort_internal) as address:
         broken = at(address)
         await InProcessDiscovery(namespace).publisher.publish("worker-added", broken)
         discovery = InProcessDiscovery(namespace).subscribe()
         async with WorkerProxy(discovery=discovery, connect=GrpcConnection, quorum=2) as proxy:
-            results = []
-            for _ in range(3):
-                try:
-                    results.append(await proxy.dispatch(Task("whoami")))
-                except OutcomeUnknown as error:  # the call reached it: not sent again
-                    results.append(error.address)
-            assert sorted(results) == sorted(["good", "good", broken.address])
-            assert broken.uid not in {metadata.uid for metadata in proxy.workers}
-            assert len(proxy.workers) == 1
+            yield proxy, broken
+
+
+async def test_through_a_proxy_a_worker_answering_internal_is_evicted() -> None:
+
+    async with good_and_internal() as (proxy, broken):
+        results = []
+        for _ in range(3):
+            try:
+                results.append(await proxy.dispatch(Task("whoami")))
+            except OutcomeUnknown as error:  # the call reached it: not sent again
+                results.append(error.address)
+        assert sorted(results) == sorted(["good", "good", broken.address])
+        assert broken.uid not in {metadata.uid for metadata in proxy.workers}
+        assert len(proxy.workers) == 1
 
 
 async def test_through_a_proxy_an_idempotent_task_goes_on_past_a_worker_answering_internal() -> (
     None
 ):
-    namespace = new_namespace()
-    async with worker(namespace, named("good")), raw_server(_abort_internal) as address:
-        broken = at(address)
-        await InProcessDiscovery(namespace).publisher.publish("worker-added", broken)
-        discovery = InProcessDiscovery(namespace).subscribe()
-        async with WorkerProxy(discovery=discovery, connect=GrpcConnection, quorum=2) as proxy:
-            for _ in range(3):
-                assert await proxy.dispatch(Task("whoami", idempotent=True)) == "good"
-            assert broken.uid not in {metadata.uid for metadata in proxy.workers}
+    async with good_and_internal() as (proxy, broken):
+        for _ in range(3):
+            assert await proxy.dispatch(Task("whoami", idempotent=True)) == "good"
+        assert broken.uid not in {metadata.uid for metadata in proxy.workers}
 
 
 async def test_a_worker_that_went_away_fails_transiently() -> None:
