@@ -31,7 +31,7 @@ from support.etcd_helpers import with_store
 from support.etcd_server import EtcdServer
 from support.fakes import Session, Transport
 from support.local_discovery import write_by_hand
-from support.notify_cluster import NotifyCluster, install, running, until, view
+from support.notify_cluster import NotifyCluster, install, running, view
 from support.notify_documents import event_document, raw, snapshot_documents
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, topology_state
@@ -39,6 +39,7 @@ from support.polling import run_polled, seed_tier, started
 from support.queued_source import QueuedSource
 from support.registration_contract import take as take_changes
 from support.replicasets import I, R, add, buckets
+from support.waiting import until
 from support.workers import worker
 
 DEEP = b"[" * 20_000 + b"]" * 20_000
