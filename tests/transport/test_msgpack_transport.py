@@ -37,6 +37,7 @@ from shardline.transport.msgpack_connection import MsgpackConnection
 from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
 from support.held import HeldThread
 from support.transport_servers import WAIT, at, new_namespace
+from support.waiting import until
 
 pytestmark = [
     pytest.mark.integration,
@@ -942,10 +943,6 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it
     async def big(payload: Any) -> bytes:
         return b"x" * 1_000_000
 
-    async def until(condition: Any) -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
     async with worker({"big": big}) as server:
         # a small receive buffer: the kernel must not absorb the answers
         reader, writer = await raw_client(server, receive_buffer=4096)
@@ -961,10 +958,6 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it
 
 
 async def test_the_socket_closes_after_the_last_connection_and_its_last_call() -> None:
-    async def until(condition: Any) -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
     release, started = asyncio.Event(), asyncio.Event()
 
     async def wait(payload: Any) -> str:

@@ -36,6 +36,7 @@ from shardline.workers import WorkerMetadata
 from support.discovery_contract import kinds, take
 from support.held import Held, HeldThread
 from support.transport_servers import WAIT, at, new_namespace, raw_server, worker
+from support.waiting import until
 
 pytestmark = [
     pytest.mark.integration,
@@ -50,11 +51,6 @@ def named(name: str, **more: Handler) -> dict[str, Handler]:
         return name
 
     return {**DEMO_HANDLERS, "whoami": whoami, **more}
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        await asyncio.sleep(0.005)
 
 
 # --- round trips ---------------------------------------------------------------------------
