@@ -75,11 +75,9 @@ import functools
 import itertools
 import multiprocessing
 import os
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,7 +100,7 @@ from .benchkit import (
     timed_rounds,
 )
 from .call_floor import loop_factory
-from .echo_calls import floor_way, in_flight, latency_ratio, one_at_a_time, payload
+from .echo_calls import FLOOR_SERVER, floor_way, in_flight, latency_ratio, one_at_a_time, payload
 from .placement import PLACEMENTS, placed
 from .workerkit import (
     GRPC_WORKER,
@@ -126,7 +124,6 @@ NEW_LOOP, LOOP = loop_factory()
 LOOP_LABEL = LOOP if LOOP == "uvloop" else "asyncio, uvloop not installed"
 
 WORKERS = 2
-FLOOR_SERVER = (sys.executable, str(Path(__file__).with_name("call_floor.py")))
 
 FLOOR = f"floor: length-prefixed frames, {LOOP}"
 MSGPACK = "shardline: WorkerProxy + MsgpackConnection"

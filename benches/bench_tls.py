@@ -41,7 +41,6 @@ import functools
 import itertools
 import os
 import statistics
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -60,13 +59,12 @@ from shardline.transport.tls import TlsSettings
 
 from .benchkit import in_turn, percentiles, ratio_summary, timed_rounds
 from .call_floor import loop_factory
-from .echo_calls import floor_way, in_flight, latency_ratio, one_at_a_time, payload
+from .echo_calls import FLOOR_SERVER, floor_way, in_flight, latency_ratio, one_at_a_time, payload
 from .placement import PLACEMENTS, placed
 from .workerkit import MSGPACK_WORKER, WAIT, Way, start_workers, through_proxy
 
 NEW_LOOP, LOOP = loop_factory()
 WORKERS = 2
-FLOOR_SERVER = (sys.executable, str(Path(__file__).with_name("call_floor.py")))
 
 FLOOR = f"floor: length-prefixed frames, {LOOP}"
 PLAIN = "shardline: WorkerProxy + MsgpackConnection, plaintext TCP"

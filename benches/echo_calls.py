@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .benchkit import ratio_summary
@@ -15,6 +17,7 @@ from .call_floor import FloorClient
 from .workerkit import Way, Workers
 
 PAYLOAD_CHARS = 40
+FLOOR_SERVER = (sys.executable, str(Path(__file__).with_name("call_floor.py")))  # floor_way's
 
 
 def payload(caller: int, n: int) -> str:

@@ -18,6 +18,7 @@ from support.picodata_catalog import Catalog
 from support.picodata_catalog import name_uuid as _uuid
 
 BUCKETS = 300
+Side = tuple[asyncio.StreamReader, asyncio.StreamWriter]  # one side of a forwarded connection
 
 
 class Forwarder:
@@ -77,21 +78,16 @@ class Forwarder:
         link = (writer, up_writer)
         self._links.add(link)
         try:
-            await self._carry(reader, writer, up_reader, up_writer)
+            await self._carry((reader, writer), (up_reader, up_writer))
         finally:
             self._links.discard(link)
             writer.transport.abort()
             up_writer.transport.abort()
 
-    async def _carry(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-    ) -> None:
-        """Carries one connection's bytes both ways until either side ends; a subclass that
-        reads what passes overrides it."""
+    async def _carry(self, down: Side, up: Side) -> None:
+        """Carries one connection's bytes both ways (``down``: the client's side, ``up``: the
+        server's) until either side ends; a subclass that reads what passes overrides it."""
+        (reader, writer), (up_reader, up_writer) = down, up
         await asyncio.gather(
             _pump(reader, up_writer, self._flowing), _pump(up_reader, writer, self._flowing)
         )

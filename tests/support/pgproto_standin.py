@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardline import bucket_id
-from support.forwarded_cluster import BUCKETS, INSTANCES, Cluster, Forwarder, cataloged
+from support.forwarded_cluster import BUCKETS, INSTANCES, Cluster, Forwarder, Side, cataloged
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 
@@ -361,13 +361,8 @@ class PgprotoProxy(Forwarder):
         for session in self.sessions:
             session.stale.update(session.statements)
 
-    async def _carry(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _carry(self, down: Side, up: Side) -> None:
+        (reader, writer), (up_reader, up_writer) = down, up
         session = _Session()
         self.sessions.append(session)
         try:
