@@ -10,7 +10,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +29,7 @@ from shardline.discovery.subscription import RecordFeed
 from shardline.metrics import register
 from support.etcd_server import EtcdServer
 from support.prometheus import scrape
+from support.waiting import until
 
 
 def worker(n: int, **changes: Any) -> WorkerMetadata:
@@ -196,11 +197,6 @@ async def test_a_publish_time_ahead_of_this_clock_counts_as_no_lag(
 async def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> None:
     namespace = f"stats-{uuid.uuid4().hex[:8]}"
 
-    async def eventually(condition: Callable[[], bool]) -> None:
-        async with asyncio.timeout(30):
-            while not condition():
-                await asyncio.sleep(0.01)
-
     prefix = f"/shardline/{namespace}/workers/".encode()
     # a record of an older publisher (no publish time), and one no reader accepts
     old = encode_record(worker(9))
@@ -222,7 +218,7 @@ async def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> 
             await publisher.publisher.publish("worker-added", worker(2))
             await publisher.publisher.publish("worker-updated", worker(2, pid=1))
             await publisher.publisher.publish("worker-dropped", worker(1))
-            await eventually(lambda: stream.stats.events.get("worker-dropped", 0) == 1)
+            await until(lambda: stream.stats.events.get("worker-dropped", 0) == 1)
             assert {metadata.uid for metadata in proxy.workers} == {
                 worker(2).uid,
                 worker(9).uid,

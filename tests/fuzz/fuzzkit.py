@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 with atheris.instrument_imports(include=["shardline"]):
     pass
 
-from shardline import Topology
+from shardline import InvalidEvent, Topology, UnknownTier
 from support.strategies import full_state
 
 
@@ -51,6 +51,8 @@ def check(condition: bool, message: str) -> None:
 # Good values, so that inputs get past the first checks, and hostile ones next to them.
 UUIDS = [str(uuid.UUID(int=0xA000 + n)) for n in range(3)]
 TIERS = ["t", "u"]
+BUCKET_COUNTS = {"t": 3000, "u": 100}  # each of TIERS, for the targets that configure them
+REFUSALS = (InvalidEvent, UnknownTier)  # what the topology may refuse a hostile input with
 TEXT_EDGES: list[Any] = [
     "",
     "t",

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -37,7 +36,9 @@ from shardline.transport.msgpack import server as msgpack_server
 from shardline.transport.msgpack import wire
 from shardline.transport.msgpack.connection import MsgpackConnection
 from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
-from support.transport_servers import WAIT, new_namespace
+from support.held import HeldThread
+from support.transport_servers import WAIT, at, new_namespace
+from support.waiting import until
 
 pytestmark = [
     pytest.mark.integration,
@@ -46,10 +47,6 @@ pytestmark = [
 
 WORKER_SCRIPT = Path(__file__).with_name("msgpack_worker.py")
 READY = 15.0
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 @asynccontextmanager
@@ -155,22 +152,17 @@ async def test_a_hundred_concurrent_calls_share_one_socket() -> None:
 
 
 async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
-    began, released = threading.Event(), threading.Event()
-
-    def blocking(payload: Any) -> str:
-        began.set()
-        released.wait(WAIT)  # blocks its thread on purpose, until the other call is answered
-        return "blocking"
+    held = HeldThread()  # blocks its thread on purpose, until the other call is answered
 
     async def scenario() -> list[str]:
         async with (
-            worker({**DEMO_HANDLERS, "blocking": blocking}) as server,
+            worker({**DEMO_HANDLERS, "blocking": held.handler}) as server,
             connection(server) as opened,
         ):
             slow = asyncio.ensure_future(opened.dispatch(Task("blocking")))
-            assert await asyncio.to_thread(began.wait, WAIT)
+            await held.begun()
             fast = await opened.dispatch(Task("echo", "fast"))
-            released.set()
+            held.release()
             return [fast, await slow]
 
     assert await scenario() == ["fast", "blocking"]
@@ -952,10 +944,6 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it
     async def big(payload: Any) -> bytes:
         return b"x" * 1_000_000
 
-    async def until(condition: Any) -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
     async with worker({"big": big}) as server:
         # a small receive buffer: the kernel must not absorb the answers
         reader, writer = await raw_client(server, receive_buffer=4096)
@@ -971,10 +959,6 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it
 
 
 async def test_the_socket_closes_after_the_last_connection_and_its_last_call() -> None:
-    async def until(condition: Any) -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
     release, started = asyncio.Event(), asyncio.Event()
 
     async def wait(payload: Any) -> str:
