@@ -510,6 +510,15 @@ async def test_an_unknown_tier_and_bad_arguments_are_refused(pg: PgServer) -> No
         connect("postgresql://127.0.0.1/", tier="default", connect_kwargs={"host": "x"})
     with pytest.raises(ValueError, match=r"asyncpg\.connect does not take: nope"):
         connect("postgresql://127.0.0.1/", tier="default", connect_kwargs={"nope": 1})
+    # a wrong type is also a TypeError; a wrong value of the right type is not
+    from shardline.errors import InvalidArgumentType
+
+    for wrong_type in ({"tier": 1}, {"strict": "yes"}, {"query_metadata": 1}, {"pool_size": "2"}):
+        with pytest.raises(InvalidArgumentType, match=next(iter(wrong_type))):
+            connect("postgresql://127.0.0.1/", **wrong_type)
+    with pytest.raises(ValueError, match="tier must be a non-empty str") as caught:
+        connect("postgresql://127.0.0.1/", tier="")
+    assert not isinstance(caught.value, TypeError)
 
 
 def test_routed_queries_follow_catalog_histories(pg: PgServer) -> None:

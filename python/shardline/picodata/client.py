@@ -19,12 +19,13 @@ with requires_extra("pg", __name__):
 
 from shardline._core import Instance, RouteExplanation, Topology, WorkerPool
 from shardline._tasks import cancel_and_wait
-from shardline.checks import check_count, check_seconds
+from shardline.checks import check_count, check_seconds, refusal
 from shardline.errors import (
     DeadlineExceeded,
     InstanceUnavailable,
     InvalidAddress,
     InvalidArgument,
+    InvalidArgumentType,
     NotPicodata,
     NoWorkersAvailable,
     TierWithoutBuckets,
@@ -363,9 +364,11 @@ def connect(
             Picodata allows it with reads on the leader only, so ``read_only=True`` queries go
             to the master too. ``None`` leaves the server's default (``"on"``).
 
-    Raises ``ValueError`` naming the argument for an invalid one. Awaiting the client raises
-    :class:`~shardline.errors.NotPicodata` if the DSN's server has no Picodata catalog (a plain
-    PostgreSQL), :class:`~shardline.errors.UnknownTier` for a tier the catalog does not have,
+    Raises ``ValueError`` naming the argument for an invalid one (an
+    :class:`~shardline.errors.InvalidArgumentType`, also a ``TypeError``, for one of the
+    wrong type). Awaiting the client raises :class:`~shardline.errors.NotPicodata` if the
+    DSN's server has no Picodata catalog (a plain PostgreSQL),
+    :class:`~shardline.errors.UnknownTier` for a tier the catalog does not have,
     :class:`~shardline.errors.TierWithoutBuckets` for an arbiter tier.
     """
     return Client(
@@ -507,11 +510,13 @@ class Client:
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
         if tier is not None and (not isinstance(tier, str) or not tier):
-            raise ValueError(f"tier must be a non-empty str or None, got {tier!r}")
+            raise refusal(tier, str)(f"tier must be a non-empty str or None, got {tier!r}")
         if not isinstance(strict, bool):
-            raise ValueError(f"strict must be a bool, got {strict!r}")
+            raise InvalidArgumentType(f"strict must be a bool, got {strict!r}")
         if query_metadata is not None and not isinstance(query_metadata, bool):
-            raise ValueError(f"query_metadata must be a bool or None, got {query_metadata!r}")
+            raise InvalidArgumentType(
+                f"query_metadata must be a bool or None, got {query_metadata!r}"
+            )
         if forward is not None and forward not in _FORWARDS:
             raise ValueError(f"forward must be one of {_FORWARDS} or None, got {forward!r}")
         self._query_metadata = query_metadata
