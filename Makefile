@@ -36,7 +36,7 @@ lint: ## cargo fmt/clippy, ruff, mypy --strict, stubtest against _core.pyi, the 
 	$(BIN)/lint-imports
 
 # -E: autodoc does not see a docstring change as a change of the page, so every build reads all
-docs: $(BIN)/maturin ## The API reference from the docstrings (Sphinx, docs/api/; every warning an error) into target/docs/html
+docs: $(BIN)/maturin ## The API reference from the docstrings (Sphinx, docs/api/; every reference checked, every warning an error) into target/docs/html
 	$(MATURIN) develop --extras docs --quiet
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html -d target/docs/doctrees docs/api target/docs/html
 

@@ -82,7 +82,7 @@ ATTACKS = (
 async def _dial(
     host: str, port: int, *, hello: bool = True, receive_buffer: int = 0
 ) -> socket.socket:
-    from shardline.transport import msgpack_wire as wire
+    from shardline.transport.msgpack import wire
 
     sock = socket.socket()
     if receive_buffer:
@@ -98,7 +98,7 @@ async def _dial(
 def _call(msgid: int, handler: str, payload: Any = None) -> bytes:
     import msgpack  # type: ignore[import-untyped]
 
-    from shardline.transport import msgpack_wire as wire
+    from shardline.transport.msgpack import wire
 
     return wire.request(msgid, handler, msgpack.packb(payload), None)
 
@@ -131,7 +131,7 @@ async def _again_and_again(
 async def attack(name: str, host: str, port: int, seconds: float) -> None:
     import msgpack
 
-    from shardline.transport import msgpack_wire as wire
+    from shardline.transport.msgpack import wire
 
     loop = asyncio.get_running_loop()
     if name == "cpu_hog":
@@ -220,8 +220,8 @@ def _summary(latencies: list[float]) -> dict[str, float]:
 
 async def _run() -> dict[str, Any]:
     from shardline import WorkerMetadata
-    from shardline.transport import msgpack_wire as wire
-    from shardline.transport.msgpack_connection import MsgpackConnection
+    from shardline.transport.msgpack import wire
+    from shardline.transport.msgpack.connection import MsgpackConnection
 
     worker = subprocess.Popen(
         [sys.executable, str(WORKER), "{}"],

@@ -13,7 +13,7 @@ its end, also when it fails):
 - ``shardline: WorkerProxy + MsgpackConnection``: the MessagePack-RPC transport over TCP, a
   ``WorkerProxy`` (round-robin) following 2 ``shardline worker --transport msgpack`` processes
   (the demo handlers) through ``LocalDiscovery``. Where
-  ``shardline.transport.msgpack_connection`` cannot be imported this way is left out: its
+  ``shardline.transport.msgpack.connection`` cannot be imported this way is left out: its
   entry in ``by_way`` and the goals say "not available", and its test in ``calls end to end,
   each way alone`` is skipped.
 - ``shardline: WorkerProxy + GrpcConnection``: the same with 2 ``shardline worker --transport
@@ -75,12 +75,9 @@ import functools
 import itertools
 import multiprocessing
 import os
-import statistics
-import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,25 +90,33 @@ import wool
 from shardline.transport import GrpcConnection
 
 from . import wool_echo
-from .benchkit import cdf_ns, cpu_snapshot, percentiles, process_cpu
-from .call_floor import FloorClient, loop_factory
+from .benchkit import (
+    cdf_ns,
+    in_turn,
+    percentiles,
+    process_cpu,
+    ratio_summary,
+    spread,
+    timed_rounds,
+)
+from .call_floor import loop_factory
+from .echo_calls import FLOOR_SERVER, floor_way, in_flight, latency_ratio, one_at_a_time, payload
 from .placement import PLACEMENTS, placed
 from .workerkit import (
     GRPC_WORKER,
     MSGPACK_WORKER,
     WAIT,
     Way,
-    Workers,
     bare_grpc,
     start_workers,
     through_proxy,
 )
 
 try:
-    from shardline.transport.msgpack_connection import MsgpackConnection
+    from shardline.transport.msgpack.connection import MsgpackConnection
 except ImportError as error:
     MsgpackConnection = None
-    MSGPACK_MISSING = f"shardline.transport.msgpack_connection cannot be imported: {error}"
+    MSGPACK_MISSING = f"shardline.transport.msgpack.connection cannot be imported: {error}"
 else:
     MSGPACK_MISSING = ""
 
@@ -119,8 +124,6 @@ NEW_LOOP, LOOP = loop_factory()
 LOOP_LABEL = LOOP if LOOP == "uvloop" else "asyncio, uvloop not installed"
 
 WORKERS = 2
-PAYLOAD_CHARS = 40
-FLOOR_SERVER = (sys.executable, str(Path(__file__).with_name("call_floor.py")))
 
 FLOOR = f"floor: length-prefixed frames, {LOOP}"
 MSGPACK = "shardline: WorkerProxy + MsgpackConnection"
@@ -183,10 +186,6 @@ THROUGHPUT_PAIRS = [
 ]
 
 
-def payload(caller: int, n: int) -> str:
-    return f"caller {caller:02d} call {n:010d} ".ljust(PAYLOAD_CHARS, ".")
-
-
 # --- the stand: worker processes, loops, ways --------------------------------------------------
 
 
@@ -217,25 +216,6 @@ class Stand:
     @property
     def all_pids(self) -> list[int]:
         return sorted(itertools.chain(*self.pids.values()))
-
-
-async def floor_way(workers: Workers) -> Way:
-    client = await FloorClient.connect([r.address for r in workers.records])
-
-    async def call(worker: int, payload: Any) -> tuple[Any, float]:
-        body = payload.encode()
-        start = time.perf_counter()
-        reply = await client.call(worker, body)
-        elapsed = time.perf_counter() - start
-        return reply.decode(), elapsed
-
-    async def whoami() -> set[int]:
-        return set(await client.pids())
-
-    async def close() -> None:
-        client.close()
-
-    return Way(call, whoami, close)
 
 
 async def wool_way() -> Way:
@@ -370,16 +350,6 @@ def _stop_pool_children(others: set[int]) -> None:
 # --- figures -----------------------------------------------------------------------------------
 
 
-def summary(samples: Sequence[float]) -> dict[str, float]:
-    q1, _, q3 = statistics.quantiles(samples, n=4)
-    return {"median": statistics.median(samples), "q1": q1, "q3": q3, "min": min(samples)}
-
-
-def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
-    q1, _, q3 = statistics.quantiles(ratios, n=4)
-    return {"median": round(statistics.median(ratios), 3), "q1": round(q1, 3), "q3": round(q3, 3)}
-
-
 def goals(
     table: list[tuple[str, str, str, str, float]], ratios: dict[str, dict[str, float]]
 ) -> dict[str, Any]:
@@ -401,37 +371,15 @@ def ratio_key(a: str, b: str) -> str:
     return f"{a} / {b}"
 
 
-def timed_rounds(benchmark: Any, stand: Stand, round_: Callable[[], None], rounds: int) -> None:
-    """``benchmark.pedantic`` of ``round_``; records in ``extra_info`` how many cores this
-    process (``client_cpu``), every worker process (``servers_cpu``) and the machine's other
-    processes (``others_cpu``) kept busy meanwhile, warm-up rounds included."""
-    pids = stand.all_pids
-    before = cpu_snapshot(pids)
-    benchmark.pedantic(round_, rounds=rounds, warmup_rounds=WARMUP_ROUNDS, iterations=1)
-    after = cpu_snapshot(pids)
-    wall, client, servers = after[0] - before[0], after[2] - before[2], after[3] - before[3]
-    others = (after[1] - before[1]) - client - servers
-    benchmark.extra_info.update(
-        client_cpu=round(client / wall, 2),
-        servers_cpu=round(servers / wall, 2),
-        others_cpu=round(max(others / wall, 0.0), 2),
-        loop=LOOP,
-        worker_shardline=stand.worker_shardline,
-    )
+def measure(benchmark: Any, stand: Stand, round_: Callable[[], None], rounds: int) -> None:
+    """``benchkit.timed_rounds`` over every way's worker processes, recording also the loop and
+    where the workers import shardline from."""
+    timed_rounds(benchmark, round_, rounds, WARMUP_ROUNDS, lambda: stand.all_pids)
+    benchmark.extra_info.update(loop=LOOP, worker_shardline=stand.worker_shardline)
 
 
 def calls_of(name: str, table: dict[str, int]) -> int:
     return table.get(name, table["default"])
-
-
-async def one_at_a_time(way: Way, block: Sequence[str]) -> list[float]:
-    """Echoes each payload of ``block`` in turn (call ``n`` to worker ``n``); the latencies."""
-    latencies = []
-    for n, sent in enumerate(block):
-        result, elapsed = await way.call(n, sent)
-        assert result == sent, (result, sent)
-        latencies.append(elapsed)
-    return latencies
 
 
 # --- 1 in flight --------------------------------------------------------------------------------
@@ -445,15 +393,13 @@ def test_calls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(names)):
-            name = names[(turn + i) % len(names)]
+        for name in in_turn(names, next(turns)):
             block = [payload(0, next(numbers)) for _ in range(calls_of(name, SINGLE_CALLS))]
             latencies[name].append(stand.run(name, one_at_a_time(stand.ways[name], block)))
 
     benchmark.group = f"calls end to end, 1 in flight, {placement}, {LOOP_LABEL}"
     with placed(stand.all_pids, placement):
-        timed_rounds(benchmark, stand, round_, SINGLE_ROUNDS)
+        measure(benchmark, stand, round_, SINGLE_ROUNDS)
     kept = {name: rounds[-SINGLE_ROUNDS:] for name, rounds in latencies.items()}
     samples = {name: list(itertools.chain(*kept[name])) for name in names}
     by_way: dict[str, Any] = {
@@ -467,14 +413,9 @@ def test_calls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None
     ratios: dict[str, dict[str, float]] = {}
     for a, b in LATENCY_PAIRS:
         if a in kept and b in kept:
-            per_round = [
-                statistics.median(x) / statistics.median(y)
-                for x, y in zip(kept[a], kept[b], strict=True)
-            ]
-            ratios[ratio_key(a, b)] = {
-                **ratio_summary(per_round),
-                "of_p50s": round(by_way[a]["p50_ns"] / by_way[b]["p50_ns"], 3),
-            }
+            ratios[ratio_key(a, b)] = latency_ratio(
+                kept[a], kept[b], by_way[a]["p50_ns"], by_way[b]["p50_ns"]
+            )
     by_way.update({name: NOT_AVAILABLE for name in NAMES if name not in names})
     benchmark.extra_info.update(
         impl="five ways in turn, a block of calls each per round, 1 caller",
@@ -489,20 +430,6 @@ def test_calls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None
 # --- 16 in flight -------------------------------------------------------------------------------
 
 
-async def in_flight(way: Way, blocks: Sequence[Sequence[str]]) -> float:
-    """Caller ``c`` echoes ``blocks[c]`` one call after another, all callers at once; returns
-    the seconds from the first call to the last reply."""
-
-    async def caller(c: int) -> None:
-        for k, sent in enumerate(blocks[c]):
-            result, _ = await way.call(c + k, sent)
-            assert result == sent, (result, sent)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(caller(c) for c in range(len(blocks))))
-    return time.perf_counter() - start
-
-
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_calls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     names = stand.available
@@ -513,9 +440,7 @@ def test_calls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> Non
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(names)):
-            name = names[(turn + i) % len(names)]
+        for name in in_turn(names, next(turns)):
             per_caller = calls_of(name, PER_CALLER)
             blocks = [
                 [payload(c, next(numbers)) for _ in range(per_caller)] for c in range(CALLERS)
@@ -529,13 +454,13 @@ def test_calls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> Non
 
     benchmark.group = f"calls end to end, 16 in flight, {placement}, {LOOP_LABEL}"
     with placed(stand.all_pids, placement):
-        timed_rounds(benchmark, stand, round_, FLIGHT_ROUNDS)
+        measure(benchmark, stand, round_, FLIGHT_ROUNDS)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     by_way: dict[str, Any] = {}
     for name in names:
         calls = CALLERS * calls_of(name, PER_CALLER) * FLIGHT_ROUNDS
         by_way[name] = {
-            "calls_per_s": summary(kept[name]),
+            "calls_per_s": spread(kept[name]),
             "client_cpu_us_per_call": round(
                 sum(client_cpu[name][-FLIGHT_ROUNDS:]) / calls * 1e6, 1
             ),
@@ -577,7 +502,7 @@ def test_one_way_alone(benchmark: Any, stand: Stand, name: str) -> None:
         timed.append(stand.run(name, one_at_a_time(way, block)))
 
     benchmark.group = f"calls end to end, each way alone, 1 in flight, {LOOP_LABEL}"
-    timed_rounds(benchmark, stand, round_, ALONE_ROUNDS)
+    measure(benchmark, stand, round_, ALONE_ROUNDS)
     samples = list(itertools.chain(*timed[-ALONE_ROUNDS:]))
     benchmark.extra_info.update(
         impl=name, calls_per_round=calls, samples=len(samples), **percentiles(samples)

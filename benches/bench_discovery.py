@@ -63,7 +63,7 @@ from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 
-from .benchkit import cpu_snapshot, percentiles
+from .benchkit import cpu_shares, cpu_snapshot, percentiles
 
 # The test suite's etcd helper, used as is (never skips: a missing etcd raises EtcdUnavailable).
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
@@ -178,16 +178,11 @@ def measure(
     after = cpu_snapshot(servers)
     timed = samples[WARMUP_ROUNDS * SAMPLES_PER_ROUND :]
     assert len(timed) == ROUNDS * SAMPLES_PER_ROUND
-    wall = after[0] - before[0]
-    ours, servers_cpu = after[2] - before[2], after[3] - before[3]
-    others = (after[1] - before[1]) - ours - servers_cpu
     benchmark.extra_info.update(
         calls_per_round=SAMPLES_PER_ROUND,
         samples=len(timed),
         **percentiles(timed),
-        others_cpu=round(max(others / wall, 0.0), 2),
-        servers_cpu=round(servers_cpu / wall, 2),
-        client_cpu=round(ours / wall, 2),
+        **cpu_shares(before, after),
         **info,
     )
     return timed

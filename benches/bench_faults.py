@@ -17,7 +17,7 @@ Systems:
   fault (the gray scenario's reference);
 - ``STANDALONE`` / ``STANDALONE_NO_HEALTH``: a ``WorkerProxy`` (round-robin; default health,
   or ``health=None``) over ``LocalDiscovery``, the worker processes started by the benchmark
-  (``python -m shardline.transport.local_worker``, what ``LocalPool`` starts, with the same
+  (``python -m shardline.transport.local.worker``, what ``LocalPool`` starts, with the same
   handlers) and announced through ``LocalDiscovery`` as a standalone ``shardline worker`` is:
   no ``LocalPool`` withdraws a dead one's record or replaces it (the SIGKILL scenario);
 - ``WOOL``: ``wool.WorkerPool(spawn=4)`` and ``wool_faults.py``'s routines; its worker pids
@@ -201,7 +201,7 @@ async def standalone(directory: Path, **options: Any) -> AsyncIterator[Target]:
                 "--uid": str(uid),
                 "--grace": "1",
             }
-            command = [sys.executable, "-m", "shardline.transport.local_worker"]
+            command = [sys.executable, "-m", "shardline.transport.local.worker"]
             with (directory / f"worker-{n}.log").open("wb") as log:
                 processes.append(
                     subprocess.Popen(

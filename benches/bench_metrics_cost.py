@@ -19,22 +19,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from shardline import (
-    DiscoveryEvent,
     LeastLoadedLoadBalancer,
     RoundRobinLoadBalancer,
-    WorkerMetadata,
     WorkerProxy,
 )
 from shardline.pool.context import LoadBalancerContext
 
 from .benchkit import CALLS_PER_ROUND, interleaved_summary
+from .instant_workers import Immediate, announced
 
 pytest.importorskip("pytest_benchmark")
 
@@ -42,22 +40,6 @@ WORKERS = 8
 ROUNDS = 1000
 WARMUP = 20
 GOAL = 1.10
-
-
-class Immediate:
-    """A connection that answers at once with the task."""
-
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
-        return task
-
-
-async def announced(size: int) -> AsyncIterator[DiscoveryEvent]:
-    for n in range(size):
-        record = WorkerMetadata(
-            uid=uuid.UUID(int=n + 1), address=f"127.0.0.1:{10000 + n}", pid=1, version="1"
-        )
-        yield DiscoveryEvent("worker-added", record)
-    await asyncio.Event().wait()
 
 
 @pytest.mark.parametrize("balancer", [RoundRobinLoadBalancer, LeastLoadedLoadBalancer])

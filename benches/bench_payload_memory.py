@@ -1,12 +1,13 @@
 """Cost of a ``_pico_bucket`` poll text: peak extra memory on hostile and valid texts, and the
 time of a changed and of an unchanged poll.
 
-Memory: a fresh child process reads the text from a file (as str or bytes), resets its RSS
-high-water mark (``/proc/self/clear_refs``), applies the text with
-``Topology.apply_bucket_snapshot`` and reports ``VmHWM`` minus the RSS just before: everything
-the apply touched on top of the text, Rust and Python alike (tracemalloc cannot see Rust's
-allocations). Goal: at most 4x the text. ``--python`` measures another build (e.g. a checkout
-of the previous release) with the same texts.
+Memory: a fresh child process (``tests/support/poll_peak_memory.py``, which the tests' bound
+uses too) reads the text from a file (as str or bytes), resets its RSS high-water mark
+(``/proc/self/clear_refs``), applies the text with ``Topology.apply_bucket_snapshot`` and
+reports ``VmHWM`` minus the RSS just before: everything the apply touched on top of the text,
+Rust and Python alike (tracemalloc cannot see Rust's allocations). Goal: at most 4x the text.
+``--python`` measures another build (e.g. a checkout of the previous release) with the same
+texts.
 
 Time: median of repeated calls, per map (ranges of a 3,000- and a 30,000-bucket tier, and a
 16 MiB text): a changed text (two texts alternating, so every call replaces the map), the same
@@ -32,29 +33,7 @@ from typing import Any
 
 TIER = "t"
 
-MEASURE = r"""
-import gc, re, sys
-from shardline import InvalidEvent, Topology
-
-def status(field):
-    text = open("/proc/self/status").read()
-    return int(re.search(field + r":\s+(\d+) kB", text).group(1)) * 1024
-
-data = open(sys.argv[1], "rb").read()
-text = data.decode() if sys.argv[2] == "str" else data
-del data
-topology = Topology()
-topology.apply_tiers({"t": 2**32 - 1})
-gc.collect()
-open("/proc/self/clear_refs", "w").write("5")  # the high-water mark restarts from here
-base = status("VmRSS")
-start = __import__("time").perf_counter()
-try:
-    outcome = "applied" if topology.apply_bucket_snapshot("t", text) else "unchanged"
-except InvalidEvent:
-    outcome = "rejected"
-print(outcome, status("VmHWM") - base, __import__("time").perf_counter() - start)
-"""
+PEAK_MEMORY = Path(__file__).parent.parent / "tests" / "support" / "poll_peak_memory.py"
 
 
 def row(start: int, end: int, owner: int) -> str:
@@ -96,7 +75,7 @@ def memory(python: str, sizes: list[int]) -> None:
                 del data
                 for form in ("str", "bytes"):
                     done = subprocess.run(
-                        [python, "-c", MEASURE, str(path), form],
+                        [python, "-P", PEAK_MEMORY, path, form],
                         capture_output=True,
                         text=True,
                         timeout=600,

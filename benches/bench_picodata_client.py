@@ -103,7 +103,7 @@ from picopyn.query_metadata import PreparedStatementMetadata
 import shardline.picodata
 from shardline.picodata.client import _query_method
 
-from .benchkit import cpu_snapshot, int_keys, percentiles
+from .benchkit import int_keys, percentiles, ratio_summary, spread, timed_rounds
 from .picodata_standin import OID_INT8, TIER, StandinCluster
 from .placement import PLACEMENTS, placed
 
@@ -218,40 +218,6 @@ def key_blocks(size: int) -> Iterator[Sequence[int]]:
     return itertools.cycle([KEYS[i : i + size] for i in range(0, len(KEYS) - size + 1, size)])
 
 
-def timed_rounds(
-    benchmark: Any, c: Clients, round_: Callable[[], None], rounds: int, warmup: int
-) -> None:
-    """``benchmark.pedantic`` of ``round_``; records in ``extra_info`` how many cores this
-    process (``client_cpu``), the server's processes (``servers_cpu``) and the machine's
-    other processes (``others_cpu``) kept busy meanwhile, warm-up rounds included."""
-    pids = c.cluster.server_pids()
-    before = cpu_snapshot(pids)
-    benchmark.pedantic(round_, rounds=rounds, warmup_rounds=warmup, iterations=1)
-    # a backend that started meanwhile counts whole; its CPU before was 0
-    after = cpu_snapshot(sorted({*pids, *c.cluster.server_pids()}))
-    wall, client, servers = after[0] - before[0], after[2] - before[2], after[3] - before[3]
-    others = (after[1] - before[1]) - client - servers
-    benchmark.extra_info.update(
-        client_cpu=round(client / wall, 2),
-        servers_cpu=round(servers / wall, 2),
-        others_cpu=round(max(others / wall, 0.0), 2),
-    )
-
-
-def summary(samples: Sequence[float]) -> dict[str, float]:
-    return {
-        "median": statistics.median(samples),
-        "min": min(samples),
-        "q1": statistics.quantiles(samples, n=4)[0],
-        "q3": statistics.quantiles(samples, n=4)[2],
-    }
-
-
-def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
-    q1, _, q3 = statistics.quantiles(ratios, n=4)
-    return {"median": round(statistics.median(ratios), 3), "q1": round(q1, 3), "q3": round(q3, 3)}
-
-
 # --- routed query before I/O -------------------------------------------------------------------
 
 
@@ -329,13 +295,13 @@ def test_route_before_io(benchmark: Any, clients: Clients) -> None:
             timed[name].append((time.perf_counter_ns() - t0) / len(block))
 
     benchmark.group = "routed query before I/O"
-    timed_rounds(benchmark, c, round_, ROUTE_ROUNDS, ROUTE_WARMUP)
+    timed_rounds(benchmark, round_, ROUTE_ROUNDS, ROUTE_WARMUP, c.cluster.server_pids)
     kept = {name: samples[-ROUTE_ROUNDS:] for name, samples in timed.items()}
     full, route_only = names[0], names[2]
     benchmark.extra_info.update(
         impl="four ways interleaved, ns per key",
         calls_per_round=len(names) * ROUTE_BLOCK,
-        by_way={name: summary(samples) for name, samples in kept.items()},
+        by_way={name: spread(samples) for name, samples in kept.items()},
         ratios={
             "picopyn acquire+release / shardline keyed query, driver stubbed": ratio_summary(
                 [p / s for p, s in zip(kept[names[1]], kept[full], strict=True)]
@@ -420,7 +386,7 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients, placement: 
     benchmark.group = f"keyed SELECT, 16 in flight, {placement}"
     waits_before = sum(pool.waits for pool in c.shardline.stats().pools.values())
     with placed(c.cluster.server_pids(), placement):
-        timed_rounds(benchmark, c, round_, FLIGHT_ROUNDS, FLIGHT_WARMUP)
+        timed_rounds(benchmark, round_, FLIGHT_ROUNDS, FLIGHT_WARMUP, c.cluster.server_pids)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     floor, routed_floor, ours, peer = names
     stats = c.shardline.stats()
@@ -433,7 +399,7 @@ def test_keyed_select_16_in_flight(benchmark: Any, clients: Clients, placement: 
         calls_per_round=len(names) * CALLERS * PER_CALLER,
         by_way={
             name: {
-                "calls_per_s": summary(kept[name]),
+                "calls_per_s": spread(kept[name]),
                 "client_cpu_us_per_call": statistics.median(cpu[name][-FLIGHT_ROUNDS:]),
             }
             for name in names
@@ -475,7 +441,7 @@ def test_keyed_select_1_in_flight(benchmark: Any, clients: Clients, placement: s
 
     benchmark.group = f"keyed SELECT, 1 in flight, {placement}"
     with placed(c.cluster.server_pids(), placement):
-        timed_rounds(benchmark, c, round_, SINGLE_ROUNDS, SINGLE_WARMUP)
+        timed_rounds(benchmark, round_, SINGLE_ROUNDS, SINGLE_WARMUP, c.cluster.server_pids)
     kept = turns[-SINGLE_ROUNDS * KEYS_PER_ROUND :]
     by_way = {name: percentiles([t[i] / 1e9 for t in kept]) for i, name in enumerate(names)}
 
@@ -553,7 +519,7 @@ def test_keyed_insert_landing(
 
     try:
         benchmark.group = f"keyed INSERT, {callers} in flight, where the writes land"
-        timed_rounds(benchmark, c, round_, INSERT_ROUNDS, INSERT_WARMUP)
+        timed_rounds(benchmark, round_, INSERT_ROUNDS, INSERT_WARMUP, c.cluster.server_pids)
         landed = dict(c.run(db.fetch("SELECT id, host(landed_on) FROM users")))
         peer_stats = picopyn.stats()
     finally:
@@ -572,7 +538,7 @@ def test_keyed_insert_landing(
                 "writes": len(written[name]),
                 "off_master": off_master[name],
                 "off_master_share": round(off_master[name] / len(written[name]), 4),
-                "calls_per_s": summary(per_s[name]),
+                "calls_per_s": spread(per_s[name]),
             }
             for name in names
         },

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from picopyn.query_metadata import PreparedStatementMetadata
 
 import shardline.picodata
 
-from .benchkit import percentiles
+from .benchkit import percentiles, ratio_summary, spread
 from .picodata_standin import OID_INT8, TIER, StandinCluster
 from .placement import placed
 
@@ -133,15 +132,8 @@ def ways() -> Iterator[Ways]:
         cluster.close()
 
 
-def _summary(samples: list[float]) -> dict[str, float]:
-    q1, median, q3 = statistics.quantiles(samples, n=4)
-    return {"median": median, "q1": q1, "q3": q3, "min": min(samples)}
-
-
 def _ratio(a: list[float], b: list[float]) -> dict[str, float]:
-    ratios = [x / y for x, y in zip(a, b, strict=True)]
-    q1, median, q3 = statistics.quantiles(ratios, n=4)
-    return {"median": round(median, 3), "q1": round(q1, 3), "q3": round(q3, 3)}
+    return ratio_summary([x / y for x, y in zip(a, b, strict=True)])
 
 
 def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
@@ -190,9 +182,9 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
         calls_per_round=len(names) * CALLERS * PER_CALLER,
         by_way={
             name: {
-                "calls_per_s": _summary(kept[name]),
-                "client_cpu_us_per_call": _summary(kept_cpu[name]),
-                "server_cpu_us_per_call": _summary(kept_server[name]),
+                "calls_per_s": spread(kept[name]),
+                "client_cpu_us_per_call": spread(kept_cpu[name]),
+                "server_cpu_us_per_call": spread(kept_server[name]),
                 "off_master": off_master[name],
             }
             for name in names

@@ -41,10 +41,8 @@ import functools
 import itertools
 import os
 import statistics
-import sys
 import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,18 +54,17 @@ pytest.importorskip("trustme")
 
 import trustme
 
-from shardline.transport.msgpack_connection import MsgpackConnection
+from shardline.transport.msgpack.connection import MsgpackConnection
 from shardline.transport.tls import TlsSettings
 
-from .benchkit import cpu_snapshot, percentiles
-from .call_floor import FloorClient, loop_factory
+from .benchkit import in_turn, percentiles, ratio_summary, timed_rounds
+from .call_floor import loop_factory
+from .echo_calls import FLOOR_SERVER, floor_way, in_flight, latency_ratio, one_at_a_time, payload
 from .placement import PLACEMENTS, placed
-from .workerkit import MSGPACK_WORKER, WAIT, Way, Workers, start_workers, through_proxy
+from .workerkit import MSGPACK_WORKER, WAIT, Way, start_workers, through_proxy
 
 NEW_LOOP, LOOP = loop_factory()
 WORKERS = 2
-PAYLOAD_CHARS = 40
-FLOOR_SERVER = (sys.executable, str(Path(__file__).with_name("call_floor.py")))
 
 FLOOR = f"floor: length-prefixed frames, {LOOP}"
 PLAIN = "shardline: WorkerProxy + MsgpackConnection, plaintext TCP"
@@ -83,10 +80,6 @@ SINGLE_CALLS = 16
 CALLERS = 16
 PER_CALLER = 16
 ROUND_WAIT = 60.0
-
-
-def payload(caller: int, n: int) -> str:
-    return f"caller {caller:02d} call {n:010d} ".ljust(PAYLOAD_CHARS, ".")
 
 
 @dataclass
@@ -122,24 +115,6 @@ def certificates(directory: Path) -> tuple[list[str], list[str], TlsSettings, Tl
         TlsSettings(ca=paths["ca"]),
         TlsSettings(paths["ccert"], paths["ckey"], paths["ca"]),
     )
-
-
-async def floor_way(workers: Workers) -> Way:
-    client = await FloorClient.connect([r.address for r in workers.records])
-
-    async def call(worker: int, sent: Any) -> tuple[Any, float]:
-        body = sent.encode()
-        start = time.perf_counter()
-        reply = await client.call(worker, body)
-        return reply.decode(), time.perf_counter() - start
-
-    async def whoami() -> set[int]:
-        return set(await client.pids())
-
-    async def close() -> None:
-        client.close()
-
-    return Way(call, whoami, close)
 
 
 @pytest.fixture(scope="module")
@@ -185,44 +160,10 @@ def stand() -> Iterator[Stand]:
         yield stand
 
 
-def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
-    q1, _, q3 = statistics.quantiles(ratios, n=4)
-    return {"median": round(statistics.median(ratios), 3), "q1": round(q1, 3), "q3": round(q3, 3)}
-
-
-def timed(benchmark: Any, stand: Stand, round_: Any, rounds: int) -> None:
-    pids = stand.all_pids
-    before = cpu_snapshot(pids)
-    benchmark.pedantic(round_, rounds=rounds, warmup_rounds=WARMUP_ROUNDS, iterations=1)
-    after = cpu_snapshot(pids)
-    wall, client, servers = after[0] - before[0], after[2] - before[2], after[3] - before[3]
-    others = (after[1] - before[1]) - client - servers
-    benchmark.extra_info.update(
-        client_cpu=round(client / wall, 2),
-        servers_cpu=round(servers / wall, 2),
-        others_cpu=round(max(others / wall, 0.0), 2),
-        loop=LOOP,
-    )
-
-
-async def one_at_a_time(way: Way, block: Sequence[str]) -> list[float]:
-    latencies = []
-    for n, sent in enumerate(block):
-        result, elapsed = await way.call(n, sent)
-        assert result == sent, (result, sent)
-        latencies.append(elapsed)
-    return latencies
-
-
-async def in_flight(way: Way, blocks: Sequence[Sequence[str]]) -> float:
-    async def caller(c: int) -> None:
-        for k, sent in enumerate(blocks[c]):
-            result, _ = await way.call(c + k, sent)
-            assert result == sent, (result, sent)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(caller(c) for c in range(len(blocks))))
-    return time.perf_counter() - start
+def measure(benchmark: Any, stand: Stand, round_: Any, rounds: int) -> None:
+    """``benchkit.timed_rounds`` over every way's worker processes, recording also the loop."""
+    timed_rounds(benchmark, round_, rounds, WARMUP_ROUNDS, lambda: stand.all_pids)
+    benchmark.extra_info.update(loop=LOOP)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -232,27 +173,17 @@ def test_tls_1_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(NAMES)):
-            name = NAMES[(turn + i) % len(NAMES)]
+        for name in in_turn(NAMES, next(turns)):
             block = [payload(0, next(numbers)) for _ in range(SINGLE_CALLS)]
             latencies[name].append(stand.run(one_at_a_time(stand.ways[name], block)))
 
     benchmark.group = f"TLS, 1 in flight, {placement}, {LOOP}"
     with placed(stand.all_pids, placement):
-        timed(benchmark, stand, round_, ROUNDS)
+        measure(benchmark, stand, round_, ROUNDS)
     kept = {name: rounds[-ROUNDS:] for name, rounds in latencies.items()}
     by_way = {name: percentiles(list(itertools.chain(*kept[name]))) for name in NAMES}
     ratios = {
-        f"{a} / {b}": {
-            **ratio_summary(
-                [
-                    statistics.median(x) / statistics.median(y)
-                    for x, y in zip(kept[a], kept[b], strict=True)
-                ]
-            ),
-            "of_p50s": round(by_way[a]["p50_ns"] / by_way[b]["p50_ns"], 3),
-        }
+        f"{a} / {b}": latency_ratio(kept[a], kept[b], by_way[a]["p50_ns"], by_way[b]["p50_ns"])
         for a, b in PAIRS
     }
     benchmark.extra_info.update(
@@ -270,9 +201,7 @@ def test_tls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
     turns = itertools.count()
 
     def round_() -> None:
-        turn = next(turns)
-        for i in range(len(NAMES)):
-            name = NAMES[(turn + i) % len(NAMES)]
+        for name in in_turn(NAMES, next(turns)):
             blocks = [
                 [payload(c, next(numbers)) for _ in range(PER_CALLER)] for c in range(CALLERS)
             ]
@@ -281,7 +210,7 @@ def test_tls_16_in_flight(benchmark: Any, stand: Stand, placement: str) -> None:
 
     benchmark.group = f"TLS, 16 in flight, {placement}, {LOOP}"
     with placed(stand.all_pids, placement):
-        timed(benchmark, stand, round_, FLIGHT_ROUNDS)
+        measure(benchmark, stand, round_, FLIGHT_ROUNDS)
     kept = {name: samples[-FLIGHT_ROUNDS:] for name, samples in per_s.items()}
     by_way = {
         name: {

@@ -48,7 +48,7 @@ pytest.importorskip("pytest_benchmark")
 
 from shardline.transport import MAX_MESSAGE_BYTES, GrpcConnection, Task
 
-from .benchkit import cpu_snapshot, percentiles
+from .benchkit import cpu_shares, cpu_snapshot, percentiles
 from .workerkit import GRPC_WORKER, WAIT, Way, Workers, bare_grpc, start_workers, through_proxy
 
 WORKERS = 4
@@ -137,14 +137,9 @@ def run_rounds(
             loop.run_until_complete(way.close())
     for process in workers.processes:
         assert process.poll() is None, f"worker {process.pid} died during the benchmark"
-    wall = after[0] - before[0]
-    ours, servers_cpu = after[2] - before[2], after[3] - before[3]
-    others = (after[1] - before[1]) - ours - servers_cpu
     return {
         "median_round_s": statistics.median(round_times[WARMUP_ROUNDS:]),
-        "others_cpu": round(max(others / wall, 0.0), 2),
-        "servers_cpu": round(servers_cpu / wall, 2),
-        "client_cpu": round(ours / wall, 2),
+        **cpu_shares(before, after),
         "worker_shardline": workers.shardline_file,
     }
 

@@ -258,6 +258,56 @@ def cpu_snapshot(servers: Sequence[int]) -> tuple[float, float, float, float]:
     return time.perf_counter(), busy, time.process_time(), sum(map(process_cpu, servers))
 
 
+def cpu_shares(
+    before: tuple[float, float, float, float], after: tuple[float, float, float, float]
+) -> dict[str, float]:
+    """How many cores this process (``client_cpu``), the server processes (``servers_cpu``) and
+    the machine's other processes (``others_cpu``) kept busy between two ``cpu_snapshot`` calls."""
+    wall, client, servers = after[0] - before[0], after[2] - before[2], after[3] - before[3]
+    others = (after[1] - before[1]) - client - servers
+    return {
+        "client_cpu": round(client / wall, 2),
+        "servers_cpu": round(servers / wall, 2),
+        "others_cpu": round(max(others / wall, 0.0), 2),
+    }
+
+
+def timed_rounds(
+    benchmark: Any,
+    round_: Callable[[], Any],
+    rounds: int,
+    warmup: int,
+    servers: Callable[[], Sequence[int]],
+) -> None:
+    """``benchmark.pedantic`` of ``round_``; records ``cpu_shares`` in ``extra_info``, warm-up
+    rounds included. ``servers()`` gives the server processes' pids; it is asked again after the
+    rounds, and a process that started meanwhile counts whole (its CPU before was 0)."""
+    pids = servers()
+    before = cpu_snapshot(pids)
+    benchmark.pedantic(round_, rounds=rounds, warmup_rounds=warmup, iterations=1)
+    after = cpu_snapshot(sorted({*pids, *servers()}))
+    benchmark.extra_info.update(cpu_shares(before, after))
+
+
+def in_turn(names: Sequence[str], turn: int) -> list[str]:
+    """``names`` starting from the ``turn``-th (cyclically): which goes first rotates from round
+    to round."""
+    first = turn % len(names)
+    return [*names[first:], *names[:first]]
+
+
+def spread(samples: Sequence[float]) -> dict[str, float]:
+    """The median, quartiles and minimum of ``samples`` (at least two)."""
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return {"median": median, "q1": q1, "q3": q3, "min": min(samples)}
+
+
+def ratio_summary(ratios: Sequence[float]) -> dict[str, float]:
+    """The median and quartiles of per-round ratios, to three decimals."""
+    q1, median, q3 = statistics.quantiles(ratios, n=4)
+    return {"median": round(median, 3), "q1": round(q1, 3), "q3": round(q3, 3)}
+
+
 def percentiles(samples: Sequence[float]) -> dict[str, float]:
     """p50 and p99 of samples in seconds, in ns."""
     cuts = statistics.quantiles(samples, n=100, method="inclusive")

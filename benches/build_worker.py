@@ -23,15 +23,14 @@ import hashlib
 import json
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import shardline
-from shardline import DiscoveryEvent, WorkerMetadata, WorkerProxy
+from shardline import WorkerProxy
 
 from .benchkit import (
     CALLS_PER_ROUND,
@@ -43,6 +42,7 @@ from .benchkit import (
     shardline_topology,
     str_keys,
 )
+from .instant_workers import Immediate, announced
 
 WORKERS = 8
 ROUTE_MANY_KEYS = 100_000
@@ -53,22 +53,6 @@ BLOCK = {
     "route_many": ROUTE_MANY_KEYS,
     "dispatch": CALLS_PER_ROUND,
 }
-
-
-class Immediate:
-    """A connection that answers at once with the task."""
-
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
-        return task
-
-
-async def announced(size: int) -> AsyncIterator[DiscoveryEvent]:
-    for n in range(size):
-        record = WorkerMetadata(
-            uid=uuid.UUID(int=n + 1), address=f"127.0.0.1:{10000 + n}", pid=1, version="1"
-        )
-        yield DiscoveryEvent("worker-added", record)
-    await asyncio.Event().wait()
 
 
 class Paths:

@@ -14,7 +14,7 @@ from typing import Any
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 from shardline.transport.event_loop import run
-from shardline.transport.msgpack_server import serve_msgpack
+from shardline.transport.msgpack.server import serve_msgpack
 
 ITEM_CHARS = 40
 

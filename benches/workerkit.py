@@ -29,7 +29,7 @@ from shardline import WorkerMetadata, WorkerProxy
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.transport import Task
-from shardline.transport.wire import METHOD, grpc_target
+from shardline.transport.grpc.wire import METHOD, grpc_target
 
 READY = 20.0  # seconds a worker process may take to print its ready line
 WAIT = 20.0  # seconds a call may take before the benchmark fails

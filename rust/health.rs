@@ -4,8 +4,18 @@
 //! A worker is healthy, ejected until some time, on probation once that time has passed, or
 //! probing (its probe in flight). Only the pool decides when to look (see `WorkerPool`); this
 //! file holds the rules, and runs no Python code.
+//!
+//! A dispatch is told to health in one of two ways. A timed one begins with a clock reading
+//! and ends with its outcome (`finish`). A token dispatch, the pool's native round-robin path
+//! while every worker is healthy, costs one add: the caller holds the worker's token while the
+//! call is in flight, so the token's references the pool does not own are the calls in
+//! flight, and the calls handed out with it that are no longer in flight, less those reported
+//! as not succeeding (only those report), are its successes. They are counted (`settle`)
+//! before any decision that depends on them: a failure's, the stuck rule's, a read's.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use crate::tally::Tally;
 
 /// What the caller saw of one dispatch.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -81,6 +91,10 @@ pub struct Policy {
 /// Weight of each outcome in the success-rate average (1 for a success, 0 for a failure or a
 /// deadline miss), which starts at 1.
 pub const SUCCESS_WEIGHT: f64 = 0.1;
+/// Of the dispatches the native path hands a fast worker while every worker is healthy, one in
+/// this many is timed rather than a token dispatch: what keeps its latency average current
+/// (see [`Policy::times_all`] for the others).
+pub const TIMED_EVERY: u64 = 32;
 /// The latency-outlier rule runs at most this often (nanoseconds): it reads every worker.
 pub const OUTLIER_EVERY_NS: u64 = 100_000_000;
 /// The outlier rule needs this many visible workers with a latency estimate.
@@ -96,6 +110,17 @@ impl Policy {
     /// worker is caught within the floor and a half of its threshold passing.
     pub fn scan_every_ns(&self) -> u64 {
         ns(self.stuck_floor) / 2
+    }
+
+    /// Whether every dispatch to a worker with latency average `latency` (NaN before any) is
+    /// timed: before its first, and once the stuck threshold (`stuck_multiple` times it) is
+    /// above the floor, where the stuck and latency-outlier rules depend on the average. A
+    /// faster worker's threshold is the floor, and timing one dispatch in [`TIMED_EVERY`]
+    /// keeps its average current enough to see it slow down; a dispatch this slow costs
+    /// thousands of times what timing it does.
+    #[inline]
+    pub fn times_all(&self, latency: f64) -> bool {
+        latency.is_nan() || self.stuck_multiple * latency > self.stuck_floor
     }
 
     /// How many workers may be ejected at once in a pool of `pooled`: the share, but always one.
@@ -236,6 +261,17 @@ pub struct WorkerHealth {
     progress: AtomicU64,
     /// Since when `times` has been decaying: the last re-admission or decay.
     healthy_since: AtomicU64,
+    /// Native dispatches handed the worker while health was on: which of them are timed.
+    turns: Tally,
+    /// Token dispatches handed out.
+    token_handed: Tally,
+    /// Token dispatches reported as ending otherwise than with a success.
+    token_missed: AtomicU64,
+    /// Token dispatches counted as successes so far (see `settle`).
+    token_counted: AtomicU64,
+    /// Whether a check last saw the worker with nothing in flight: the first check that sees
+    /// it busy again counts as its progress, as the start of a timed dispatch from idle does.
+    idle: AtomicBool,
 }
 
 impl WorkerHealth {
@@ -249,7 +285,59 @@ impl WorkerHealth {
             reason: AtomicU8::new(Reason::Never as u8),
             progress: AtomicU64::new(now),
             healthy_since: AtomicU64::new(now),
+            turns: Tally::default(),
+            token_handed: Tally::default(),
+            token_missed: AtomicU64::new(0),
+            token_counted: AtomicU64::new(0),
+            idle: AtomicBool::new(true),
         }
+    }
+
+    /// Whether the native path's next dispatch to this fast, healthy worker is timed rather
+    /// than a token dispatch: one in [`TIMED_EVERY`].
+    #[inline]
+    pub fn timed_turn(&self) -> bool {
+        self.turns.add(1) % TIMED_EVERY == 0
+    }
+
+    /// A token dispatch was handed out.
+    #[inline]
+    pub fn token_handed(&self) {
+        self.token_handed.add(1);
+    }
+
+    /// A token dispatch, its token already let go, ended otherwise than with a success.
+    pub fn token_missed(&self) {
+        self.token_missed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Token dispatches that succeeded and are not counted yet, with `held` of them in flight.
+    fn token_successes(&self, held: u64) -> (u64, u64) {
+        let done = self
+            .token_handed
+            .get()
+            .saturating_sub(held)
+            .saturating_sub(self.token_missed.load(Ordering::Relaxed));
+        let counted = self.token_counted.load(Ordering::Relaxed);
+        (done.saturating_sub(counted), counted)
+    }
+
+    /// Counts the token dispatches that succeeded since the last count, at `now`, with `held`
+    /// token dispatches in flight: each is a success as a timed dispatch's (its failures in a
+    /// row end, the success rate rises, a worker ejected as stuck is re-admitted), and they
+    /// are progress now, which is no earlier than when they completed.
+    pub fn settle(&self, held: u64, now: u64, pool: &PoolHealth) -> Option<Transition> {
+        let (new, counted) = self.token_successes(held);
+        if new == 0
+            || self
+                .token_counted
+                .compare_exchange(counted, counted + new, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        let state = self.state.load(Ordering::Acquire);
+        self.succeeded(new, false, state, now, pool)
     }
 
     /// Whether a balancer may be offered the worker at `now` (call only when the pool has an
@@ -276,7 +364,8 @@ impl WorkerHealth {
         }
     }
 
-    /// `(consecutive failures, success rate, times ejected, reason)` at `now`.
+    /// `(consecutive failures, success rate, times ejected, reason)` at `now` (after
+    /// `settle`, when the worker has token dispatches).
     pub fn read(&self, now: u64, policy: &Policy) -> (u32, f64, u32, &'static str) {
         (
             self.consecutive.load(Ordering::Relaxed),
@@ -303,6 +392,7 @@ impl WorkerHealth {
     pub fn started(&self, before: u32, now: u64) {
         if before == 0 {
             self.progress.store(now, Ordering::Relaxed);
+            self.idle.store(false, Ordering::Relaxed);
         }
     }
 
@@ -385,6 +475,15 @@ impl WorkerHealth {
         if self.state.load(Ordering::Relaxed) & TAG == EJECTED {
             return None;
         }
+        if inflight == 0 {
+            self.idle.store(true, Ordering::Relaxed);
+            return None;
+        }
+        if self.idle.swap(false, Ordering::Relaxed) {
+            // busy since the last check: its calls started no earlier than that
+            self.progress.store(now, Ordering::Relaxed);
+            return None;
+        }
         let progress = self.progress.load(Ordering::Relaxed);
         if !policy.stuck(inflight, latency, progress, now) {
             return None;
@@ -410,36 +509,7 @@ impl WorkerHealth {
         let state = self.state.load(Ordering::Acquire);
         let probe = state & TAG == PROBING && state >> 2 == started;
         match outcome {
-            Outcome::Success => {
-                self.progress.store(now, Ordering::Relaxed);
-                if self.consecutive.load(Ordering::Relaxed) != 0 {
-                    self.consecutive.store(0, Ordering::Relaxed);
-                }
-                self.average(1.0);
-                // A worker ejected as stuck that completes a call was slow, not stuck (a
-                // process the scheduler left waiting, a long call): it comes back at once,
-                // rather than hold one of the cap's places while a sick worker stays in.
-                let unstuck = state & TAG == EJECTED
-                    && self.reason.load(Ordering::Relaxed) == Reason::Stuck as u8;
-                if !probe && !unstuck {
-                    return None;
-                }
-                self.state
-                    .compare_exchange(state, HEALTHY, Ordering::AcqRel, Ordering::Relaxed)
-                    .ok()?;
-                if unstuck {
-                    // this ejection does not lengthen the next one
-                    let _ = self
-                        .times
-                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-                }
-                self.consecutive.store(0, Ordering::Relaxed);
-                self.success.store(1.0f64.to_bits(), Ordering::Relaxed);
-                self.healthy_since.store(now, Ordering::Relaxed);
-                pool.unhealthy.fetch_sub(1, Ordering::Relaxed);
-                pool.readmissions.fetch_add(1, Ordering::Relaxed);
-                Some(Transition::Readmitted)
-            }
+            Outcome::Success => self.succeeded(1, probe, state, now, pool),
             Outcome::Failure | Outcome::Deadline => {
                 let consecutive = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
                 let success = self.average(0.0);
@@ -468,6 +538,59 @@ impl WorkerHealth {
                 None
             }
         }
+    }
+
+    /// `count` dispatches ended with a success at `now` (one of them the probe when `probe`),
+    /// the worker's state word read as `state` before.
+    fn succeeded(
+        &self,
+        count: u64,
+        probe: bool,
+        state: u64,
+        now: u64,
+        pool: &PoolHealth,
+    ) -> Option<Transition> {
+        self.progress.store(now, Ordering::Relaxed);
+        if self.consecutive.load(Ordering::Relaxed) != 0 {
+            self.consecutive.store(0, Ordering::Relaxed);
+        }
+        self.average_successes(count);
+        // A worker ejected as stuck that completes a call was slow, not stuck (a process the
+        // scheduler left waiting, a long call): it comes back at once, rather than hold one
+        // of the cap's places while a sick worker stays in.
+        let unstuck =
+            state & TAG == EJECTED && self.reason.load(Ordering::Relaxed) == Reason::Stuck as u8;
+        if !probe && !unstuck {
+            return None;
+        }
+        self.state
+            .compare_exchange(state, HEALTHY, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()?;
+        if unstuck {
+            // this ejection does not lengthen the next one
+            let _ = self
+                .times
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+        self.consecutive.store(0, Ordering::Relaxed);
+        self.success.store(1.0f64.to_bits(), Ordering::Relaxed);
+        self.healthy_since.store(now, Ordering::Relaxed);
+        pool.unhealthy.fetch_sub(1, Ordering::Relaxed);
+        pool.readmissions.fetch_add(1, Ordering::Relaxed);
+        Some(Transition::Readmitted)
+    }
+
+    /// Moves the success-rate average by `count` successes: toward 1 as `count` samples of 1.
+    fn average_successes(&self, count: u64) {
+        // (1 - w)^count is 0 in f64 long before count leaves an i32
+        let kept = (1.0 - SUCCESS_WEIGHT).powi(i32::try_from(count).unwrap_or(i32::MAX));
+        let _ = self
+            .success
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                let previous = f64::from_bits(bits);
+                let average = 1.0 - (1.0 - previous) * kept;
+                (average != previous).then(|| average.to_bits())
+            });
     }
 
     /// Moves the success-rate average toward `sample`; returns the new average.
@@ -628,6 +751,51 @@ mod tests {
             }
         }
         assert_eq!(failures, 7);
+    }
+
+    #[test]
+    fn token_successes_count_once_settled_and_readmit_a_worker_ejected_as_stuck() {
+        let (policy, pool) = (policy(), PoolHealth::default());
+        let health = WorkerHealth::new(0);
+        for _ in 0..3 {
+            health.token_handed();
+        }
+        // one of the three fails and is let go: two still in flight, none succeeded
+        health.token_missed();
+        assert_eq!(health.settle(2, SECOND, &pool), None);
+        health.finish(Outcome::Failure, 0, SECOND, &policy, &pool, 4);
+        assert_eq!(health.read(SECOND, &policy).0, 1);
+        assert!(health
+            .eject(SECOND, Reason::Stuck, &policy, &pool, 4)
+            .is_some());
+        // one of the two completes: a success, which ends the run of failures and re-admits
+        assert_eq!(
+            health.settle(1, 2 * SECOND, &pool),
+            Some(Transition::Readmitted)
+        );
+        assert_eq!(health.read(2 * SECOND, &policy).0, 0);
+        // counted once
+        assert_eq!(health.settle(1, 3 * SECOND, &pool), None);
+        assert_eq!(pool.counts(), (1, 1, 0));
+    }
+
+    #[test]
+    fn a_check_that_sees_a_worker_busy_after_idle_counts_that_as_progress() {
+        let (policy, pool) = (policy(), PoolHealth::default());
+        let health = WorkerHealth::new(0);
+        // idle since it was made; its token dispatches started unseen, long after
+        let ms = SECOND / 1000;
+        assert_eq!(
+            health.check_stuck(2, 0.001, 10 * SECOND, &policy, &pool, 4),
+            None
+        );
+        assert_eq!(
+            health.check_stuck(2, 0.001, 10 * SECOND + 20 * ms, &policy, &pool, 4),
+            None
+        );
+        assert!(health
+            .check_stuck(2, 0.001, 10 * SECOND + 21 * ms, &policy, &pool, 4)
+            .is_some());
     }
 
     #[test]

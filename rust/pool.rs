@@ -34,6 +34,9 @@ struct Entry {
     /// Its health, once the pool's health was configured (boxed: a pool without it pays one
     /// pointer per worker).
     health: Option<Box<WorkerHealth>>,
+    /// Its [`DispatchToken`], with health on: the references the entry does not own are its
+    /// token dispatches in flight (see `dispatch_next`).
+    token: Option<Py<DispatchToken>>,
     /// Whether `uid`'s address is in [`Entries::by_address`]: from the first lookup with that
     /// very object on.
     indexed: bool,
@@ -50,7 +53,46 @@ impl Entry {
     fn pair(&self, py: Python<'_>) -> [Py<PyAny>; 2] {
         [self.metadata.clone_ref(py), self.connection.clone_ref(py)]
     }
+
+    /// Its token dispatches in flight: the references to its token it does not own.
+    #[inline]
+    fn held(&self, _attached: Python<'_>) -> u32 {
+        self.token.as_ref().map_or(0, |token| {
+            // SAFETY: the entry owns a reference to the token, so it is alive; reading its
+            // count runs no Python code (under the GIL, or attached in a free-threaded build)
+            let count = unsafe { pyo3::ffi::Py_REFCNT(token.as_ptr()) };
+            u32::try_from(count - 1).unwrap_or(0)
+        })
+    }
+
+    /// Dispatches in flight (timed and token dispatches) and the latency average, NaN before
+    /// any.
+    fn estimate(&self, py: Python<'_>) -> (u32, f64) {
+        let (inflight, latency) = self.load.estimate();
+        (inflight.saturating_add(self.held(py)), latency)
+    }
+
+    /// The same, with 0.0 for no latency yet (what `load(uid)` reports).
+    fn read(&self, py: Python<'_>) -> (u32, f64) {
+        let (inflight, latency) = self.estimate(py);
+        (inflight, if latency.is_nan() { 0.0 } else { latency })
+    }
+
+    /// Begins a timed dispatch at `now`; returns how many were in flight before, token
+    /// dispatches included, and marks its progress when there were none.
+    fn begin(&self, py: Python<'_>, now: u64) {
+        let before = self.load.begin().saturating_add(self.held(py));
+        if let Some(health) = &self.health {
+            health.started(before, now);
+        }
+    }
 }
+
+/// A worker's dispatch token: what the native round-robin path hands its caller, with health
+/// on and every worker healthy, instead of timing the dispatch; the caller holds it while the
+/// call is in flight and lets it go when the call ends. Carries nothing.
+#[pyclass(frozen, module = "shardline", name = "DispatchToken")]
+pub struct DispatchToken;
 
 /// Weight of each new latency sample in the moving average: a worker that slows down is
 /// noticed within a few dispatches.
@@ -101,11 +143,6 @@ impl Load {
                 };
                 Some(average.to_bits())
             });
-    }
-
-    fn read(&self) -> (u32, f64) {
-        let (inflight, latency) = self.estimate();
-        (inflight, if latency.is_nan() { 0.0 } else { latency })
     }
 
     /// Dispatches in flight and the latency average, NaN before any.
@@ -365,6 +402,10 @@ impl Entries {
         if let Some(old) = &mut self.slots[slot] {
             entry.load = old.load.carry();
             entry.health = old.health.take();
+            // its token dispatches in flight hold the old token
+            if old.token.is_some() {
+                entry.token = old.token.take();
+            }
             if old.indexed {
                 self.by_address.remove(&old.uid_address());
             }
@@ -463,7 +504,8 @@ impl Entries {
 /// connection's, or one a garbage collection runs).
 ///
 /// Passive health (off until `configure_health`): from the outcome each `finish_dispatch`
-/// reports, a sick worker is ejected and hidden from every read a balancer makes (`workers`,
+/// reports, and the successes of the native path's token dispatches (`dispatch_next`), counted
+/// from their token's references, a sick worker is ejected and hidden from every read a balancer makes (`workers`,
 /// `next_in_rotation`, `rotation_order`, `dispatch_next`, `less_loaded_of`, `load`, `entry`,
 /// `start_dispatch`, `begin_dispatch`, `uids`) until its ejection time passes and a probe
 /// succeeds; the pool's own membership (`len(pool)`, `uid in pool`, `pooled`, `members`)
@@ -599,7 +641,8 @@ impl WorkerPool {
         if probe && self.health.any_unhealthy() && !health.hand_out(now) {
             return false;
         }
-        let (inflight, latency) = entry.load.estimate();
+        self.settle(py, entry, now);
+        let (inflight, latency) = entry.estimate(py);
         let pooled = entries.index.len();
         match health.check_stuck(inflight, latency, now, policy, &self.health, pooled) {
             Some(transition) => {
@@ -610,6 +653,18 @@ impl WorkerPool {
         }
     }
 
+    /// Counts the token dispatches of `entry` that succeeded since the last count (see
+    /// `WorkerHealth::settle`), at `now`.
+    #[inline]
+    fn settle(&self, py: Python<'_>, entry: &Entry, now: u64) {
+        let (Some(health), Some(_)) = (&entry.health, &entry.token) else {
+            return;
+        };
+        if let Some(transition) = health.settle(u64::from(entry.held(py)), now, &self.health) {
+            self.record(py, entry, transition);
+        }
+    }
+
     /// The periodic rules, run from a `finish_dispatch` at `now` when due: the stuck rule
     /// over every worker, the latency-outlier rule over the visible ones.
     fn check_all(&self, py: Python<'_>, entries: &Entries, policy: &Policy, now: u64) {
@@ -617,7 +672,8 @@ impl WorkerPool {
         if self.health.scan_due(now, policy) {
             for entry in entries.live() {
                 if let Some(health) = &entry.health {
-                    let (inflight, latency) = entry.load.estimate();
+                    self.settle(py, entry, now);
+                    let (inflight, latency) = entry.estimate(py);
                     let stuck =
                         health.check_stuck(inflight, latency, now, policy, &self.health, pooled);
                     if let Some(transition) = stuck {
@@ -805,9 +861,21 @@ fn uid_of(metadata: &Bound<'_, PyAny>) -> PyResult<(Py<PyAny>, u128)> {
     Ok((uid.unbind(), key))
 }
 
-fn entry_of(metadata: &Bound<'_, PyAny>, connection: &Bound<'_, PyAny>) -> PyResult<Entry> {
+/// The entry of `metadata` and `connection`, with its dispatch token when `health` is on
+/// (made here, before the pool's lock is taken).
+fn entry_of(
+    metadata: &Bound<'_, PyAny>,
+    connection: &Bound<'_, PyAny>,
+    health: bool,
+) -> PyResult<Entry> {
     let (uid, key) = uid_of(metadata)?;
+    let token = if health {
+        Some(Py::new(metadata.py(), DispatchToken)?)
+    } else {
+        None
+    };
     Ok(Entry {
+        token,
         key,
         uid,
         metadata: metadata.clone().unbind(),
@@ -872,7 +940,7 @@ impl WorkerPool {
         metadata: &Bound<'_, PyAny>,
         connection: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let entry = entry_of(metadata, connection)?;
+        let entry = entry_of(metadata, connection, self.health_on.load(Ordering::Relaxed))?;
         let mut entries = self.entries.write(metadata.py());
         let displaced = entries.put(entry);
         drop(entries);
@@ -889,7 +957,7 @@ impl WorkerPool {
         metadata: &Bound<'_, PyAny>,
         connection: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        let entry = entry_of(metadata, connection)?;
+        let entry = entry_of(metadata, connection, self.health_on.load(Ordering::Relaxed))?;
         let mut entries = self.entries.write(metadata.py());
         let refreshed = entries.refresh(entry);
         drop(entries);
@@ -983,10 +1051,7 @@ impl WorkerPool {
             0
         };
         let pair = self.with_visible(uid, |entry| {
-            let before = entry.load.begin();
-            if let Some(health) = &entry.health {
-                health.started(before, now);
-            }
+            entry.begin(py, now);
             entry.pair(py)
         });
         let missing = || PyKeyError::new_err(uid.clone().unbind());
@@ -1018,10 +1083,7 @@ impl WorkerPool {
             if !sight.sees(entry) || !self.hand_out(py, entries, entry, now, true) {
                 return None;
             }
-            let before = entry.load.begin();
-            if let Some(health) = &entry.health {
-                health.started(before, now);
-            }
+            entry.begin(py, now);
             Some(entry.pair(py))
         });
         let missing = || PyKeyError::new_err(uid.clone().unbind());
@@ -1046,7 +1108,7 @@ impl WorkerPool {
             if let Some(policy) = &entries.policy {
                 self.check_all(py, &entries, policy, now);
             }
-            let busy = entries.live().any(|entry| entry.load.estimate().0 > 0);
+            let busy = entries.live().any(|entry| entry.estimate(py).0 > 0);
             busy
         };
         (self.pending.load(Ordering::Relaxed), busy)
@@ -1061,6 +1123,10 @@ impl WorkerPool {
     /// `time_dispatches` was called, into the pool's histogram (even if it has left). With
     /// health on, the outcome feeds the worker's health and the pool's periodic checks run
     /// when due. Returns whether health events wait for `drain_health_events`.
+    ///
+    /// A token dispatch (`dispatch_next` returned a token and `started` 0) reports here,
+    /// with `started` 0 and once its caller has let the token go, only an outcome other than
+    /// a success: it was never timed, so only health hears of it.
     #[pyo3(signature = (uid, started, outcome = 0))]
     fn finish_dispatch(&self, uid: &Bound<'_, PyAny>, started: u64, outcome: u8) -> PyResult<bool> {
         let py = uid.py();
@@ -1068,27 +1134,47 @@ impl WorkerPool {
             PyValueError::new_err(format!("outcome must be 0, 1, 2 or 3, not {outcome}"))
         })?;
         let now = self.now();
+        let timed = started != 0;
         let seconds = seconds_between(started, now);
-        if self.times.is_on() {
+        if timed && self.times.is_on() {
             self.times.observe(seconds);
         }
         self.with_entry(uid, |entries, entry| {
             match outcome {
+                _ if !timed => {
+                    if let (Some(health), Some(_), false) =
+                        (&entry.health, &entry.token, outcome == Outcome::Success)
+                    {
+                        health.token_missed();
+                    }
+                }
                 Outcome::Success | Outcome::Failure => entry.load.end(seconds),
                 Outcome::Deadline | Outcome::Neutral => entry.load.leave(),
             }
             let (Some(health), Some(policy)) = (&entry.health, &entries.policy) else {
                 return;
             };
+            // the successes before this outcome count first
+            self.settle(py, entry, now);
             let pooled = entries.index.len();
-            if let Some(transition) =
-                health.finish(outcome, started, now, policy, &self.health, pooled)
-            {
+            // a token dispatch's success is counted once its token is let go, not here
+            let finished = (timed || outcome != Outcome::Success)
+                .then(|| health.finish(outcome, started, now, policy, &self.health, pooled));
+            if let Some(transition) = finished.flatten() {
                 self.record(py, entry, transition);
             }
             self.check_all(py, entries, policy, now);
         })?;
         Ok(self.pending.load(Ordering::Relaxed))
+    }
+
+    /// With health on, of the uncounted dispatches `dispatch_next` hands a fast, healthy
+    /// worker (see `dispatch_next`), one in this many is timed; the others are token
+    /// dispatches.
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn HEALTH_TIMED_EVERY() -> u64 {
+        crate::health::TIMED_EVERY
     }
 
     /// The outcome codes of `finish_dispatch`.
@@ -1203,15 +1289,29 @@ impl WorkerPool {
         PyList::new(py, uids)
     }
 
-    /// `(uid, metadata, connection, started)` of the next visible pooled worker of the
-    /// rotation not in `tried`, as `next_in_rotation` picks it, in one call; None when there
-    /// is none. With `count`, the dispatch is counted in flight and `started` is a reading of
-    /// the pool's clock for `finish_dispatch` (with health on, a worker on probation handed
-    /// out so is probed, and one found stuck is ejected and passed over). Without, nothing is
-    /// counted in flight, and `started` is 0 unless the dispatch is one the latency histogram
-    /// samples (after `time_dispatches`, one in `DISPATCH_SAMPLE`), when it is a nonzero
-    /// reading for `observe_dispatch`. Either way a worker handed out counts as one dispatch
-    /// in `dispatch_counts`.
+    /// `(uid, metadata, connection, started, token)` of the next visible pooled worker of
+    /// the rotation not in `tried`, as `next_in_rotation` picks it, in one call; None when
+    /// there is none. Either way a worker handed out counts as one dispatch in
+    /// `dispatch_counts`.
+    ///
+    /// A timed dispatch is counted in flight, `started` is a reading of the pool's clock for
+    /// `finish_dispatch`, and `token` is None: every dispatch with `count`; with health on,
+    /// also every one to a worker on probation (it is its probe), to a worker with no latency
+    /// average yet or one above `stuck_floor / stuck_multiple` (where the stuck rule's
+    /// threshold depends on it), one in `HEALTH_TIMED_EVERY` to a faster worker, and the
+    /// latency histogram's samples. With health on, a worker found stuck when a timed
+    /// dispatch hands it out is ejected and passed over.
+    ///
+    /// With health on, any other is a token dispatch: `started` is 0 and `token` the worker's
+    /// dispatch token, which the caller holds while the call is in flight and lets go of when
+    /// it ends (every reference to it is a call in flight); a token dispatch that does not
+    /// succeed is then reported as `finish_dispatch(uid, 0, outcome)`, and one that succeeds
+    /// not at all. It reads no clock and makes no second call.
+    ///
+    /// With health off and no `count`, nothing is counted in flight, `token` is None, and
+    /// `started` is 0 unless the dispatch is one the latency histogram samples (after
+    /// `time_dispatches`, one in `DISPATCH_SAMPLE`), when it is a nonzero reading for
+    /// `observe_dispatch`.
     #[pyo3(signature = (tried = None, count = false))]
     fn dispatch_next<'py>(
         &self,
@@ -1221,36 +1321,68 @@ impl WorkerPool {
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let skip = self.keys_of(tried)?;
         let health_on = self.health_on.load(Ordering::Relaxed);
-        let now = if count || health_on { self.now() } else { 0 };
+        // the latency histogram's sample is the pool's next dispatch
+        let sampled = self.times.samples(self.dispatched.get().wrapping_add(1));
+        let mut now = if count { self.now() } else { 0 };
         let entries = self.entries.read(py);
-        let entry = loop {
+        let (entry, timed) = loop {
             // re-read each turn: a worker passed over just now is hidden from the next
-            let sight = Sight {
-                check: self.health.any_unhealthy(),
-                now,
-            };
+            let check = self.health.any_unhealthy();
+            if check && now == 0 {
+                now = self.now();
+            }
+            let sight = Sight { check, now };
             let Some(entry) = entries.next_in_rotation(|entry| {
                 (!skip.is_empty() && skip.contains(&entry.key)) || !sight.sees(entry)
             }) else {
                 return Ok(None);
             };
-            if !health_on || self.hand_out(py, &entries, entry, now, count) {
-                break entry;
+            if !health_on {
+                break (entry, count);
+            }
+            // With health on, the dispatch is timed when the caller counts it, for the
+            // histogram's sample, when the worker is slow or new, when it is on probation (its
+            // probe to claim) and on a fast worker's timed turns; otherwise it is a token
+            // dispatch.
+            let timed = count
+                || sampled
+                || entry.token.is_none()
+                || entries
+                    .policy
+                    .as_ref()
+                    .is_none_or(|policy| policy.times_all(entry.load.estimate().1))
+                || entry
+                    .health
+                    .as_ref()
+                    .is_none_or(|health| !health.healthy() || health.timed_turn());
+            if !timed {
+                break (entry, false);
+            }
+            if now == 0 {
+                now = self.now();
+            }
+            if self.hand_out(py, &entries, entry, now, true) {
+                break (entry, true);
             }
         };
-        if count {
-            let before = entry.load.begin();
-            if let Some(health) = &entry.health {
-                health.started(before, now);
+        let token = match (&entry.health, &entry.token) {
+            _ if timed => {
+                entry.begin(py, now);
+                None
             }
-        }
-        let nth = self.dispatched.add(1);
+            (Some(health), Some(token)) if health_on => {
+                health.token_handed();
+                Some(token.clone_ref(py))
+            }
+            _ => None,
+        };
+        self.dispatched.add(1);
         let uid = entry.uid.clone_ref(py);
         let [metadata, connection] = entry.pair(py);
         drop(entries);
-        let started = if count {
+        let started = if timed {
             now
-        } else if self.times.samples(nth) {
+        } else if sampled && !health_on {
             if now == 0 {
                 self.now()
             } else {
@@ -1260,7 +1392,7 @@ impl WorkerPool {
             0
         };
         Ok(Some(
-            (uid, metadata, connection, started).into_pyobject(py)?,
+            (uid, metadata, connection, started, token).into_pyobject(py)?,
         ))
     }
 
@@ -1274,8 +1406,9 @@ impl WorkerPool {
     /// `(dispatches in flight, latency average in seconds)` of the worker `uid`; `(0, 0.0)`
     /// for a worker not pooled, ejected, or never dispatched to.
     fn load(&self, uid: &Bound<'_, PyAny>) -> PyResult<(u32, f64)> {
+        let py = uid.py();
         Ok(self
-            .with_visible(uid, |entry| entry.load.read())?
+            .with_visible(uid, |entry| entry.read(py))?
             .unwrap_or((0, 0.0)))
     }
 
@@ -1301,7 +1434,7 @@ impl WorkerPool {
         } else {
             (entries.nth_live(first)?, entries.nth_live(second)?)
         };
-        let pick = if a.load.read() <= b.load.read() { a } else { b };
+        let pick = if a.read(py) <= b.read(py) { a } else { b };
         Some(pick.uid.clone_ref(py))
     }
 
@@ -1336,12 +1469,26 @@ impl WorkerPool {
         let py = policy.py();
         let policy = policy_of(policy)?;
         let now = self.now();
+        // the tokens are made before the lock is taken; a worker admitted meanwhile without
+        // one has its dispatches timed
+        let untokened = self
+            .entries
+            .read(py)
+            .live()
+            .filter(|e| e.token.is_none())
+            .count();
+        let mut tokens = (0..untokened)
+            .map(|_| Py::new(py, DispatchToken))
+            .collect::<PyResult<Vec<_>>>()?;
         let mut entries = self.entries.write(py);
         for entry in entries.slots.iter_mut().flatten() {
             // calls already in flight count as started now
             entry
                 .health
                 .get_or_insert_with(|| Box::new(WorkerHealth::new(now)));
+            if entry.token.is_none() {
+                entry.token = tokens.pop();
+            }
         }
         entries.policy = Some(policy);
         drop(entries);
@@ -1357,9 +1504,10 @@ impl WorkerPool {
         let now = self.now();
         let read = self.with_entry(uid, |entries, entry| {
             let (health, policy) = (entry.health.as_ref()?, entries.policy.as_ref()?);
+            self.settle(py, entry, now);
             let state = health.state(now);
             let (consecutive, success, times, reason) = health.read(now, policy);
-            let (inflight, latency) = entry.load.read();
+            let (inflight, latency) = entry.read(py);
             let left = match state {
                 State::Ejected { left_ns } => left_ns as f64 * 1e-9,
                 _ => 0.0,
@@ -1463,14 +1611,15 @@ mod tests {
     #[test]
     fn load_counts_inflight_saturating_and_averages_latency() {
         let load = Load::default();
-        assert_eq!(load.read(), (0, 0.0));
+        assert_eq!(load.estimate().0, 0);
+        assert!(load.estimate().1.is_nan());
         load.begin();
         load.begin();
         load.end(0.5);
-        assert_eq!(load.read(), (1, 0.5));
+        assert_eq!(load.estimate(), (1, 0.5));
         load.end(1.5);
         load.end(1.5);
-        let (inflight, latency) = load.carry().read();
+        let (inflight, latency) = load.carry().estimate();
         assert_eq!(inflight, 0);
         assert!((latency - (0.5 + 0.2 * 1.0 + 0.2 * (1.5 - 0.7))).abs() < 1e-12);
     }
@@ -1491,6 +1640,7 @@ mod tests {
                     connection: py.None(),
                     load: Load::default(),
                     health: None,
+                    token: None,
                     indexed: false,
                 });
                 // as its first lookup does
@@ -1536,6 +1686,7 @@ mod tests {
                     connection: py.None(),
                     load: super::Load::default(),
                     health: None,
+                    token: None,
                     indexed: false,
                 });
                 // looked up with every other one: only those are indexed by address

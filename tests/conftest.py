@@ -29,6 +29,7 @@ from support import balancer_driving
 from support.async_runner import run_async_test
 from support.etcd_server import EtcdServer
 from support.pg_server import PgServer
+from support.picodata_catalog import Catalog
 from support.picodata_cluster import PicodataCluster
 from support.server_process import ServerProcess
 from support.worker_processes import Backend
@@ -100,6 +101,14 @@ def pg() -> Iterator[PgServer]:
     cannot have it fails, never skips. Tests share the server: each takes its own database with
     `pg.create_database()` (or its own server, if it restarts or reconfigures it)."""
     yield from _running(PgServer())
+
+
+@pytest.fixture
+def catalog(pg: PgServer) -> Iterator[Catalog]:
+    """An empty Picodata-like catalog in a schema of its own (`tests/support/picodata_catalog.py`);
+    a directory or module that needs one filled in overrides it."""
+    with Catalog(pg.create_schema()) as catalog:
+        yield catalog
 
 
 @pytest.fixture(scope="session")

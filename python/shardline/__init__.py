@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from shardline.pool import LoadBalancerContext, LoadBalancerContextView
     from shardline.proxy import ProxyStats, WorkerProxy
     from shardline.topology import BucketEvent, InstanceEvent, ReplicasetEvent
-    from shardline.transport.local_pool import LocalPool
+    from shardline.transport.local.pool import LocalPool
     from shardline.workers import DiscoveryEvent, WorkerMetadata
 
 __all__ = [
@@ -134,6 +134,6 @@ __getattr__, __dir__ = lazy_exports(
         "shardline.proxy": ["ProxyStats", "WorkerProxy"],
         "shardline.topology": ["BucketEvent", "InstanceEvent", "ReplicasetEvent"],
         "shardline.workers": ["DiscoveryEvent", "WorkerMetadata"],
-        "shardline.transport.local_pool": ["LocalPool"],
+        "shardline.transport.local.pool": ["LocalPool"],
     },
 )

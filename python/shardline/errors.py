@@ -380,7 +380,7 @@ class MissingExtra(ShardlineError, ImportError):
     """A feature needs an optional dependency (one of shardline's extras) that is not installed.
 
     The message names what needs it, the missing module and the command that installs it, e.g.
-    ``shardline.transport.connection needs grpc, which is not installed: pip install
+    ``shardline.transport.grpc.connection needs grpc, which is not installed: pip install
     'shardline[grpc]'``. ``extra`` is the extra's name, ``name`` (as for any ``ImportError``) the
     missing module; the ``ModuleNotFoundError`` is chained as ``__cause__``. ``MissingExtra()``
     has an empty message, ``extra`` ``""`` and ``name`` None.

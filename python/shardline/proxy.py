@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Protocol, cast, get_args
+from typing import Any, Final, cast, get_args
 
 from shardline._tasks import cancel_and_wait
 from shardline.balancers.explanation import (
@@ -45,7 +45,7 @@ from shardline.pool.context import LoadBalancerContext
 from shardline.pool.health import HealthPolicy, WorkerHealth
 from shardline.proxy_stream import ProxyStream
 from shardline.retry_budget import RetryBudget
-from shardline.workers import DiscoveryEvent, WorkerMetadata
+from shardline.workers import Connection, DiscoveryEvent, WorkerMetadata
 
 __all__ = [
     "DEFAULT_HEALTH",
@@ -68,16 +68,6 @@ with 2 s by default, vshard's router with 0.5 s per attempt), and because a call
 stalled worker is held at most that long: with a longer default, a stall of a few seconds
 holds every caller that reached the stalled worker for its whole length. A task that takes
 longer says so with ``timeout=``."""
-
-
-class Connection(Protocol):
-    """How the proxy reaches one worker.
-
-    ``dispatch(task, timeout=seconds)`` must raise once ``timeout`` seconds have passed (an
-    ``RpcError`` with ``reason="deadline"``): the proxy relies on it to bound the call. An
-    ``RpcError`` says with ``sent`` whether the task may have reached the worker."""
-
-    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...
 
 
 EVICTION_REASONS = ("broken", "dropped", "unconnectable")
@@ -335,8 +325,10 @@ class WorkerProxy:
         if health is not None:
             self._context.configure_health(health)
         # every dispatch is counted in flight and ends with its outcome when the balancer
-        # reads the load or the pool keeps health
-        self._load = needs_load(self._balancer) or health is not None
+        # reads the load or the pool keeps health, but for the native path's token
+        # dispatches, which report only an outcome other than a success
+        self._count = needs_load(self._balancer)
+        self._load = self._count or health is not None
         self._hedging = hedging
         self._hedge_delay = _FIRST_HEDGE_DELAY
         self._hedge_window: tuple[float, tuple[int, ...]] | None = None
@@ -658,12 +650,17 @@ class WorkerProxy:
             ``select`` balancer with hedging on takes a fourth, slower path
             (:meth:`_dispatch_hedged`). The load (a count in flight and the latency, timed on
             the pool's clock in Rust) is kept when the balancer needs it or health is on,
-            and each dispatch then ends with its outcome (``finish_dispatch``), which is all
-            the health accounting costs; the select and delegate paths also time every
-            dispatch once ``measure_latency`` was called, the native path only those the
-            pool samples (a nonzero ``started``); otherwise the uid is resolved with a plain
-            pool lookup. The clock is read once per call, for the deadline; every failure is
-            handled by :meth:`_failed`, off the path of a call that succeeds.
+            and each dispatch then ends with its outcome (``finish_dispatch``); the select
+            and delegate paths also time every dispatch once ``measure_latency`` was called,
+            the native path only those the pool asks for (a nonzero ``started``); otherwise
+            the uid is resolved with a plain pool lookup. With health on, most of the native
+            path's dispatches are token dispatches instead (see ``docs/architecture.md``,
+            "Passive health"): the frame holds the worker's token while the call is in
+            flight and lets go of it first thing in ``finally``, and reports only an outcome
+            other than a success, so a successful call costs health no clock reading and no
+            second call into the pool. The clock is read once per call, for the deadline;
+            every failure is handled by :meth:`_failed`, off the path of a call that
+            succeeds.
         """
         if timeout is None:
             timeout = self._timeout
@@ -684,10 +681,12 @@ class WorkerProxy:
             tried: Tried = NOTHING_TRIED
             outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
             if self._pool_rotation:
-                picked = context.dispatch_next(None, counted)
+                picked = context.dispatch_next(None, self._count)
                 if picked is None:
                     raise self._exhausted_call(task, tried)
-                uid, metadata, connection, started = picked
+                # the token is held only by this frame's local while the call is in flight
+                uid, metadata, connection, started, token = picked
+                del picked
                 try:
                     result = await connection.dispatch(task, timeout=timeout)
                 except RpcError as error:
@@ -702,12 +701,17 @@ class WorkerProxy:
                     outcome = _SUCCESS
                     return result
                 finally:
+                    del token  # the call is over: a token dispatch ends here
                     if started:  # counted for the load or health, or sampled for latency
                         if counted:
                             if context.finish_dispatch(uid, started, outcome):
                                 self._report_health()
                         else:
                             context.observe_dispatch(started)
+                    elif (  # a token dispatch that did not succeed
+                        outcome != _SUCCESS and counted and context.finish_dispatch(uid, 0, outcome)
+                    ):
+                        self._report_health()
                 outcomes = {uid: failure}
                 tried = MappingProxyType(outcomes)
                 self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)

@@ -1,7 +1,8 @@
-"""A worker as discovery and the pool know it: its record (:class:`WorkerMetadata`) and the
-events that admit, refresh and drop it (:class:`DiscoveryEvent`). The bottom of the worker
-side: the pool, discovery, the proxy and the transports all import it, and it imports none
-of them."""
+"""A worker as discovery, the pool and the proxy know it: its record
+(:class:`WorkerMetadata`), the events that admit, refresh and drop it
+(:class:`DiscoveryEvent`), and the :class:`Connection` that reaches it, which each transport
+makes. The bottom of the worker side: the pool, discovery, the proxy and the transports all
+import it, and it imports none of them."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from shardline._core import KeyedRecord
 
-__all__ = ["DiscoveryEvent", "DiscoveryEventType", "WorkerMetadata"]
+__all__ = ["Connection", "DiscoveryEvent", "DiscoveryEventType", "WorkerMetadata"]
 
 
 _NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
@@ -82,3 +83,13 @@ class DiscoveryEvent:
 
     type: DiscoveryEventType
     metadata: WorkerMetadata
+
+
+class Connection(Protocol):
+    """How the proxy reaches one worker.
+
+    ``dispatch(task, timeout=seconds)`` must raise once ``timeout`` seconds have passed (an
+    ``RpcError`` with ``reason="deadline"``): the proxy relies on it to bound the call. An
+    ``RpcError`` says with ``sent`` whether the task may have reached the worker."""
+
+    async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any: ...

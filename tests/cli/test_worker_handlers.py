@@ -5,13 +5,11 @@ values refused before anything starts."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from shardline.transport import Task, connect
 from support.discovery_contract import kinds, take
 from support.paths import TESTS
 from support.transport_servers import WAIT, new_namespace
-from support.worker_processes import Backend, WorkerProcess
+from support.worker_processes import Backend, WorkerProcess, worker_process
 
 pytestmark = [
     pytest.mark.integration,
@@ -33,31 +31,16 @@ SPEC = "support.remote_error_handlers:HANDLERS"
 SHARDLINE = Path(sys.executable).with_name("shardline")  # the console script
 
 
-@asynccontextmanager
-async def console_worker(
+def console_worker(
     directory: Path, *arguments: str, cwd: Path = TESTS
-) -> AsyncIterator[WorkerProcess]:
+) -> AbstractAsyncContextManager[WorkerProcess]:
     """``shardline worker ARGUMENTS`` run by the console script from ``cwd``, with its
     LocalDiscovery under ``directory``; killed on the way out if it is still running."""
-    stderr = directory / f"worker-{uuid.uuid4().hex[:8]}.err"
-    environment = {**os.environ, "XDG_RUNTIME_DIR": str(directory)}
-    environment.pop("PYTHONPATH", None)  # only the current directory may make the module found
-    with stderr.open("wb") as errors:
-        process = await asyncio.create_subprocess_exec(
-            str(SHARDLINE),
-            "worker",
-            *arguments,
-            cwd=cwd,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=errors,
-            env=environment,
-        )
-    try:
-        yield WorkerProcess(process, stderr)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+    # only the current directory may make the module found
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return worker_process(
+        directory, *arguments, command=(str(SHARDLINE),), cwd=cwd, environment=environment
+    )
 
 
 @pytest.mark.parametrize("transport", ["msgpack", "grpc"])

@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 
 from shardline import WorkerProxy
+from shardline.discovery import Discovery
 from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.transport import Task, connect
+from shardline.transport.tls import TlsSettings
 from support.certificates import Certificates, make_certificates
 from support.etcd_server import EtcdServer
 from support.etcd_server import make_certificates as make_etcd_certificates
 from support.transport_servers import WAIT, new_namespace
-from support.worker_processes import worker_process
+from support.worker_processes import WorkerProcess, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
 
@@ -30,6 +32,24 @@ NOT_LOOPBACK = "192.0.2.1"  # TEST-NET-1 (RFC 5737): on no interface of this mac
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+async def reached_then_stopped(
+    worker: WorkerProcess, discovery: Discovery, dialling: TlsSettings
+) -> None:
+    """A proxy following ``discovery`` and dialling with ``dialling`` reaches ``worker``; then
+    the discovery is closed, and the worker exits cleanly on SIGTERM."""
+    try:
+        proxy = WorkerProxy(
+            discovery=discovery.subscribe(), connect=functools.partial(connect, tls=dialling)
+        )
+        async with proxy:
+            whoami = await proxy.dispatch(Task("whoami"), timeout=WAIT)
+            assert whoami["pid"] == worker.process.pid
+    finally:
+        await discovery.aclose()
+    worker.process.terminate()
+    assert await worker.exit_status() == 0
 
 
 @pytest.mark.parametrize(("transport", "scheme"), [("msgpack", "msgpack+tls"), ("grpc", "grpcs")])
@@ -45,18 +65,7 @@ async def test_a_worker_process_serves_mutual_tls_to_a_proxy(
         record = await worker.ready()
         assert record.address.startswith(f"{scheme}://127.0.0.1:")
         discovery = LocalDiscovery(namespace, directory=tmp_path / "shardline")
-        try:
-            dialling = certificates.dialling(certificates.client)
-            proxy = WorkerProxy(
-                discovery=discovery.subscribe(), connect=functools.partial(connect, tls=dialling)
-            )
-            async with proxy:
-                whoami = await proxy.dispatch(Task("whoami"), timeout=WAIT)
-                assert whoami["pid"] == worker.process.pid
-        finally:
-            await discovery.aclose()
-        worker.process.terminate()
-        assert await worker.exit_status() == 0
+        await reached_then_stopped(worker, discovery, certificates.dialling(certificates.client))
 
 
 async def test_a_worker_passes_etcd_credentials_through(
@@ -86,18 +95,7 @@ async def test_a_worker_passes_etcd_credentials_through(
                 password="root-secret",
                 **etcd_files.client_options(),
             )
-            try:
-                proxy = WorkerProxy(
-                    discovery=discovery.subscribe(),
-                    connect=functools.partial(connect, tls=certificates.dialling()),
-                )
-                async with proxy:
-                    whoami = await proxy.dispatch(Task("whoami"), timeout=WAIT)
-                    assert whoami["pid"] == worker.process.pid
-            finally:
-                await discovery.aclose()
-            worker.process.terminate()
-            assert await worker.exit_status() == 0
+            await reached_then_stopped(worker, discovery, certificates.dialling())
 
 
 def shardline_worker(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:

@@ -27,6 +27,7 @@ from support.discovery_contract import DiscoveryContract, kinds, quiet, take
 from support.etcd_helpers import BAD_CONNECTION_ARGUMENTS, Instant, fail_over, relay_to
 from support.etcd_server import EtcdServer, make_certificates
 from support.parked import parked
+from support.waiting import until
 from support.workers import worker
 
 _namespaces = iter(range(1_000_000))
@@ -56,12 +57,6 @@ async def recorded(subscription: Subscription, log: list[DiscoveryEvent]) -> Asy
     async for event in subscription:
         log.append(event)
         yield event
-
-
-async def eventually(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 async def test_a_restart_mid_stream_loses_no_change_and_repeats_none(
@@ -102,7 +97,7 @@ async def test_a_restart_mid_stream_loses_no_change_and_repeats_none(
             last = worker(9)
             await publisher.publisher.publish("worker-added", last)
             expected[last.uid] = [("worker-added", last.pid)]
-            await eventually(lambda: any(event.metadata.uid == last.uid for event in log))
+            await until(lambda: any(event.metadata.uid == last.uid for event in log))
             seen: dict[uuid.UUID, list[tuple[str, int]]] = {}
             for event in log:
                 seen.setdefault(event.metadata.uid, []).append((event.type, event.metadata.pid))
@@ -186,11 +181,11 @@ async def test_a_publisher_killed_by_sigkill_is_dropped_when_its_lease_expires(
         try:
             assert child.stdout is not None
             assert await asyncio.wait_for(child.stdout.readline(), 30) == b"published\n"
-            await eventually(lambda: len(seen) == 1)
+            await until(lambda: len(seen) == 1)
             await asyncio.sleep(1.5 * ttl)  # kept alive past its TTL: nothing more arrives
             child.send_signal(signal.SIGKILL)
             killed = loop.time()
-            await eventually(lambda: len(seen) >= 2)
+            await until(lambda: len(seen) >= 2)
             [(_, added), (dropped_at, dropped)] = seen
             assert (added.type, added.metadata.uid, added.metadata.pid) == (
                 "worker-added", uid, child.pid,
@@ -325,7 +320,7 @@ async def test_a_burst_of_10000_changes_across_1000_workers_converges_while_disp
                 async with WorkerProxy(discovery=subscription, connect=Instant, quorum=0) as proxy:
                     dispatcher = asyncio.create_task(dispatch(proxy))
                     await asyncio.gather(*(churn(n) for n in range(workers)))
-                    await eventually(lambda: {m.uid: m.address for m in proxy.workers} == final)
+                    await until(lambda: {m.uid: m.address for m in proxy.workers} == final)
                     churning = False
                     await dispatcher
                 return dispatched

@@ -10,7 +10,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry
 
 import shardline.discovery.subscription as subscription_module
 from shardline import InvalidRecord, WorkerMetadata, WorkerProxy
@@ -29,6 +28,8 @@ from shardline.discovery.record import MAX_PUBLISHED, decode_record, encode_reco
 from shardline.discovery.subscription import RecordFeed
 from shardline.metrics import register
 from support.etcd_server import EtcdServer
+from support.prometheus import scrape
+from support.waiting import until
 
 
 def worker(n: int, **changes: Any) -> WorkerMetadata:
@@ -55,15 +56,6 @@ class Idle:
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
         raise AssertionError("not dispatched to")
-
-
-def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 # the record's publish time
@@ -205,11 +197,6 @@ async def test_a_publish_time_ahead_of_this_clock_counts_as_no_lag(
 async def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> None:
     namespace = f"stats-{uuid.uuid4().hex[:8]}"
 
-    async def eventually(condition: Callable[[], bool]) -> None:
-        async with asyncio.timeout(30):
-            while not condition():
-                await asyncio.sleep(0.01)
-
     prefix = f"/shardline/{namespace}/workers/".encode()
     # a record of an older publisher (no publish time), and one no reader accepts
     old = encode_record(worker(9))
@@ -231,7 +218,7 @@ async def test_an_etcd_run_is_scraped_with_events_and_lags(etcd: EtcdServer) -> 
             await publisher.publisher.publish("worker-added", worker(2))
             await publisher.publisher.publish("worker-updated", worker(2, pid=1))
             await publisher.publisher.publish("worker-dropped", worker(1))
-            await eventually(lambda: stream.stats.events.get("worker-dropped", 0) == 1)
+            await until(lambda: stream.stats.events.get("worker-dropped", 0) == 1)
             assert {metadata.uid for metadata in proxy.workers} == {
                 worker(2).uid,
                 worker(9).uid,

@@ -27,11 +27,10 @@ from shardline.discovery.topology import TopologyDiscovery, instance_record
 from shardline.topology.sources import (
     BucketSnapshot,
     PollingSource,
-    TopologyChange,
     TopologySnapshot,
-    TopologySource,
 )
 from support.fakes import Source, drain
+from support.queued_source import QueuedSource
 from support.replicasets import (
     add_replica,
     add_replicaset,
@@ -323,36 +322,6 @@ async def test_closing_stops_iterating_the_source(topology: Topology) -> None:
     assert closed.is_set()
 
 
-class QueueSource(TopologySource):
-    """A minimal TopologySource handing out what the test queues; ``aclose()`` ends it."""
-
-    def __init__(self, *changes: Any) -> None:
-        super().__init__("QueueSource")
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.resyncs = 0
-        for change in changes:
-            self.queue.put_nowait(change)
-
-    def __aiter__(self) -> AsyncIterator[TopologyChange]:
-        return self._changes()
-
-    async def _changes(self) -> AsyncIterator[TopologyChange]:
-        while (change := await self.queue.get()) is not None:
-            yield change
-
-    async def refresh(self) -> bool:
-        return True
-
-    def trigger(self) -> None:
-        pass
-
-    def resync(self) -> None:
-        self.resyncs += 1
-
-    async def aclose(self) -> None:
-        self.queue.put_nowait(None)
-
-
 async def take(discovery: TopologyDiscovery, count: int) -> list[tuple[str, str]]:
     return changes([await asyncio.wait_for(anext(discovery), WAIT) for _ in range(count)])
 
@@ -365,7 +334,7 @@ async def test_a_topology_source_is_run_as_it_runs_itself(topology: Topology) ->
         instances=(replicaset_events(1)[1],),
         buckets=(BucketSnapshot("default", [BucketEvent("default", 1, 3000, rs_uuid(1))]),),
     )
-    source = QueueSource(snapshot)
+    source = QueuedSource(snapshot)
     discovery = TopologyDiscovery(source, topology=topology, interval=0.01)
     try:
         assert await take(discovery, 1) == [("worker-added", inst_uuid(1))]
@@ -399,7 +368,7 @@ async def test_a_topology_source_is_run_as_it_runs_itself(topology: Topology) ->
 
 async def test_a_topology_source_with_apply_is_iterated_directly(topology: Topology) -> None:
 
-    source = QueueSource(*replicaset_events(1))
+    source = QueuedSource(*replicaset_events(1))
     discovery = TopologyDiscovery(source, topology=topology, apply=Topology.apply)
     try:
         assert changes(await drain(discovery)) == [("worker-added", inst_uuid(1))]
@@ -428,7 +397,7 @@ def test_refusals(topology: Topology) -> None:
     with pytest.raises(ValueError, match="apply"):
         TopologyDiscovery(topology, apply=Topology.apply)
     with pytest.raises(ValueError, match="interval"):
-        TopologyDiscovery(QueueSource(), interval=None)
+        TopologyDiscovery(QueuedSource(), interval=None)
 
 
 def test_instance_record_needs_online_and_an_address() -> None:

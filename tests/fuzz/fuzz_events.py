@@ -19,6 +19,8 @@ from typing import Any
 
 import atheris
 from fuzzkit import (
+    BUCKET_COUNTS,
+    REFUSALS,
     TIERS,
     UUIDS,
     Violation,
@@ -46,8 +48,6 @@ from shardline import (
 from support.strategies import full_state
 from support.topology_model import Model, model_state
 
-ALLOWED = (InvalidEvent, UnknownTier)
-COUNTS = {"t": 3000, "u": 100}
 METHODS = ["apply_instance", "apply_replicaset", "apply_bucket"]
 
 
@@ -120,7 +120,7 @@ def from_row(fdp: atheris.FuzzedDataProvider) -> BucketEvent | None:
 
 
 def apply_tiers(fdp: atheris.FuzzedDataProvider, topology: Topology, model: Model) -> None:
-    tiers = dict(COUNTS) if fdp.ConsumeBool() else {text(fdp): value(fdp)}
+    tiers = dict(BUCKET_COUNTS) if fdp.ConsumeBool() else {text(fdp): value(fdp)}
     if fdp.ConsumeBool():
         tiers[fdp.PickValueInList(TIERS)] = value(fdp)
     known = bool(topology.tiers)
@@ -195,7 +195,7 @@ def lookup(fdp: atheris.FuzzedDataProvider, topology: Topology, model: Model) ->
 def apply_event(topology: Topology, model: Model, given: Any, method: str) -> None:
     call = getattr(topology, method)
     accepted, _ = rejects_cleanly(
-        topology, ALLOWED, lambda: call(given), f"{method}({show(given)})"
+        topology, REFUSALS, lambda: call(given), f"{method}({show(given)})"
     )
     if not accepted:
         return

@@ -1,4 +1,4 @@
-"""Fuzz target: the MessagePack-RPC stream messages (``shardline.transport.msgpack_stream_wire``:
+"""Fuzz target: the MessagePack-RPC stream messages (``shardline.transport.msgpack.stream_wire``:
 the readers a worker and a client apply to a stream request's, an item's and a credit's params,
 the writers of the three) through the Rust core's reader (``FrameDecoder``).
 
@@ -24,12 +24,12 @@ from typing import Any
 import atheris
 from fuzzkit import check, main, show, text
 
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.wire import MalformedMessage
+from shardline.transport.msgpack import wire
+from shardline.transport.task import MalformedMessage
 from support.msgpack_reference import deadline, packed, same, taken_apart, timeout
 
-with atheris.instrument_imports(include=["shardline.transport.msgpack_stream_wire"]):
-    from shardline.transport import msgpack_stream_wire as stream_wire
+with atheris.instrument_imports(include=["shardline.transport.msgpack.stream_wire"]):
+    from shardline.transport.msgpack import stream_wire
 
 MODES = (None, "requests", "answers")
 

@@ -1,4 +1,4 @@
-"""Fuzz target: the MessagePack-RPC codec (``shardline.transport.msgpack_wire``: the Rust core's
+"""Fuzz target: the MessagePack-RPC codec (``shardline.transport.msgpack.wire``: the Rust core's
 reader behind ``FrameDecoder`` and ``unpack_value``, its writers ``request`` and ``result``).
 
 Contract (the docstrings, and ``tests/support/msgpack_reference.py``, the msgpack-python model the
@@ -33,8 +33,8 @@ import atheris
 import msgpack  # type: ignore[import-untyped]
 from fuzzkit import check, main, show, text
 
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.wire import MalformedMessage
+from shardline.transport.msgpack import wire
+from shardline.transport.task import MalformedMessage
 from support.msgpack_reference import Refused, model_stream, model_unpack, packed, same, taken_apart
 
 MODES = (None, "requests", "answers")

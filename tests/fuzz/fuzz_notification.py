@@ -22,6 +22,7 @@ from typing import Any
 
 import atheris
 from fuzzkit import (
+    BUCKET_COUNTS,
     TIERS,
     UUIDS,
     check,
@@ -41,9 +42,6 @@ from shardline.topology.sources.notification_documents import (
 )
 from support.strategies import full_state
 from support.topology_model import Model, model_state
-
-BUCKET_COUNTS = {"t": 3000, "u": 100}
-"""The tier configuration a burst is applied under (the ADR's documents carry none)."""
 
 
 def parse(document: str | bytes, snapshot: bool) -> Any:
@@ -102,6 +100,7 @@ def apply_event(topology: Topology, model: Model, event: Any) -> None:
 
 
 def apply_snapshot(topology: Topology, model: Model, snapshot: Any) -> None:
+    # the tiers a burst is applied under: the ADR's documents carry none
     apply(
         topology,
         model,

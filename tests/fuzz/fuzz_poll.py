@@ -27,6 +27,8 @@ from typing import Any
 
 import atheris
 from fuzzkit import (
+    BUCKET_COUNTS,
+    REFUSALS,
     UUIDS,
     Violation,
     check,
@@ -39,13 +41,11 @@ from fuzzkit import (
     value,
 )
 
-from shardline import BucketEvent, InvalidEvent, ShardlineError, Topology, UnknownTier
+from shardline import BucketEvent, ShardlineError, Topology
 from shardline.topology.sources import BucketPayload
 from support.strategies import full_state
 from support.topology_model import Model, model_state
 
-ALLOWED = (InvalidEvent, UnknownTier)
-COUNTS = {"t": 3000, "u": 100}
 # Issue 10: a poll never costs more than a small multiple of its size (the goal is 4x).
 MEMORY_FACTOR = 4
 MEMORY_SLACK = 16 << 10
@@ -56,8 +56,8 @@ def setup(configured: bool) -> tuple[Topology, Model]:
     """A topology (and its model) with a map already in place, so a change shows."""
     topology, model = Topology(), Model()
     if configured:
-        topology.apply_tiers(COUNTS)
-        model.apply_tiers(COUNTS)
+        topology.apply_tiers(BUCKET_COUNTS)
+        model.apply_tiers(BUCKET_COUNTS)
     topology.apply_bucket_snapshot("t", BASE)
     model.apply_snapshot("t", BASE)
     return topology, model
@@ -137,7 +137,7 @@ def apply_poll(configured: bool, tier: str, poll: Any, rows: Any, what: str) -> 
     before = full_state(topology)
     accepted, changed = rejects_cleanly(
         topology,
-        ALLOWED,
+        REFUSALS,
         lambda: bounded(tier, poll, lambda: topology.apply_bucket_snapshot(tier, poll)),
         what,
     )

@@ -1,4 +1,4 @@
-"""Fuzz target: the transport's wire format (``shardline.transport.wire``).
+"""Fuzz target: the transport's wire format (``shardline.transport.grpc.wire``).
 
 Contract (the module and function docstrings): ``decode_request`` and ``decode_reply`` raise
 only ``MalformedMessage``; a decoded request or reply encodes again (``encode_request`` and
@@ -20,15 +20,14 @@ import re
 import atheris
 from fuzzkit import check, main, nested_text, same, show, text
 
-from shardline.transport.wire import (
-    MAX_MESSAGE_BYTES,
-    MalformedMessage,
+from shardline.transport.grpc.wire import (
     decode_reply,
     decode_request,
     encode_error,
     encode_request,
     encode_result,
 )
+from shardline.transport.task import MAX_MESSAGE_BYTES, MalformedMessage
 
 
 def request(data: bytes) -> None:

@@ -25,13 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # Instrumented here, before anything else imports them: atheris's coverage feedback comes from
 # the Python parsers' branches (the Rust core is not instrumented).
 with atheris.instrument_imports(include=["shardline"]):
-    import shardline.discovery.record
-    import shardline.registration.etcd_store
-    import shardline.topology.sources.notification_documents
-    import shardline.transport.msgpack_wire
-    import shardline.transport.wire  # noqa: F401
+    pass
 
-from shardline import Topology
+from shardline import InvalidEvent, Topology, UnknownTier
 from support.strategies import full_state
 
 
@@ -55,6 +51,8 @@ def check(condition: bool, message: str) -> None:
 # Good values, so that inputs get past the first checks, and hostile ones next to them.
 UUIDS = [str(uuid.UUID(int=0xA000 + n)) for n in range(3)]
 TIERS = ["t", "u"]
+BUCKET_COUNTS = {"t": 3000, "u": 100}  # each of TIERS, for the targets that configure them
+REFUSALS = (InvalidEvent, UnknownTier)  # what the topology may refuse a hostile input with
 TEXT_EDGES: list[Any] = [
     "",
     "t",

@@ -24,6 +24,17 @@ def executable(path: Path) -> Path:
     return path
 
 
+def named_by_variables(folder: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Fake servers in ``folder``, named by the variables: ``(etcd, the PostgreSQL bin folder)``."""
+    etcd = executable(folder / "etcd")
+    pg_bin = folder / "pg"
+    executable(pg_bin / "initdb")
+    executable(pg_bin / "postgres")
+    monkeypatch.setenv("SHARDLINE_ETCD", str(etcd))
+    monkeypatch.setenv("SHARDLINE_PG_BIN", str(pg_bin))
+    return etcd, pg_bin
+
+
 @pytest.fixture
 def bare(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A machine without the servers: nothing on PATH, no Debian PostgreSQL, no packages,
@@ -47,12 +58,7 @@ def test_the_variables_win_over_path(
     executable(on_path / "postgres")
     assert find_etcd() == on_path / "etcd"
     assert find_pg_bin() == on_path
-    etcd = executable(bare / "etcd")
-    pg_bin = bare / "pg"
-    executable(pg_bin / "initdb")
-    executable(pg_bin / "postgres")
-    monkeypatch.setenv("SHARDLINE_ETCD", str(etcd))
-    monkeypatch.setenv("SHARDLINE_PG_BIN", str(pg_bin))
+    etcd, pg_bin = named_by_variables(bare, monkeypatch)
     assert find_etcd() == etcd
     assert find_pg_bin() == pg_bin
 
@@ -184,12 +190,7 @@ def test_the_script_finds_this_machines_servers() -> None:
 def test_a_postgresql_without_ssl_is_found_with_a_warning(
     bare: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    etcd = executable(bare / "etcd")
-    pg_bin = bare / "pg"
-    executable(pg_bin / "initdb")
-    executable(pg_bin / "postgres")
-    monkeypatch.setenv("SHARDLINE_ETCD", str(etcd))
-    monkeypatch.setenv("SHARDLINE_PG_BIN", str(pg_bin))
+    _, pg_bin = named_by_variables(bare, monkeypatch)
     pg_config = executable(pg_bin / "pg_config")
     pg_config.write_text("#!/bin/sh\necho \"'--prefix=/x' '--without-readline'\"\n")
     assert server_binaries.main([]) == 0

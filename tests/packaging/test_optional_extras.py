@@ -138,11 +138,11 @@ print(json.dumps(missing))
 @pytest.mark.parametrize(
     ("blocked", "statement", "extra", "needed_by"),
     [
-        ("grpc", "from shardline.transport import GrpcConnection", "grpc", "transport.connection"),
-        ("grpc", "from shardline.transport import serve_grpc", "grpc", "transport.server"),
-        ("grpc", "import shardline.transport.channels", "grpc", "transport.channels"),
-        ("msgpack", "from shardline.transport import MsgpackConnection", "msgpack", "msgpack_wire"),
-        ("msgpack", "from shardline.transport import serve_msgpack", "msgpack", "msgpack_wire"),
+        ("grpc", "from shardline.transport import GrpcConnection", "grpc", "grpc.connection"),
+        ("grpc", "from shardline.transport import serve_grpc", "grpc", "grpc.server"),
+        ("grpc", "import shardline.transport.grpc.channels", "grpc", "grpc.channels"),
+        ("msgpack", "from shardline.transport import MsgpackConnection", "msgpack", "msgpack.wire"),
+        ("msgpack", "from shardline.transport import serve_msgpack", "msgpack", "msgpack.wire"),
         ("aetcd", "from shardline.discovery import EtcdDiscovery", "etcd", "discovery.etcd"),
         ("grpc", "from shardline.discovery import EtcdDiscovery", "etcd", "discovery.etcd"),
         ("aetcd", "import shardline.discovery.etcd_watch", "etcd", "discovery.etcd_watch"),
@@ -268,14 +268,14 @@ WORKER = ("worker", "--namespace", "extras", "--address", "127.0.0.1:0")
         (
             WORKER,
             ("msgpack",),
-            "shardline worker: error: shardline.transport.msgpack_wire needs msgpack, which is"
+            "shardline worker: error: shardline.transport.msgpack.wire needs msgpack, which is"
             " not installed: " + PIP["msgpack"],
         ),
         (
             # the worker needs no rich: it gets as far as its transport
             (*WORKER, "--transport", "grpc"),
             ("grpc", "rich"),
-            "shardline worker: error: shardline.transport.server needs grpc, which is not"
+            "shardline worker: error: shardline.transport.grpc.server needs grpc, which is not"
             " installed: " + PIP["grpc"],
         ),
         (

@@ -189,7 +189,7 @@ def test_dir_lists_the_lazy_exports_before_their_modules_are_imported() -> None:
     script = (
         "import sys, shardline\n"
         "listed = dir(shardline)\n"
-        "assert 'shardline.transport.local_pool' not in sys.modules\n"
+        "assert 'shardline.transport.local.pool' not in sys.modules\n"
         "assert 'shardline.proxy' not in sys.modules\n"
         "print(' '.join(listed))\n"
     )

@@ -9,7 +9,7 @@ name, so a query naming a column Picodata does not have fails here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -34,7 +34,6 @@ from shardline.topology.sources.membership import (
     TIERS_QUERY,
     Membership,
 )
-from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 
 # Column orders: the system tables' reference in Picodata's docs ("Описание соответствует
@@ -260,12 +259,6 @@ def test_states_of_a_replicaset_that_stay_members() -> None:
     assert (
         R1 not in membership(replicasets=with_state(REPLICASETS, "r1", 7, "expelled")).replicasets
     )
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
 
 
 def test_the_stand_in_raises_picodatas_pico_bucket_errors(catalog: Catalog) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 import asyncpg
 import pytest
@@ -25,18 +24,11 @@ from support import picodata_tables
 from support.forwarded_cluster import BUCKETS, Forwarder, cluster, start_cluster, stop_cluster
 from support.pg_server import PASSWORD, PgServer, with_params
 from support.picodata_catalog import name_uuid as _uuid
+from support.waiting import until
 
 pytestmark = pytest.mark.async_timeout(60)  # each async test, start to finish
 
-WAIT = 10.0  # the most any condition below is waited for
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Waits (bounded) for a condition the test does not control the timing of."""
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
+WAIT = 10.0  # the most a pooled connection is waited for
 
 
 async def noticed(db: Client, name: str) -> None:
@@ -518,6 +510,15 @@ async def test_an_unknown_tier_and_bad_arguments_are_refused(pg: PgServer) -> No
         connect("postgresql://127.0.0.1/", tier="default", connect_kwargs={"host": "x"})
     with pytest.raises(ValueError, match=r"asyncpg\.connect does not take: nope"):
         connect("postgresql://127.0.0.1/", tier="default", connect_kwargs={"nope": 1})
+    # a wrong type is also a TypeError; a wrong value of the right type is not
+    from shardline.errors import InvalidArgumentType
+
+    for wrong_type in ({"tier": 1}, {"strict": "yes"}, {"query_metadata": 1}, {"pool_size": "2"}):
+        with pytest.raises(InvalidArgumentType, match=next(iter(wrong_type))):
+            connect("postgresql://127.0.0.1/", **wrong_type)
+    with pytest.raises(ValueError, match="tier must be a non-empty str") as caught:
+        connect("postgresql://127.0.0.1/", tier="")
+    assert not isinstance(caught.value, TypeError)
 
 
 def test_routed_queries_follow_catalog_histories(pg: PgServer) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -18,17 +17,11 @@ from shardline.picodata.client import DEFAULT_TIMEOUT
 from support.forwarded_cluster import Cluster, cluster
 from support.pg_server import PgServer
 from support.picodata_catalog import name_uuid as _uuid
+from support.waiting import until
 
 pytestmark = pytest.mark.async_timeout(60)
 
-WAIT = 10.0  # the most any condition below is waited for
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
+WAIT = 10.0  # the most an ejection or a re-admission is waited for
 
 
 def key_of(c: Cluster, master: str) -> int:

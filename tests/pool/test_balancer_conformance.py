@@ -1,5 +1,6 @@
-"""shardline.testing: the built-in balancers pass the conformance kit, and a balancer that
-breaks one property fails the check for it (so no check is one that cannot fail)."""
+"""shardline.balancer_conformance: the built-in balancers pass the conformance kit, and a
+balancer that breaks one property fails the check for it (so no check is one that cannot
+fail)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from shardline import (
     RoundRobinLoadBalancer,
     WeightedRoundRobinLoadBalancer,
 )
-from shardline import testing as kit
+from shardline import balancer_conformance as kit
 from shardline.balancers import SelectLoadBalancer, create_balancer
 from shardline.balancers import protocol as kit_protocol
 from shardline.pool.context import LoadBalancerContextView
@@ -318,3 +319,10 @@ def test_an_object_without_delegate_fails_every_check() -> None:
     for check in kit.CHECKS:
         with pytest.raises(AssertionError, match="has no delegate"):
             check(object)
+
+
+def test_shardline_testing_is_the_same_kit_under_the_readme_s_first_name() -> None:
+    import shardline.testing
+
+    assert shardline.testing.__all__ == kit.__all__
+    assert all(getattr(shardline.testing, name) is getattr(kit, name) for name in kit.__all__)

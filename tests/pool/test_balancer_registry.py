@@ -27,9 +27,9 @@ from shardline import (
     WorkerMetadata,
     WorkerProxy,
 )
+from shardline.balancer_conformance import check_balancer
 from shardline.balancers import balancer_names, create_balancer, registry
 from shardline.cli import main
-from shardline.testing import check_balancer
 from support.paths import ROOT
 
 pytestmark = pytest.mark.integration
@@ -288,7 +288,8 @@ def test_the_example_plugin_is_found_by_name_and_conforms(
 
 
 def test_the_example_plugins_own_suite_passes(example_plugin: Path, tmp_path: Path) -> None:
-    """What the plugin's author runs: its tests, with shardline.testing, in a fresh process."""
+    """What the plugin's author runs: its tests, with shardline.balancer_conformance, in a
+    fresh process."""
     tests = tmp_path / "tests"
     shutil.copytree(EXAMPLE / "tests", tests)
     environment = {**os.environ, "PYTHONPATH": str(example_plugin)}

@@ -2,7 +2,8 @@
 
 A Hypothesis state machine admits, refreshes and evicts workers, starts dispatches (through
 ``start_dispatch``, ``dispatch_next`` counted or not, ``begin_dispatch``), finishes them with
-every outcome, moves the pool's pinned clock, and after every step compares each read a
+every outcome (a token dispatch by letting its token go, and reporting any outcome but a
+success), moves the pool's pinned clock, and after every step compares each read a
 balancer makes (the ``workers`` view and its keys, values and items, ``uids``, ``entry``,
 ``load``, ``rotation_order``, ``less_loaded_of``), the pool's membership (``len``, ``in``,
 ``pooled``, ``members``), every worker's ``health``, ``health_counts`` and the events queue
@@ -49,6 +50,17 @@ class Worker:
     healthy_since: int = 0
     inflight: int = 0
     latency: float | None = None
+    # token dispatches: in flight, handed out, reported as not succeeding, counted as successes
+    tokens: int = 0
+    token_handed: int = 0
+    token_missed: int = 0
+    token_counted: int = 0
+    # whether a check last saw it with nothing in flight
+    idle: bool = True
+    # native dispatches to it while every worker was healthy, uncounted: which are timed
+    turns: int = 0
+    # which entry of the uid this is: a token dispatch ends on the entry that handed it out
+    incarnation: int = 0
 
 
 @dataclass
@@ -87,7 +99,7 @@ class Model:
         return [uid for uid in ordered if uid is not None and self.visible(self.workers[uid])]
 
     def load(self, w: Worker) -> tuple[int, float]:
-        return (w.inflight, 0.0 if w.latency is None else w.latency)
+        return (w.inflight + w.tokens, 0.0 if w.latency is None else w.latency)
 
     def times_ejected(self, w: Worker) -> int:
         if w.state != "healthy" or w.times == 0:
@@ -106,7 +118,7 @@ class Model:
         return (
             state,
             w.consecutive,
-            w.inflight,
+            w.inflight + w.tokens,
             0.0 if w.latency is None else w.latency,
             w.success,
             self.times_ejected(w),
@@ -134,7 +146,7 @@ class Model:
     # -- transitions
 
     def stuck(self, w: Worker) -> bool:
-        if w.inflight == 0 or w.latency is None:
+        if w.inflight + w.tokens == 0 or w.latency is None:
             return False
         threshold = max(self.policy.stuck_floor, self.policy.stuck_multiple * w.latency)
         return max(0, self.now - w.progress) * 1e-9 > threshold
@@ -160,19 +172,54 @@ class Model:
 
     def check_stuck(self, uid: uuid.UUID) -> bool:
         w = self.workers[uid]
-        return w.state != "ejected" and self.stuck(w) and self.eject(uid, "stuck")
+        if w.state == "ejected":
+            return False
+        if w.inflight + w.tokens == 0:
+            w.idle = True
+            return False
+        if w.idle:
+            # busy since the last check saw it idle: that is its progress
+            w.idle, w.progress = False, self.now
+            return False
+        return self.stuck(w) and self.eject(uid, "stuck")
 
     def hand_out(self, uid: uuid.UUID, probe: bool) -> bool:
         w = self.workers[uid]
         if probe and w.state == "ejected":  # visible, so on probation
             event("probe")
             w.state, w.at = "probing", self.now
+        self.settle(uid)
         return not self.check_stuck(uid)
 
     def begin(self, w: Worker) -> None:
-        if w.inflight == 0:
-            w.progress = self.now
+        if w.inflight + w.tokens == 0:
+            w.progress, w.idle = self.now, False
         w.inflight += 1
+
+    def settle(self, uid: uuid.UUID) -> None:
+        """Counts the token dispatches that succeeded since the last count."""
+        w = self.workers[uid]
+        done = max(0, w.token_handed - w.tokens - w.token_missed)
+        if done > w.token_counted:
+            event("token successes counted")
+            count, w.token_counted = done - w.token_counted, done
+            self.succeeded(uid, count, probe=False)
+
+    def succeeded(self, uid: uuid.UUID, count: int, probe: bool) -> None:
+        w = self.workers[uid]
+        w.progress = self.now
+        w.consecutive = 0
+        w.success = 1.0 - (1.0 - w.success) * 0.9**count
+        unstuck = w.state == "ejected" and w.reason == "stuck"
+        if unstuck:
+            w.times = max(0, w.times - 1)
+        if probe or unstuck:
+            w.state, w.at = "healthy", 0
+            w.success, w.healthy_since = 1.0, self.now
+            self.unhealthy -= 1
+            self.readmissions += 1
+            event("readmitted")
+            self.events.append((uid, "readmitted", "", 0.0))
 
     def end(self, w: Worker, seconds: float) -> None:
         w.inflight = max(0, w.inflight - 1)
@@ -187,25 +234,19 @@ class Model:
         if w is None:
             return
         seconds = max(0, self.now - started) * 1e-9
-        if outcome in (SUCCESS, FAILURE):
+        timed = started != 0
+        if not timed:
+            if outcome != SUCCESS:
+                w.token_missed += 1
+        elif outcome in (SUCCESS, FAILURE):
             self.end(w, seconds)
         else:
             w.inflight = max(0, w.inflight - 1)
+        self.settle(uid)
         probe = w.state == "probing" and w.at == started
         if outcome == SUCCESS:
-            w.progress = self.now
-            w.consecutive = 0
-            self.average(w, 1.0)
-            unstuck = w.state == "ejected" and w.reason == "stuck"
-            if unstuck:
-                w.times = max(0, w.times - 1)
-            if probe or unstuck:
-                w.state, w.at = "healthy", 0
-                w.success, w.healthy_since = 1.0, self.now
-                self.unhealthy -= 1
-                self.readmissions += 1
-                event("readmitted")
-                self.events.append((uid, "readmitted", "", 0.0))
+            if timed:
+                self.succeeded(uid, 1, probe)
         elif outcome in (FAILURE, DEADLINE):
             w.consecutive += 1
             success = self.average(w, 0.0)
@@ -224,6 +265,7 @@ class Model:
         if self.now - self.last_scan >= int(self.policy.stuck_floor * 1e9) // 2:
             self.last_scan = self.now
             for uid in self.order():
+                self.settle(uid)
                 self.check_stuck(uid)
         if self.now - self.last_outlier >= 100 * MS:
             self.last_outlier = self.now
@@ -279,6 +321,9 @@ class HealthMachine(RuleBasedStateMachine):
         self.records: dict[uuid.UUID, WorkerMetadata] = {}
         # dispatches that report an outcome: (uid, started)
         self.calls: list[tuple[uuid.UUID, int]] = []
+        # token dispatches in flight: (uid, the entry's incarnation, the token)
+        self.tokens: list[tuple[uuid.UUID, int, object]] = []
+        self.incarnations = 0
 
     @initialize(policy=policies, n=st.integers(0, 5))
     def configure(self, policy: HealthPolicy, n: int) -> None:
@@ -295,8 +340,12 @@ class HealthMachine(RuleBasedStateMachine):
         record = worker(self.admitted)
         self.records[record.uid] = record
         self.pool.add_worker(record, f"conn-{self.admitted}")
-        self.model.workers[record.uid] = Worker(record)
+        self.model.workers[record.uid] = self.new_worker(record)
         self.model.rotation.admit(record.uid)
+
+    def new_worker(self, record: WorkerMetadata) -> Worker:
+        self.incarnations += 1
+        return Worker(record, incarnation=self.incarnations)
 
     @precondition(lambda self: self.model.workers)
     @rule(data=st.data(), through_update=st.booleans())
@@ -322,7 +371,7 @@ class HealthMachine(RuleBasedStateMachine):
         """A worker evicted earlier comes back: a new entry, its health from scratch."""
         uid = data.draw(st.sampled_from(sorted(set(self.records) - set(self.model.workers))))
         self.pool.add_worker(self.records[uid], "back")
-        self.model.workers[uid] = Worker(self.records[uid])
+        self.model.workers[uid] = self.new_worker(self.records[uid])
         self.model.rotation.admit(uid)
 
     # -- dispatches
@@ -374,13 +423,39 @@ class HealthMachine(RuleBasedStateMachine):
 
     @rule(count=st.booleans(), data=st.data())
     def dispatch_next(self, count: bool, data: st.DataObject) -> None:
-        model = self.model
         tried = data.draw(st.sets(st.sampled_from(sorted(self.records)))) if self.records else set()
+        self.dispatch_one(count, tried)
+
+    @rule(n=st.integers(1, 3 * WorkerPool.HEALTH_TIMED_EVERY), ending=st.integers(0, 3))
+    def dispatch_many(self, n: int, ending: int) -> None:
+        """``n`` uncounted ``dispatch_next`` in a row, as the proxy makes them, most of them
+        token dispatches; after each, the oldest token dispatch in flight beyond ``ending``
+        ends with a success."""
+        for _ in range(n):
+            self.dispatch_one(False, set())
+            while len(self.tokens) > ending:
+                self.end_token_at(0, SUCCESS)
+
+    def dispatch_one(self, count: bool, tried: set[uuid.UUID]) -> None:
+        model = self.model
         expected = None
         while True:
             hidden = {uid for uid in model.workers if not model.visible(model.workers[uid])}
             pick = model.rotation.select(tried | hidden)
-            if pick is None or model.hand_out(pick, probe=count):
+            if pick is None:
+                break
+            w = model.workers[pick]
+            policy = model.policy
+            timed = (
+                count
+                or w.state != "healthy"
+                or w.latency is None
+                or policy.stuck_multiple * w.latency > policy.stuck_floor
+            )
+            if not timed:
+                w.turns += 1
+                timed = w.turns % WorkerPool.HEALTH_TIMED_EVERY == 0
+            if not timed or model.hand_out(pick, probe=True):
                 expected = pick
                 break
         picked = self.pool.dispatch_next(tried, count)
@@ -388,15 +463,41 @@ class HealthMachine(RuleBasedStateMachine):
             assert picked is None
             return
         assert picked is not None
-        uid, metadata, _, started = picked
+        uid, metadata, _, started, token = picked
+        del picked
         assert uid == expected
-        assert metadata is model.workers[uid].record
-        if count:
-            model.begin(model.workers[uid])
+        w = model.workers[uid]
+        assert metadata is w.record
+        if timed:
+            model.begin(w)
             assert started == model.now
+            assert token is None
             self.calls.append((uid, started))
         else:
+            event("token dispatch")
             assert started == 0
+            assert token is not None
+            w.tokens += 1
+            w.token_handed += 1
+            self.tokens.append((uid, w.incarnation, token))
+        del token
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), outcome=st.sampled_from([SUCCESS, FAILURE, DEADLINE, NEUTRAL]))
+    def end_token(self, data: st.DataObject, outcome: int) -> None:
+        """A token dispatch ends: its caller lets the token go, then reports any outcome but a
+        success (``finish_dispatch(uid, 0, outcome)``), as the proxy does."""
+        self.end_token_at(data.draw(st.integers(0, len(self.tokens) - 1)), outcome)
+
+    def end_token_at(self, index: int, outcome: int) -> None:
+        # the popped entry, and with it the token, is let go here: nothing else holds it
+        uid, incarnation = self.tokens.pop(index)[:2]
+        w = self.model.workers.get(uid)
+        if w is None or w.incarnation != incarnation:
+            return  # its entry left: the token goes with it
+        w.tokens -= 1
+        if outcome != SUCCESS:
+            self.finish_on(uid, 0, outcome)
 
     @precondition(lambda self: self.records)
     @rule(data=st.data())
@@ -511,8 +612,13 @@ class HealthMachine(RuleBasedStateMachine):
         model = self.model
         for uid, w in model.workers.items():
             health = self.pool.health(uid)
+            model.settle(uid)  # a read counts the token dispatches that succeeded
             assert health is not None
-            assert dataclasses.astuple(health) == model.health(w), uid
+            seen, expected = dataclasses.astuple(health), model.health(w)
+            # the success rate moved by k successes at once is 1 - (1 - r) * 0.9**k, rounded
+            # as each side's power rounds
+            assert math.isclose(seen[4], expected[4], rel_tol=1e-12), uid
+            assert seen[:4] + seen[5:] == expected[:4] + expected[5:], uid
         unhealthy = sum(w.state != "healthy" for w in model.workers.values())
         assert unhealthy == model.unhealthy
         assert self.pool.health_counts() == (model.ejections, model.readmissions, unhealthy)

@@ -65,14 +65,14 @@ def test_dispatch_next_returns_what_the_proxy_needs_and_counts_when_asked() -> N
     context = pool(1, 2)
     picked = context.dispatch_next(None, True)
     assert picked is not None
-    first, metadata, connection, started = picked
-    assert (first, metadata, connection) == (uid(1), worker(1), "conn-1")
+    first, metadata, connection, started, token = picked
+    assert (first, metadata, connection, token) == (uid(1), worker(1), "conn-1", None)
     assert context.load(uid(1))[0] == 1
     context.finish_dispatch(first, started)
     assert context.load(uid(1))[0] == 0
-    assert context.dispatch_next() == (uid(2), worker(2), "conn-2", 0)
+    assert context.dispatch_next() == (uid(2), worker(2), "conn-2", 0, None)
     assert context.load(uid(2)) == (0, 0.0)  # not counted
-    assert context.dispatch_next([uid(1)]) == (uid(2), worker(2), "conn-2", 0)
+    assert context.dispatch_next([uid(1)]) == (uid(2), worker(2), "conn-2", 0, None)
     assert context.dispatch_next([uid(1), uid(2)]) is None
     assert WorkerPool().dispatch_next() is None
 

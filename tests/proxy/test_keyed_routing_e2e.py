@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,12 +31,13 @@ from shardline.discovery.record import decode_record
 from shardline.discovery.topology import TopologyDiscovery
 from shardline.topology.sources import PollingSource
 from shardline.transport import GrpcConnection, Task
-from shardline.transport.wire import grpc_target
+from shardline.transport.grpc.wire import grpc_target
 from support.fakes import Source
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, Expected, name_uuid
 from support.replicasets import inst_uuid, replica_uuid, rs_uuid
 from support.transport_servers import new_namespace
+from support.waiting import until
 from support.worker_processes import WorkerProcess, worker_process
 
 pytestmark = pytest.mark.async_timeout(120)  # four processes start, maybe on a loaded machine
@@ -143,16 +145,26 @@ async def start_workers(stack: AsyncExitStack, directory: Path, instances: list[
     return workers
 
 
-async def until(condition: Any, what: str) -> None:
-    for _ in range(int(WAIT / 0.005)):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def keyed(key: Any, *, read_only: bool = False) -> Task:
-    return Task("whoami", {"key": key, "read_only": read_only})
+    """A task for ``key``'s owner. A read is idempotent: after a master is killed, the read
+    sent to it may fail after sending (gRPC's "Stream removed" when the dead socket is found
+    only after the request was written), and only an idempotent task goes on to the replica
+    then; a write there raises ``OutcomeUnknown`` by design (at most once)."""
+    return Task("whoami", {"key": key, "read_only": read_only}, idempotent=read_only)
+
+
+def keyed_balancer(
+    topology: Topology, discovery: TopologyDiscovery, on_miss: Callable[[], object]
+) -> BucketLoadBalancer:
+    """Routes what :func:`keyed` makes: by its key, to a replica when it is read-only."""
+    return BucketLoadBalancer(
+        topology,
+        TIER,
+        key=lambda task: task.payload["key"],
+        read_only=lambda task: task.payload["read_only"],
+        replicas=discovery.replicas,
+        on_miss=on_miss,
+    )
 
 
 @pytest.fixture
@@ -179,14 +191,7 @@ async def test_every_key_reaches_the_instance_that_owns_it_as_buckets_move(
         discovery = TopologyDiscovery(source, topology=topology)
         stack.push_async_callback(discovery.aclose)
         misses: list[str] = []
-        balancer = BucketLoadBalancer(
-            topology,
-            TIER,
-            key=lambda task: task.payload["key"],
-            read_only=lambda task: task.payload["read_only"],
-            replicas=discovery.replicas,
-            on_miss=lambda: misses.append("refresh"),
-        )
+        balancer = keyed_balancer(topology, discovery, lambda: misses.append("refresh"))
         proxy = WorkerProxy(
             discovery=discovery, loadbalancer=balancer, connect=GrpcConnection, quorum=3
         )
@@ -286,13 +291,8 @@ async def test_every_key_reaches_its_owner_with_the_catalog_in_postgresql(
             topology = Topology()
             discovery = TopologyDiscovery(source, topology=topology)
             stack.push_async_callback(discovery.aclose)
-            balancer = BucketLoadBalancer(
-                topology,
-                TIER,
-                key=lambda task: task.payload["key"],
-                read_only=lambda task: task.payload["read_only"],
-                replicas=discovery.replicas,
-                on_miss=lambda: (misses.append(None), source.trigger()),
+            balancer = keyed_balancer(
+                topology, discovery, lambda: (misses.append(None), source.trigger())
             )
             misses: list[None] = []
             proxy = WorkerProxy(

@@ -9,14 +9,12 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry
 
 import shardline
 from shardline import (
@@ -40,6 +38,7 @@ from support.paths import ROOT
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 from support.polling import run_polled, seed_tier, started
+from support.prometheus import scrape
 from support.replicasets import rs_uuid
 
 CAUSES = (
@@ -49,23 +48,6 @@ CAUSES = (
     "bucket-overlap",
     "topology-cleared",
 )
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    """An empty catalog in a schema of its own."""
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
-
-
-def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The registry's text exposition, parsed back: (sample name, sorted labels) -> value."""
-    text = generate_latest(registry).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def member(topology: Topology, n: int, tier: str = "default") -> None:

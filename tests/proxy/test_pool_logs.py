@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from shardline import (
     WorkerProxy,
 )
 from shardline.workers import DiscoveryEvent, DiscoveryEventType
+from support.delegate_balancers import InAdmissionOrder
 
 LOGGER = "shardline.proxy"
 
@@ -59,21 +60,6 @@ class Failing:
         if failure is not None:
             raise failure
         return self.address
-
-
-class InOrder:
-    """A delegating balancer offering the pooled workers in admission order."""
-
-    async def delegate(
-        self, task: Any, *, context: Any
-    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
-        for uid in list(context.workers):
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
 
 
 async def settle(stream: Stream) -> None:
@@ -118,7 +104,7 @@ async def test_an_eviction_after_a_transient_failure_is_logged_with_its_error(
     proxy = WorkerProxy(
         discovery=stream,
         connect=lambda m: Failing(failures, m.address),
-        loadbalancer="round-robin" if balancer == "round-robin" else InOrder(),
+        loadbalancer="round-robin" if balancer == "round-robin" else InAdmissionOrder(),
         quorum=2,
     )
     async with proxy:

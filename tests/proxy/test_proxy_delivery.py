@@ -22,7 +22,7 @@ from shardline import (
 from shardline import proxy as proxy_module
 from shardline.proxy import DEFAULT_TIMEOUT
 from shardline.retry_budget import RetryBudget
-from shardline.transport.wire import Task
+from shardline.transport.task import Task
 from support.fakes import Stream, added, settle
 
 TASK = Task("work", 1)

@@ -27,6 +27,7 @@ from shardline import (
     WorkerProxy,
 )
 from shardline.pool.health import HealthPolicy
+from support.delegate_balancers import InAdmissionOrder
 from support.fakes import Stream, added, settle
 from support.workers import worker
 
@@ -51,28 +52,12 @@ class Switchable:
         return self.address
 
 
-class DelegateOnly:
-    """A plugin written against the async-generator protocol alone: every pooled worker, in
-    admission order."""
-
-    needs_load = False
-
-    async def delegate(self, task: Any, *, context: Any) -> Any:
-        for uid in list(context.workers):
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
-
-
 BALANCERS: list[Callable[[], Any]] = [
     RoundRobinLoadBalancer,
     WeightedRoundRobinLoadBalancer,
     LeastLoadedLoadBalancer,
     AffinityLoadBalancer,
-    DelegateOnly,
+    InAdmissionOrder,
 ]
 
 
@@ -192,3 +177,40 @@ async def test_without_health_nothing_is_ejected() -> None:
         assert proxy.stats().transient == 100  # each call tried it first, and again
         assert proxy.stats().ejections == 0
         assert proxy.health(worker(1).uid) is None
+
+
+async def test_round_robins_token_dispatches_end_with_their_calls() -> None:
+    """The native path's token dispatches (every worker healthy and fast): a call that raised,
+    whose error the caller keeps (and with it the proxy's frame, through the traceback), is
+    not left in flight; answers and handler errors count as successes."""
+    proxy = await fleet(RoundRobinLoadBalancer, set(), [], workers=2)
+    kept: list[WorkerError] = []
+    for n in range(300):
+        try:
+            await proxy.dispatch("raise" if n % 3 else "task")
+        except WorkerError as error:
+            kept.append(error)
+    assert len(kept) == 200
+    for uid in (worker(1).uid, worker(2).uid):
+        health = proxy.health(uid)
+        assert health is not None
+        assert (health.in_flight, health.consecutive_failures, health.success_rate) == (0, 0, 1.0)
+        assert proxy._context.load(uid)[0] == 0
+    await proxy.stop()
+
+
+async def test_round_robins_token_dispatches_report_their_failures() -> None:
+    """A worker whose calls fail (it refuses connections) on the native path is ejected after
+    ``failures`` of them in a row, as it would be were its dispatches timed."""
+    sick: set[str] = set()
+    proxy = await fleet(RoundRobinLoadBalancer, sick, [], workers=4)
+    for n in range(100):  # fast and healthy: token dispatches
+        await proxy.dispatch(f"warm-{n}")
+    sick.add(worker(1).address)
+    while proxy.stats().ejections == 0:
+        await proxy.dispatch("task")
+    health = proxy.health(worker(1).uid)
+    assert health is not None
+    assert (health.state, health.reason, health.in_flight) == ("ejected", "failures", 0)
+    assert health.consecutive_failures == HealthPolicy().failures
+    await proxy.stop()

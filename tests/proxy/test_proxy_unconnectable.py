@@ -10,7 +10,7 @@ import pytest
 
 from shardline import InvalidAddress, WorkerProxy
 from shardline.transport import connect
-from shardline.transport.connection import GrpcConnection
+from shardline.transport.grpc.connection import GrpcConnection
 from support.fakes import Stream, added, settle
 from support.workers import worker
 

@@ -8,7 +8,6 @@ Every case starts worker A (uid U) and a proxy with ``lease=1`` that admits it, 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
@@ -23,6 +22,7 @@ from shardline.transport import Task, connect
 from support import transport_servers
 from support.discovery_contract import take
 from support.transport_servers import new_namespace
+from support.waiting import until
 from support.worker_processes import Backend, WorkerProcess, worker_process
 
 pytestmark = [
@@ -30,16 +30,6 @@ pytestmark = [
     pytest.mark.usefixtures("balancer_protocol"),  # each test through both protocols
     pytest.mark.async_timeout(transport_servers.WAIT),
 ]
-
-WAIT = 20.0
-
-
-async def eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {WAIT} s: {what}")
-        await asyncio.sleep(0.01)
 
 
 async def served_by(proxy: WorkerProxy) -> int:
@@ -67,6 +57,14 @@ class Scene:
 
     def pooled(self) -> list[tuple[uuid.UUID, str]]:
         return [(metadata.uid, metadata.address) for metadata in self.proxy.workers]
+
+    async def move_a_to_b(self) -> WorkerMetadata:
+        """Republishes A's uid at B's address (``worker-updated``); returns that record once
+        the proxy pools it."""
+        moved = dataclasses.replace(self.a_record, address=self.b_record.address)
+        await self.publish("worker-updated", moved)
+        await until(lambda: self.pooled() == [(moved.uid, moved.address)], "the refresh")
+        return moved
 
 
 async def scene(tmp_path: Path, backend: Backend, case: Callable[[Scene], Awaitable[None]]) -> None:
@@ -98,9 +96,7 @@ async def test_case51_an_update_republishing_the_uid_at_a_new_address_moves_disp
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
-        moved = dataclasses.replace(s.a_record, address=s.b_record.address)
-        await s.publish("worker-updated", moved)
-        await eventually(lambda: s.pooled() == [(moved.uid, moved.address)], "the refresh")
+        await s.move_a_to_b()
         assert [await served_by(s.proxy) for _ in range(3)] == [s.b.process.pid] * 3
 
     await scene(tmp_path, backend, case)
@@ -110,9 +106,7 @@ async def test_case52_stopping_the_original_process_leaves_dispatch_on_the_secon
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
-        moved = dataclasses.replace(s.a_record, address=s.b_record.address)
-        await s.publish("worker-updated", moved)
-        await eventually(lambda: s.pooled() == [(moved.uid, moved.address)], "the refresh")
+        moved = await s.move_a_to_b()
         s.a.process.terminate()
         assert await s.a.exit_status() == 0
         # A withdrew only what it still owned: the moved record is the test's now, and stays.
@@ -120,7 +114,7 @@ async def test_case52_stopping_the_original_process_leaves_dispatch_on_the_secon
         # the record, the pool would be empty by then and the update (of a worker the pool
         # does not hold) admit nothing
         await s.publish("worker-updated", dataclasses.replace(moved, version="2"))
-        await eventually(lambda: [w.version for w in s.proxy.workers] == ["2"], "the update")
+        await until(lambda: [w.version for w in s.proxy.workers] == ["2"], "the update")
         assert s.pooled() == [(moved.uid, moved.address)]
         assert [await served_by(s.proxy) for _ in range(3)] == [s.b.process.pid] * 3
 
@@ -131,11 +125,9 @@ async def test_case53_a_drop_of_the_moved_uid_leaves_no_ghost_worker(
     tmp_path: Path, backend: Backend
 ) -> None:
     async def case(s: Scene) -> None:
-        moved = dataclasses.replace(s.a_record, address=s.b_record.address)
-        await s.publish("worker-updated", moved)
-        await eventually(lambda: s.pooled() == [(moved.uid, moved.address)], "the refresh")
+        moved = await s.move_a_to_b()
         await s.publish("worker-dropped", moved)
-        await eventually(lambda: s.pooled() == [], "the drop")
+        await until(lambda: s.pooled() == [], "the drop")
         with pytest.raises(NoWorkersAvailable):
             await s.proxy.dispatch(Task("whoami"))
 
@@ -148,14 +140,14 @@ async def test_case54_an_update_for_a_worker_never_admitted_neither_admits_it_no
     async def case(s: Scene) -> None:
         # free the only slot, then update B: an upsert would admit B now
         await s.publish("worker-dropped", s.a_record)
-        await eventually(lambda: s.pooled() == [], "the drop")
+        await until(lambda: s.pooled() == [], "the drop")
         await s.publish("worker-updated", dataclasses.replace(s.b_record, version="2"))
         # A worker announced after the update takes the free slot, which an update that had
         # admitted B would have filled (lease=1): the pool holds the newcomer, not B. (The
         # newcomer is the barrier: discovery hands the update to the proxy before it.)
         newcomer = dataclasses.replace(s.b_record, uid=uuid.uuid4(), version="3")
         await s.publish("worker-added", newcomer)
-        await eventually(lambda: s.pooled() == [(newcomer.uid, newcomer.address)], "admission")
+        await until(lambda: s.pooled() == [(newcomer.uid, newcomer.address)], "admission")
         assert await served_by(s.proxy) == s.b.process.pid
 
     await scene(tmp_path, backend, case)

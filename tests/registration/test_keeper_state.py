@@ -11,8 +11,7 @@ import uuid
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry
 
 from shardline.metrics import register
 from shardline.registration import (
@@ -22,6 +21,7 @@ from shardline.registration import (
 )
 from shardline.registration.etcd_store import EtcdRecordStore
 from support.etcd_server import EtcdServer
+from support.prometheus import scrape
 from support.registration_contract import (
     NEW,
     OLD,
@@ -32,15 +32,6 @@ from support.registration_contract import (
     ManualClock,
     Stage,
 )
-
-
-def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 @pytest.mark.async_timeout(WAIT)

@@ -31,6 +31,7 @@ from support.registration_contract import (
     TICK,
     WAIT,
     ManualClock,
+    Replica,
     Stage,
 )
 
@@ -67,6 +68,37 @@ class HeldStore(MemoryRecordStore):
     ) -> bool:
         await self._hold("report-true" if registered else "report-false")
         return await super().report(service, registered, owner, address)
+
+
+class FlakyStore(MemoryRecordStore):
+    """A memory store whose first write of True fails (ConnectionError "store unavailable")."""
+
+    failures = 1
+
+    async def report(
+        self, service: str, registered: bool, owner: str | None, address: str | None = None
+    ) -> bool:
+        if registered and self.failures:
+            self.failures -= 1
+            raise ConnectionError("store unavailable")
+        return await super().report(service, registered, owner, address)
+
+
+class HeldRegistration:
+    """The keeper's registration call, held: records its time on ``replica``, then waits for
+    ``release`` before answering ``OLD_ADDRESS``."""
+
+    def __init__(self, stage: Stage, replica: Replica) -> None:
+        self.stage = stage
+        self.replica = replica
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self) -> str:
+        self.replica.registrations.append(self.stage.clock.now())
+        self.entered.set()
+        await self.release.wait()
+        return OLD_ADDRESS
 
 
 async def noop_register() -> str:
@@ -214,17 +246,6 @@ async def test_an_error_in_a_tick_is_logged_and_the_loop_goes_on(
 async def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_probe(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    class FlakyStore(MemoryRecordStore):
-        failures = 1
-
-        async def report(
-            self, service: str, registered: bool, owner: str | None, address: str | None = None
-        ) -> bool:
-            if registered and self.failures:
-                self.failures -= 1
-                raise ConnectionError("store unavailable")
-            return await super().report(service, registered, owner, address)
-
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS)
         await stage.start(keeper, replica)
@@ -241,17 +262,6 @@ async def test_a_failed_write_of_true_is_logged_and_made_again_after_the_next_pr
 
 
 async def test_stats_count_registrations_probes_and_reports_by_result() -> None:
-    class FlakyStore(MemoryRecordStore):
-        failures = 1
-
-        async def report(
-            self, service: str, registered: bool, owner: str | None, address: str | None = None
-        ) -> bool:
-            if registered and self.failures:
-                self.failures -= 1
-                raise ConnectionError("store unavailable")
-            return await super().report(service, registered, owner, address)
-
     def counted(keeper: RegistrationKeeper) -> tuple[object, ...]:
         s = keeper.stats
         return (
@@ -331,19 +341,12 @@ async def test_a_deregistration_during_the_claim_starts_no_loop() -> None:
 async def test_a_registration_answered_after_a_deregistration_writes_nothing() -> None:
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS)
-        entered, answer = asyncio.Event(), asyncio.Event()
-
-        async def register() -> str:
-            replica.registrations.append(stage.clock.now())
-            entered.set()
-            await answer.wait()
-            return OLD_ADDRESS
-
-        keeper._register = register
+        held = HeldRegistration(stage, replica)
+        keeper._register = held
         await keeper.start()
-        await asyncio.wait_for(entered.wait(), WAIT)
+        await asyncio.wait_for(held.entered.wait(), WAIT)
         assert await keeper.deregister() is True
-        answer.set()
+        held.release.set()
         await asyncio.sleep(0)
         await stage.clock.advance_to(200)
         assert await stage.record() == Record(OLD, False)
@@ -358,19 +361,12 @@ async def test_a_registration_answered_after_a_deregistration_writes_nothing() -
 async def test_a_registration_answered_after_readiness_was_withdrawn_is_asserted_by_the_probe():
     async def scenario(stage: Stage) -> None:
         keeper, replica = stage.replica(OLD, OLD_ADDRESS)
-        entered, answer = asyncio.Event(), asyncio.Event()
-
-        async def register() -> str:
-            replica.registrations.append(stage.clock.now())
-            entered.set()
-            await answer.wait()
-            return OLD_ADDRESS
-
-        keeper._register = register
+        held = HeldRegistration(stage, replica)
+        keeper._register = held
         starting = asyncio.ensure_future(stage.start(keeper, replica))
-        await asyncio.wait_for(entered.wait(), WAIT)
+        await asyncio.wait_for(held.entered.wait(), WAIT)
         replica.ready = False
-        answer.set()
+        held.release.set()
         await starting
         assert await stage.record() == Record(OLD, False)
         assert keeper.address == OLD_ADDRESS

@@ -18,6 +18,7 @@ from support.picodata_catalog import Catalog
 from support.picodata_catalog import name_uuid as _uuid
 
 BUCKETS = 300
+Side = tuple[asyncio.StreamReader, asyncio.StreamWriter]  # one side of a forwarded connection
 
 
 class Forwarder:
@@ -77,13 +78,19 @@ class Forwarder:
         link = (writer, up_writer)
         self._links.add(link)
         try:
-            await asyncio.gather(
-                _pump(reader, up_writer, self._flowing), _pump(up_reader, writer, self._flowing)
-            )
+            await self._carry((reader, writer), (up_reader, up_writer))
         finally:
             self._links.discard(link)
             writer.transport.abort()
             up_writer.transport.abort()
+
+    async def _carry(self, down: Side, up: Side) -> None:
+        """Carries one connection's bytes both ways (``down``: the client's side, ``up``: the
+        server's) until either side ends; a subclass that reads what passes overrides it."""
+        (reader, writer), (up_reader, up_writer) = down, up
+        await asyncio.gather(
+            _pump(reader, up_writer, self._flowing), _pump(up_reader, writer, self._flowing)
+        )
 
 
 async def _pump(
@@ -121,21 +128,31 @@ class Cluster:
         return next(name for name in self.forwarders if _uuid(name) == master)
 
 
-async def start_cluster(pg: PgServer) -> Cluster:
+INSTANCES = ("r1_1", "r1_2", "r1_3", "r2_1", "r2_2")
+
+
+def cataloged(pg: PgServer) -> Cluster:
+    """A :class:`Cluster` with no forwarders yet, over a new schema of ``pg`` whose catalog
+    holds the layout and the table ``landed(id bigint, port integer)``; the instances'
+    addresses are left to set."""
     dsn = pg.create_schema()
     catalog = Catalog(dsn)
-    result = Cluster(pg, catalog, dsn)
     with catalog.transaction():
         catalog.add_tier("default", BUCKETS)
         catalog.add_replicaset("r1", instances=3)
         catalog.add_replicaset("r2", instances=2)
         catalog.rebalance("default")
-    for name in ("r1_1", "r1_2", "r1_3", "r2_1", "r2_2"):
+    catalog.connection.execute("CREATE TABLE landed (id bigint, port integer)")
+    return Cluster(pg, catalog, dsn)
+
+
+async def start_cluster(pg: PgServer) -> Cluster:
+    result = cataloged(pg)
+    for name in INSTANCES:
         forwarder = Forwarder(pg.port)
         await forwarder.start()
         result.forwarders[name] = forwarder
-        catalog.set_address(name, forwarder.address)
-    catalog.connection.execute("CREATE TABLE landed (id bigint, port integer)")
+        result.catalog.set_address(name, forwarder.address)
     return result
 
 

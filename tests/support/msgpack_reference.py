@@ -1,5 +1,5 @@
 """A reference model of the MessagePack-RPC codec, built on msgpack-python: what the transport's
-Rust reader (``msgpack_wire.FrameDecoder``, ``unpack_value``) and writers (``request``,
+Rust reader (``msgpack.wire.FrameDecoder``, ``unpack_value``) and writers (``request``,
 ``result``) must agree with. The property tests and the ``msgpack_wire`` fuzz target share it."""
 
 from __future__ import annotations

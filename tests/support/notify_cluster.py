@@ -34,8 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -44,6 +43,7 @@ import psycopg
 from shardline import Topology
 from shardline.topology.sources.notification import NotificationSource
 from support.notify_documents import Event, event_document, snapshot_documents
+from support.waiting import until
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS shardline_topology_state (
@@ -270,17 +270,6 @@ def expected_masters(count: int, ranges: Iterable[tuple[int, int, str | None]]) 
     for start, end, master in ranges:
         found[start - 1 : end] = [master] * (end - start + 1)
     return found
-
-
-async def until(
-    predicate: Callable[[], bool], *, timeout: float = 10.0, what: str = "condition"
-) -> None:
-    """Waits until ``predicate()`` holds (checked every millisecond)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.001)
 
 
 async def caught_up(source: NotificationSource, position: tuple[int, int]) -> None:

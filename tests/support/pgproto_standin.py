@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardline import bucket_id
-from support.forwarded_cluster import BUCKETS, Cluster, Forwarder
+from support.forwarded_cluster import BUCKETS, INSTANCES, Cluster, Forwarder, Side, cataloged
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, name_uuid
 
@@ -106,20 +106,26 @@ class Table:
     tier: str = "default"
 
 
-def _split_top(text: str, separator: str = ",") -> list[str]:
-    """``text`` split at ``separator`` outside quotes and parentheses."""
-    parts, depth, quote, start = [], 0, "", 0
+def _unquoted(text: str) -> Iterator[tuple[int, str, int]]:
+    """Each character of ``text`` outside quotes: its index, itself, and the parenthesis depth
+    once it is read (a "(" counts in, a ")" out)."""
+    depth, quote = 0, ""
     for i, char in enumerate(text):
         if quote:
             if char == quote:
                 quote = ""
         elif char in "'\"":
             quote = char
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == separator and depth == 0:
+        else:
+            depth += (char == "(") - (char == ")")
+            yield i, char, depth
+
+
+def _split_top(text: str, separator: str = ",") -> list[str]:
+    """``text`` split at ``separator`` outside quotes and parentheses."""
+    parts, start = [], 0
+    for i, char, depth in _unquoted(text):
+        if char == separator and depth == 0:
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
@@ -133,21 +139,11 @@ def _tuples(values: str) -> list[str] | None:
     while rest:
         if not rest.startswith("("):
             return rows or None  # ON CONFLICT, RETURNING...: the rows are all read
-        depth, quote = 0, ""
-        for i, char in enumerate(rest):
-            if quote:
-                if char == quote:
-                    quote = ""
-            elif char in "'\"":
-                quote = char
-            elif char == "(":
-                depth += 1
-            elif char == ")":
-                depth -= 1
-                if depth == 0:
-                    rows.append(rest[1:i])
-                    rest = rest[i + 1 :].strip()
-                    break
+        for i, char, depth in _unquoted(rest):
+            if char == ")" and depth == 0:
+                rows.append(rest[1:i])
+                rest = rest[i + 1 :].strip()
+                break
         else:
             return None
         if rest.startswith(","):
@@ -365,12 +361,8 @@ class PgprotoProxy(Forwarder):
         for session in self.sessions:
             session.stale.update(session.statements)
 
-    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        self.upstream_ports.add(up_writer.get_extra_info("sockname")[1])
-        link = (writer, up_writer)
-        self._links.add(link)
+    async def _carry(self, down: Side, up: Side) -> None:
+        (reader, writer), (up_reader, up_writer) = down, up
         session = _Session()
         self.sessions.append(session)
         try:
@@ -382,10 +374,7 @@ class PgprotoProxy(Forwarder):
         except (ConnectionError, OSError, asyncio.IncompleteReadError, struct.error):
             pass
         finally:
-            self._links.discard(link)
             self.sessions.remove(session)
-            writer.transport.abort()
-            up_writer.transport.abort()
 
     @staticmethod
     async def _handshake(
@@ -522,23 +511,17 @@ async def start_standin(pg: PgServer, tables: Mapping[str, Table] | None = None)
     """``forwarded_cluster``'s layout (r1: r1_1..r1_3, r2: r2_1, r2_2; tier ``default`` of
     :data:`BUCKETS` buckets), each instance a :class:`PgprotoProxy`; the table ``landed(id
     bigint, port integer)`` is distributed by ``id``."""
-    dsn = pg.create_schema()
-    catalog = Catalog(dsn)
-    result = Cluster(pg, catalog, dsn)
+    result = cataloged(pg)
+    catalog = result.catalog
     with catalog.transaction():
-        catalog.add_tier("default", BUCKETS)
-        catalog.add_replicaset("r1", instances=3)
-        catalog.add_replicaset("r2", instances=2)
-        catalog.rebalance("default")
         # Picodata 26.1: the release whose instances send query metadata
         catalog.set_raw("_pico_instance", "picodata_version", "26.1.1", "true", True)
     owner_of = owner_map(catalog)
-    for name in ("r1_1", "r1_2", "r1_3", "r2_1", "r2_2"):
+    for name in INSTANCES:
         proxy = PgprotoProxy(pg.port, name, tables or {"landed": LANDED}, owner_of)
         await proxy.start()
         result.forwarders[name] = proxy
         catalog.set_address(name, proxy.address)
-    catalog.connection.execute("CREATE TABLE landed (id bigint, port integer)")
     return result
 
 

@@ -1,10 +1,12 @@
 """Readable names for the uuids the topology tests use: replicaset Rn, its master instance and
 its replicas (:data:`R`, :data:`I`, and :func:`names` for a tier's map in that notation), the
-events that add them and their buckets, and helpers that apply those to a topology."""
+events that add them and their buckets (also as the rows a bucket poll returns), and helpers that
+apply those to a topology."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 
@@ -51,6 +53,20 @@ def add(n: int, tier: str = "default") -> list[ReplicasetEvent | InstanceEvent]:
 def buckets(*ranges: tuple[int, int, int]) -> list[BucketEvent]:
     """Bucket events (start, end, n): buckets start..end of the default tier held by Rn."""
     return [BucketEvent("default", start, end, R[n]) for start, end, n in ranges]
+
+
+def bucket_row(n: int, start: int, end: int, tier: str = "default", **extra: Any) -> dict[str, Any]:
+    """One element of what ``SELECT _pico_bucket(tier)`` returns: buckets ``start..end`` of
+    ``tier``, active on Rn; ``extra`` adds or overrides fields."""
+    return {
+        "bucket_id_start": start,
+        "bucket_id_end": end,
+        "current_replicaset_uuid": rs_uuid(n),
+        "target_replicaset_uuid": rs_uuid(n),
+        "state": "active",
+        "tier_name": tier,
+        **extra,
+    }
 
 
 def add_replicaset(topology: Topology, n: int, tier: str = "default") -> None:

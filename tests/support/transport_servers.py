@@ -15,6 +15,7 @@ import grpc.aio
 from shardline.discovery import InProcessDiscovery
 from shardline.transport import Handler, WorkerServer, serve_grpc
 from shardline.transport.demo_handlers import DEMO_HANDLERS
+from shardline.workers import WorkerMetadata
 
 T = TypeVar("T")
 WAIT = 20.0
@@ -25,6 +26,11 @@ RawBehaviour = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 
 def new_namespace() -> str:
     return f"transport-{next(_namespaces)}-{uuid.uuid4().hex[:8]}"
+
+
+def at(address: str) -> WorkerMetadata:
+    """A record of a worker (a fresh uid) at ``address``: what a test publishes by hand."""
+    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 @asynccontextmanager

@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -34,21 +34,35 @@ class WorkerProcess:
         return await asyncio.wait_for(self.process.wait(), READY)
 
 
+SHARDLINE_MODULE = (sys.executable, "-m", "shardline")
+
+
 @asynccontextmanager
-async def worker_process(directory: Path, *arguments: str) -> AsyncIterator[WorkerProcess]:
-    """``python -m shardline worker ARGUMENTS`` with its LocalDiscovery under `directory`;
+async def worker_process(
+    directory: Path,
+    *arguments: str,
+    command: Sequence[str] = SHARDLINE_MODULE,
+    cwd: Path | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> AsyncIterator[WorkerProcess]:
+    """``COMMAND worker ARGUMENTS`` (by default ``python -m shardline``) run from ``cwd``, in
+    ``environment`` (by default this process's), with its LocalDiscovery under ``directory``;
     killed on the way out if it is still running."""
     stderr = directory / f"worker-{uuid.uuid4().hex[:8]}.err"
+    environment = {**(os.environ if environment is None else environment)}
+    environment["XDG_RUNTIME_DIR"] = str(directory)
     with stderr.open("wb") as errors:
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "shardline",
+            *command,
             "worker",
             *arguments,
+            cwd=cwd,
             stdout=asyncio.subprocess.PIPE,
             stderr=errors,
-            env={**os.environ, "XDG_RUNTIME_DIR": str(directory)},
+            env={
+                **(os.environ if environment is None else environment),
+                "XDG_RUNTIME_DIR": str(directory),
+            },
         )
     try:
         yield WorkerProcess(process, stderr)

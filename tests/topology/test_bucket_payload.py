@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +16,12 @@ from hypothesis import strategies as st
 from shardline import InvalidEvent, Topology
 from shardline.topology.sources import BucketPayload, BucketSnapshot, PollingSource, apply_change
 from shardline.topology.sources import polling as polling_module
-from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
 from support.polling import run_polled, seed_tier, started
 from support.replicasets import add_replicaset, rs_uuid
+from support.replicasets import bucket_row as row
 
 COUNT = 3000
-
-
-def row(n: int, start: int, end: int, tier: str = "default", **extra: Any) -> dict[str, Any]:
-    return {
-        "bucket_id_start": start,
-        "bucket_id_end": end,
-        "current_replicaset_uuid": rs_uuid(n),
-        "target_replicaset_uuid": rs_uuid(n),
-        "state": "active",
-        "tier_name": tier,
-        **extra,
-    }
 
 
 SEED = [row(1, 1, 1000), row(2, 1001, 2000), row(3, 2001, 3000)]
@@ -305,40 +292,19 @@ def test_a_payload_needs_a_tier_and_a_text(tier: str, text: Any, message: str) -
 
 # memory
 
-MEASURE = r"""
-import gc, re, sys
-from shardline import InvalidEvent, Topology
-
-def status(field):
-    text = open("/proc/self/status").read()
-    return int(re.search(field + r":\s+(\d+) kB", text).group(1)) * 1024
-
-data = open(sys.argv[1], "rb").read()
-text = data.decode() if sys.argv[2] == "str" else data
-del data
-topology = Topology()
-topology.apply_tiers({"t": 2**32 - 1})
-gc.collect()
-open("/proc/self/clear_refs", "w").write("5")  # the high-water mark restarts from here
-base = status("VmRSS")
-try:
-    outcome = "applied" if topology.apply_bucket_snapshot("t", text) else "unchanged"
-except InvalidEvent:
-    outcome = "rejected"
-print(outcome, status("VmHWM") - base)
-"""
+PEAK_MEMORY = Path(__file__).parent.parent / "support" / "poll_peak_memory.py"
 
 
 def measure(path: Path, form: str) -> tuple[str, int]:
     """``(outcome, extra bytes at the peak)`` of a fresh process applying the text in ``path``."""
     done = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(path), form],
+        [sys.executable, "-P", PEAK_MEMORY, path, form],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    outcome, extra = done.stdout.split()
+    outcome, extra, _seconds = done.stdout.split()
     return outcome, int(extra)
 
 
@@ -377,12 +343,6 @@ def test_a_poll_costs_at_most_four_times_its_size(
 
 
 # PollingSource
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
 
 
 async def test_polling_reads_a_changed_map_once_and_an_unchanged_one_never(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,11 +19,12 @@ from shardline.topology.sources import (
     BucketSnapshot,
     TopologyChange,
     TopologySnapshot,
-    TopologySource,
 )
 from shardline.topology.sources.empty_maps import EmptyMapWatch
-from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
+from support.polling import seed_tier
+from support.queued_source import QueuedSource
+from support.waiting import until
 
 LOGGER = "shardline.topology.sources"
 RS1, RS2 = "00000000-0000-0000-0002-000000000001", "00000000-0000-0000-0002-000000000002"
@@ -35,44 +36,21 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
 
 
-async def eventually(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
-class ScriptedSource(TopologySource):
-    """A source handing out what the test queues; a queued snapshot counts as a complete
-    refresh, as a real source's first read does. ``run`` records the threshold it was given."""
+class ScriptedSource(QueuedSource):
+    """A queued snapshot counts as a complete refresh, as a real source's first read does;
+    ``run`` records the threshold it was given."""
 
     def __init__(self, *changes: Any) -> None:
-        super().__init__("scripted")
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        super().__init__(*changes)
         self.thresholds: list[float | None] = []
-        for change in changes:
-            self.queue.put_nowait(change)
 
     async def run(self, topology: Topology, *, warn_empty_after: float | None = 1.0) -> None:
         self.thresholds.append(warn_empty_after)
         await super().run(topology, warn_empty_after=warn_empty_after)
 
-    async def _changes(self) -> AsyncIterator[TopologyChange]:
-        while (change := await self.queue.get()) is not None:
-            if isinstance(change, TopologySnapshot):
-                self._recorder.refreshed()
-            yield change
-
-    async def refresh(self) -> bool:
-        return True
-
-    def trigger(self) -> None:
-        pass
-
-    def resync(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        self.queue.put_nowait(None)
+    def _handing_out(self, change: TopologyChange) -> None:
+        if isinstance(change, TopologySnapshot):
+            self._recorder.refreshed()
 
 
 def snapshot(*tiers: str) -> TopologySnapshot:
@@ -112,7 +90,7 @@ async def test_topology_discovery_passes_its_threshold_to_the_sources_run(
     try:
         await asyncio.wait_for(anext(discovery), 10)
         source.queue.put_nowait(ReplicasetEvent("delete", RS2))  # clears the map
-        await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+        await until(lambda: any("has been empty" in line for _, line in lines(caplog)))
     finally:
         await discovery.aclose()
         await source.aclose()
@@ -165,22 +143,11 @@ def test_connect_refuses_a_threshold_that_is_not_a_positive_time(after: Any) -> 
         connect("postgresql://127.0.0.1:1/nowhere", tier="default", warn_empty_after=after)
 
 
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    """An empty catalog in a schema of its own."""
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
-
-
 @pytest.mark.async_timeout(60)
 async def test_a_picodata_client_warns_after_its_threshold(
     catalog: Catalog, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with catalog.transaction():
-        catalog.add_tier("default", 3000)
-        catalog.add_replicaset("r1", "default")
-        catalog.add_replicaset("r2", "default")
-        catalog.rebalance("default")
+    seed_tier(catalog, 2)
     caplog.set_level(logging.INFO, logger=LOGGER)
 
     async with connect(catalog.dsn, tier="default", warn_empty_after=0.2) as db:
@@ -188,7 +155,7 @@ async def test_a_picodata_client_warns_after_its_threshold(
             catalog.expel_replicaset("r2")
             catalog.fail_buckets("default")
         await db.refresh()
-        await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+        await until(lambda: any("has been empty" in line for _, line in lines(caplog)))
     (warning,) = [line for level, line in lines(caplog) if "has been empty" in line]
     assert "the map of tier 'default' has been empty for" in warning
 
@@ -238,7 +205,7 @@ async def test_a_running_source_says_so_of_a_tier_never_filled(
     source = ScriptedSource(snapshot("fresh"))
     task = asyncio.create_task(source.run(topology, warn_empty_after=0.1))
     try:
-        await eventually(lambda: any("held no ranges" in line for _, line in lines(caplog)))
+        await until(lambda: any("held no ranges" in line for _, line in lines(caplog)))
     finally:
         await source.aclose()
         await asyncio.wait_for(task, 10)

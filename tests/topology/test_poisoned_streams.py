@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -24,22 +23,23 @@ from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.registration import Record
 from shardline.registration.etcd_store import EtcdRecordStore
-from shardline.topology.sources import PollingSource, TopologyChange, TopologySnapshot
+from shardline.topology.sources import PollingSource, TopologySnapshot
 from shardline.topology.sources.notification import NotificationSource
-from shardline.topology.sources.source import TopologySource
 from shardline.workers import WorkerMetadata
 from support.discovery_contract import kinds, take
 from support.etcd_helpers import with_store
 from support.etcd_server import EtcdServer
 from support.fakes import Session, Transport
 from support.local_discovery import write_by_hand
-from support.notify_cluster import NotifyCluster, install, running, until, view
+from support.notify_cluster import NotifyCluster, install, running, view
 from support.notify_documents import event_document, raw, snapshot_documents
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog, topology_state
 from support.polling import run_polled, seed_tier, started
+from support.queued_source import QueuedSource
 from support.registration_contract import take as take_changes
 from support.replicasets import I, R, add, buckets
+from support.waiting import until
 from support.workers import worker
 
 DEEP = b"[" * 20_000 + b"]" * 20_000
@@ -318,43 +318,12 @@ async def test_a_transport_that_raises_or_hands_over_a_lone_surrogate_never_ends
         assert dict(source.state.failures) == {"connect": 1, "malformed-row": 1}
 
 
-class _Scripted(TopologySource):
-    """A source of one's own: hands out ``script`` once, then waits to be closed."""
-
-    def __init__(self, script: Sequence[TopologyChange]) -> None:
-        super().__init__("scripted")
-        self._script = script
-        self._closing = asyncio.Event()
-        self.resyncs = 0
-
-    async def _changes(self) -> AsyncIterator[TopologyChange]:
-        try:
-            for change in self._script:
-                yield change
-            await self._closing.wait()
-        finally:
-            self._iterating = False
-
-    async def refresh(self) -> bool:
-        return True
-
-    def trigger(self) -> None:
-        pass
-
-    def resync(self) -> None:
-        self.resyncs += 1
-
-    async def aclose(self) -> None:
-        self._closed = True
-        self._closing.set()
-
-
 async def test_run_counts_any_exception_a_change_raises_as_rejected_and_goes_on() -> None:
     first = ReplicasetEvent("replace", R[1], tier="default")
     # wrong types: a uuid that is an int makes applying the snapshot raise AttributeError
     broken = TopologySnapshot({"default": 3000}, (ReplicasetEvent("replace", 5, tier="default"),))
     last = ReplicasetEvent("replace", R[2], tier="default")
-    source = _Scripted([TopologySnapshot({"default": 3000}, (first,)), broken, last])
+    source = QueuedSource(TopologySnapshot({"default": 3000}, (first,)), broken, last)
 
     async def scenario() -> Topology:
         topology = Topology()

@@ -9,13 +9,11 @@ import asyncio
 import logging
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry
 
 from shardline import BucketEvent, InstanceEvent, ReplicasetEvent, Topology
 from shardline._histogram import DURATION_BUCKETS, LAG_BUCKETS, Histogram
@@ -28,24 +26,11 @@ from support.forwarded_cluster import cluster
 from support.notify_cluster import NotifyCluster, caught_up, install
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
+from support.polling import seed_tier
+from support.prometheus import scrape
+from support.waiting import until
 
 LOGGER = "shardline.topology.sources"
-
-
-@pytest.fixture
-def catalog(pg: PgServer) -> Iterator[Catalog]:
-    """An empty catalog in a schema of its own."""
-    with Catalog(pg.create_schema()) as catalog:
-        yield catalog
-
-
-def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
@@ -166,20 +151,10 @@ def test_the_default_threshold_is_half_a_minute() -> None:
 # a polled catalog: durations scraped, an empty map warned about while the source runs
 
 
-async def eventually(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 async def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
     catalog: Catalog, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with catalog.transaction():
-        catalog.add_tier("default", 3000)
-        catalog.add_replicaset("r1", "default")
-        catalog.add_replicaset("r2", "default")
-        catalog.rebalance("default")
+    seed_tier(catalog, 2)
     caplog.set_level(logging.INFO, logger=LOGGER)
 
     topology = Topology()
@@ -188,7 +163,7 @@ async def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
     register(registry, sources={"catalog": source})
     task = asyncio.create_task(source.run(topology, warn_empty_after=0.2))
     try:
-        await eventually(lambda: source.state.attempts > 0)
+        await until(lambda: source.state.attempts > 0)
         assert await source.refresh()
         assert topology.map_stats("default").ranges == 2
         with catalog.transaction():  # r2 leaves: the map is cleared; its buckets fail
@@ -196,7 +171,7 @@ async def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
             catalog.fail_buckets("default")
         assert not await source.refresh()
         assert topology.map_stats("default").empty_since is not None
-        await eventually(
+        await until(
             lambda: any(
                 level == logging.WARNING and "has been empty" in line
                 for level, line in lines(caplog)
@@ -206,7 +181,7 @@ async def test_a_polled_catalog_is_timed_and_its_empty_map_warned_about(
             catalog.heal_buckets("default")
             catalog.rebalance("default")
         assert await source.refresh()
-        await eventually(lambda: any("holds ranges again" in line for _, line in lines(caplog)))
+        await until(lambda: any("holds ranges again" in line for _, line in lines(caplog)))
         state = source.state
         samples = scrape(registry)
     finally:
@@ -267,10 +242,10 @@ async def test_a_map_cleared_by_a_notification_is_warned_about_while_the_stream_
             cluster.publish(ReplicasetEvent("delete", r2))  # clears the map; then quiet
             await caught_up(source, cluster.position)
             assert topology.map_stats("default").empty_since is not None
-            await eventually(lambda: any("has been empty" in line for _, line in lines(caplog)))
+            await until(lambda: any("has been empty" in line for _, line in lines(caplog)))
             cluster.publish(BucketEvent("default", 1, 3000, r1))
             await caught_up(source, cluster.position)
-            await eventually(lambda: any("holds ranges again" in line for _, line in lines(caplog)))
+            await until(lambda: any("holds ranges again" in line for _, line in lines(caplog)))
             state, samples = source.state, scrape(registry)
         finally:
             await source.aclose()

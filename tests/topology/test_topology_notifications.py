@@ -39,13 +39,13 @@ from support.notify_cluster import (
     install,
     masters,
     running,
-    until,
     view,
 )
 from support.notify_documents import Event, event_document, raw, snapshot_documents
 from support.pg_server import PgServer
 from support.replicasets import I, R, add, buckets
 from support.strategies import TIERS, valid_events
+from support.waiting import until
 
 DSN = "postgresql://u:secret@x:5432/db"
 

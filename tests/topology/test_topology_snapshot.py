@@ -8,19 +8,7 @@ import pytest
 
 from shardline import BucketEvent, InvalidEvent, Topology
 from support.replicasets import add_replicaset, names, rs_uuid
-
-
-def row(n: int, start: int, end: int, tier: str = "default") -> dict[str, object]:
-    """One element of what `SELECT _pico_bucket(tier)` returns."""
-    return {
-        "bucket_id_start": start,
-        "bucket_id_end": end,
-        "current_replicaset_uuid": rs_uuid(n),
-        "target_replicaset_uuid": rs_uuid(n),
-        "state": "active",
-        "tier_name": tier,
-    }
-
+from support.replicasets import bucket_row as row
 
 SEED_ROWS = [row(1, 1, 1000), row(2, 1001, 2000), row(3, 2001, 3000)]
 

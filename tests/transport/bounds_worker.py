@@ -33,7 +33,7 @@ from shardline.discovery import InProcessDiscovery
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.event_loop import run
 from shardline.transport.limits import WorkerLimits
-from shardline.transport.msgpack_server import MAX_IN_FLIGHT, serve_msgpack
+from shardline.transport.msgpack.server import MAX_IN_FLIGHT, serve_msgpack
 
 _hogged: list[int] = []
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import encode_record
 from shardline.transport.demo_handlers import DEMO_HANDLERS
-from shardline.transport.msgpack_server import serve_msgpack
+from shardline.transport.msgpack.server import serve_msgpack
 
 
 async def hold(payload: Any) -> None:
@@ -25,11 +26,16 @@ async def hold(payload: Any) -> None:
     await asyncio.Event().wait()
 
 
-async def main(directory: str, namespace: str, address: str) -> None:
+async def serve_until_terminated(
+    handlers: Mapping[str, Any], directory: str, namespace: str, address: str
+) -> None:
+    """Serves ``handlers`` at ``address``, announced through LocalDiscovery under
+    ``directory``; prints the record on stdout once it serves; stops on SIGTERM. Also the main
+    of ``stream_worker.py``."""
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     discovery = LocalDiscovery(namespace, directory=directory, poll_interval=0.01)
-    server = await serve_msgpack({**DEMO_HANDLERS, "hold": hold}, address, discovery)
+    server = await serve_msgpack(handlers, address, discovery)
     print(encode_record(server.metadata).decode(), flush=True)
     await stopping.wait()
     await server.stop(0)
@@ -37,4 +43,4 @@ async def main(directory: str, namespace: str, address: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(serve_until_terminated({**DEMO_HANDLERS, "hold": hold}, *sys.argv[1:4]))

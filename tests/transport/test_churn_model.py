@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline.transport.churn import _RESUME_SECONDS, _ROUNDING, AcceptGate
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.log_throttle import LogThrottle
+from shardline.transport.msgpack.churn import _RESUME_SECONDS, _ROUNDING, AcceptGate
 
 # Timers due within this of the clock run: a pause ends when a bucket refills to its mark,
 # which floating point may put a hair after the instant the model computes.

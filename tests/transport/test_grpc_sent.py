@@ -15,7 +15,7 @@ import pytest
 from shardline import TransientRpcError, WorkerMetadata
 from shardline.errors import RpcError
 from shardline.transport import RetryElsewhere, Task
-from shardline.transport.connection import GrpcConnection
+from shardline.transport.grpc.connection import GrpcConnection
 from support.transport_servers import WAIT, raw_server, worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]

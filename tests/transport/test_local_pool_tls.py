@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardline.transport import LocalPool, Task
-from shardline.transport.msgpack_wire import record_address
+from shardline.transport.msgpack.wire import record_address
 from support.certificates import Certificates, make_certificates
 from support.transport_servers import WAIT
 

@@ -25,13 +25,12 @@ from hypothesis import strategies as st
 
 from shardline import TransientRpcError, WorkerMetadata
 from shardline.discovery import InProcessDiscovery
-from shardline.errors import WorkerError
+from shardline.errors import InvalidArgumentType, WorkerError
 from shardline.transport import LocalPool, Task
-from shardline.transport import msgpack_stream_wire as stream_wire
-from shardline.transport import msgpack_wire as wire
 from shardline.transport.limits import WorkerLimits
-from shardline.transport.msgpack_connection import MsgpackConnection
-from shardline.transport.msgpack_server import serve_msgpack
+from shardline.transport.msgpack import stream_wire, wire
+from shardline.transport.msgpack.connection import MsgpackConnection
+from shardline.transport.msgpack.server import serve_msgpack
 from support.certificates import make_certificates
 from support.transport_servers import WAIT
 from support.worker_processes import worker_process
@@ -610,8 +609,9 @@ def test_limits_are_checked_and_read_back_from_their_settings() -> None:
         WorkerLimits.parse(["max_cals=7"])
     with pytest.raises(ValueError, match="'seven' is not a number"):
         WorkerLimits.parse(["max_calls=seven"])
-    with pytest.raises(ValueError, match="max_calls must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_calls must be an int >= 1, got 0") as caught:
         WorkerLimits(max_calls=0)
+    assert not isinstance(caught.value, TypeError)  # the right type, a wrong value
     with pytest.raises(ValueError, match="hello_timeout must be a positive finite"):
         WorkerLimits(hello_timeout=float("inf"))
     churn = WorkerLimits(accept_rate=9.5, violation_burst=3, violation_rate=0.5, log_interval=60.0)
@@ -626,6 +626,10 @@ def test_limits_are_checked_and_read_back_from_their_settings() -> None:
     )
     with pytest.raises(ValueError, match="violation_rate must be a positive finite number, got 0"):
         WorkerLimits(violation_rate=0)
+    # a wrong type is also a TypeError
+    for wrong_type in ({"max_calls": "7"}, {"max_calls": 7.0}, {"idle_timeout": True}):
+        with pytest.raises(InvalidArgumentType, match=next(iter(wrong_type))):
+            WorkerLimits(**wrong_type)
 
 
 async def test_the_worker_command_takes_limits(tmp_path: Path) -> None:

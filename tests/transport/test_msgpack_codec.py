@@ -1,4 +1,4 @@
-"""The MessagePack-RPC codec in the Rust core (``msgpack_wire.FrameDecoder``, ``unpack_value``,
+"""The MessagePack-RPC codec in the Rust core (``msgpack.wire.FrameDecoder``, ``unpack_value``,
 ``request``, ``result``) against msgpack-python (``msgpack_reference``): the same values read
 from the same bytes however a socket splits them, the same refusals, the same bytes written, the
 hot path's messages handed over taken apart, and hostile headers refused before any memory is
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardline import _core
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.wire import MalformedMessage
+from shardline.transport.msgpack import wire
+from shardline.transport.task import MalformedMessage
 from support import msgpack_reference as reference
 
 

@@ -9,7 +9,6 @@ import asyncio
 import socket
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,20 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline import RpcError, TransientRpcError, WorkerMetadata
+from shardline import RpcError, TransientRpcError
 from shardline.discovery import InProcessDiscovery
 from shardline.transport import Task
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.msgpack_connection import MsgpackConnection
-from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
+from shardline.transport.msgpack import wire
+from shardline.transport.msgpack.connection import MsgpackConnection
+from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
 from support import msgpack_reference as reference
-from support.transport_servers import WAIT, new_namespace
+from support.transport_servers import WAIT, at, new_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 class Peer:

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -31,12 +30,15 @@ from shardline.discovery import InProcessDiscovery
 from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.record import decode_record
 from shardline.errors import WorkerError
-from shardline.transport import Handler, Task, msgpack_server
-from shardline.transport import msgpack_wire as wire
+from shardline.transport import Handler, Task
 from shardline.transport.demo_handlers import DEMO_HANDLERS
-from shardline.transport.msgpack_connection import MsgpackConnection
-from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
-from support.transport_servers import WAIT, new_namespace
+from shardline.transport.msgpack import server as msgpack_server
+from shardline.transport.msgpack import wire
+from shardline.transport.msgpack.connection import MsgpackConnection
+from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
+from support.held import HeldThread
+from support.transport_servers import WAIT, at, new_namespace
+from support.waiting import until
 
 pytestmark = [
     pytest.mark.integration,
@@ -45,10 +47,6 @@ pytestmark = [
 
 WORKER_SCRIPT = Path(__file__).with_name("msgpack_worker.py")
 READY = 15.0
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 @asynccontextmanager
@@ -154,22 +152,17 @@ async def test_a_hundred_concurrent_calls_share_one_socket() -> None:
 
 
 async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
-    began, released = threading.Event(), threading.Event()
-
-    def blocking(payload: Any) -> str:
-        began.set()
-        released.wait(WAIT)  # blocks its thread on purpose, until the other call is answered
-        return "blocking"
+    held = HeldThread()  # blocks its thread on purpose, until the other call is answered
 
     async def scenario() -> list[str]:
         async with (
-            worker({**DEMO_HANDLERS, "blocking": blocking}) as server,
+            worker({**DEMO_HANDLERS, "blocking": held.handler}) as server,
             connection(server) as opened,
         ):
             slow = asyncio.ensure_future(opened.dispatch(Task("blocking")))
-            assert await asyncio.to_thread(began.wait, WAIT)
+            await held.begun()
             fast = await opened.dispatch(Task("echo", "fast"))
-            released.set()
+            held.release()
             return [fast, await slow]
 
     assert await scenario() == ["fast", "blocking"]
@@ -475,7 +468,7 @@ async def test_garbage_closes_only_that_connection(
             writer.close()
             assert await opened.dispatch(Task("echo", 2)) == 2
 
-    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
+    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack.server"):
         await scenario()
     assert "closing the connection of the client at" in caplog.text
 
@@ -497,7 +490,7 @@ async def test_an_oversized_frame_from_a_client_closes_only_its_connection(
                 await big.dispatch(Task("echo", b"x" * 20_000))
             big.close()
 
-    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
+    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack.server"):
         await scenario()
     assert "a frame over the limit of 10000 bytes" in caplog.text
 
@@ -715,7 +708,7 @@ async def test_a_client_of_another_version_is_refused(caplog: pytest.LogCaptureF
             assert [message[1] for message in messages] == ["shardline.hello"], "then closed"
             writer.close()
 
-    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack_server"):
+    with caplog.at_level(logging.ERROR, "shardline.transport.msgpack.server"):
         await scenario()
     assert "speaks shardline msgpack-rpc version 2, this side speaks version 1" in caplog.text
 
@@ -951,10 +944,6 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it
     async def big(payload: Any) -> bytes:
         return b"x" * 1_000_000
 
-    async def until(condition: Any) -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
     async with worker({"big": big}) as server:
         # a small receive buffer: the kernel must not absorb the answers
         reader, writer = await raw_client(server, receive_buffer=4096)
@@ -970,10 +959,6 @@ async def test_a_client_that_does_not_read_its_answers_is_not_read_from_until_it
 
 
 async def test_the_socket_closes_after_the_last_connection_and_its_last_call() -> None:
-    async def until(condition: Any) -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
     release, started = asyncio.Event(), asyncio.Event()
 
     async def wait(payload: Any) -> str:

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from shardline.errors import RpcError, TransientRpcError, WorkerError
 from shardline.transport import GrpcConnection, LocalPool, MsgpackConnection, Task
-from shardline.transport import msgpack_wire as wire
+from shardline.transport.grpc.wire import ReplyError, decode_reply
+from shardline.transport.msgpack import wire
 from shardline.transport.remote_errors import (
     BUILTIN_TYPES,
     MAX_TRACEBACK_CHARS,
@@ -26,7 +27,7 @@ from shardline.transport.remote_errors import (
     builtin_base,
     remote_traceback,
 )
-from shardline.transport.wire import MalformedMessage, ReplyError, decode_reply
+from shardline.transport.task import MalformedMessage
 from shardline.workers import WorkerMetadata
 from support import remote_error_handlers
 from support.remote_error_handlers import DEPTH_LIMIT, HANDLERS

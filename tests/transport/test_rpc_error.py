@@ -11,8 +11,8 @@ import pytest
 
 from shardline import RpcError, TransientRpcError
 from shardline.errors import RpcReason
-from shardline.transport import msgpack_connection
-from shardline.transport import msgpack_wire as wire
+from shardline.transport.msgpack import connection as msgpack_connection
+from shardline.transport.msgpack import wire
 
 
 @pytest.mark.parametrize("kind", [RpcError, TransientRpcError])

@@ -90,7 +90,10 @@ async def test_a_stalled_worker_is_ejected_the_others_serve_and_nothing_runs_twi
             health = pool.proxy.health(uid)
             assert health is not None
             assert health.state in ("ejected", "probing")
-            assert health.reason == "stuck"
+            # stuck, or, on a loaded machine where the recent latency puts the stuck
+            # threshold past the 0.25 s deadline, deadline misses in a row; the stuck rule
+            # alone is the next test's
+            assert health.reason in ("stuck", "failures"), health
         # resumed: it answers again once its ejection is over and a probe succeeds
         await until(
             lambda: (

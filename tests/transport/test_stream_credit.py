@@ -12,10 +12,9 @@ from collections.abc import AsyncIterator
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardline.transport import msgpack_stream_wire as stream_wire
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.msgpack_stream import MsgpackStream, StreamFeed
-from shardline.transport.msgpack_stream_worker import StreamProducer
+from shardline.transport.msgpack import stream_wire, wire
+from shardline.transport.msgpack.stream import MsgpackStream, StreamFeed
+from shardline.transport.msgpack.stream_worker import StreamProducer
 
 # The producer's task runs when the loop turns: a few turns let it take every step a grant
 # allows (each step is one turn at most: the generator below never waits).

@@ -28,9 +28,10 @@ from shardline import (
 )
 from shardline.discovery.record import decode_record
 from shardline.transport import LocalPool, Task, connect
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.msgpack_stream_wire import DEFAULT_WINDOW
+from shardline.transport.msgpack import wire
+from shardline.transport.msgpack.stream_wire import DEFAULT_WINDOW
 from shardline.workers import DiscoveryEvent
+from support.delegate_balancers import InAdmissionOrder
 from support.transport_servers import new_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60.0)]
@@ -430,24 +431,10 @@ async def test_before_its_first_item_a_stream_follows_dispatchs_delivery_rules(
                 assert runs.read_text().split() == [str(held)]
 
 
-class PrimaryFirst:
-    """A balancer of the async-generator protocol alone (no ``select``): the pool's workers in
-    admission order, the next one after a failure."""
-
-    async def delegate(self, task: Any, *, context: Any) -> AsyncIterator[uuid.UUID]:
-        for uid in list(context.workers):
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
-
-
 async def test_a_delegate_balancer_streams_and_offers_the_next_worker_after_a_failure(
     tmp_path: Path,
 ) -> None:
-    async with tcp_workers(tmp_path, 2, loadbalancer=PrimaryFirst()) as (records, proxy):
+    async with tcp_workers(tmp_path, 2, loadbalancer=InAdmissionOrder()) as (records, proxy):
         dead = records[0].pid
         os.kill(dead, signal.SIGKILL)
 

@@ -32,11 +32,11 @@ from shardline.transport import (
     serve_grpc,
     serve_msgpack,
 )
-from shardline.transport import msgpack_wire as wire
 from shardline.transport.demo_handlers import DEMO_HANDLERS
+from shardline.transport.grpc.server import WorkerServer
 from shardline.transport.limits import WorkerLimits
-from shardline.transport.msgpack_server import MsgpackWorkerServer
-from shardline.transport.server import WorkerServer
+from shardline.transport.msgpack import wire
+from shardline.transport.msgpack.server import MsgpackWorkerServer
 from shardline.workers import WorkerMetadata
 from support.certificates import Certificates, make_certificates
 from support.transport_servers import WAIT, new_namespace
@@ -257,7 +257,7 @@ async def test_a_bad_certificate_is_refused_at_once_saying_why(
 async def test_a_worker_logs_the_tls_handshakes_it_refuses_one_line_per_interval(
     certificates: Certificates, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "shardline.transport.msgpack_server")
+    caplog.set_level(logging.WARNING, "shardline.transport.msgpack.server")
     limits = WorkerLimits(log_interval=60.0)
     async with worker("msgpack", certificates.serving(mutual=True), limits=limits) as server:
         assert isinstance(server, MsgpackWorkerServer)

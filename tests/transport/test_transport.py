@@ -7,10 +7,10 @@ import dataclasses
 import gc
 import shutil
 import subprocess
-import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +18,23 @@ import grpc
 import grpc.aio
 import pytest
 
-from shardline import OutcomeUnknown, RpcError, TransientRpcError, WorkerMetadata, WorkerProxy
+from shardline import OutcomeUnknown, RpcError, TransientRpcError, WorkerProxy
 from shardline.discovery import InProcessDiscovery
 from shardline.errors import InvalidRecord, WorkerError
 from shardline.transport import GrpcConnection, Handler, RetryElsewhere, Task, serve_grpc
 from shardline.transport.demo_handlers import DEMO_HANDLERS
-from shardline.transport.wire import (
-    BAD_RESULT,
-    MAX_MESSAGE_BYTES,
-    UNKNOWN_HANDLER,
-    ReplyError,
-    decode_reply,
-    encode_error,
-    encode_request,
-)
+from shardline.transport.grpc.wire import ReplyError, decode_reply, encode_error, encode_request
+from shardline.transport.task import BAD_RESULT, MAX_MESSAGE_BYTES, UNKNOWN_HANDLER
+from shardline.workers import WorkerMetadata
 from support.discovery_contract import kinds, take
-from support.held import Held
-from support.transport_servers import WAIT, new_namespace, raw_server, worker
+from support.held import Held, HeldThread
+from support.transport_servers import WAIT, at, new_namespace, raw_server, worker
+from support.waiting import until
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.async_timeout(WAIT),
 ]  # each async test, start to finish
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 def named(name: str, **more: Handler) -> dict[str, Handler]:
@@ -53,11 +44,6 @@ def named(name: str, **more: Handler) -> dict[str, Handler]:
         return name
 
     return {**DEMO_HANDLERS, "whoami": whoami, **more}
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        await asyncio.sleep(0.005)
 
 
 # --- round trips ---------------------------------------------------------------------------
@@ -105,15 +91,10 @@ async def test_a_proxy_over_in_process_discovery_spreads_tasks_over_grpc_workers
 
 
 async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() -> None:
-    began, released = threading.Event(), threading.Event()
-
-    def blocking(payload: Any) -> str:
-        began.set()
-        released.wait(WAIT)  # blocks its thread on purpose, until the other call is answered
-        return "blocking"
+    held = HeldThread()  # blocks its thread on purpose, until the other call is answered
 
     async def scenario() -> list[str]:
-        async with worker(handlers=named("a", blocking=blocking)) as server:
+        async with worker(handlers=named("a", blocking=held.handler)) as server:
             connection = GrpcConnection(server.metadata)
             finished: list[str] = []
 
@@ -121,9 +102,9 @@ async def test_a_sync_handler_runs_in_a_thread_and_does_not_block_other_calls() 
                 finished.append(await connection.dispatch(Task(handler)))
 
             slow = asyncio.create_task(call("blocking"))
-            assert await asyncio.to_thread(began.wait, WAIT)
+            await held.begun()
             await call("whoami")
-            released.set()
+            held.release()
             await slow
             connection.close()
             return finished
@@ -332,37 +313,40 @@ async def test_through_a_proxy_a_handler_error_keeps_the_worker_and_a_transient_
             assert {metadata.uid for metadata in proxy.workers} == pooled
 
 
-async def test_through_a_proxy_a_worker_answering_internal_is_evicted() -> None:
-
+@asynccontextmanager
+async def good_and_internal() -> AsyncIterator[tuple[WorkerProxy, WorkerMetadata]]:
+    """A proxy (quorum 2) over a worker answering "good" and a raw server answering INTERNAL
+    to every call; yields the proxy and the raw server's record."""
     namespace = new_namespace()
     async with worker(namespace, named("good")), raw_server(_abort_internal) as address:
         broken = at(address)
         await InProcessDiscovery(namespace).publisher.publish("worker-added", broken)
         discovery = InProcessDiscovery(namespace).subscribe()
         async with WorkerProxy(discovery=discovery, connect=GrpcConnection, quorum=2) as proxy:
-            results = []
-            for _ in range(3):
-                try:
-                    results.append(await proxy.dispatch(Task("whoami")))
-                except OutcomeUnknown as error:  # the call reached it: not sent again
-                    results.append(error.address)
-            assert sorted(results) == sorted(["good", "good", broken.address])
-            assert broken.uid not in {metadata.uid for metadata in proxy.workers}
-            assert len(proxy.workers) == 1
+            yield proxy, broken
+
+
+async def test_through_a_proxy_a_worker_answering_internal_is_evicted() -> None:
+
+    async with good_and_internal() as (proxy, broken):
+        results = []
+        for _ in range(3):
+            try:
+                results.append(await proxy.dispatch(Task("whoami")))
+            except OutcomeUnknown as error:  # the call reached it: not sent again
+                results.append(error.address)
+        assert sorted(results) == sorted(["good", "good", broken.address])
+        assert broken.uid not in {metadata.uid for metadata in proxy.workers}
+        assert len(proxy.workers) == 1
 
 
 async def test_through_a_proxy_an_idempotent_task_goes_on_past_a_worker_answering_internal() -> (
     None
 ):
-    namespace = new_namespace()
-    async with worker(namespace, named("good")), raw_server(_abort_internal) as address:
-        broken = at(address)
-        await InProcessDiscovery(namespace).publisher.publish("worker-added", broken)
-        discovery = InProcessDiscovery(namespace).subscribe()
-        async with WorkerProxy(discovery=discovery, connect=GrpcConnection, quorum=2) as proxy:
-            for _ in range(3):
-                assert await proxy.dispatch(Task("whoami", idempotent=True)) == "good"
-            assert broken.uid not in {metadata.uid for metadata in proxy.workers}
+    async with good_and_internal() as (proxy, broken):
+        for _ in range(3):
+            assert await proxy.dispatch(Task("whoami", idempotent=True)) == "good"
+        assert broken.uid not in {metadata.uid for metadata in proxy.workers}
 
 
 async def test_a_worker_that_went_away_fails_transiently() -> None:

@@ -4,7 +4,6 @@ both transports, each reached by the connection its record's scheme names."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 
@@ -20,16 +19,12 @@ from shardline.transport import (
 )
 from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.workers import WorkerMetadata
-from support.transport_servers import WAIT, new_namespace
+from support.transport_servers import WAIT, at, new_namespace
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.async_timeout(WAIT),
 ]  # each async test, start to finish
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 async def test_serve_defaults_to_msgpack_and_records_carry_their_scheme() -> None:

@@ -142,7 +142,7 @@ async def local_worker(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "shardline.transport.local_worker",
+        "shardline.transport.local.worker",
         "--handlers", SPEC,
         "--namespace", namespace,
         "--directory", str(directory),

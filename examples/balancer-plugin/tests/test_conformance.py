@@ -5,8 +5,8 @@ from collections.abc import Callable
 import pytest
 from shardline_example_balancer import ShuffleLoadBalancer
 
+from shardline.balancer_conformance import CHECKS
 from shardline.balancers import balancer_names, create_balancer
-from shardline.testing import CHECKS
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)

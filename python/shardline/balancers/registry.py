@@ -17,7 +17,7 @@ the name gets its own balancer. A balancer that needs settings is registered as 
 builds it with the settings its service wants by default; one that cannot be built without the
 caller's objects (such as :class:`~shardline.BucketLoadBalancer`, which needs a topology and a
 tier) is not registered, and is passed as an object instead. Names are matched exactly (case
-included). Check a plugin with :func:`shardline.testing.check_balancer`.
+included). Check a plugin with :func:`shardline.balancer_conformance.check_balancer`.
 
 shardline registers its own: ``round-robin`` (:class:`~shardline.RoundRobinLoadBalancer`, the
 proxy's default), ``weighted`` (:class:`~shardline.WeightedRoundRobinLoadBalancer`),

@@ -54,6 +54,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024
+"""The longest record, encoded, in bytes: longer is refused on both sides."""
 MAX_DEPTH = 32
 """The deepest nesting of arrays and objects a record may have, its own object included."""
 MAX_PUBLISHED = 32_503_680_000.0

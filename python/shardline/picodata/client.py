@@ -19,12 +19,13 @@ with requires_extra("pg", __name__):
 
 from shardline._core import Instance, RouteExplanation, Topology, WorkerPool
 from shardline._tasks import cancel_and_wait
-from shardline.checks import check_count, check_seconds
+from shardline.checks import check_count, check_seconds, refusal
 from shardline.errors import (
     DeadlineExceeded,
     InstanceUnavailable,
     InvalidAddress,
     InvalidArgument,
+    InvalidArgumentType,
     NotPicodata,
     NoWorkersAvailable,
     TierWithoutBuckets,
@@ -363,9 +364,11 @@ def connect(
             Picodata allows it with reads on the leader only, so ``read_only=True`` queries go
             to the master too. ``None`` leaves the server's default (``"on"``).
 
-    Raises ``ValueError`` naming the argument for an invalid one. Awaiting the client raises
-    :class:`~shardline.errors.NotPicodata` if the DSN's server has no Picodata catalog (a plain
-    PostgreSQL), :class:`~shardline.errors.UnknownTier` for a tier the catalog does not have,
+    Raises ``ValueError`` naming the argument for an invalid one (an
+    :class:`~shardline.errors.InvalidArgumentType`, also a ``TypeError``, for one of the
+    wrong type). Awaiting the client raises :class:`~shardline.errors.NotPicodata` if the
+    DSN's server has no Picodata catalog (a plain PostgreSQL),
+    :class:`~shardline.errors.UnknownTier` for a tier the catalog does not have,
     :class:`~shardline.errors.TierWithoutBuckets` for an arbiter tier.
     """
     return Client(
@@ -507,11 +510,13 @@ class Client:
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
         if tier is not None and (not isinstance(tier, str) or not tier):
-            raise ValueError(f"tier must be a non-empty str or None, got {tier!r}")
+            raise refusal(tier, str)(f"tier must be a non-empty str or None, got {tier!r}")
         if not isinstance(strict, bool):
-            raise ValueError(f"strict must be a bool, got {strict!r}")
+            raise InvalidArgumentType(f"strict must be a bool, got {strict!r}")
         if query_metadata is not None and not isinstance(query_metadata, bool):
-            raise ValueError(f"query_metadata must be a bool or None, got {query_metadata!r}")
+            raise InvalidArgumentType(
+                f"query_metadata must be a bool or None, got {query_metadata!r}"
+            )
         if forward is not None and forward not in _FORWARDS:
             raise ValueError(f"forward must be one of {_FORWARDS} or None, got {forward!r}")
         self._query_metadata = query_metadata
@@ -929,37 +934,24 @@ class Client:
         self._check_open()
         self._sync()
         tier, values = self._split(key)
-        for attempt in (1, 2):
-            instance = self._route(tier, values)
-            pool = self._pool_of(instance)
-            if pool is None:
-                reason = self._why(tier, values)
-                self._misses[reason] += 1
-                await self._poll()
-                instance = self._route(tier, values)
-                pool = self._pool_of(instance)
-                if pool is None:
-                    pool, connection = await self._fallback(tier, values, strict)
-                    self._keyed += 1
-                    return pool, connection
-            try:
-                connection = await self._acquire(pool, redial=attempt == 2)
-            except InstanceUnavailable:
-                if attempt == 2 or self._closed:
-                    self._unavailable += 1
-                    raise
-                self._retries += 1
-                await self._poll()
-                continue
-            self._keyed += 1
-            return pool, connection
-        raise AssertionError("unreachable")
+
+        def master(attempt: int) -> list[InstancePool]:
+            pool = self._pool_of(self._route(tier, values))
+            return [] if pool is None else [pool]
+
+        pool, connection = await self._two_attempts(
+            master,
+            lambda last: self._fallback(tier, values, strict),
+            miss=lambda: self._why(tier, values),
+        )
+        self._keyed += 1
+        return pool, connection
 
     async def _fallback(self, tier: str, values: Any, strict: bool | None) -> tuple[Any, Any]:
         """No route after the wait for a poll: an online instance of the tier (another tier's
         only if none of it can be reached), or NoWorkersAvailable."""
         route = self._topology.explain(tier, values)
-        reason = _reason(route) or _NO_ADDRESS
+        reason = self._reason(route)
         bucket = route.bucket
         if self._strict if strict is None else strict:
             raise NoWorkersAvailable(
@@ -981,28 +973,13 @@ class Client:
         turn, the master when no replica can be reached."""
         self._check_open()
         tier, values = self._split(key)
-        for attempt in (1, 2):
-            candidates = self._read_candidates(tier, values)
-            if not candidates:
-                self._misses[self._why(tier, values)] += 1
-                await self._poll()
-                candidates = self._read_candidates(tier, values)
-                if not candidates:
-                    pool, connection = await self._fallback(tier, values, strict)
-                    self._read_only += 1
-                    return pool, connection
-            try:
-                pool, connection = await self._first_reachable(candidates, redial=attempt == 2)
-            except InstanceUnavailable:
-                if attempt == 2 or self._closed:
-                    self._unavailable += 1
-                    raise
-                self._retries += 1
-                await self._poll()
-                continue
-            self._read_only += 1
-            return pool, connection
-        raise AssertionError("unreachable")
+        pool, connection = await self._two_attempts(
+            lambda attempt: self._read_candidates(tier, values),
+            lambda last: self._fallback(tier, values, strict),
+            miss=lambda: self._why(tier, values),
+        )
+        self._read_only += 1
+        return pool, connection
 
     def _read_candidates(self, tier: str, values: Any) -> list[InstancePool]:
         """The owning replicaset's online replicas, starting at the next in turn, then its
@@ -1037,58 +1014,88 @@ class Client:
         self, turn: int | None = None, tier: str | None = None
     ) -> tuple[Any, Any]:
         """A connection to an online instance of ``tier`` (default: the client's), starting at
-        the one whose turn it is (or ``turn``), with one refresh and retry; if none of the tier
-        can be reached, to an online instance of another tier with buckets (a fallback)."""
+        the one whose turn it is (or ``turn``, on the first attempt), with one refresh and
+        retry; if none of the tier can be reached, to an online instance of another tier with
+        buckets (a fallback)."""
         self._sync()
         tier = self._tier if tier is None else tier
-        last: InstanceUnavailable | None = None
-        for attempt in (1, 2):
-            candidates = self._online_in.get(tier, [])
-            if not candidates:
-                await self._poll()
-                candidates = self._online_in.get(tier, [])
-                if not candidates:
-                    break
-            if turn is None:
+
+        def in_turn(attempt: int) -> list[InstancePool]:
+            nonlocal turn
+            online = self._online_in.get(tier, [])
+            if not online:
+                return online
+            if turn is None or attempt == 2:
                 self._turn += 1
                 turn = self._turn
-            start = turn % len(candidates)
-            try:
-                return await self._first_reachable(
-                    candidates[start:] + candidates[:start], redial=attempt == 2
+            start = turn % len(online)
+            return online[start:] + online[:start]
+
+        async def other_tiers(last: InstanceUnavailable | None) -> tuple[Any, Any]:
+            others = [
+                pool for name, pools in self._online_in.items() if name != tier for pool in pools
+            ]
+            if not others:
+                self._unavailable += 1
+                if last is not None:
+                    raise last
+                raise NoWorkersAvailable(
+                    f"no instance of tier {tier!r} (nor of another tier with buckets) is online"
+                    " with a pgproto address"
                 )
+            self._fallbacks[_OTHER_TIER] += 1
+            self._warn(
+                f"fallback:{_OTHER_TIER}:{tier}",
+                "no instance of tier %r can be reached: queries without a route go to other tiers",
+                tier,
+            )
+            self._turn += 1
+            start = self._turn % len(others)
+            try:
+                return await self._first_reachable(others[start:] + others[:start], redial=True)
+            except InstanceUnavailable:
+                self._unavailable += 1
+                raise
+
+        return await self._two_attempts(in_turn, other_tiers, unreachable_too=True)
+
+    async def _two_attempts(
+        self,
+        candidates: Callable[[int], list[InstancePool]],
+        none_left: Callable[[InstanceUnavailable | None], Awaitable[tuple[Any, Any]]],
+        *,
+        miss: Callable[[], str] | None = None,
+        unreachable_too: bool = False,
+    ) -> tuple[Any, Any]:
+        """The flow of every connection the client hands out, and what it counts: attempt
+        1's ``candidates``; none (a miss, counted by the reason ``miss`` gives) waits for a
+        poll and looks again, and still none is ``none_left(the InstanceUnavailable of an
+        attempt before, or None)``. When none of the candidates can be reached: a poll (a
+        retry, counted) and attempt 2, redialling; when none can be reached again, its
+        InstanceUnavailable is raised (counted), or with ``unreachable_too`` handed to
+        ``none_left``. A client closed meanwhile raises at once."""
+        last: InstanceUnavailable | None = None
+        for attempt in (1, 2):
+            found = candidates(attempt)
+            if not found:
+                if miss is not None:
+                    self._misses[miss()] += 1
+                await self._poll()
+                found = candidates(attempt)
+                if not found:
+                    return await none_left(last)
+            try:
+                return await self._first_reachable(found, redial=attempt == 2)
             except InstanceUnavailable as error:
-                if self._closed:
+                if self._closed or (attempt == 2 and not unreachable_too):
                     self._unavailable += 1
                     raise
                 last = error
                 if attempt == 2:
-                    break
+                    return await none_left(last)
                 self._retries += 1
-                turn = None
                 await self._poll()
-        others = [pool for name, pools in self._online_in.items() if name != tier for pool in pools]
-        if not others:
-            self._unavailable += 1
-            if last is not None:
-                raise last
-            raise NoWorkersAvailable(
-                f"no instance of tier {tier!r} (nor of another tier with buckets) is online"
-                " with a pgproto address"
-            )
-        self._fallbacks[_OTHER_TIER] += 1
-        self._warn(
-            f"fallback:{_OTHER_TIER}:{tier}",
-            "no instance of tier %r can be reached: queries without a route go to other tiers",
-            tier,
-        )
-        self._turn += 1
-        start = self._turn % len(others)
-        try:
-            return await self._first_reachable(others[start:] + others[:start], redial=True)
-        except InstanceUnavailable:
-            self._unavailable += 1
-            raise
+        raise AssertionError("unreachable")
 
     async def _first_reachable(
         self, candidates: list[InstancePool], *, redial: bool
@@ -1240,7 +1247,7 @@ class Client:
             return self._routes[id(instance)]
         pool = None
         address = instance.address
-        if instance.is_online and address is not None and _valid_address(address):
+        if address is not None and _undialable(instance) is None:
             pool = self._pools.get(instance.uuid)
             if pool is None or pool.address != address:
                 if pool is not None:
@@ -1269,7 +1276,13 @@ class Client:
     def _why(self, tier: str, values: Any) -> str:
         """Why ``values`` has no instance to go to in ``tier`` now (the reasons misses and
         fallbacks are counted by): :meth:`_reason` of the topology's explanation."""
-        return _reason(self._topology.explain(tier, values)) or _NO_ADDRESS
+        return self._reason(self._topology.explain(tier, values))
+
+    def _reason(self, route: RouteExplanation) -> str:
+        """Why the client cannot send a query to what ``route`` routes to: the core's reason
+        (``map-cleared``, ``no-range``, ``replicaset-unknown``, ``master-unknown``), or else
+        why :meth:`_pool_of` gives its master no pool (:func:`_undialable`)."""
+        return route.reason or _undialable(route.routed) or _NO_ADDRESS
 
     async def _poll(self) -> None:
         """Asks for a poll and waits for it up to ``route_wait``, then reconciles the pools."""
@@ -1453,7 +1466,7 @@ class Client:
             range_set_at=found.set_at if found is not None else None,
             range_set_by=found.set_by if found is not None else None,
             routable=routable,
-            reason=None if routable else (_reason(route) or _NO_ADDRESS),
+            reason=None if routable else self._reason(route),
             master_health=(
                 self._health.health(master_pool.uid) if master_pool is not None else None
             ),
@@ -1496,15 +1509,11 @@ class Client:
         pool.release(connection)
 
 
-def _reason(route: RouteExplanation) -> str | None:
-    """Why the client cannot send a query to what ``route`` routes to, in the core's words
-    (``map-cleared``, ``no-range``, ``replicaset-unknown``, ``master-unknown``) and the
-    client's own two: ``master-not-online`` (the topology routes to a master whatever its
-    state; the client dials only an online one) and ``no-address`` (no valid pgproto
-    address); None if it can be dialled."""
-    if route.reason is not None:
-        return route.reason
-    instance = route.routed
+def _undialable(instance: Instance | None) -> str | None:
+    """Why the client does not dial ``instance``, in the client's two reasons beside the
+    core's: ``master-not-online`` (the topology routes to a master whatever its state; the
+    client dials only an online one; no instance at all reads the same) and ``no-address`` (no
+    valid pgproto address); None if it dials it."""
     if instance is None or not instance.is_online:
         return _NOT_ONLINE
     address = instance.address

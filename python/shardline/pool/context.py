@@ -42,6 +42,8 @@ class LoadBalancerContext(WorkerPool):
     :class:`~shardline.pool.health.WorkerHealth`.
 
     Implementation notes:
-        Everything is the Rust pool's, ``workers`` included; the class remains as the name
-        balancers and the seed's tests know the context by.
+        Everything is the Rust pool's, ``workers`` included: the subclass adds no member. It
+        is the name wool's balancers know their context by
+        (``wool.runtime.loadbalancer.base.LoadBalancerContext``), kept so a balancer written
+        against wool's names reads the same here, and the type each proxy makes its pool of.
     """

@@ -55,7 +55,8 @@ class HealthPolicy:
       its failures, while one failure in 10 keeps it above 0.84.
     - ``stuck_multiple=8.0``, ``stuck_floor=0.02``: no call completing for 8 times the recent
       latency is far past a healthy worker's tail, while a worker answering in 2.5 ms or less
-      that stops under load is ejected 20 ms after it stops, long before any deadline. The
+      that stops under load is ejected 20 to 40 ms after it stops (the pool looks every
+      10 ms), long before any deadline. The
       floor keeps the pauses a fast worker has anyway (a garbage collection, a scheduler
       hiccup: milliseconds) from ejecting it.
     - ``base_ejection=1.0``, ``max_ejection=30.0``: A50 ejects for 30 s times the ejections

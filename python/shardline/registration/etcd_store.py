@@ -35,6 +35,8 @@ logger = logging.getLogger("shardline.registration.etcd")
 
 SCHEMA_VERSION = 1
 MAX_VALUE_BYTES = 4096
+"""The longest stored value (a record with its service, as JSON), in bytes: a longer one is
+refused when written, and reads as ``oversized``."""
 
 
 def _encode(service: str, record: Record) -> bytes:

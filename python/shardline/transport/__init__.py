@@ -5,7 +5,7 @@ objects through, chosen by the scheme of the worker's address.
 Two transports: MessagePack-RPC over TCP or a Unix socket (the default; the ``msgpack``
 extra; the protocol is in ``docs/msgpack-rpc.md``): :func:`serve_msgpack`,
 :class:`MsgpackConnection`; and gRPC (the ``grpc`` extra; the wire format is in
-:mod:`shardline.transport.wire`): :func:`serve_grpc`, :class:`GrpcConnection`. Each is
+:mod:`shardline.transport.grpc.wire`): :func:`serve_grpc`, :class:`GrpcConnection`. Each is
 imported on first use, so one transport's dependencies are never needed for the other.
 Both serve and dial TLS and mutual TLS, configured by one :class:`TlsSettings`; a worker
 refuses to serve plaintext off loopback unless told ``insecure=True``.
@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING
 from shardline._lazy import lazy_exports
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect, serve
 from shardline.transport.serving import Handler, RetryElsewhere
-from shardline.transport.wire import MAX_MESSAGE_BYTES, Task
+from shardline.transport.task import MAX_MESSAGE_BYTES, Task
 
 if TYPE_CHECKING:
-    from shardline.transport.connection import GrpcConnection
+    from shardline.transport.grpc.connection import GrpcConnection
+    from shardline.transport.grpc.server import WorkerServer, serve_grpc
     from shardline.transport.limits import WorkerLimits
-    from shardline.transport.local_pool import LocalPool
-    from shardline.transport.msgpack_connection import MsgpackConnection
-    from shardline.transport.msgpack_server import MsgpackWorkerServer, serve_msgpack
-    from shardline.transport.server import WorkerServer, serve_grpc
+    from shardline.transport.local.pool import LocalPool
+    from shardline.transport.msgpack.connection import MsgpackConnection
+    from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
     from shardline.transport.tls import TlsSettings
 
 __all__ = [
@@ -59,12 +59,12 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "shardline.transport.local_pool": ["LocalPool"],
+        "shardline.transport.local.pool": ["LocalPool"],
         "shardline.transport.limits": ["WorkerLimits"],
-        "shardline.transport.connection": ["GrpcConnection"],
-        "shardline.transport.server": ["WorkerServer", "serve_grpc"],
-        "shardline.transport.msgpack_connection": ["MsgpackConnection"],
-        "shardline.transport.msgpack_server": ["MsgpackWorkerServer", "serve_msgpack"],
+        "shardline.transport.grpc.connection": ["GrpcConnection"],
+        "shardline.transport.grpc.server": ["WorkerServer", "serve_grpc"],
+        "shardline.transport.msgpack.connection": ["MsgpackConnection"],
+        "shardline.transport.msgpack.server": ["MsgpackWorkerServer", "serve_msgpack"],
         "shardline.transport.tls": ["TlsSettings"],
     },
 )

@@ -59,3 +59,4 @@ DEMO_HANDLERS: Mapping[str, Handler] = MappingProxyType(
         "fail": fail,
     }
 )
+"""The demo handlers by name, read-only."""

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, cast
 
+from shardline.checks import refusal
+
 __all__ = [
     "FD_RESERVE",
     "FRAME",
@@ -40,7 +42,7 @@ _UNLIMITED_TARGET = 1 << 20
 @dataclass(frozen=True, slots=True)
 class WorkerLimits:
     """The bounds a MessagePack-RPC worker keeps whatever its clients send, given to
-    :func:`~shardline.transport.msgpack_server.serve_msgpack` (or ``serve``) as
+    :func:`~shardline.transport.msgpack.server.serve_msgpack` (or ``serve``) as
     ``limits=WorkerLimits(...)``; each field's default is written after it. docs/msgpack-rpc.md
     ("Bounds") tells what a client sees of each.
 
@@ -95,7 +97,9 @@ class WorkerLimits:
       in the interval are counted and said in one line at its end.
 
     ``ValueError``, naming the field, for a count that is not a positive int or a timeout,
-    rate or interval that is not a positive finite number.
+    rate or interval that is not a positive finite number; for a value of the wrong type (a
+    str, a bool, a float given as a count) it is an
+    :class:`~shardline.errors.InvalidArgumentType`, also a ``TypeError``.
     """
 
     max_connections: int = 10_000
@@ -122,12 +126,14 @@ class WorkerLimits:
                     or not math.isfinite(value)
                     or value <= 0
                 ):
-                    raise ValueError(
+                    raise refusal(value, (int, float))(
                         f"WorkerLimits.{field.name} must be a positive finite number"
                         f"{'' if field.name.endswith('_rate') else ' of seconds'}, got {value!r}"
                     )
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}")
+                raise refusal(value, int)(
+                    f"WorkerLimits.{field.name} must be an int >= 1, got {value!r}"
+                )
 
     @classmethod
     def parse(cls, settings: list[str]) -> WorkerLimits:

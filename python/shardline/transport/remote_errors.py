@@ -68,8 +68,8 @@ _ALIGN_CHARS = 256  # how far a cut may move to fall between two lines
 # out: their frames come before the handler's, and say nothing about it.
 _PLUMBING = frozenset(
     {
-        "shardline.transport.msgpack_server",
-        "shardline.transport.server",
+        "shardline.transport.msgpack.server",
+        "shardline.transport.grpc.server",
         "shardline.transport.eager",
         "asyncio.futures",
         "asyncio.tasks",

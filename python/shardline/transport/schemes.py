@@ -7,16 +7,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from shardline.discovery.protocol import Discovery
+from shardline.transport.grpc.wire import SCHEME as GRPC_SCHEME
+from shardline.transport.grpc.wire import TLS_SCHEME as GRPCS_SCHEME
 from shardline.transport.serving import Handler
-from shardline.transport.wire import SCHEME as GRPC_SCHEME
-from shardline.transport.wire import TLS_SCHEME as GRPCS_SCHEME
 from shardline.workers import WorkerMetadata
 
 if TYPE_CHECKING:
-    from shardline.transport.connection import GrpcConnection
-    from shardline.transport.msgpack_connection import MsgpackConnection
-    from shardline.transport.msgpack_server import MsgpackWorkerServer
-    from shardline.transport.server import WorkerServer
+    from shardline.transport.grpc.connection import GrpcConnection
+    from shardline.transport.grpc.server import WorkerServer
+    from shardline.transport.msgpack.connection import MsgpackConnection
+    from shardline.transport.msgpack.server import MsgpackWorkerServer
 
 __all__ = ["DEFAULT_TRANSPORT", "TRANSPORTS", "connect", "serve"]
 
@@ -39,8 +39,8 @@ async def serve(
     ``discovery``; returns once it serves and its record is published.
 
     ``transport`` is ``"msgpack"`` (MessagePack-RPC, the default: see
-    :func:`~shardline.transport.msgpack_server.serve_msgpack`, which also takes a Unix socket
-    path as ``address``) or ``"grpc"`` (:func:`~shardline.transport.server.serve_grpc`, which
+    :func:`~shardline.transport.msgpack.server.serve_msgpack`, which also takes a Unix socket
+    path as ``address``) or ``"grpc"`` (:func:`~shardline.transport.grpc.server.serve_grpc`, which
     needs the ``grpc`` extra); ``options`` are that function's keyword arguments. Any other
     ``transport`` is a ``ValueError``. The record's address carries the transport's scheme
     (``msgpack+tcp://``, ``msgpack+tls://``, ``msgpack+unix://``, ``grpc://``, ``grpcs://``),
@@ -51,11 +51,11 @@ async def serve(
     serve plaintext at a TCP address that is not loopback unless ``insecure=True``.
     """
     if transport == "msgpack":
-        from shardline.transport.msgpack_server import serve_msgpack
+        from shardline.transport.msgpack.server import serve_msgpack
 
         return await serve_msgpack(handlers, address, discovery, **options)
     if transport == "grpc":
-        from shardline.transport.server import serve_grpc
+        from shardline.transport.grpc.server import serve_grpc
 
         return await serve_grpc(handlers, address, discovery, **options)
     raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
@@ -63,9 +63,9 @@ async def serve(
 
 def connect(metadata: WorkerMetadata, **options: Any) -> MsgpackConnection | GrpcConnection:
     """The connection to the worker ``metadata`` describes, by the scheme of its address:
-    :class:`~shardline.transport.msgpack_connection.MsgpackConnection` for
+    :class:`~shardline.transport.msgpack.connection.MsgpackConnection` for
     ``msgpack+tcp://``, ``msgpack+tls://`` and ``msgpack+unix://``,
-    :class:`~shardline.transport.connection.GrpcConnection` for ``grpc://``, ``grpcs://`` and
+    :class:`~shardline.transport.grpc.connection.GrpcConnection` for ``grpc://``, ``grpcs://`` and
     for a bare ``host:port`` (records published before addresses carried a scheme).
     ``options`` go to the class. Made for ``WorkerProxy(connect=connect)``: one proxy can hold
     workers of both kinds. Any other scheme is a ``ValueError`` naming the address.
@@ -79,11 +79,11 @@ def connect(metadata: WorkerMetadata, **options: Any) -> MsgpackConnection | Grp
     # the connection class checks the rest of the address; this picks it without importing
     # either transport's dependencies
     if address.startswith(_MSGPACK):
-        from shardline.transport.msgpack_connection import MsgpackConnection
+        from shardline.transport.msgpack.connection import MsgpackConnection
 
         return MsgpackConnection(metadata, **options)
     if address.startswith((GRPC_SCHEME, GRPCS_SCHEME)) or "://" not in address:
-        from shardline.transport.connection import GrpcConnection
+        from shardline.transport.grpc.connection import GrpcConnection
 
         return GrpcConnection(metadata, **options)
     raise ValueError(

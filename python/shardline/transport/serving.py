@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType, TracebackType
 from typing import Any, Self
 from weakref import WeakSet
 
@@ -23,11 +25,10 @@ __all__ = [
     "Handler",
     "RetryElsewhere",
     "check_handlers",
-    "free_publisher",
+    "claimed_publisher",
     "handler_threads",
     "is_stream_handler",
-    "release_publisher",
-    "reserve_publisher",
+    "publish_record",
     "type_name",
 ]
 
@@ -109,23 +110,46 @@ def type_name(error: BaseException) -> str:
     )
 
 
-def free_publisher(discovery: Discovery) -> DiscoveryPublisher:
-    """``discovery.publisher``; ``ValueError`` when a running server owns it."""
+@contextlib.contextmanager
+def claimed_publisher(discovery: Discovery) -> Iterator[DiscoveryPublisher]:
+    """``discovery.publisher``, owned by the caller's server from here on, until its
+    :class:`AnnouncedServer` stops; ``ValueError`` when a running server owns it. A block that
+    raises gives it back: that server never started."""
     publisher = discovery.publisher
     if publisher in _publishers_in_use:
         raise ValueError(f"the publisher of {discovery!r} already announces a running server")
-    return publisher
-
-
-def reserve_publisher(publisher: DiscoveryPublisher) -> None:
-    """Makes the caller's server the publisher's owner until :func:`release_publisher`. Call
-    it after :func:`free_publisher` with no await in between, so two concurrent calls cannot
-    both take it."""
+    # Owned from the check on, with no await in between, so two concurrent serves cannot
+    # both take it.
     _publishers_in_use.add(publisher)
+    try:
+        yield publisher
+    except BaseException:
+        _publishers_in_use.discard(publisher)
+        raise
 
 
-def release_publisher(publisher: DiscoveryPublisher) -> None:
-    _publishers_in_use.discard(publisher)
+async def publish_record(
+    publisher: DiscoveryPublisher,
+    address: str,
+    *,
+    uid: uuid.UUID | None,
+    version: str,
+    tags: Iterable[str],
+    extra: Mapping[str, Any] | None,
+) -> WorkerMetadata:
+    """Publishes the record of the worker this process serves at ``address`` as
+    ``worker-added`` through ``publisher``, and returns it: ``WorkerMetadata(uid or a new
+    uuid4, address, os.getpid(), version, tags, extra)``."""
+    metadata = WorkerMetadata(
+        uid=uuid.uuid4() if uid is None else uid,
+        address=address,
+        pid=os.getpid(),
+        version=version,
+        tags=frozenset(tags),
+        extra=MappingProxyType(dict(extra or {})),
+    )
+    await publisher.publish("worker-added", metadata)
+    return metadata
 
 
 class AnnouncedServer:
@@ -172,7 +196,7 @@ class AnnouncedServer:
         except Exception:
             logger.exception("withdrawing the record of worker %s failed", self._metadata.uid)
         finally:
-            release_publisher(self._publisher)
+            _publishers_in_use.discard(self._publisher)
             await self._close(grace)
         logger.info("worker %s at %s stopped", self._metadata.uid, self._metadata.address)
 

@@ -60,6 +60,7 @@ __all__ = [
     "MAX_TEXT",
     "DocumentError",
     "EventDocument",
+    "MapName",
     "RaftPosition",
     "SnapshotDocument",
     "TopologyEvent",
@@ -70,6 +71,7 @@ __all__ = [
 TopologyEvent: TypeAlias = InstanceEvent | ReplicasetEvent | BucketEvent
 
 MapName: TypeAlias = Literal["replicaset", "instance", "bucket"]
+"""The maps a notification document may name."""
 
 MAPS: Final[tuple[MapName, ...]] = ("replicaset", "instance", "bucket")
 """The ``map`` values whose documents become events; other maps are ignored."""

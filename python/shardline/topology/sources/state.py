@@ -13,7 +13,13 @@ from types import MappingProxyType
 
 from shardline._histogram import DURATION_BUCKETS, Histogram, HistogramSnapshot
 
-__all__ = ["CountedFailure", "FailureReason", "SourceState", "StateRecorder"]
+__all__ = [
+    "REPEAT_WARNING_INTERVAL",
+    "CountedFailure",
+    "FailureReason",
+    "SourceState",
+    "StateRecorder",
+]
 
 logger = logging.getLogger("shardline.topology.sources")
 

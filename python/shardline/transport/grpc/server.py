@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import uuid
 from collections.abc import Iterable, Mapping
 from contextvars import copy_context
-from types import MappingProxyType
 from typing import Any
 
 from shardline._extras import requires_extra
@@ -20,39 +18,40 @@ with requires_extra("grpc", __name__):
 
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.host_port import join_host_port, split_host_port
+from shardline.transport.grpc.wire import (
+    METHOD,
+    SCHEME,
+    TLS_SCHEME,
+    decode_request,
+    encode_error,
+    encode_result,
+    grpc_target,
+)
 from shardline.transport.remote_errors import builtin_base, remote_traceback
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
     RetryElsewhere,
     check_handlers,
-    free_publisher,
+    claimed_publisher,
     handler_threads,
     is_stream_handler,
-    release_publisher,
-    reserve_publisher,
+    publish_record,
     type_name,
 )
-from shardline.transport.tls import TlsSettings, check_plaintext
-from shardline.transport.wire import (
+from shardline.transport.task import (
     BAD_REQUEST,
     BAD_RESULT,
     MAX_MESSAGE_BYTES,
-    METHOD,
-    SCHEME,
-    TLS_SCHEME,
     UNKNOWN_HANDLER,
     MalformedMessage,
-    decode_request,
-    encode_error,
-    encode_result,
-    grpc_target,
 )
+from shardline.transport.tls import TlsSettings, check_plaintext
 from shardline.workers import WorkerMetadata
 
 __all__ = ["NOT_STARTED", "Handler", "RetryElsewhere", "WorkerServer", "serve_grpc"]
 
-logger = logging.getLogger("shardline.transport.server")
+logger = logging.getLogger("shardline.transport.grpc.server")
 
 _SERVICE, _, _METHOD_NAME = METHOD[1:].partition("/")
 
@@ -158,51 +157,50 @@ async def serve_grpc(
             )
         await check_plaintext(host, port, insecure)
     checked = check_handlers(handlers)
-    publisher = free_publisher(discovery)
-    executor = handler_threads(threads)
-    servicer = _Servicer(checked, max_message_bytes, executor)
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-            # Without this a second server binds a port already in use and shares its traffic.
-            ("grpc.so_reuseport", 0),
-        ],
-        maximum_concurrent_rpcs=max_concurrent_calls,
-    )
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                _SERVICE, {_METHOD_NAME: grpc.unary_unary_rpc_method_handler(servicer.dispatch)}
-            ),
+    with claimed_publisher(discovery) as publisher:
+        executor = handler_threads(threads)
+        servicer = _Servicer(checked, max_message_bytes, executor)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+                # Without this a second server binds a port already in use and shares its
+                # traffic.
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=max_concurrent_calls,
         )
-    )
-    try:
-        if credentials is None:
-            bound = server.add_insecure_port(target)
-        else:
-            bound = server.add_secure_port(target, credentials)
-    except RuntimeError as error:
-        executor.shutdown(wait=False)
-        raise OSError(f"cannot serve at {address}: {error}") from None
-    metadata = WorkerMetadata(
-        uid=uuid.uuid4() if uid is None else uid,
-        address=(SCHEME if credentials is None else TLS_SCHEME) + join_host_port(host, bound),
-        pid=os.getpid(),
-        version=version,
-        tags=frozenset(tags),
-        extra=MappingProxyType(dict(extra or {})),
-    )
-    # Reserved before the first await, so two concurrent calls cannot both take it.
-    reserve_publisher(publisher)
-    try:
-        await server.start()
-        await publisher.publish("worker-added", metadata)
-    except BaseException:
-        release_publisher(publisher)
-        await server.stop(None)
-        executor.shutdown(wait=False)
-        raise
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    _SERVICE,
+                    {_METHOD_NAME: grpc.unary_unary_rpc_method_handler(servicer.dispatch)},
+                ),
+            )
+        )
+        try:
+            if credentials is None:
+                bound = server.add_insecure_port(target)
+            else:
+                bound = server.add_secure_port(target, credentials)
+        except RuntimeError as error:
+            executor.shutdown(wait=False)
+            raise OSError(f"cannot serve at {address}: {error}") from None
+        scheme = SCHEME if credentials is None else TLS_SCHEME
+        try:
+            await server.start()
+            metadata = await publish_record(
+                publisher,
+                scheme + join_host_port(host, bound),
+                uid=uid,
+                version=version,
+                tags=tags,
+                extra=extra,
+            )
+        except BaseException:
+            await server.stop(None)
+            executor.shutdown(wait=False)
+            raise
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
     return WorkerServer(server, metadata, publisher, grace, executor)
 

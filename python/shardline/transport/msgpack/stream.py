@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from shardline.errors import RpcReason, TransientRpcError
-from shardline.transport import msgpack_wire as wire
+from shardline.transport.msgpack import wire
 from shardline.transport.remote_errors import worker_error
 
 __all__ = ["MsgpackStream", "StreamFeed", "answer_error"]

@@ -12,39 +12,40 @@ The reply is exactly one of::
 
 An ``error`` reply means the worker ran (or refused) the task and is healthy: its handler
 raised (``type`` is the exception's class, module-qualified unless it is a builtin), or the
-transport itself refused the task, with ``type`` one of :data:`UNKNOWN_HANDLER`,
-:data:`BAD_REQUEST` and :data:`BAD_RESULT`. Every other failure is a gRPC status. For a
+transport itself refused the task, with ``type`` one of
+:data:`~shardline.transport.task.UNKNOWN_HANDLER`,
+:data:`~shardline.transport.task.BAD_REQUEST` and
+:data:`~shardline.transport.task.BAD_RESULT`. Every other failure is a gRPC status. For a
 handler's exception the error may also carry ``builtin``, the most derived built-in type of
 :data:`~shardline.transport.remote_errors.BUILTIN_TYPES` it derives from, and ``traceback``,
 the worker's, bounded (:mod:`shardline.transport.remote_errors`); a reader ignores the keys it
 does not know, so a reply without them (an earlier release's) reads the same.
 
 JSON is strict on the way out (no ``NaN`` or ``Infinity``); nothing read from the network is
-ever unpickled or evaluated. Each side refuses messages over :data:`MAX_MESSAGE_BYTES` (or the
-limit it was configured with). An incompatible change of this format gets a new method name,
-so an old worker answers it ``UNIMPLEMENTED`` instead of misreading it.
+ever unpickled or evaluated. Each side refuses messages over
+:data:`~shardline.transport.task.MAX_MESSAGE_BYTES` (or the limit it was configured with). An
+incompatible change of this format gets a new method name, so an old worker answers it
+``UNIMPLEMENTED`` instead of misreading it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from shardline.errors import InvalidAddress
 from shardline.host_port import split_host_port
+from shardline.transport.task import (
+    MalformedMessage,
+    Task,
+)
 
 __all__ = [
-    "BAD_REQUEST",
-    "BAD_RESULT",
-    "MAX_MESSAGE_BYTES",
     "METHOD",
     "SCHEME",
     "TLS_SCHEME",
-    "UNKNOWN_HANDLER",
     "ReplyError",
-    "Task",
     "grpc_record_target",
     "grpc_target",
 ]
@@ -54,36 +55,10 @@ SCHEME = "grpc://"
 """The scheme of a gRPC worker's published address, ``grpc://host:port``."""
 TLS_SCHEME = "grpcs://"
 """The scheme of a gRPC worker served with TLS, ``grpcs://host:port``."""
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-"""The default bound on a request or reply, in bytes (gRPC's own default for receiving)."""
-
-UNKNOWN_HANDLER = "shardline.UnknownHandler"
-BAD_REQUEST = "shardline.BadRequest"
-BAD_RESULT = "shardline.BadResult"
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # An error message longer than this is cut, so an error reply always fits any sane limit.
 _MAX_ERROR_MESSAGE_CHARS = 8 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Task:
-    """What a worker is asked to do: run its handler named ``handler`` on ``payload``, which
-    must be JSON-serialisable (``None`` by default).
-
-    ``idempotent`` (False by default) says that running the task twice does no harm: only
-    then does a proxy send it again after it reached a worker whose answer never came (a
-    deadline, a lost connection), or hedge it on a second worker. It never travels to the
-    worker."""
-
-    handler: str
-    payload: Any = None
-    idempotent: bool = False
-
-
-class MalformedMessage(ValueError):
-    """A message read from the network does not follow this format."""
 
 
 def _dumps(document: Any) -> bytes:
@@ -205,7 +180,7 @@ def decode_reply(data: bytes) -> tuple[Any, ReplyError | None]:
 
 def grpc_target(address: str) -> str:
     """The ``host:port`` a gRPC channel dials for a worker's address: ``grpc://host:port`` or
-    ``grpcs://host:port`` as :func:`~shardline.transport.server.serve_grpc` publishes it, or a
+    ``grpcs://host:port`` as :func:`~shardline.transport.grpc.server.serve_grpc` publishes it, or a
     bare ``host:port`` (the form records had before the scheme, and a topology instance's
     address)."""
     return address.partition("://")[2] if address.startswith((SCHEME, TLS_SCHEME)) else address

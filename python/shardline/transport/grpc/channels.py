@@ -12,12 +12,12 @@ with requires_extra("grpc", __name__):
     import grpc
     import grpc.aio
 
+from shardline.transport.grpc.wire import METHOD
 from shardline.transport.loop_shared import LoopShared, Registries
-from shardline.transport.wire import METHOD
 
 __all__ = ["SharedChannel", "acquire_channel"]
 
-logger = logging.getLogger("shardline.transport.channels")
+logger = logging.getLogger("shardline.transport.grpc.channels")
 
 # What makes two channels interchangeable. Credentials objects compare by identity: two
 # connections share a channel only when they were given the very same credentials object.

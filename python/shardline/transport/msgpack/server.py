@@ -16,15 +16,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import copy_context
-from types import CoroutineType, MappingProxyType
+from types import CoroutineType
 from typing import Any, cast
 
 from shardline._core import coroutine_send
 from shardline.discovery.protocol import Discovery, DiscoveryPublisher
 from shardline.host_port import join_host_port, split_host_port
-from shardline.transport import msgpack_stream_wire as stream_wire
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.churn import AcceptGate
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.eager import Rest, start_eagerly
 from shardline.transport.limits import (
@@ -36,34 +33,35 @@ from shardline.transport.limits import (
     connection_bound,
 )
 from shardline.transport.log_throttle import LogThrottle
-from shardline.transport.msgpack_stream_worker import StreamProducer, UnsendableItem
+from shardline.transport.msgpack import stream_wire, wire
+from shardline.transport.msgpack.churn import AcceptGate
+from shardline.transport.msgpack.stream_worker import StreamProducer, UnsendableItem
+from shardline.transport.msgpack.tls_accept import TlsAccept
 from shardline.transport.remote_errors import builtin_base, remote_traceback
 from shardline.transport.serving import (
     AnnouncedServer,
     Handler,
     RetryElsewhere,
     check_handlers,
-    free_publisher,
+    claimed_publisher,
     handler_threads,
     is_stream_handler,
-    release_publisher,
-    reserve_publisher,
+    publish_record,
     type_name,
 )
-from shardline.transport.tls import TlsSettings, check_plaintext
-from shardline.transport.tls_accept import TlsAccept
-from shardline.transport.wire import (
+from shardline.transport.task import (
     BAD_REQUEST,
     BAD_RESULT,
     MAX_MESSAGE_BYTES,
     UNKNOWN_HANDLER,
     MalformedMessage,
 )
+from shardline.transport.tls import TlsSettings, check_plaintext
 from shardline.workers import WorkerMetadata
 
 __all__ = ["MAX_IN_FLIGHT", "MsgpackWorkerServer", "serve_msgpack"]
 
-logger = logging.getLogger("shardline.transport.msgpack_server")
+logger = logging.getLogger("shardline.transport.msgpack.server")
 
 MAX_IN_FLIGHT = 1024
 """The default bound on the dispatches running at once for one connection."""
@@ -254,77 +252,75 @@ async def serve_msgpack(
     else:
         await check_plaintext(*where, insecure)
     checked = check_handlers(handlers)
-    publisher = free_publisher(discovery)
-    loop = asyncio.get_running_loop()
-    state = _State(
-        checked,
-        max_frame_bytes,
-        max_in_flight,
-        handler_threads(threads),
-        limits,
-        connection_bound(limits.max_connections),
-        loop,
-    )
-    socket_file = None
-    # Reserved before the first await, so two concurrent calls cannot both take it.
-    reserve_publisher(publisher)
-    try:
-        if isinstance(where, str):
-            await _clear_stale_socket(where)
-            try:
-                server = await loop.create_unix_server(lambda: _Link(state), where)
-            except OSError as error:
-                raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
-            state.gate.attach(server, None)
-            os.chmod(where, 0o600)
-            status = os.stat(where)
-            socket_file = (where, status.st_dev, status.st_ino)
-            published = f"{wire.UNIX_SCHEME}{where}"
-        else:
-            host, port = where
-            factory = _accepting(state, context)
-            try:
-                server = await loop.create_server(factory, host, port, reuse_port=False)
-            except OSError as error:
-                raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
-            if _INHERITS_KEEPALIVE:
-                for listening in server.sockets:
-                    wire.keep_alive_socket(listening)
-
-            def reserve(sock: socket.socket) -> Awaitable[asyncio.Server]:
-                return loop.create_server(factory, sock=sock)
-
-            state.gate.attach(server, reserve)
-            bound = server.sockets[0].getsockname()[1] if port == 0 else port
-            published = wire.tcp_address(host, bound, tls=context is not None)
-        metadata = WorkerMetadata(
-            uid=uuid.uuid4() if uid is None else uid,
-            address=published,
-            pid=os.getpid(),
-            version=version,
-            tags=frozenset(tags),
-            extra=MappingProxyType(dict(extra or {})),
+    with claimed_publisher(discovery) as publisher:
+        state = _State(
+            checked,
+            max_frame_bytes,
+            max_in_flight,
+            handler_threads(threads),
+            limits,
+            connection_bound(limits.max_connections),
+            asyncio.get_running_loop(),
         )
         try:
-            await publisher.publish("worker-added", metadata)
+            published, socket_file = await _listen(state, where, context, address)
+            try:
+                metadata = await publish_record(
+                    publisher, published, uid=uid, version=version, tags=tags, extra=extra
+                )
+            except BaseException:
+                state.gate.close()
+                await state.gate.wait_closed()
+                _remove_socket_file(socket_file)
+                raise
         except BaseException:
-            state.gate.close()
-            await state.gate.wait_closed()
-            _remove_socket_file(socket_file)
+            state.threads.shutdown(wait=False)
             raise
-    except BaseException:
-        release_publisher(publisher)
-        state.threads.shutdown(wait=False)
-        raise
     state.sweeper.start()
     logger.info("worker %s serves %s at %s", metadata.uid, sorted(handlers), metadata.address)
     return MsgpackWorkerServer(state, metadata, publisher, socket_file, grace)
 
 
+async def _listen(
+    state: _State, where: tuple[str, int] | str, context: ssl.SSLContext | None, address: str
+) -> tuple[str, tuple[str, int, int] | None]:
+    """Starts accepting at ``where`` (a Unix socket's path or a TCP ``(host, port)``), through
+    the state's gate: the address to publish, and the socket file made (its path, device and
+    inode; None over TCP)."""
+    loop = asyncio.get_running_loop()
+    if isinstance(where, str):
+        await _clear_stale_socket(where)
+        try:
+            server = await loop.create_unix_server(lambda: _Link(state), where)
+        except OSError as error:
+            raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
+        state.gate.attach(server, None)
+        os.chmod(where, 0o600)
+        status = os.stat(where)
+        return f"{wire.UNIX_SCHEME}{where}", (where, status.st_dev, status.st_ino)
+    host, port = where
+    factory = _accepting(state, context)
+    try:
+        server = await loop.create_server(factory, host, port, reuse_port=False)
+    except OSError as error:
+        raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
+    if _INHERITS_KEEPALIVE:
+        for listening in server.sockets:
+            wire.keep_alive_socket(listening)
+
+    def reserve(sock: socket.socket) -> Awaitable[asyncio.Server]:
+        return loop.create_server(factory, sock=sock)
+
+    state.gate.attach(server, reserve)
+    bound = server.sockets[0].getsockname()[1] if port == 0 else port
+    return wire.tcp_address(host, bound, tls=context is not None), None
+
+
 def _accepting(state: _State, context: ssl.SSLContext | None) -> Callable[[], asyncio.Protocol]:
     """The protocol factory of a TCP server, called at each accept (counted by the server's
-    :class:`~shardline.transport.churn.AcceptGate`): a connection's :class:`_Link`, after its
-    TLS handshake when ``context`` is given (a refused one is logged and is a violation)."""
+    :class:`~shardline.transport.msgpack.churn.AcceptGate`): a connection's :class:`_Link`,
+    after its TLS handshake when ``context`` is given (a refused one is logged and is a
+    violation)."""
     gate = state.gate
     if context is None:
 
@@ -401,7 +397,7 @@ def _remove_socket_file(socket_file: tuple[str, int, int] | None) -> None:
 
 def _describe_params(params: Any) -> str:
     """Malformed params as an error shows them: each item described (see
-    :func:`~shardline.transport.msgpack_wire.describe`) when they are a short array."""
+    :func:`~shardline.transport.msgpack.wire.describe`) when they are a short array."""
     if isinstance(params, list) and len(params) <= 8:
         return "[" + ", ".join(map(wire.describe, params)) + "]"
     return wire.describe(params)

@@ -12,19 +12,17 @@ with requires_extra("grpc", __name__):
     import grpc.aio
 
 from shardline.errors import RpcError, RpcReason, TransientRpcError
-from shardline.transport.channels import acquire_channel
-from shardline.transport.loop_shared import release
-from shardline.transport.remote_errors import worker_error
-from shardline.transport.tls import TlsSettings
-from shardline.transport.wire import (
-    MAX_MESSAGE_BYTES,
+from shardline.transport.grpc.channels import acquire_channel
+from shardline.transport.grpc.wire import (
     TLS_SCHEME,
-    MalformedMessage,
-    Task,
     decode_reply,
     encode_request,
     grpc_record_target,
 )
+from shardline.transport.loop_shared import release
+from shardline.transport.remote_errors import worker_error
+from shardline.transport.task import MAX_MESSAGE_BYTES, MalformedMessage, Task
+from shardline.transport.tls import TlsSettings
 from shardline.workers import WorkerMetadata
 
 __all__ = ["GrpcConnection"]
@@ -43,7 +41,7 @@ _NOT_CONNECTED = "failed to connect to all addresses"
 # What grpc-core says when a TLS worker closed the connection during the handshake.
 _CLOSED = "Socket closed"
 # The trailing metadata serve_grpc sends with a status for a call whose handler did not run
-# (shardline.transport.server.NOT_STARTED, not imported: the server's module is not needed).
+# (shardline.transport.grpc.server.NOT_STARTED, not imported: the server's module is not needed).
 _NOT_STARTED = ("shardline-started", "0")
 
 

@@ -23,18 +23,18 @@ from shardline.discovery.local import LocalDiscovery
 from shardline.discovery.subscription import Subscription
 from shardline.errors import InvalidArgumentType, WorkerStartError
 from shardline.pool.health import HealthPolicy
-from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, Connection, WorkerProxy
+from shardline.proxy import DEFAULT_HEALTH, DEFAULT_TIMEOUT, BalancerSpec, WorkerProxy
 from shardline.proxy_stream import ProxyStream
 from shardline.transport.handlers_spec import check_spec
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import DEFAULT_TRANSPORT, TRANSPORTS, connect
+from shardline.transport.task import MAX_MESSAGE_BYTES
 from shardline.transport.tls import TlsSettings
-from shardline.transport.wire import MAX_MESSAGE_BYTES
-from shardline.workers import DiscoveryEvent, WorkerMetadata
+from shardline.workers import Connection, DiscoveryEvent, WorkerMetadata
 
 __all__ = ["LOOPBACK", "LocalPool"]
 
-logger = logging.getLogger("shardline.transport.local_pool")
+logger = logging.getLogger("shardline.transport.local.pool")
 
 _TAIL_BYTES = 2000  # of a worker's output, quoted when it dies
 _LINE_BYTES = 8192  # a longer line is logged in pieces
@@ -137,7 +137,7 @@ class LocalPool:
     not a number at all); :class:`~shardline.MissingExtra` when the ``transport``'s extra
     (of the same name) is not installed, checked here rather than in every worker.
 
-    Implementation notes: each worker is ``python -m shardline.transport.local_worker`` (the
+    Implementation notes: each worker is ``python -m shardline.transport.local.worker`` (the
     same interpreter, this process's ``sys.path`` given as ``PYTHONPATH``), in a session of its
     own so that a terminal's Ctrl-C reaches only this
     process, which stops the workers itself. The workers are announced through
@@ -149,7 +149,7 @@ class LocalPool:
     drains: each line is logged at DEBUG on this module's logger, and the last
     ``2000`` bytes are kept for the messages above. Each worker's standard input is a pipe
     this process never writes to; its end of file is how a worker learns that this process is
-    gone (see :mod:`shardline.transport.local_worker`).
+    gone (see :mod:`shardline.transport.local.worker`).
     """
 
     def __init__(
@@ -377,7 +377,7 @@ class LocalPool:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "shardline.transport.local_worker",
+            "shardline.transport.local.worker",
             "--handlers", self._spec,
             "--namespace", self._namespace,
             "--directory", self._directory,

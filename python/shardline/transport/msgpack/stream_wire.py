@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from shardline.transport import msgpack_wire as wire
-from shardline.transport.wire import MalformedMessage
+from shardline.transport.msgpack import wire
+from shardline.transport.task import MalformedMessage
 
 __all__ = [
     "CREDIT",

@@ -1,6 +1,6 @@
 """The worker process a :class:`~shardline.transport.LocalPool` starts.
 
-``python -m shardline.transport.local_worker --handlers MODULE:ATTRIBUTE --namespace NS
+``python -m shardline.transport.local.worker --handlers MODULE:ATTRIBUTE --namespace NS
 --directory DIR --transport msgpack --address ADDRESS --uid UID --grace SECONDS
 [--max-frame-bytes N] [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--limit NAME=VALUE ...]``
 imports the mapping of handler names to handlers at ``MODULE:ATTRIBUTE``, serves it at
@@ -51,12 +51,12 @@ from shardline.transport.handlers_spec import HandlersSpecError, load_handlers
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.schemes import TRANSPORTS, serve
 from shardline.transport.serving import Handler
+from shardline.transport.task import MAX_MESSAGE_BYTES
 from shardline.transport.tls import TlsSettings
-from shardline.transport.wire import MAX_MESSAGE_BYTES
 
 __all__ = ["main"]
 
-logger = logging.getLogger("shardline.transport.local_worker")
+logger = logging.getLogger("shardline.transport.local.worker")
 
 LOAD_FAILED = 2
 """The exit status of a worker whose handlers spec cannot be loaded."""
@@ -68,7 +68,7 @@ _FRAME_LIMIT = {"msgpack": "max_frame_bytes", "grpc": "max_message_bytes"}
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m shardline.transport.local_worker",
+        prog="python -m shardline.transport.local.worker",
         description="A worker process of a shardline LocalPool (internal).",
     )
     parser.add_argument("--handlers", required=True, help="MODULE:ATTRIBUTE of the handlers")

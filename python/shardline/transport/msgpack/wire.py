@@ -54,7 +54,7 @@ from shardline.host_port import join_host_port, split_host_port
 with requires_extra("msgpack", __name__):
     import msgpack  # type: ignore[import-untyped]
 
-from shardline.transport.wire import MalformedMessage
+from shardline.transport.task import MalformedMessage
 
 __all__ = [
     "BAD_REQUEST",
@@ -492,3 +492,5 @@ def keep_alive_socket(sock: Any) -> None:
 
 
 KEEPALIVE_SECONDS = 10 + 5 * 3
+"""About how long an idle TCP connection to a vanished peer lasts with :func:`keep_alive`:
+10 s idle, then 3 probes 5 s apart (where the system lets them be set)."""

@@ -7,8 +7,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from shardline.transport import msgpack_stream_wire as stream_wire
-from shardline.transport import msgpack_wire as wire
+from shardline.transport.msgpack import stream_wire, wire
 
 __all__ = ["StreamProducer", "UnsendableItem"]
 
@@ -49,7 +48,7 @@ class StreamProducer:
 
     def grant(self, items: int) -> None:
         """Lets ``items`` more be sent (the caller read as many); the credit held is capped at
-        :data:`~shardline.transport.msgpack_stream_wire.MAX_WINDOW`."""
+        :data:`~shardline.transport.msgpack.stream_wire.MAX_WINDOW`."""
         self._credit = min(self._credit + items, stream_wire.MAX_WINDOW)
         waiting = self._waiting
         if waiting is not None and not waiting.done():

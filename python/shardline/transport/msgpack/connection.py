@@ -9,19 +9,18 @@ import weakref
 from typing import Any, cast
 
 from shardline.errors import RpcError, RpcReason, TransientRpcError
-from shardline.transport import msgpack_stream_wire as stream_wire
-from shardline.transport import msgpack_wire as wire
 from shardline.transport.deadlines import Deadlines
 from shardline.transport.loop_shared import LoopShared, Registries, release
-from shardline.transport.msgpack_stream import MsgpackStream, StreamFeed, answer_error
+from shardline.transport.msgpack import stream_wire, wire
+from shardline.transport.msgpack.stream import MsgpackStream, StreamFeed, answer_error
 from shardline.transport.remote_errors import worker_error
+from shardline.transport.task import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
 from shardline.transport.tls import TlsSettings
-from shardline.transport.wire import BAD_RESULT, MAX_MESSAGE_BYTES, MalformedMessage, Task
 from shardline.workers import WorkerMetadata
 
 __all__ = ["MsgpackConnection"]
 
-logger = logging.getLogger("shardline.transport.msgpack_connection")
+logger = logging.getLogger("shardline.transport.msgpack.connection")
 
 # What makes two connections share a socket: the address and every setting.
 _Key = tuple[str, int, float, float, float, TlsSettings | None]
@@ -100,7 +99,7 @@ class MsgpackConnection:
 
     ``await stream(task, timeout=None, window=DEFAULT_WINDOW)`` starts a streamed call of an
     async generator handler and returns its items as a
-    :class:`~shardline.transport.msgpack_stream.MsgpackStream` once the request is written
+    :class:`~shardline.transport.msgpack.stream.MsgpackStream` once the request is written
     (the errors before that are ``dispatch``'s); see that class for flow control, the
     deadline, and leaving early.
 
@@ -236,7 +235,7 @@ class MsgpackConnection:
     ) -> MsgpackStream:
         """Starts ``task`` as a streamed call; see the class docstring.
 
-        ``window`` (1 to :data:`~shardline.transport.msgpack_stream_wire.MAX_WINDOW`) is how
+        ``window`` (1 to :data:`~shardline.transport.msgpack.stream_wire.MAX_WINDOW`) is how
         many items the worker may send ahead of the caller's reading. Raises before anything
         is sent what ``dispatch`` raises then (``TypeError``, ``ValueError``, and
         ``TransientRpcError`` not sent: unreachable, closed, the deadline passed while the
@@ -831,7 +830,7 @@ class _Expired(Exception):
 
 class _Failed(Exception):
     """Set on a call's answer when the worker answered an error, or a result this side cannot
-    read: ``args`` are the fields of a :class:`~shardline.transport.msgpack_wire.ErrorAnswer`
+    read: ``args`` are the fields of a :class:`~shardline.transport.msgpack.wire.ErrorAnswer`
     (kind, type, message, whether the handler had started, built-in type, traceback)."""
 
 
