@@ -2,20 +2,11 @@
 //! pure core in `rust/core` (crate `shardline-core`). This file only wires modules; each concept
 //! has its own folder (see docs/architecture.md).
 
-mod dispatch_times;
 mod hashing;
-mod health;
-mod keyed_record;
 mod pool;
 mod py;
-mod round_robin;
 mod topology;
 mod wire;
-mod workers_view;
-
-// The pool's files still name these at the crate's root.
-use py::gil_lock;
-use shardline_core::tally;
 
 // The core's counters add without a read-modify-write, which is exact only where a GIL
 // serialises the adds: a build for an interpreter without one must make them atomic.
@@ -29,11 +20,13 @@ mod _core {
     #[pymodule_export]
     use crate::hashing::bucket_id;
     #[pymodule_export]
-    use crate::keyed_record::KeyedRecord;
+    use crate::pool::keyed_record::KeyedRecord;
+    #[pymodule_export]
+    use crate::pool::rotation::PoolRotationSelect;
+    #[pymodule_export]
+    use crate::pool::views::WorkersView;
     #[pymodule_export]
     use crate::pool::WorkerPool;
-    #[pymodule_export]
-    use crate::round_robin::PoolRotationSelect;
     #[pymodule_export]
     use crate::topology::bucket_range::BucketRange;
     #[pymodule_export]
@@ -62,6 +55,4 @@ mod _core {
     };
     #[pymodule_export]
     use crate::wire::reader::MsgpackReader;
-    #[pymodule_export]
-    use crate::workers_view::WorkersView;
 }

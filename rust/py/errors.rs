@@ -4,7 +4,7 @@
 //! (`InvalidEvent` is both a `ShardlineError` and a `ValueError`), which PyO3's
 //! `create_exception!` cannot express. Rust imports each class once and caches it.
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -87,6 +87,11 @@ pub fn raise_in_stream(
         }
         other => raise(py, other),
     }
+}
+
+/// `KeyError(key)`: a mapping has no item `key` (the caller's own object, as a dict raises it).
+pub fn missing_key(key: Py<PyAny>) -> PyErr {
+    PyKeyError::new_err(key)
 }
 
 /// `Result<T, Error>` raised as [`raise`] makes it.

@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod hashing;
+pub mod pool;
 pub mod tally;
 pub mod text;
 pub mod topology;

@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyTuple};
 ///     under the stable ABI) were two thirds of the pool's own cost of an admit and an evict
 ///     (`benches/RESULTS.md`, "Issue 12: a record that carries its key"). `__new__` names
 ///     `WorkerMetadata`'s fields so that PyO3 matches the keywords in place: with only a
-///     catch-all, it copies every keyword into a new dict (~200 ns a record); a field it does
+///     catch-all, it copies every keyword into a new dict (the same section); a field it does
 ///     not name still lands in `**kwargs` and costs only that. The record is frozen, so the kept
 ///     uid stays the one its `uid` field holds (only `object.__setattr__` could part them).
 #[pyclass(frozen, subclass, module = "shardline", name = "KeyedRecord")]

@@ -5,7 +5,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::pool::WorkerPool;
+use super::WorkerPool;
 
 /// A live, read-only mapping uid → `(metadata, connection)` over a pool's visible workers (an
 /// ejected worker is not in it; see `WorkerPool`), in admission order.

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::tally::{FloatTally, Tally};
+use shardline_core::tally::{FloatTally, Tally};
 
 /// Upper bounds of the buckets, in seconds; a last bucket takes everything above. From a
 /// dispatch to a worker on the same host (tens of microseconds) to a slow call (10 s).
@@ -15,8 +15,8 @@ pub const BOUNDS: [f64; 18] = [
 
 /// Of the dispatches `dispatch_next` hands out without counting them in flight, the histogram
 /// times one in this many: the pool's `SAMPLE_EVERY`th, `2 * SAMPLE_EVERY`th… (by its dispatch
-/// tally). Timing every one cost the round-robin path 44% (two clock readings and one more call
-/// into the pool per dispatch); one in 8 keeps it within the 10% of issue 15
+/// tally). Timing every one cost the round-robin path well over issue 15's 10% (two clock
+/// readings and one more call into the pool per dispatch); one in 8 keeps it within them
 /// (`benches/RESULTS.md`, "Instrumentation cost (issue 15)").
 pub const SAMPLE_EVERY: u64 = 8;
 

@@ -1,59 +1,81 @@
 //! The uid-keyed worker pool: uid → (metadata, connection), in admission order.
+//!
+//! The `WorkerPool` class and its Python-facing parts; the entries, their indices and
+//! rotation, the address filter, each worker's load and health and the pool's clock are the
+//! core's (`shardline_core::pool`), which runs no Python code.
 
-use std::collections::hash_map::Entry as MapEntry;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
+pub mod dispatch_times;
+pub mod keyed_record;
+pub mod rotation;
+pub mod views;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
-use rustc_hash::FxHashMap;
 use rustc_hash::FxHashSet;
 
-use crate::dispatch_times::{DispatchTimes, BOUNDS, SAMPLE_EVERY};
-use crate::gil_lock::GilLock;
-use crate::health::{
+use crate::py::errors::{missing_key, raise, Error};
+use crate::py::gil_lock::GilLock;
+use dispatch_times::{DispatchTimes, BOUNDS, SAMPLE_EVERY};
+use keyed_record::KeyedRecord;
+use shardline_core::pool::clock::{clock_ns, seconds_between};
+use shardline_core::pool::entries::{self, Uid, Who};
+use shardline_core::pool::filter::AddressFilter;
+use shardline_core::pool::health::{
     median, Outcome, Policy, PoolHealth, State, Transition, WorkerHealth, OUTLIER_QUORUM,
 };
-use crate::keyed_record::KeyedRecord;
-use crate::tally::Tally;
-use crate::workers_view::WorkersView;
+use shardline_core::pool::load::Load;
+use shardline_core::tally::Tally;
+use views::WorkersView;
 
-struct Entry {
-    key: u128,
-    /// The worker's uid object, handed back as the mapping's key.
+/// What the pool holds of a worker: its uid object (handed back as the mapping's key), its
+/// metadata and the connection to reach it.
+pub struct Worker {
     uid: Py<PyAny>,
     metadata: Py<PyAny>,
     connection: Py<PyAny>,
-    load: Load,
-    /// Its health, once the pool's health was configured (boxed: a pool without it pays one
-    /// pointer per worker).
-    health: Option<Box<WorkerHealth>>,
     /// Its [`DispatchToken`], with health on: the references the entry does not own are its
     /// token dispatches in flight (see `dispatch_next`).
     token: Option<Py<DispatchToken>>,
-    /// Whether `uid`'s address is in [`Entries::by_address`]: from the first lookup with that
-    /// very object on.
-    indexed: bool,
 }
 
-impl Entry {
-    /// The uid object's address: its identity while the entry holds it.
-    fn uid_address(&self) -> usize {
+impl Uid for Worker {
+    fn address(&self) -> usize {
         self.uid.as_ptr() as usize
     }
 
+    fn keep(&mut self, old: &mut Self) {
+        // its token dispatches in flight hold the old token
+        if old.token.is_some() {
+            self.token = old.token.take();
+        }
+    }
+}
+
+impl Worker {
     /// New references to `(metadata, connection)`: taken under the lock (an incref runs no
     /// Python code), made into a tuple after it is released.
     fn pair(&self, py: Python<'_>) -> [Py<PyAny>; 2] {
         [self.metadata.clone_ref(py), self.connection.clone_ref(py)]
     }
+}
 
+type Entry = entries::Entry<Worker>;
+
+/// What the pool reads of an entry through its worker's dispatch token, a Python object.
+trait TokenDispatches {
+    fn held(&self, _attached: Python<'_>) -> u32;
+    fn estimate(&self, py: Python<'_>) -> (u32, f64);
+    fn read(&self, py: Python<'_>) -> (u32, f64);
+    fn begin(&self, py: Python<'_>, now: u64);
+}
+
+impl TokenDispatches for Entry {
     /// Its token dispatches in flight: the references to its token it does not own.
     #[inline]
     fn held(&self, _attached: Python<'_>) -> u32 {
@@ -88,401 +110,13 @@ impl Entry {
     }
 }
 
+type Entries = entries::Entries<Worker>;
+
 /// A worker's dispatch token: what the native round-robin path hands its caller, with health
 /// on and every worker healthy, instead of timing the dispatch; the caller holds it while the
 /// call is in flight and lets it go when the call ends. Carries nothing.
 #[pyclass(frozen, module = "shardline", name = "DispatchToken")]
 pub struct DispatchToken;
-
-/// Weight of each new latency sample in the moving average: a worker that slows down is
-/// noticed within a few dispatches.
-const LATENCY_WEIGHT: f64 = 0.2;
-
-/// A worker's dispatches in flight and latency average. Atomics, because dispatches begin and
-/// end under the pool's read lock, possibly on several threads at once.
-struct Load {
-    inflight: AtomicU32,
-    /// `f64` bits; NaN until the first dispatch ends.
-    latency: AtomicU64,
-}
-
-impl Default for Load {
-    fn default() -> Self {
-        Self {
-            inflight: AtomicU32::new(0),
-            latency: AtomicU64::new(f64::NAN.to_bits()),
-        }
-    }
-}
-
-impl Load {
-    /// One more dispatch in flight; returns how many there were before.
-    fn begin(&self) -> u32 {
-        self.inflight.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// One dispatch fewer in flight, whose time says nothing of the worker (a deadline it
-    /// missed, a call cancelled).
-    fn leave(&self) {
-        // saturating: a worker evicted and admitted again mid-dispatch starts from zero
-        let _ = self
-            .inflight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-    }
-
-    fn end(&self, seconds: f64) {
-        self.leave();
-        let _ = self
-            .latency
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                let previous = f64::from_bits(bits);
-                let average = if previous.is_nan() {
-                    seconds
-                } else {
-                    previous + LATENCY_WEIGHT * (seconds - previous)
-                };
-                Some(average.to_bits())
-            });
-    }
-
-    /// Dispatches in flight and the latency average, NaN before any.
-    fn estimate(&self) -> (u32, f64) {
-        (
-            self.inflight.load(Ordering::Relaxed),
-            f64::from_bits(self.latency.load(Ordering::Relaxed)),
-        )
-    }
-
-    /// The same counts, for the entry that replaces this one (a refresh keeps the load).
-    fn carry(&self) -> Self {
-        Self {
-            inflight: AtomicU32::new(self.inflight.load(Ordering::Relaxed)),
-            latency: AtomicU64::new(self.latency.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-/// Nanoseconds on a monotonic clock since the first reading in this process, plus one: what a
-/// timed dispatch's start is, so the proxy reads no clock in Python, and never 0, which
-/// `dispatch_next` returns for a dispatch it does not time.
-///
-/// `Instant` (`clock_gettime(CLOCK_MONOTONIC)` through the vDSO) costs 21 ns a reading here
-/// against 7 ns for a raw TSC read (`benches/RESULTS.md`, "Instrumentation cost (issue 15)"),
-/// but the TSC needs calibrating and is not monotonic on every machine and VM; read on one
-/// native dispatch in `SAMPLE_EVERY`, the difference is under 2 ns a dispatch.
-fn clock_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let elapsed = EPOCH.get_or_init(Instant::now).elapsed();
-    u64::try_from(elapsed.as_nanos())
-        .unwrap_or(u64::MAX - 1)
-        .saturating_add(1)
-}
-
-/// Seconds from `started` to `now` (readings of the pool's clock); 0 for a reading from the
-/// future.
-fn seconds_between(started: u64, now: u64) -> f64 {
-    now.saturating_sub(started) as f64 * 1e-9
-}
-
-/// Entries in admission order. A removal leaves a hole that iteration skips (none when it
-/// removes the last entry); holes are compacted away once they outnumber the entries, so every
-/// operation is O(1) amortised.
-#[derive(Default)]
-struct Entries {
-    slots: Vec<Option<Entry>>,
-    /// uid key → slot.
-    index: FxHashMap<u128, usize>,
-    /// Address of a pooled uid object → slot, for each one a lookup was made with. Callers
-    /// mostly pass back, again and again, the very object the pool handed out (`uids()`, a
-    /// balancer's choice): for those, a lookup by address spares reading `uid.int` and
-    /// converting it, which cost more than the rest of a membership test. An object is indexed
-    /// by its first lookup, not when it is admitted: admitting and evicting a worker no one
-    /// looked up then touch one hash table, not two (measured: 17-20 ns of an admit + evict of
-    /// 105-127 ns). An address is unambiguous because the entry holds a reference to its uid
-    /// object, which therefore cannot be freed and its address reused while pooled.
-    by_address: FxHashMap<usize, usize>,
-    /// Addresses put in the [`AddressFilter`] since it was last rebuilt.
-    filtered: usize,
-    /// The rotation: the slot where the next [`Entries::next_in_rotation`] starts looking.
-    /// Shared by every call on the pool; atomic, because it advances under the read lock.
-    rotation: AtomicUsize,
-    /// The health policy, once `configure_health` was called: every entry has its health then.
-    policy: Option<Policy>,
-}
-
-/// A lock-free hint of which addresses are pooled uid objects, read before any lock is taken.
-///
-/// Trying the address index costs a lock of its own, and a caller's uid is often an equal but
-/// distinct object (a record decoded from discovery): that one would then pay two locks, the
-/// address lookup's and the key lookup's, where it paid one before the index existed (measured:
-/// 69 ns against 49 for a membership test). The filter (one bit per hashed address, as a Bloom
-/// filter with one hash) says "surely not pooled" for most such objects, so they go straight to
-/// the key. It is only ever a hint: a bit set for an address no longer pooled costs the extra
-/// lock, and a bit a reader misses while the filter is rebuilt costs the key lookup; neither
-/// changes an answer.
-struct AddressFilter {
-    words: Box<[AtomicU64]>,
-}
-
-impl AddressFilter {
-    /// 2**18 bits (32 KiB): few false hits up to some thousands of workers.
-    const BITS: u32 = 18;
-    /// Rebuilt once this many more addresses were put in it than are indexed, plus as many as
-    /// are indexed, so churn does not fill it; rebuilding clears every word and visits every
-    /// indexed address, so it comes at most once per that many writes: O(1) per write, whatever
-    /// the pool's size (with a fixed margin alone, a pool of 100,000 workers rebuilt it every
-    /// 32,768 writes, 3 addresses visited per write).
-    const REBUILD_AFTER: usize = 1 << (Self::BITS - 3);
-
-    fn new() -> Self {
-        let words = (0..1usize << (Self::BITS - 6))
-            .map(|_| AtomicU64::new(0))
-            .collect();
-        Self { words }
-    }
-
-    fn bit(address: usize) -> (usize, u64) {
-        // Objects are 16-byte aligned: the low bits carry nothing. Fibonacci hashing spreads
-        // the rest over the table.
-        let hash = ((address >> 4) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - Self::BITS);
-        ((hash >> 6) as usize, 1 << (hash & 63))
-    }
-
-    /// How many addresses may have been put in since the last rebuild, for `indexed` ones.
-    fn rebuild_after(indexed: usize) -> usize {
-        2 * indexed + Self::REBUILD_AFTER
-    }
-
-    fn may_contain(&self, address: usize) -> bool {
-        let (word, bit) = Self::bit(address);
-        self.words[word].load(Ordering::Relaxed) & bit != 0
-    }
-
-    /// Only under the pool's write lock, so writers never race each other: a plain load and
-    /// store, no read-modify-write.
-    fn insert(&self, address: usize) {
-        let (word, bit) = Self::bit(address);
-        let word = &self.words[word];
-        word.store(word.load(Ordering::Relaxed) | bit, Ordering::Relaxed);
-    }
-
-    /// Records that `address` (a uid object just indexed) may be pooled, under the write lock;
-    /// rebuilds the filter from the indexed addresses when stale bits add up.
-    fn note(&self, entries: &mut Entries, address: usize) {
-        self.insert(address);
-        entries.filtered += 1;
-        if entries.filtered > Self::rebuild_after(entries.by_address.len()) {
-            for word in &self.words {
-                word.store(0, Ordering::Relaxed);
-            }
-            for &address in entries.by_address.keys() {
-                self.insert(address);
-            }
-            entries.filtered = entries.by_address.len();
-        }
-    }
-}
-
-/// How a caller names a worker, read before the lock is taken (reading `uid.int` runs Python
-/// code): its uid object's address, tried first, or its key.
-#[derive(Clone, Copy)]
-enum Who {
-    Address(usize),
-    Key(u128),
-}
-
-impl Entries {
-    fn get(&self, key: u128) -> Option<&Entry> {
-        self.index
-            .get(&key)
-            .and_then(|&slot| self.slots[slot].as_ref())
-    }
-
-    /// The pooled entry whose uid is the object at `address`, if any.
-    fn get_by_address(&self, address: usize) -> Option<&Entry> {
-        self.by_address
-            .get(&address)
-            .and_then(|&slot| self.slots[slot].as_ref())
-    }
-
-    fn find(&self, who: Who) -> Option<&Entry> {
-        match who {
-            Who::Address(address) => self.get_by_address(address),
-            Who::Key(key) => self.get(key),
-        }
-    }
-
-    fn live(&self) -> impl Iterator<Item = &Entry> {
-        self.slots.iter().flatten()
-    }
-
-    /// The pooled entry at position `n` of the admission order: O(1) while no removal left a
-    /// hole, O(slots) otherwise.
-    fn nth_live(&self, n: usize) -> Option<&Entry> {
-        if self.slots.len() == self.index.len() {
-            self.slots.get(n)?.as_ref()
-        } else {
-            self.live().nth(n)
-        }
-    }
-
-    /// The next pooled entry of the rotation that `skip` does not exclude, moving the rotation
-    /// past it; None when every pooled entry is excluded (or none is pooled). Looks at each
-    /// slot at most once per attempt, starting where the rotation stands.
-    fn next_in_rotation(&self, skip: impl Fn(&Entry) -> bool) -> Option<&Entry> {
-        let slots = self.slots.len();
-        loop {
-            let cursor = self.rotation.load(Ordering::Relaxed);
-            let start = if cursor < slots { cursor } else { 0 };
-            let (slot, entry) =
-                (start..slots)
-                    .chain(0..start)
-                    .find_map(|slot| match &self.slots[slot] {
-                        Some(entry) if !skip(entry) => Some((slot, entry)),
-                        _ => None,
-                    })?;
-            // a concurrent caller moved the rotation meanwhile: look again from its place, so
-            // two callers are never handed the same turn
-            if self
-                .rotation
-                .compare_exchange(cursor, slot + 1, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                return Some(entry);
-            }
-        }
-    }
-
-    /// The pooled entries in the order `next_in_rotation` would pick them, one after another
-    /// with nothing skipped, from where the rotation stands; the rotation does not move.
-    fn rotation_order(&self) -> impl Iterator<Item = &Entry> {
-        let slots = self.slots.len();
-        let cursor = self.rotation.load(Ordering::Relaxed);
-        let start = if cursor < slots { cursor } else { 0 };
-        (start..slots)
-            .chain(0..start)
-            .filter_map(|slot| self.slots[slot].as_ref())
-    }
-
-    /// Admits a new entry at the end, or replaces an existing one in its place; returns the
-    /// entry it displaced, for the caller to drop once the lock is released.
-    fn put(&mut self, entry: Entry) -> Option<Entry> {
-        // one probe of the key index, whether the key is new or not
-        match self.index.entry(entry.key) {
-            MapEntry::Occupied(pooled) => {
-                let slot = *pooled.get();
-                self.replace(slot, entry)
-            }
-            MapEntry::Vacant(vacant) => {
-                vacant.insert(self.slots.len());
-                let mut entry = entry;
-                if self.policy.is_some() {
-                    // idle: its first dispatch marks its progress
-                    entry.health = Some(Box::new(WorkerHealth::new(0)));
-                }
-                self.slots.push(Some(entry));
-                None
-            }
-        }
-    }
-
-    /// Replaces an existing entry in its place and returns the displaced one; hands `entry`
-    /// back as the error when the key is not pooled. Either way the caller drops the result
-    /// once the lock is released.
-    fn refresh(&mut self, entry: Entry) -> Result<Option<Entry>, Entry> {
-        match self.index.get(&entry.key) {
-            Some(&slot) => Ok(self.replace(slot, entry)),
-            None => Err(entry),
-        }
-    }
-
-    /// Puts `entry` in `slot` (which holds an entry of the same key), carrying its load and
-    /// health over.
-    fn replace(&mut self, slot: usize, mut entry: Entry) -> Option<Entry> {
-        if let Some(old) = &mut self.slots[slot] {
-            entry.load = old.load.carry();
-            entry.health = old.health.take();
-            // its token dispatches in flight hold the old token
-            if old.token.is_some() {
-                entry.token = old.token.take();
-            }
-            if old.indexed {
-                self.by_address.remove(&old.uid_address());
-            }
-        }
-        self.slots[slot].replace(entry)
-    }
-
-    /// Indexes the pooled uid object at `address` by it, if it is the uid of the entry `key`
-    /// names and not indexed yet; returns whether it was indexed now.
-    fn index_address(&mut self, key: u128, address: usize) -> bool {
-        let Some(&slot) = self.index.get(&key) else {
-            return false;
-        };
-        match &mut self.slots[slot] {
-            Some(entry) if !entry.indexed && entry.uid_address() == address => {
-                entry.indexed = true;
-                self.by_address.insert(address, slot);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Evicts the worker `who` names; returns its entry, for the caller to drop once the lock
-    /// is released.
-    fn remove(&mut self, who: Who) -> Option<Entry> {
-        // Each index is probed once: the one that names the worker gives up its slot, the
-        // other is told the key or address the entry holds. Both always point at live slots.
-        let removed = match who {
-            Who::Address(address) => {
-                let removed = self.slots[self.by_address.remove(&address)?].take()?;
-                self.index.remove(&removed.key);
-                removed
-            }
-            Who::Key(key) => {
-                let removed = self.slots[self.index.remove(&key)?].take()?;
-                if removed.indexed {
-                    self.by_address.remove(&removed.uid_address());
-                }
-                removed
-            }
-        };
-        // A worker admitted and soon evicted again is usually the last one: leave no hole.
-        let slots = self.slots.len();
-        while let Some(None) = self.slots.last() {
-            self.slots.pop();
-        }
-        // A rotation that stood in the slots just dropped starts over: were it left where it
-        // stood, which worker admitted later comes next would depend on how many holes
-        // compaction had taken away since.
-        let rotation = self.rotation.get_mut();
-        if self.slots.len() < slots && *rotation >= self.slots.len() {
-            *rotation = 0;
-        }
-        if self.slots.len() > 2 * self.index.len() + 8 {
-            self.compact();
-        }
-        Some(removed)
-    }
-
-    /// Drops the holes, never an entry: compaction runs under the lock. The rotation keeps its
-    /// place: it moves down by the holes before it.
-    fn compact(&mut self) {
-        let cursor = *self.rotation.get_mut();
-        let before = self.slots.iter().take(cursor).flatten().count();
-        *self.rotation.get_mut() = before;
-        self.slots.retain(Option::is_some);
-        self.index.clear();
-        self.by_address.clear();
-        for (slot, entry) in self.slots.iter().flatten().enumerate() {
-            self.index.insert(entry.key, slot);
-            if entry.indexed {
-                self.by_address.insert(entry.uid_address(), slot);
-            }
-        }
-    }
-}
 
 /// The pool of workers a proxy dispatches to, keyed by each worker's uid.
 ///
@@ -700,7 +334,7 @@ impl WorkerPool {
                     continue;
                 };
                 if latency > bound && latency > policy.stuck_floor && health.healthy() {
-                    let reason = crate::health::Reason::Latency;
+                    let reason = shardline_core::pool::health::Reason::Latency;
                     if let Some(transition) =
                         health.eject(now, reason, policy, &self.health, pooled)
                     {
@@ -875,11 +509,13 @@ fn entry_of(
         None
     };
     Ok(Entry {
-        token,
         key,
-        uid,
-        metadata: metadata.clone().unbind(),
-        connection: connection.clone().unbind(),
+        worker: Worker {
+            uid,
+            metadata: metadata.clone().unbind(),
+            connection: connection.clone().unbind(),
+            token,
+        },
         load: Load::default(),
         health: None,
         indexed: false,
@@ -891,10 +527,13 @@ fn policy_of(policy: &Bound<'_, PyAny>) -> PyResult<Policy> {
     let py = policy.py();
     let class = HEALTH_POLICY.import(py, HEALTH_MODULE, "HealthPolicy")?;
     if !policy.is_instance(class)? {
-        return Err(PyTypeError::new_err(format!(
-            "configure_health takes a HealthPolicy, not {}",
-            policy.get_type().name()?
-        )));
+        return Err(raise(
+            py,
+            Error::Type(format!(
+                "configure_health takes a HealthPolicy, not {}",
+                policy.get_type().name()?
+            )),
+        ));
     }
     let field = |name: &str| policy.getattr(name);
     Ok(Policy {
@@ -1004,7 +643,7 @@ impl WorkerPool {
     /// or is ejected.
     pub(crate) fn entry<'py>(&self, uid: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = uid.py();
-        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let missing = || missing_key(uid.clone().unbind());
         let pair = self.with_visible(uid, |entry| entry.pair(py));
         let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
@@ -1054,7 +693,7 @@ impl WorkerPool {
             entry.begin(py, now);
             entry.pair(py)
         });
-        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let missing = || missing_key(uid.clone().unbind());
         let pair = pair.map_err(|_| missing())?.ok_or_else(missing)?;
         PyTuple::new(py, pair)
     }
@@ -1086,7 +725,7 @@ impl WorkerPool {
             entry.begin(py, now);
             Some(entry.pair(py))
         });
-        let missing = || PyKeyError::new_err(uid.clone().unbind());
+        let missing = || missing_key(uid.clone().unbind());
         let [metadata, connection] = pair.map_err(|_| missing())?.flatten().ok_or_else(missing)?;
         (metadata, connection, now).into_pyobject(py)
     }
@@ -1131,7 +770,10 @@ impl WorkerPool {
     fn finish_dispatch(&self, uid: &Bound<'_, PyAny>, started: u64, outcome: u8) -> PyResult<bool> {
         let py = uid.py();
         let outcome = Outcome::of(outcome).ok_or_else(|| {
-            PyValueError::new_err(format!("outcome must be 0, 1, 2 or 3, not {outcome}"))
+            raise(
+                py,
+                Error::Value(format!("outcome must be 0, 1, 2 or 3, not {outcome}")),
+            )
         })?;
         let now = self.now();
         let timed = started != 0;
@@ -1174,7 +816,7 @@ impl WorkerPool {
     #[classattr]
     #[allow(non_snake_case)]
     fn HEALTH_TIMED_EVERY() -> u64 {
-        crate::health::TIMED_EVERY
+        shardline_core::pool::health::TIMED_EVERY
     }
 
     /// The outcome codes of `finish_dispatch`.
@@ -1562,11 +1204,14 @@ impl WorkerPool {
     /// the tests' seam for time. Only for tests: readings taken before and after pinning are
     /// not comparable.
     #[pyo3(signature = (ns, /))]
-    fn _pin_clock(&self, ns: Option<u64>) -> PyResult<()> {
+    fn _pin_clock(&self, py: Python<'_>, ns: Option<u64>) -> PyResult<()> {
         if ns == Some(0) || ns.is_some_and(|ns| ns >= 1 << 62) {
-            return Err(PyValueError::new_err(format!(
-                "the pinned clock must be in 1..2**62 ns, not {ns:?}"
-            )));
+            return Err(raise(
+                py,
+                Error::Value(format!(
+                    "the pinned clock must be in 1..2**62 ns, not {ns:?}"
+                )),
+            ));
         }
         self.pinned.store(ns.unwrap_or(0), Ordering::Relaxed);
         Ok(())
@@ -1600,121 +1245,5 @@ impl WorkerPool {
         // the guards are gone: the entries' finalizers may use the pool
         drop(entries);
         drop(events);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{AddressFilter, Entries, Load, Who};
-    use pyo3::IntoPyObject;
-
-    #[test]
-    fn load_counts_inflight_saturating_and_averages_latency() {
-        let load = Load::default();
-        assert_eq!(load.estimate().0, 0);
-        assert!(load.estimate().1.is_nan());
-        load.begin();
-        load.begin();
-        load.end(0.5);
-        assert_eq!(load.estimate(), (1, 0.5));
-        load.end(1.5);
-        load.end(1.5);
-        let (inflight, latency) = load.carry().estimate();
-        assert_eq!(inflight, 0);
-        assert!((latency - (0.5 + 0.2 * 1.0 + 0.2 * (1.5 - 0.7))).abs() < 1e-12);
-    }
-
-    #[test]
-    fn the_address_filter_holds_every_indexed_address_across_rebuilds() {
-        let filter = AddressFilter::new();
-        let mut entries = Entries::default();
-        pyo3::Python::initialize();
-        pyo3::Python::attach(|py| {
-            let admit = |entries: &mut Entries, key: u128| {
-                let uid = key.into_pyobject(py).unwrap().into_any().unbind();
-                let address = uid.as_ptr() as usize;
-                entries.put(super::Entry {
-                    key,
-                    uid,
-                    metadata: py.None(),
-                    connection: py.None(),
-                    load: Load::default(),
-                    health: None,
-                    token: None,
-                    indexed: false,
-                });
-                // as its first lookup does
-                assert!(entries.index_address(key, address));
-                filter.note(entries, address);
-            };
-            // A pool that stays, then churn past several rebuilds: admit one, evict the one
-            // before.
-            let stays = 1000u128;
-            for key in 0..stays {
-                admit(&mut entries, key);
-            }
-            let churn = 3 * AddressFilter::rebuild_after(stays as usize + 1) as u128;
-            for key in stays..stays + churn {
-                admit(&mut entries, key);
-                assert!(entries.filtered <= AddressFilter::rebuild_after(entries.index.len()));
-                if key > stays {
-                    entries.remove(Who::Key(key - 1));
-                }
-                if key % 4096 == 0 {
-                    assert!(entries
-                        .live()
-                        .all(|entry| filter.may_contain(entry.uid_address())));
-                }
-            }
-            assert!(entries
-                .live()
-                .all(|entry| filter.may_contain(entry.uid_address())));
-        });
-    }
-
-    #[test]
-    fn compaction_keeps_order_and_index() {
-        let mut entries = Entries::default();
-        pyo3::Python::initialize();
-        pyo3::Python::attach(|py| {
-            for key in 0..100u128 {
-                entries.put(super::Entry {
-                    key,
-                    // distinct objects, as uids are: the second index is by address
-                    uid: key.into_pyobject(py).unwrap().into_any().unbind(),
-                    metadata: py.None(),
-                    connection: py.None(),
-                    load: super::Load::default(),
-                    health: None,
-                    token: None,
-                    indexed: false,
-                });
-                // looked up with every other one: only those are indexed by address
-                if key % 2 == 0 {
-                    let address = entries.get(key).unwrap().uid_address();
-                    assert!(entries.index_address(key, address));
-                    assert!(!entries.index_address(key, address));
-                }
-            }
-            for key in (0..100u128).filter(|k| k % 3 != 0) {
-                entries.remove(Who::Key(key));
-            }
-            let keys: Vec<u128> = entries.live().map(|entry| entry.key).collect();
-            assert_eq!(keys, (0..100).filter(|k| k % 3 == 0).collect::<Vec<_>>());
-            assert!(entries.slots.len() <= 2 * entries.index.len() + 8);
-            assert!(keys
-                .iter()
-                .all(|&key| entries.get(key).map(|e| e.key) == Some(key)));
-            for entry in entries.live() {
-                let found = entries.get_by_address(entry.uid_address());
-                let expected = (entry.key % 2 == 0).then_some(entry.key);
-                assert_eq!(found.map(|e| e.key), expected);
-                assert_eq!(entry.indexed, entry.key % 2 == 0);
-            }
-            assert_eq!(
-                entries.by_address.len(),
-                entries.live().filter(|entry| entry.indexed).count()
-            );
-        });
     }
 }
