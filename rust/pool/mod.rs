@@ -29,7 +29,7 @@ use shardline_core::pool::filter::AddressFilter;
 use shardline_core::pool::health::{
     median, Outcome, Policy, PoolHealth, State, Transition, WorkerHealth, OUTLIER_QUORUM,
 };
-use shardline_core::pool::load::Load;
+use shardline_core::pool::load::{blend, cost, weighed_latency, Load, POOL_LATENCY_WEIGHT};
 use shardline_core::tally::Tally;
 use views::WorkersView;
 
@@ -72,6 +72,7 @@ trait TokenDispatches {
     fn held(&self, _attached: Python<'_>) -> u32;
     fn estimate(&self, py: Python<'_>) -> (u32, f64);
     fn read(&self, py: Python<'_>) -> (u32, f64);
+    fn weighed(&self, py: Python<'_>, now: u64, mean: f64) -> (u32, f64);
     fn begin(&self, py: Python<'_>, now: u64);
 }
 
@@ -94,10 +95,20 @@ impl TokenDispatches for Entry {
         (inflight.saturating_add(self.held(py)), latency)
     }
 
-    /// The same, with 0.0 for no latency yet (what `load(uid)` reports).
+    /// The same, with 0.0 for no latency yet (what `health(uid)` reports).
     fn read(&self, py: Python<'_>) -> (u32, f64) {
         let (inflight, latency) = self.estimate(py);
         (inflight, if latency.is_nan() { 0.0 } else { latency })
+    }
+
+    /// Dispatches in flight and the latency least-loaded weighs at `now` against the pool's
+    /// `mean` (what `load(uid)` reports): see [`weighed_latency`].
+    fn weighed(&self, py: Python<'_>, now: u64, mean: f64) -> (u32, f64) {
+        let (inflight, latency) = self.estimate(py);
+        (
+            inflight,
+            weighed_latency(latency, self.load.sampled(), now, mean),
+        )
     }
 
     /// Begins a timed dispatch at `now`; returns how many were in flight before, token
@@ -183,6 +194,9 @@ pub struct WorkerPool {
     pending: AtomicBool,
     /// The tests' clock, when pinned (`_pin_clock`); 0 for the monotonic clock.
     pinned: AtomicU64,
+    /// The pool's mean latency, over every pooled worker's latency samples (`f64` bits, NaN
+    /// before any): what least-loaded weighs a worker it has no fresh sample of by.
+    latency_mean: AtomicU64,
 }
 
 /// A health transition waiting for `drain_health_events`: increfs of the worker's uid and
@@ -246,6 +260,18 @@ impl WorkerPool {
                 now: 0,
             }
         }
+    }
+
+    /// A dispatch to `entry` that took `seconds` ended at `now`: into its load and the pool's
+    /// mean latency.
+    fn sampled(&self, entry: &Entry, seconds: f64, now: u64) {
+        entry.load.end(seconds, now);
+        blend(&self.latency_mean, seconds, POOL_LATENCY_WEIGHT);
+    }
+
+    /// The pool's mean latency (NaN before any sample).
+    fn latency_mean(&self) -> f64 {
+        f64::from_bits(self.latency_mean.load(Ordering::Relaxed))
     }
 
     /// Queues the event of `transition` of `entry` (under the lock: increfs only).
@@ -569,6 +595,7 @@ impl WorkerPool {
             events: Mutex::new(Vec::new()),
             pending: AtomicBool::new(false),
             pinned: AtomicU64::new(0),
+            latency_mean: AtomicU64::new(f64::NAN.to_bits()),
         }
     }
 
@@ -701,7 +728,8 @@ impl WorkerPool {
     /// A dispatch to `uid` that took `seconds` has ended, however it ended; a no-op when the
     /// worker has left.
     fn end_dispatch(&self, uid: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
-        self.with_entry(uid, |_, entry| entry.load.end(seconds))?;
+        let now = self.now();
+        self.with_entry(uid, |_, entry| self.sampled(entry, seconds, now))?;
         Ok(())
     }
 
@@ -790,7 +818,7 @@ impl WorkerPool {
                         health.token_missed();
                     }
                 }
-                Outcome::Success | Outcome::Failure => entry.load.end(seconds),
+                Outcome::Success | Outcome::Failure => self.sampled(entry, seconds, now),
                 Outcome::Deadline | Outcome::Neutral => entry.load.leave(),
             }
             let (Some(health), Some(policy)) = (&entry.health, &entries.policy) else {
@@ -1045,18 +1073,22 @@ impl WorkerPool {
         WorkersView::of(slf)
     }
 
-    /// `(dispatches in flight, latency average in seconds)` of the worker `uid`; `(0, 0.0)`
-    /// for a worker not pooled, ejected, or never dispatched to.
+    /// `(dispatches in flight, latency in seconds)` of the worker `uid`, the latency its
+    /// average moved toward the pool's mean latency the longer ago its last sample came
+    /// (halfway after 0.1 s), or the pool's mean before its first (0.0 while the pool has
+    /// none); `(0, 0.0)` for a worker not pooled or ejected. What least-loaded weighs.
     fn load(&self, uid: &Bound<'_, PyAny>) -> PyResult<(u32, f64)> {
         let py = uid.py();
+        let (now, mean) = (self.now(), self.latency_mean());
         Ok(self
-            .with_visible(uid, |entry| entry.read(py))?
+            .with_visible(uid, |entry| entry.weighed(py, now, mean))?
             .unwrap_or((0, 0.0)))
     }
 
     /// Of the pooled workers at positions `first` and `second` of the admission order, the uid
-    /// of the one with fewer dispatches in flight (ties: the lower latency average, then
-    /// `first`), as `load(uid)` compares them; None when a position is past the last worker.
+    /// of the one with the lower cost, `latency x (dispatches in flight + 1)` as `load(uid)`
+    /// reads them (ties: fewer in flight, then `first`); None when a position is past the
+    /// last worker.
     /// Positions count every pooled worker, as `len(pool)` does: one that falls on an ejected
     /// worker stands for the next visible one after it (round the admission order), and None
     /// comes back when none is visible. `LeastLoadedLoadBalancer`'s draw in one call, without
@@ -1076,7 +1108,10 @@ impl WorkerPool {
         } else {
             (entries.nth_live(first)?, entries.nth_live(second)?)
         };
-        let pick = if a.read(py) <= b.read(py) { a } else { b };
+        let now = if sight.check { sight.now } else { self.now() };
+        let mean = self.latency_mean();
+        let weighed = |entry: &Entry| cost(entry.weighed(py, now, mean));
+        let pick = if weighed(a) <= weighed(b) { a } else { b };
         Some(pick.uid.clone_ref(py))
     }
 

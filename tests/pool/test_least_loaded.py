@@ -16,9 +16,12 @@ from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
 from shardline.balancers.protocol import NOTHING_TRIED
 from support.balancer_driving import start
 from support.fakes import Harness, Stream, added
+from support.least_loaded_model import Loads, cost
 from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
+START = 10**12  # the pools' pinned clock, ns
+MS = 1_000_000
 
 
 def pool(*ns: int) -> LoadBalancerContext:
@@ -90,17 +93,78 @@ async def test_a_context_without_load_is_a_random_choice() -> None:
 
 def test_load_tracks_inflight_dispatches_and_a_latency_average_across_refreshes() -> None:
     context = pool(1, 2)
+    context._pin_clock(START)
+    model = Loads.of(2)
     uid = worker(1).uid
     assert context.begin_dispatch(uid) == (worker(1), "conn-1")
     context.begin_dispatch(uid)
     assert context.load(uid) == (2, 0.0)
+    assert context.load(worker(2).uid) == (0, 0.0)  # no latency anywhere yet
     context.end_dispatch(uid, 0.2)
     context.update_worker(worker(1, address="moved"), "conn-moved")  # the load stays
     context.end_dispatch(uid, 0.4)
     assert context.load(uid) == (0, pytest.approx(0.2 + 0.2 * (0.4 - 0.2)))
     context.end_dispatch(uid, 0.1)  # more ends than begins: never below zero
     assert context.load(uid)[0] == 0
-    assert context.load(worker(2).uid) == (0, 0.0)
+    for seconds in (0.2, 0.4, 0.1):
+        model.sample(0, seconds, START)
+    # never measured: the pool's mean latency, over every worker's samples
+    assert context.load(worker(2).uid) == (0, model.mean)
+    assert model.mean == pytest.approx(0.2 + (0.4 - 0.2) / 32 + (0.1 - 0.20625) / 32)
+
+
+def test_a_latency_not_measured_lately_moves_toward_the_pools_mean() -> None:
+    context = pool(1, 2)
+    context._pin_clock(START)
+    model = Loads.of(2)
+    slow, fast = worker(1).uid, worker(2).uid
+    for uid, n, seconds in ((slow, 0, 0.010), *[(fast, 1, 0.001)] * 100):
+        context.begin_dispatch(uid)
+        context.end_dispatch(uid, seconds)
+        model.sample(n, seconds, START)
+    assert context.load(slow) == (0, 0.010)  # measured just now: its own average
+    assert model.mean is not None
+    for ms in (50, 100, 1000, 10_000):
+        context._pin_clock(START + ms * MS)
+        assert context.load(slow) == (0, model.weighed(0, START + ms * MS))
+    context._pin_clock(START + 100 * MS)  # halfway after 0.1 s
+    assert context.load(slow)[1] == pytest.approx((0.010 + model.mean) / 2)
+    context._pin_clock(START + 10_000 * MS)
+    assert context.load(slow)[1] == pytest.approx(model.mean + (0.010 - model.mean) / 101)
+
+
+async def test_a_slow_worker_is_offered_again_once_its_average_is_old() -> None:
+    """Least-loaded stops sending to a worker it rates slow, so nothing measures it again:
+    its average ages toward the pool's mean until it is a candidate, and the dispatch it then
+    gets measures it (still slow: avoided again at once)."""
+    context = pool(1, 2)
+    context._pin_clock(START)
+    slow, fast = worker(1).uid, worker(2).uid
+    for uid, seconds in ((slow, 0.010), *[(fast, 0.001)] * 100):
+        context.begin_dispatch(uid)
+        context.end_dispatch(uid, seconds)
+    context.begin_dispatch(fast)  # one in flight: it costs 2 ms, the slow one 10 ms
+    assert set((await first_choices(context, 50)).elements()) == {fast}
+    context._pin_clock(START + 10_000 * MS)
+    assert set((await first_choices(context, 50)).elements()) == {slow}
+    context.begin_dispatch(slow)
+    context.end_dispatch(slow, 0.010)
+    assert set((await first_choices(context, 50)).elements()) == {fast}
+
+
+def test_a_worker_not_measured_yet_is_weighed_as_an_average_one() -> None:
+    context = pool(1, 2, 3)
+    context._pin_clock(START)
+    for n, seconds in ((1, 0.002), (2, 0.004)):
+        for _ in range(40):
+            context.begin_dispatch(worker(n).uid)
+            context.end_dispatch(worker(n).uid, seconds)
+    new = worker(3).uid
+    mean = context.load(new)[1]
+    assert 0.002 < mean < 0.004
+    # against the slower worker the new one wins, against the faster it loses, either way
+    assert context.less_loaded_of(1, 2) == context.less_loaded_of(2, 1) == new
+    assert context.less_loaded_of(0, 2) == context.less_loaded_of(2, 0) == worker(1).uid
 
 
 def test_the_load_leaves_with_the_worker() -> None:
@@ -164,6 +228,7 @@ def test_the_pools_own_draw_picks_what_listing_the_workers_picks(
     size: int, evicted: set[int], loads: list[tuple[int, float]], seed: int
 ) -> None:
     context = pool(*range(size))
+    context._pin_clock(START)  # the two paths read load at one moment
     for n in evicted & set(range(size - 1)):  # holes in the admission order, the last kept
         context.remove_worker(worker(n))
     for uid, (in_flight, latency) in zip(list(context.workers), loads, strict=False):
@@ -179,3 +244,45 @@ def test_the_pools_own_draw_picks_what_listing_the_workers_picks(
         assert fast.select(None, context=context, tried=NOTHING_TRIED) == listed.select(
             None, context=reference, tried=NOTHING_TRIED
         )
+
+
+@settings(max_examples=200)
+@given(
+    samples=st.lists(
+        st.tuples(
+            st.integers(0, 5), st.sampled_from([0.001, 0.002, 0.01, 0.1]), st.integers(0, 300)
+        ),
+        max_size=20,
+    ),
+    in_flight=st.lists(st.integers(0, 12), min_size=6, max_size=6),
+    later=st.integers(0, 2_000),
+    size=st.integers(1, 6),
+)
+def test_less_loaded_of_weighs_as_the_reference_model(
+    samples: list[tuple[int, float, int]], in_flight: list[int], later: int, size: int
+) -> None:
+    """Samples on some workers at moments ``ms`` apart, calls in flight, then the clock moved
+    on: each pair's choice, and each worker's ``load``, are the model's to the bit."""
+    context = pool(*range(size))
+    model = Loads.of(size)
+    uids = list(context.workers)
+    now = START
+    context._pin_clock(now)
+    for n, seconds, ms in samples:
+        if n < size:
+            now += ms * MS
+            context._pin_clock(now)
+            context.begin_dispatch(uids[n])
+            context.end_dispatch(uids[n], seconds)
+            model.sample(n, seconds, now)
+    for uid, count in zip(uids, in_flight, strict=False):
+        for _ in range(count):
+            context.begin_dispatch(uid)
+    now += later * MS
+    context._pin_clock(now)
+    loads = [(in_flight[n], model.weighed(n, now)) for n in range(size)]
+    assert [context.load(uid) for uid in uids] == loads
+    for first in range(size):
+        for second in range(size):
+            expected = first if cost(loads[first]) <= cost(loads[second]) else second
+            assert context.less_loaded_of(first, second) == uids[expected]

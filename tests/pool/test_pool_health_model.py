@@ -25,6 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from shardline import WorkerMetadata, WorkerPool
 from shardline.pool.health import HealthPolicy
+from support.least_loaded_model import POOL_WEIGHT, blend, cost, weighed_latency
 from support.rotation_model import RotationModel
 from support.workers import worker
 
@@ -50,6 +51,7 @@ class Worker:
     healthy_since: int = 0
     inflight: int = 0
     latency: float | None = None
+    sampled: int = 0  # when the last latency sample came
     # token dispatches: in flight, handed out, reported as not succeeding, counted as successes
     tokens: int = 0
     token_handed: int = 0
@@ -76,6 +78,7 @@ class Model:
     last_outlier: int = 0
     ejections: int = 0
     readmissions: int = 0
+    mean: float | None = None  # the pool's mean latency
     events: list[tuple[uuid.UUID, str, str, float]] = field(default_factory=list)
 
     # -- reads
@@ -99,7 +102,7 @@ class Model:
         return [uid for uid in ordered if uid is not None and self.visible(self.workers[uid])]
 
     def load(self, w: Worker) -> tuple[int, float]:
-        return (w.inflight + w.tokens, 0.0 if w.latency is None else w.latency)
+        return (w.inflight + w.tokens, weighed_latency(w.latency, w.sampled, self.now, self.mean))
 
     def times_ejected(self, w: Worker) -> int:
         if w.state != "healthy" or w.times == 0:
@@ -141,7 +144,7 @@ class Model:
         a, b = visible_from(first), visible_from(second)
         if a is None or b is None:
             return None
-        return a if self.load(self.workers[a]) <= self.load(self.workers[b]) else b
+        return a if cost(self.load(self.workers[a])) <= cost(self.load(self.workers[b])) else b
 
     # -- transitions
 
@@ -224,6 +227,8 @@ class Model:
     def end(self, w: Worker, seconds: float) -> None:
         w.inflight = max(0, w.inflight - 1)
         w.latency = seconds if w.latency is None else w.latency + 0.2 * (seconds - w.latency)
+        w.sampled = self.now
+        self.mean = blend(self.mean, seconds, POOL_WEIGHT)
 
     def average(self, w: Worker, sample: float) -> float:
         w.success = w.success + 0.1 * (sample - w.success)

@@ -113,7 +113,7 @@ def test_least_loaded_shows_the_pair_and_the_load_that_decided() -> None:
     balancer = LeastLoadedLoadBalancer(random.Random(3))
     order = balancer.explain_candidates(None, context=pool)
     assert [c.uid for c in order.candidates] == [uid(2), uid(1)]
-    assert order.candidates[0].why.startswith(f"next: drawn with {uid(1)}, less or as loaded: 0")
+    assert order.candidates[0].why.startswith(f"next: drawn with {uid(1)}, as cheap or cheaper: 0")
     assert "against 1 in flight" in order.candidates[0].why
     assert order.candidates[1].why.startswith("2nd: the only one left (1 in flight")
 

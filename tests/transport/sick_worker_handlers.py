@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -26,4 +27,12 @@ async def whoami(payload: Any) -> int:
     return os.getpid()
 
 
-HANDLERS: dict[str, Handler] = {"record": record, "whoami": whoami}
+async def paced(payload: Any) -> int:
+    """Waits ``payload[1]`` seconds, 10 times as long in the process ``payload[0]`` (a gray
+    worker: alive, answering, 10x slower), and returns the pid."""
+    slow, seconds = payload
+    await asyncio.sleep(seconds * (10 if os.getpid() == slow else 1))
+    return os.getpid()
+
+
+HANDLERS: dict[str, Handler] = {"paced": paced, "record": record, "whoami": whoami}

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from shardline import DeadlineExceeded, OutcomeUnknown, WorkerMetadata
+from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
 from shardline.transport import LocalPool, Task
 
 SPEC = "sick_worker_handlers:HANDLERS"
@@ -203,3 +204,26 @@ async def test_a_stalled_worker_is_ejected_before_any_call_on_it_ends() -> None:
     health = pool.proxy.stats()
     assert health.ejections >= 1
     assert health.deadlines == 0
+
+
+async def test_least_loaded_sends_a_10x_slower_worker_a_small_share() -> None:
+    """With health off (the share is the balancer's doing): balancing the dispatches in flight
+    alone gave a worker 10x slower 54-60 of 1,200 calls (its share of the 8 calls in flight
+    takes 10x as long each); weighing latency x (in flight + 1), it gets only the calls its
+    aged average lets through (4-5 measured)."""
+    async with LocalPool(
+        SPEC, workers=4, loadbalancer=LeastLoadedLoadBalancer, health=None
+    ) as pool:
+        pids = set(pool.pids)
+        slow = pool.pids[0]
+
+        async def caller(calls: int) -> list[int]:
+            return [await pool.dispatch(Task("paced", (slow, 0.004))) for _ in range(calls)]
+
+        await asyncio.gather(*(caller(10) for _ in range(8)))  # every worker measured
+        served = collections.Counter(
+            pid for pids in await asyncio.gather(*(caller(150) for _ in range(8))) for pid in pids
+        )
+    assert sum(served.values()) == 1200
+    assert set(served) <= pids
+    assert served[slow] < 18, served  # 1.5%; a fair share is 300

@@ -1,4 +1,4 @@
-"""`LeastLoadedLoadBalancer`: the less loaded of two workers drawn at random."""
+"""`LeastLoadedLoadBalancer`: the cheaper of two workers drawn at random."""
 
 from __future__ import annotations
 
@@ -23,22 +23,38 @@ __all__ = ["LeastLoadedLoadBalancer"]
 
 
 class LeastLoadedLoadBalancer(SelectLoadBalancer):
-    """Offers, of two pooled workers drawn at random, the one with fewer dispatches in flight
-    (ties: the lower latency average), then does the same among the workers left.
+    """Offers, of two pooled workers drawn at random, the one a new dispatch expects to wait
+    on least, ``latency x (dispatches in flight + 1)`` (ties: fewer in flight), then does the
+    same among the workers left.
 
-    Load comes from the context's ``load(uid)`` (the pool's, which the proxy keeps); a context
-    without one is treated as all idle, which makes this a random choice. A call offers each
-    pooled worker at most once and ends once it has offered them all (a worker that joins
-    mid-call may be among the draws). ``rng`` makes the draws reproducible. It declares
-    ``needs_load``, so the proxy counts and times every dispatch for it.
+    Load comes from the context's ``load(uid)``. The pool's (which the proxy keeps) is a
+    worker's latency average moved toward the pool's mean latency the longer ago it was last
+    measured (halfway after 0.1 s), and the pool's mean for a worker never measured: a worker
+    that was slow is offered again once its average is old, and a new worker is weighed as an
+    average one until its first dispatch ends. A context without ``load`` is treated as all
+    idle, which makes this a random choice. A call offers each pooled worker at most once and
+    ends once it has offered them all (a worker that joins mid-call may be among the draws).
+    ``rng`` makes the draws reproducible. It declares ``needs_load``, so the proxy counts and
+    times every dispatch for it.
 
     Implementation notes:
         "Power of two choices": comparing two random candidates keeps the most loaded workers
         away from new work almost as well as scanning them all, without every caller piling
-        onto the single least loaded one between two load updates. On a ``WorkerPool`` a
-        call's first candidate is one call into the pool (``less_loaded_of`` the two drawn
-        positions), O(1) while no eviction left a hole in its admission order; every other
-        candidate, and any other context, lists the untried workers, O(n).
+        onto the single least loaded one between two load updates. The cost multiplies
+        (Finagle's and Tower's peak-EWMA balancers do the same): comparing dispatches in
+        flight first, a worker 10x slower than the rest was offered whenever it had no more
+        in flight than its rival, and held a caller 10x as long each time (it kept 0.72-0.79
+        of what the 3 healthy workers alone serve, ``benches/RESULTS.md``); by cost it is
+        offered only when its rival has about 10x its queue. Least-loaded rarely sends to a
+        worker it rates slow, so that worker's average is rarely re-measured; the pool's
+        ``load`` therefore ages it toward the mean (see ``weighed_latency`` in
+        ``rust/core/src/pool/load.rs``), and the next dispatch it gets measures it again. The
+        proxy times every dispatch for this balancer (``start_dispatch``/``finish_dispatch``),
+        not one in 32 as the native round-robin path's token dispatches do, so every other
+        worker's average is as fresh as its last call. On a ``WorkerPool`` a call's first
+        candidate is one call into the pool (``less_loaded_of`` the two drawn positions, the
+        same comparison), O(1) while no eviction left a hole in its admission order; every
+        other candidate, and any other context, lists the untried workers, O(n).
     """
 
     needs_load = True
@@ -72,7 +88,7 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
         if len(left) <= 1:
             return left[0] if left else None
         a, b = _two_of(self._rng, len(left))
-        return left[a] if load(left[a]) <= load(left[b]) else left[b]
+        return left[a] if _cost(load(left[a])) <= _cost(load(left[b])) else left[b]
 
     def explain_candidates(self, task: Any, *, context: LoadBalancerContextView) -> CandidateOrder:
         """The draws a call would make now, each pair and the load that decided it (see
@@ -88,15 +104,16 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
         if not left:
             return CandidateOrder((), why_none=NO_WORKERS)
         loads = {uid: load(uid) for uid in left}
+        costs = {uid: _cost(loads[uid]) for uid in left}
 
         def shown(uid: uuid.UUID) -> str:
             in_flight, latency = loads[uid]
-            return f"{in_flight} in flight, {latency * 1000:.3g} ms average"
+            return f"{in_flight} in flight, {latency * 1000:.3g} ms latency"
 
         try:
             rng = copy.deepcopy(self._rng)
         except (NotImplementedError, TypeError) as error:
-            ranked = sorted(left, key=lambda uid: loads[uid])
+            ranked = sorted(left, key=lambda uid: costs[uid])
             return CandidateOrder(
                 tuple(
                     Candidate(uid, f"by load: {shown(uid)}", pooled_record(context, uid))
@@ -111,11 +128,11 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
                 uid, why = left[0], f"{rank}: the only one left ({shown(left[0])})"
             else:
                 a, b = _two_of(rng, len(left))
-                if loads[left[a]] > loads[left[b]]:
+                if costs[left[a]] > costs[left[b]]:
                     a, b = b, a
                 uid, rival = left[a], left[b]
                 why = (
-                    f"{rank}: drawn with {rival}, less or as loaded:"
+                    f"{rank}: drawn with {rival}, as cheap or cheaper:"
                     f" {shown(uid)} against {shown(rival)}"
                 )
             candidates.append(Candidate(uid, why, pooled_record(context, uid)))
@@ -129,6 +146,13 @@ def _two_of(rng: random.Random, count: int) -> tuple[int, int]:
     first = rng.randrange(count)
     second = rng.randrange(count - 1)
     return first, second + (second >= first)
+
+
+def _cost(load: tuple[int, float]) -> tuple[float, int]:
+    """What a new dispatch expects to wait on a worker with ``load`` (dispatches in flight,
+    latency), then fewer in flight: the order ``less_loaded_of`` compares in, to the bit."""
+    in_flight, latency = load
+    return latency * (in_flight + 1), in_flight
 
 
 def _idle(uid: uuid.UUID) -> tuple[int, float]:

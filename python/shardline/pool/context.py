@@ -30,8 +30,10 @@ class LoadBalancerContext(WorkerPool):
     position); ``update_worker(metadata, connection)`` refreshes only a worker already admitted
     and returns whether it was; ``remove_worker(metadata)`` evicts by ``metadata.uid``, a no-op
     when absent. Identity is ``metadata.uid``; writes are last-writer-wins; a displaced
-    connection is not closed. ``load(uid)`` is ``(dispatches in flight, latency average in
-    seconds)`` as the proxy keeps it, for balancers that weigh it. ``workers`` is the live,
+    connection is not closed. ``load(uid)`` is ``(dispatches in flight, latency in seconds)`` as
+    the proxy keeps it, for balancers that weigh it: the latency is the worker's average, moved
+    toward the pool's mean latency the longer ago it was last measured, or that mean before it
+    ever was. ``workers`` is the live,
     read-only :class:`WorkersView` uid → ``(metadata, connection)``, and
     ``next_in_rotation(tried)`` the pool's shared rotation (see :class:`shardline.WorkerPool`).
 
