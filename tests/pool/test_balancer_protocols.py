@@ -7,7 +7,7 @@ from __future__ import annotations
 import doctest
 import random
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -31,13 +31,12 @@ from shardline.balancers import protocol
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.balancers.protocol import needs_load, select_of
 from support.balancer_driving import PROTOCOLS
+from support.delegate_balancers import Gen, InAdmissionOrder
 from support.fakes import Harness, Stream, added
 from support.rotation_model import RotationModel
 from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # the proxy through both protocols
-
-Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
 
 
 def test_the_protocol_modules_examples_run() -> None:
@@ -48,7 +47,7 @@ def test_the_protocol_modules_examples_run() -> None:
 # --- Which protocol the proxy drives ------------------------------------------------------------
 
 
-class Rotating:
+class Rotating(InAdmissionOrder):
     """A plugin written against the seed's protocol alone, with an unrelated ``select``."""
 
     def __init__(self) -> None:
@@ -57,15 +56,9 @@ class Rotating:
     def select(self, uids: list[uuid.UUID]) -> uuid.UUID:
         return uids[0]
 
-    async def delegate(self, task: Any, *, context: Any) -> Gen:
+    def delegate(self, task: Any, *, context: Any) -> Gen:
         self.calls += 1
-        for uid in list(context.workers):
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
+        return super().delegate(task, context=context)
 
 
 class Both(SelectLoadBalancer):

@@ -7,9 +7,9 @@ import asyncio
 import collections
 import weakref
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Final
 
+from shardline._closing import Closing
 from shardline.errors import RpcReason, TransientRpcError
 from shardline.transport.msgpack import wire
 from shardline.transport.remote_errors import worker_error
@@ -91,7 +91,7 @@ class StreamFeed:
                 waiter.set_result(None)
 
 
-class MsgpackStream:
+class MsgpackStream(Closing):
     """The items of one streamed call, in the order the worker's generator yielded them::
 
         async with await connection.stream(Task("count", 10)) as items:
@@ -195,21 +195,6 @@ class MsgpackStream:
             self._cancel(self._msgid)
         feed.items.clear()
         self._done()
-
-    async def aclose(self) -> None:
-        """:meth:`close`, as an async generator's ``aclose``."""
-        self.close()
-
-    async def __aenter__(self) -> MsgpackStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if self._ended is not None and not self._loop.is_closed():
