@@ -185,6 +185,7 @@ def test_dir_of_shardline_names_the_lazy_exports() -> None:
     assert not {name for name in listed if not name.startswith("__") and name.startswith("_")}
 
 
+@pytest.mark.integration  # a child interpreter
 def test_dir_lists_the_lazy_exports_before_their_modules_are_imported() -> None:
     script = (
         "import sys, shardline\n"

@@ -230,6 +230,7 @@ def test_map_stats_of_an_unknown_tier_raises_unknown_tier() -> None:
         topology.map_stats("nope")
 
 
+@pytest.mark.integration  # a child interpreter
 def test_without_prometheus_client_the_module_raises_missing_extra() -> None:
     probe = (
         "import sys\nsys.modules['prometheus_client'] = None\n"
@@ -243,6 +244,7 @@ def test_without_prometheus_client_the_module_raises_missing_extra() -> None:
     assert done.stdout.split() == ["metrics", "prometheus_client"]
 
 
+@pytest.mark.integration  # a child interpreter
 def test_importing_shardline_does_not_load_prometheus_client() -> None:
     probe = "import sys, shardline; print('prometheus_client' in sys.modules)"
     done = subprocess.run(
@@ -388,6 +390,7 @@ def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
         assert (documented[name][0], set(documented[name][1])) == (kind, labels), name
 
 
+@pytest.mark.integration  # a child interpreter
 def test_the_metrics_docs_example_prints_what_it_says() -> None:
     text = DOC.read_text(encoding="utf-8")
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
