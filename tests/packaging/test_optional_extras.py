@@ -20,6 +20,7 @@ import pytest
 
 from shardline import MissingExtra, ShardlineError
 from shardline._extras import EXTRAS, require_extra, requires_extra
+from support.child_python import python_output
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +61,7 @@ def test_importing_shardline_and_discovery_loads_neither_grpc_nor_aetcd() -> Non
         "import sys, shardline, shardline.discovery, shardline.registration, shardline.cli;"
         "print(sorted(m for m in ('grpc', 'aetcd') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert python_output(probe) == "[]"
 
 
 def test_the_etcd_backends_are_loaded_on_first_use() -> None:

@@ -9,14 +9,13 @@ import importlib
 import inspect
 import pickle
 import pkgutil
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 import shardline
 from shardline import errors
+from support.child_python import python_output
 
 ERRORS = [
     value
@@ -194,8 +193,7 @@ def test_dir_lists_the_lazy_exports_before_their_modules_are_imported() -> None:
         "assert 'shardline.proxy' not in sys.modules\n"
         "print(' '.join(listed))\n"
     )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert {"LocalPool", "WorkerProxy"} <= set(run.stdout.split())
+    assert {"LocalPool", "WorkerProxy"} <= set(python_output(script).split())
 
 
 def test_a_name_dir_lists_is_found_by_inspect() -> None:

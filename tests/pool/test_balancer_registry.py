@@ -30,6 +30,7 @@ from shardline import (
 from shardline.balancer_conformance import check_balancer
 from shardline.balancers import balancer_names, create_balancer, registry
 from shardline.cli import main
+from support.child_python import python_output
 from support.paths import ROOT
 
 pytestmark = pytest.mark.integration
@@ -208,10 +209,7 @@ def test_an_entry_point_that_fails_to_import_says_which(install: Install) -> Non
 
 def test_importing_shardline_reads_no_entry_points() -> None:
     code = "import sys, shardline; print('importlib.metadata' in sys.modules)"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stdout == "False\n"
+    assert python_output(code) == "False"
 
 
 def test_the_demo_takes_a_registered_name(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -32,6 +30,7 @@ from shardline.metrics import ShardlineCollector, register
 from shardline.picodata import ClientStats, PoolStats, connect
 from shardline.registration import KeeperStats, MemoryRecordStore, RegistrationKeeper
 from shardline.topology.sources import FailureReason, NotificationSource, PollingSource
+from support.child_python import python_output
 from support.fakes import Harness, Stream, added
 from support.forwarded_cluster import cluster
 from support.paths import ROOT
@@ -238,19 +237,13 @@ def test_without_prometheus_client_the_module_raises_missing_extra() -> None:
         "try:\n    import shardline.metrics\n"
         "except MissingExtra as error:\n    print(error.extra, error.name)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.split() == ["metrics", "prometheus_client"]
+    assert python_output(probe).split() == ["metrics", "prometheus_client"]
 
 
 @pytest.mark.integration  # a child interpreter
 def test_importing_shardline_does_not_load_prometheus_client() -> None:
     probe = "import sys, shardline; print('prometheus_client' in sys.modules)"
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.strip() == "False"
+    assert python_output(probe) == "False"
 
 
 async def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) -> None:
@@ -395,10 +388,7 @@ def test_the_metrics_docs_example_prints_what_it_says() -> None:
     text = DOC.read_text(encoding="utf-8")
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     said = code.split("print(", 1)[1].split("\n# ", 1)[1].strip()
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.strip() == said
+    assert python_output(code) == said
 
 
 async def test_a_keepers_counters_are_scraped_by_result() -> None:

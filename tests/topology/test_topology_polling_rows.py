@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from shardline import InstanceEvent, ReplicasetEvent, Topology, UnknownTier
 from shardline.topology.sources import BucketSnapshot, TopologySnapshot, apply_change
 from shardline.topology.sources.membership import CatalogError, Membership
+from support.child_python import python_output
 from support.replicasets import inst_uuid, rs_uuid
 
 TIERS = [("default", 3000), ("other", 100)]
@@ -217,5 +216,4 @@ def test_shardline_loads_without_a_pgwire_driver() -> None:
         "from shardline.topology.sources import TopologySource, apply_change;"
         "print(sorted(m for m in ('asyncpg', 'psycopg') if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert python_output(probe) == "[]"
