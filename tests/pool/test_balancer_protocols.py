@@ -33,6 +33,7 @@ from shardline.balancers.protocol import needs_load, select_of
 from support.balancer_driving import PROTOCOLS
 from support.delegate_balancers import Gen, InAdmissionOrder
 from support.fakes import Harness, Stream, added
+from support.observed_load import load_during_and_after
 from support.rotation_model import RotationModel
 from support.workers import worker
 
@@ -243,27 +244,7 @@ async def test_the_load_is_kept_only_for_a_balancer_that_needs_it(make: Any, kep
     """Without passive health, which needs the load of every worker whatever the balancer."""
     balancer = make()
     assert needs_load(balancer) is kept
-    seen: list[tuple[int, float]] = []
-
-    async def scenario() -> tuple[int, float]:
-        harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=balancer, health=None
-        )
-        async with proxy:
-            context = proxy._context
-            connection = harness.connections[worker(1).address]
-            original = connection.dispatch
-
-            async def observing(task: Any, *, timeout: float | None = None) -> Any:
-                seen.append(context.load(worker(1).uid))
-                return await original(task, timeout=timeout)
-
-            connection.dispatch = observing  # type: ignore[method-assign]
-            await proxy.dispatch("task")
-            return context.load(worker(1).uid)
-
-    inflight_after, latency = await scenario()
+    seen, (inflight_after, latency) = await load_during_and_after(balancer, health=None)
     assert seen == [(1, 0.0) if kept else (0, 0.0)]
     assert inflight_after == 0
     assert (latency > 0.0) is kept
