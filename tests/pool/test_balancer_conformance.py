@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -113,16 +113,13 @@ class SharesItsCandidates:
     def __init__(self) -> None:
         self._left: list[uuid.UUID] = []
 
-    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+    def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
         self._left = list(context.workers)
+        return in_turn(self._take())
+
+    def _take(self) -> Iterator[uuid.UUID]:
         while self._left:
-            uid = self._left.pop(0)
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
+            yield self._left.pop(0)
 
 
 class WaitsForever:
