@@ -32,6 +32,7 @@ from shardline.transport.msgpack import wire
 from shardline.transport.msgpack.stream_wire import DEFAULT_WINDOW
 from shardline.workers import DiscoveryEvent
 from support.delegate_balancers import InAdmissionOrder
+from support.raw_peer import RawPeer
 from support.transport_servers import new_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60.0)]
@@ -335,31 +336,11 @@ def unordered(messages: list[Any]) -> list[Any]:
     return sorted(messages, key=repr)
 
 
-class RawPeer:
-    """A raw client connection speaking the protocol's messages itself."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self._unpacker = msgpack.Unpacker(raw=False)
-
-    async def read(self) -> Any:
-        for message in self._unpacker:
-            return message
-        while data := await asyncio.wait_for(self.reader.read(65536), READY):
-            self._unpacker.feed(data)
-            for message in self._unpacker:
-                return message
-        raise ConnectionError("closed")
-
-    def send(self, message: Any) -> None:
-        self.writer.write(msgpack.packb(message, use_bin_type=True))
-
-
 async def test_the_wire_items_credit_cancel_and_end_as_specified(tmp_path: Path) -> None:
     async with tcp_worker(tmp_path) as (record, _):
         where = wire.record_address(record.address)
         assert not isinstance(where, str)
-        peer = RawPeer(*await asyncio.open_connection(*where))
+        peer = RawPeer(*await asyncio.open_connection(*where), timeout=READY)
         try:
             peer.writer.write(wire.hello(1 << 20, None))
             assert (await peer.read())[1] == wire.HELLO
