@@ -14,13 +14,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from shardline import MissingExtra, ShardlineError
 from shardline._extras import EXTRAS, require_extra, requires_extra
-from support.child_python import python_output
 
 pytestmark = pytest.mark.integration
 
@@ -56,12 +56,14 @@ def python(
     )
 
 
-def test_importing_shardline_and_discovery_loads_neither_grpc_nor_aetcd() -> None:
+def test_importing_shardline_and_discovery_loads_neither_grpc_nor_aetcd(
+    child_python: Callable[[str], str],
+) -> None:
     probe = (
         "import sys, shardline, shardline.discovery, shardline.registration, shardline.cli;"
         "print(sorted(m for m in ('grpc', 'aetcd') if m in sys.modules))"
     )
-    assert python_output(probe) == "[]"
+    assert child_python(probe) == "[]"
 
 
 def test_the_etcd_backends_are_loaded_on_first_use() -> None:

@@ -9,13 +9,13 @@ import importlib
 import inspect
 import pickle
 import pkgutil
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import shardline
 from shardline import errors
-from support.child_python import python_output
 
 ERRORS = [
     value
@@ -184,8 +184,9 @@ def test_dir_of_shardline_names_the_lazy_exports() -> None:
     assert not {name for name in listed if not name.startswith("__") and name.startswith("_")}
 
 
-@pytest.mark.integration  # a child interpreter
-def test_dir_lists_the_lazy_exports_before_their_modules_are_imported() -> None:
+def test_dir_lists_the_lazy_exports_before_their_modules_are_imported(
+    child_python: Callable[[str], str],
+) -> None:
     script = (
         "import sys, shardline\n"
         "listed = dir(shardline)\n"
@@ -193,7 +194,7 @@ def test_dir_lists_the_lazy_exports_before_their_modules_are_imported() -> None:
         "assert 'shardline.proxy' not in sys.modules\n"
         "print(' '.join(listed))\n"
     )
-    assert {"LocalPool", "WorkerProxy"} <= set(python_output(script).split())
+    assert {"LocalPool", "WorkerProxy"} <= set(child_python(script).split())
 
 
 def test_a_name_dir_lists_is_found_by_inspect() -> None:

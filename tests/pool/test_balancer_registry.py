@@ -30,7 +30,6 @@ from shardline import (
 from shardline.balancer_conformance import check_balancer
 from shardline.balancers import balancer_names, create_balancer, registry
 from shardline.cli import main
-from support.child_python import python_output
 from support.paths import ROOT
 
 pytestmark = pytest.mark.integration
@@ -207,9 +206,9 @@ def test_an_entry_point_that_fails_to_import_says_which(install: Install) -> Non
     ]
 
 
-def test_importing_shardline_reads_no_entry_points() -> None:
+def test_importing_shardline_reads_no_entry_points(child_python: Callable[[str], str]) -> None:
     code = "import sys, shardline; print('importlib.metadata' in sys.modules)"
-    assert python_output(code) == "False"
+    assert child_python(code) == "False"
 
 
 def test_the_demo_takes_a_registered_name(capsys: pytest.CaptureFixture[str]) -> None:

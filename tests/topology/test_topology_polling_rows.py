@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -9,7 +10,6 @@ import pytest
 from shardline import InstanceEvent, ReplicasetEvent, Topology, UnknownTier
 from shardline.topology.sources import BucketSnapshot, TopologySnapshot, apply_change
 from shardline.topology.sources.membership import CatalogError, Membership
-from support.child_python import python_output
 from support.replicasets import inst_uuid, rs_uuid
 
 TIERS = [("default", 3000), ("other", 100)]
@@ -209,11 +209,10 @@ def test_bucket_maps_of_tiers_the_topology_cannot_hold_are_reported_after_the_re
     assert set(topology.replicasets) == {rs_uuid(1), rs_uuid(2)}
 
 
-@pytest.mark.integration  # a child interpreter
-def test_shardline_loads_without_a_pgwire_driver() -> None:
+def test_shardline_loads_without_a_pgwire_driver(child_python: Callable[[str], str]) -> None:
     probe = (
         "import sys, shardline, shardline.topology.sources, shardline.cli;"
         "from shardline.topology.sources import TopologySource, apply_change;"
         "print(sorted(m for m in ('asyncpg', 'psycopg') if m in sys.modules))"
     )
-    assert python_output(probe) == "[]"
+    assert child_python(probe) == "[]"
