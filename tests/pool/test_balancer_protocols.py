@@ -96,12 +96,7 @@ async def test_a_delegate_only_plugin_still_works_failures_and_all() -> None:
     async def scenario() -> list[str]:
         harness = Harness()
         balancer = Rotating()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1), added(2)),
-            connect=harness.connect,
-            loadbalancer=balancer,
-            quorum=2,
-        )
+        proxy = harness.proxy(1, 2, loadbalancer=balancer)
         async with proxy:
             harness.connections[worker(1).address].failure = TransientRpcError("busy")
             served = [await proxy.dispatch("a"), await proxy.dispatch("b")]
@@ -154,12 +149,7 @@ async def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the
 
     async def scenario() -> list[Any]:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1), added(2)),
-            connect=harness.connect,
-            loadbalancer=balancer,
-            quorum=2,
-        )
+        proxy = harness.proxy(1, 2, loadbalancer=balancer)
         async with proxy:
             harness.connections[worker(1).address].failure = busy
             harness.connections[worker(2).address].failure = broken
@@ -181,9 +171,7 @@ async def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the
 async def test_a_delegate_running_out_also_chains_the_last_failure() -> None:
     async def scenario() -> BaseException | None:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=Rotating()
-        )
+        proxy = harness.proxy(1, loadbalancer=Rotating())
         async with proxy:
             harness.connections[worker(1).address].failure = TransientRpcError("busy")
             with pytest.raises(NoWorkersAvailable) as raised:
@@ -203,9 +191,7 @@ async def test_offering_a_worker_twice_in_one_call_is_a_protocol_violation() -> 
 
     async def scenario() -> None:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=Stubborn()
-        )
+        proxy = harness.proxy(1, loadbalancer=Stubborn())
         async with proxy:
             harness.connections[worker(1).address].failure = TransientRpcError("busy")
             await proxy.dispatch("task")

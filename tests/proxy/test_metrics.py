@@ -31,7 +31,7 @@ from shardline.metrics import ShardlineCollector, register
 from shardline.picodata import ClientStats, PoolStats, connect
 from shardline.registration import KeeperStats, MemoryRecordStore, RegistrationKeeper
 from shardline.topology.sources import FailureReason, NotificationSource, PollingSource
-from support.fakes import Harness, Stream, added
+from support.fakes import Harness, Stream
 from support.forwarded_cluster import cluster
 from support.paths import ROOT
 from support.pg_server import PgServer
@@ -292,12 +292,7 @@ async def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) ->
 async def test_a_proxys_pool_size_is_scraped() -> None:
     async def main() -> list[float]:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1), added(2), added(3)),
-            connect=harness.connect,
-            loadbalancer=RoundRobinLoadBalancer(),
-            quorum=3,
-        )
+        proxy = harness.proxy(1, 2, 3, loadbalancer=RoundRobinLoadBalancer())
         registry = CollectorRegistry()
         register(registry, proxies={"workers": proxy})
         sizes = [scrape(registry)["shardline_proxy_workers", (("proxy", "workers"),)]]

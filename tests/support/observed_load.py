@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardline import WorkerProxy
-from support.fakes import Harness, Stream, added
+from support.fakes import Harness
 from support.workers import worker
 
 Load = tuple[int, float]
@@ -18,9 +17,7 @@ async def load_during_and_after(loadbalancer: Any, **options: Any) -> tuple[list
     worker's load each time its connection received a call (once, unless the call was sent
     again), and once the call is answered."""
     harness = Harness()
-    proxy = WorkerProxy(
-        discovery=Stream(added(1)), connect=harness.connect, loadbalancer=loadbalancer, **options
-    )
+    proxy = harness.proxy(1, loadbalancer=loadbalancer, **options)
     seen: list[Load] = []
     async with proxy:
         context = proxy._context
