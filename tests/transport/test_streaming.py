@@ -34,23 +34,13 @@ from shardline.workers import DiscoveryEvent
 from support.delegate_balancers import InAdmissionOrder
 from support.raw_peer import RawPeer
 from support.transport_servers import new_namespace
+from support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60.0)]
 
 WORKER_SCRIPT = Path(__file__).with_name("stream_worker.py")
 SPEC = "stream_handlers:HANDLERS"
 READY = 15.0
-
-
-async def until(condition: Callable[[], Any], what: str, bound: float = 15.0) -> None:
-    """Returns once ``await condition()`` is true, polling; fails naming ``what`` after
-    ``bound`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + bound
-    while not await condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"no {what} within {bound} s")
-        await asyncio.sleep(0.005)
 
 
 async def announced(*records: WorkerMetadata) -> AsyncIterator[DiscoveryEvent]:
