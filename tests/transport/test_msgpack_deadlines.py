@@ -27,6 +27,7 @@ from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpac
 from support import msgpack_reference as reference
 from support.raw_peer import RawPeer
 from support.transport_servers import WAIT, at, new_namespace
+from support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
 
@@ -344,8 +345,7 @@ async def test_a_stopping_worker_says_whether_it_had_started_the_call() -> None:
     async with worker() as server:
         connection = MsgpackConnection(at(server.address))
         running = asyncio.ensure_future(connection.dispatch(Task("hold"), timeout=10.0))
-        while not any(link.calls for link in server._state.links):
-            await asyncio.sleep(0.001)
+        await until(lambda: any(link.calls for link in server._state.links), "the call running")
         await server.stop(0)
         with pytest.raises(TransientRpcError) as cancelled:
             await running
@@ -365,8 +365,7 @@ async def test_a_sync_call_that_waits_for_a_thread_past_its_deadline_never_start
     async with worker(handlers={"gate": gate}, threads=1) as server:
         connection = MsgpackConnection(at(server.address))
         first = asyncio.ensure_future(connection.dispatch(Task("gate", "first"), timeout=10.0))
-        while not started:
-            await asyncio.sleep(0.001)
+        await until(lambda: started, "the first call running")
         # the only thread is busy: this one waits in the queue until its deadline passes
         with pytest.raises(TransientRpcError) as late:
             await connection.dispatch(Task("gate", "queued"), timeout=0.2)
