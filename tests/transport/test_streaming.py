@@ -249,9 +249,15 @@ async def test_a_stream_ended_in_time_yields_every_item_however_late_it_is_read(
     tmp_path: Path,
 ) -> None:
     async with tcp_worker(tmp_path) as (_, proxy):
-        stream = proxy.stream(Task("count", 5), timeout=0.5)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2.0
+        stream = proxy.stream(Task("count", 5), timeout=2.0)
         assert await anext(stream) == 0
-        await asyncio.sleep(0.8)  # the deadline passes with the stream ended: nothing is lost
+        # the premise, waited for: the stream's end has arrived (long before its deadline)
+        await until(lambda: stream._inner._feed.outcome is not None, "the stream's end")
+        assert loop.time() < deadline
+        # the thing tested: the deadline passes with the stream ended, and nothing is lost
+        await asyncio.sleep(deadline + 0.1 - loop.time())
         assert [item async for item in stream] == [1, 2, 3, 4]
 
 
