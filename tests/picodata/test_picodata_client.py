@@ -21,7 +21,14 @@ from shardline import InstanceUnavailable, NoWorkersAvailable, PoolTimeout, buck
 from shardline.errors import InvalidArgument
 from shardline.picodata import Client, PoolStats, ShardingKey, connect
 from support import picodata_tables
-from support.forwarded_cluster import BUCKETS, Forwarder, cluster, start_cluster, stop_cluster
+from support.forwarded_cluster import (
+    BUCKETS,
+    Cluster,
+    Forwarder,
+    cluster,
+    start_cluster,
+    stop_cluster,
+)
 from support.pg_server import PASSWORD, PgServer, with_params
 from support.picodata_catalog import name_uuid as _uuid
 from support.waiting import until
@@ -48,6 +55,18 @@ async def holding(pg: PgServer, lock: int) -> asyncpg.Connection:
     holder = await asyncpg.connect(pg.dsn)
     await holder.execute(f"SELECT pg_advisory_lock({lock})")
     return holder
+
+
+async def held_on_r2_1(
+    c: Cluster, db: Client, lock: int
+) -> tuple[asyncpg.Connection, asyncio.Future[str]]:
+    """A keyed query on r2_1 in flight (its pool's connection in use), held on the server by
+    the advisory lock ``lock``: the connection holding it, and the query."""
+    holder = await holding(c.pg, lock)
+    key = c.key_of("r2_1")
+    query = asyncio.ensure_future(db.execute(f"SELECT pg_advisory_lock_shared({lock})", key=key))
+    await until(lambda: pool_of(db, "r2_1").in_use == 1, "the query in flight")
+    return holder, query
 
 
 async def test_keyed_queries_run_on_the_master_owning_the_key(pg: PgServer) -> None:
@@ -156,11 +175,8 @@ async def test_an_error_after_the_query_was_sent_is_raised_as_is_and_triggers_a_
 ) -> None:
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = c.key_of("r2_1")
-        lock = await holding(pg, 11)
-        query = asyncio.ensure_future(db.execute("SELECT pg_advisory_lock_shared(11)", key=key))
+        lock, query = await held_on_r2_1(c, db, 11)
         await until(lambda: c.forwarders["r2_1"].open_links == 1, "the query's connection")
-        await until(lambda: db.stats().pools[_uuid("r2_1")].in_use == 1, "the query in flight")
         attempts = db.stats().polls
         c.forwarders["r2_1"].drop()
         with pytest.raises(asyncpg.ConnectionDoesNotExistError):
@@ -401,9 +417,7 @@ async def test_pools_of_instances_that_left_or_moved_are_closed_after_their_quer
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
         key = c.key_of("r2_1")
-        lock = await holding(pg, 14)
-        query = asyncio.ensure_future(db.execute("SELECT pg_advisory_lock_shared(14)", key=key))
-        await until(lambda: db.stats().pools[_uuid("r2_1")].in_use == 1, "the query")
+        lock, query = await held_on_r2_1(c, db, 14)
         moved = Forwarder(pg.port)
         await moved.start()
         c.catalog.set_address("r2_1", moved.address)
