@@ -23,7 +23,7 @@ from shardline import (
     WorkerPool,
 )
 from shardline.balancers.protocol import NOTHING_TRIED, pool_rotation, select_of
-from support.rotation_model import RotationModel
+from support.rotation_model import RotationModel, operations
 
 
 def worker(n: int, pid: int = 1) -> WorkerMetadata:
@@ -65,23 +65,14 @@ def test_select_follows_the_protocol_and_declares_the_pools_rotation() -> None:
     assert balancer.needs_load is False
 
 
-operations = st.lists(
-    st.one_of(
-        st.tuples(st.sampled_from(["admit", "evict", "refresh"]), st.integers(1, 8)),
-        st.tuples(st.just("select"), st.integers(0, 255)),
-    ),
-    max_size=80,
-)
-
-
 @settings(max_examples=300, deadline=None)
-@given(operations=operations, copies=st.integers(1, 3))
-def test_select_follows_the_rotation_model(operations: list[tuple[str, int]], copies: int) -> None:
+@given(ops=operations(range(1, 9)), copies=st.integers(1, 3))
+def test_select_follows_the_rotation_model(ops: list[tuple[str, int]], copies: int) -> None:
     # several balancers (a pickled copy among them) share the pool's one rotation
     pool, model = LoadBalancerContext(), RotationModel()
     balancers = [RoundRobinLoadBalancer()]
     balancers += [pickle.loads(pickle.dumps(balancers[0])) for _ in range(copies - 1)]
-    for step, (kind, n) in enumerate(operations):
+    for step, (kind, n) in enumerate(ops):
         if kind == "admit":
             pool.add_worker(worker(n), f"conn-{n}")
             model.admit(uid(n))

@@ -1,10 +1,13 @@
 """A reference model of the pool's rotation, which the round-robin balancer (through either
-protocol, and its native select) and the pool's own rotation are checked against."""
+protocol, and its native select) and the pool's own rotation are checked against, and the
+steps (:func:`operations`) they are driven through."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
+
+from hypothesis import strategies as st
 
 
 class RotationModel:
@@ -40,3 +43,18 @@ class RotationModel:
                 self.cursor = place + 1
                 return uid
         return None
+
+
+def operations(workers: range) -> st.SearchStrategy[list[tuple[str, int]]]:
+    """Up to 80 steps for a pool and its model: ``admit``, ``evict`` or ``refresh`` a worker
+    (its ``n`` in ``workers``), or ``pick`` the next in the rotation (with a byte: a bit per
+    worker, for the tests that say which were tried)."""
+    return st.lists(
+        st.one_of(
+            st.tuples(
+                st.sampled_from(["admit", "evict", "refresh"]), st.integers(workers[0], workers[-1])
+            ),
+            st.tuples(st.just("pick"), st.integers(0, 255)),
+        ),
+        max_size=80,
+    )
