@@ -23,7 +23,7 @@ from shardline import (
 )
 from shardline._core import WorkersView
 from shardline.balancers.protocol import Tried, pool_rotation
-from support.rotation_model import RotationModel, operations
+from support.rotation_model import RotationModel, changed, operations
 from support.workers import worker
 
 
@@ -123,15 +123,9 @@ def follows_the_model(ops: list[Op]) -> None:
     context, model = WorkerPool(), RotationModel()
     counted: dict[uuid.UUID, int] = {}
     for kind, n in ops:
-        if kind == "admit":
-            context.add_worker(worker(n), f"conn-{n}")
-            model.admit(uid(n))
-        elif kind == "evict":
-            context.remove_worker(worker(n))
-            model.evict(uid(n))
-            counted.pop(uid(n), None)
-        elif kind == "refresh":
-            context.update_worker(worker(n, pid=n + 1), f"conn-{n}-b")
+        if changed(context, model, kind, n):
+            if kind == "evict":
+                counted.pop(uid(n), None)
         else:
             tried = [uid(m) for m in range(8) if n >> m & 1]  # a bit per worker
             expected = model.select(dict.fromkeys(tried))

@@ -23,7 +23,7 @@ from shardline import (
     WorkerPool,
 )
 from shardline.balancers.protocol import NOTHING_TRIED, pool_rotation, select_of
-from support.rotation_model import RotationModel, operations
+from support.rotation_model import RotationModel, changed, operations
 
 
 def worker(n: int, pid: int = 1) -> WorkerMetadata:
@@ -73,15 +73,7 @@ def test_select_follows_the_rotation_model(ops: list[tuple[str, int]], copies: i
     balancers = [RoundRobinLoadBalancer()]
     balancers += [pickle.loads(pickle.dumps(balancers[0])) for _ in range(copies - 1)]
     for step, (kind, n) in enumerate(ops):
-        if kind == "admit":
-            pool.add_worker(worker(n), f"conn-{n}")
-            model.admit(uid(n))
-        elif kind == "evict":
-            pool.remove_worker(worker(n))
-            model.evict(uid(n))
-        elif kind == "refresh":
-            pool.update_worker(worker(n, pid=2), f"conn-{n}-b")
-        else:
+        if not changed(pool, model, kind, n):
             tried = {uid(m + 1): None for m in range(8) if n >> m & 1}  # a bit per worker
             balancer = balancers[step % len(balancers)]
             chosen = balancer.select(None, context=pool, tried=MappingProxyType(tried))
