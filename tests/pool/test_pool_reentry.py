@@ -19,8 +19,20 @@ pytestmark = pytest.mark.integration
 # A hang is a deadlock; a healthy child finishes in well under a second.
 TIMEOUT = 30
 
+# The records a child hands the pool: all the pool reads of one is its uid's int.
+RECORDS = r"""
+class Uid:
+    def __init__(self, n):
+        self.int = n
+
+
+class Metadata:
+    def __init__(self, n):
+        self.uid = Uid(n)
+"""
+
 # argv: pool class, scenario, subject (the object whose finalizer re-enters), re-entry mode.
-CHILD = r"""
+CHILD = RECORDS + r"""
 import gc
 import sys
 import threading
@@ -30,17 +42,6 @@ from shardline import LoadBalancerContext, WorkerPool
 
 pool_class, scenario, subject, reentry = sys.argv[1:]
 Pool = {"WorkerPool": WorkerPool, "LoadBalancerContext": LoadBalancerContext}[pool_class]
-
-
-class Uid:
-    # all the pool reads of a uid
-    def __init__(self, n):
-        self.int = n
-
-
-class Metadata:
-    def __init__(self, n):
-        self.uid = Uid(n)
 
 
 armed = True  # cleared at the end: finalizers at interpreter exit are not under test
@@ -237,21 +238,11 @@ print("ok")
 # A model check: each connection's finalizer applies one more operation, so operations nest
 # inside the drops of others. The pool must end where a uid-keyed ordered dict does when each
 # finalizer's operation is applied right after the operation that dropped its connection.
-MODEL_CHILD = r"""
+MODEL_CHILD = RECORDS + r"""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardline import WorkerPool
-
-
-class Uid:
-    def __init__(self, n):
-        self.int = n
-
-
-class Metadata:
-    def __init__(self, n):
-        self.uid = Uid(n)
 
 
 pool = WorkerPool()
