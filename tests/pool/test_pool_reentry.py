@@ -32,7 +32,9 @@ class Metadata:
 """
 
 # argv: pool class, scenario, subject (the object whose finalizer re-enters), re-entry mode.
-CHILD = RECORDS + r"""
+CHILD = (
+    RECORDS
+    + r"""
 import gc
 import sys
 import threading
@@ -234,11 +236,14 @@ armed = False
 assert completed, "no finalizer re-entered the pool"
 print("ok")
 """
+)
 
 # A model check: each connection's finalizer applies one more operation, so operations nest
 # inside the drops of others. The pool must end where a uid-keyed ordered dict does when each
 # finalizer's operation is applied right after the operation that dropped its connection.
-MODEL_CHILD = RECORDS + r"""
+MODEL_CHILD = (
+    RECORDS
+    + r"""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -300,6 +305,7 @@ def check(program):
 check()
 print("ok")
 """
+)
 
 POOLS = ["WorkerPool", "LoadBalancerContext"]
 REENTRIES = ["same thread", "other thread"]
