@@ -19,7 +19,8 @@ pytestmark = pytest.mark.integration
 # A hang is a deadlock; a healthy child finishes in well under a second.
 TIMEOUT = 30
 
-# The records a child hands the pool: all the pool reads of one is its uid's int.
+# The records every child script hands the pool (run_script puts them first): all the pool
+# reads of one is its uid's int.
 RECORDS = r"""
 class Uid:
     def __init__(self, n):
@@ -32,9 +33,7 @@ class Metadata:
 """
 
 # argv: pool class, scenario, subject (the object whose finalizer re-enters), re-entry mode.
-CHILD = (
-    RECORDS
-    + r"""
+CHILD = r"""
 import gc
 import sys
 import threading
@@ -236,14 +235,11 @@ armed = False
 assert completed, "no finalizer re-entered the pool"
 print("ok")
 """
-)
 
 # A model check: each connection's finalizer applies one more operation, so operations nest
 # inside the drops of others. The pool must end where a uid-keyed ordered dict does when each
 # finalizer's operation is applied right after the operation that dropped its connection.
-MODEL_CHILD = (
-    RECORDS
-    + r"""
+MODEL_CHILD = r"""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -305,7 +301,6 @@ def check(program):
 check()
 print("ok")
 """
-)
 
 POOLS = ["WorkerPool", "LoadBalancerContext"]
 REENTRIES = ["same thread", "other thread"]
@@ -316,9 +311,11 @@ def run_child(pool: str, scenario: str, subject: str, reentry: str) -> None:
 
 
 def run_script(script: str, *argv: str) -> None:
+    """Runs ``script``, after :data:`RECORDS`, in a child interpreter with ``argv``; it must
+    print ``ok`` and nothing on stderr."""
     try:
         result = subprocess.run(
-            [sys.executable, "-c", script, *argv],
+            [sys.executable, "-c", RECORDS + script, *argv],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
