@@ -143,7 +143,8 @@ def test_a_worker_on_probation_gets_one_native_probe() -> None:
     assert context.dispatch_less_loaded() is None  # ejected
     context._pin_clock(START + 2 * 1_000_000_000)  # its 1 s ejection is over: on probation
     probe = context.dispatch_less_loaded()
-    assert probe is not None and probe[0] == worker(1).uid
+    assert probe is not None
+    assert probe[0] == worker(1).uid
     assert context.dispatch_less_loaded() is None  # its probe is running
     context.finish_dispatch(probe[0], probe[3], SUCCESS)
     assert context.dispatch_less_loaded() is not None  # re-admitted
@@ -177,12 +178,20 @@ class Plugin(SelectLoadBalancer):
         return None
 
 
+def copied(balancer: Any) -> Any:
+    return pickle.loads(pickle.dumps(balancer))
+
+
 @pytest.mark.parametrize(
     ("balancer", "declared"),
     [
         (LeastLoadedLoadBalancer(), "pool-least-loaded"),
         (LeastLoadedLoadBalancer(random.Random(1)), None),  # the given generator draws
-        (pickle.loads(pickle.dumps(LeastLoadedLoadBalancer(random.Random(1)))), "pool-least-loaded"),
+        # a copy gets a fresh generator, not the given one: the pool's draws again
+        (
+            pickle.loads(pickle.dumps(LeastLoadedLoadBalancer(random.Random(1)))),
+            "pool-least-loaded",
+        ),
         (Inherits(), "pool-least-loaded"),
         (Overrides(), None),
         (Repeats(), "pool-least-loaded"),
@@ -293,5 +302,6 @@ async def test_explain_names_the_worker_the_next_native_dispatch_picks() -> None
         proxy._context._pin_clock(START)  # the load read by both is the same
         for _ in range(30):
             explanation = proxy.explain("x")
-            assert explanation.notes and "next draw" in explanation.notes[0]
+            assert explanation.notes
+            assert "next draw" in explanation.notes[0]
             assert await proxy.dispatch("x") == explanation.first.int  # type: ignore[union-attr]

@@ -115,10 +115,10 @@ from shardline.pool.context import LoadBalancerContextView
 __all__ = [
     "NOTHING_TRIED",
     "LoadBalancerLike",
+    "NativeFirst",
     "Select",
     "SelectLoadBalancer",
     "Tried",
-    "NativeFirst",
     "native_first",
     "needs_load",
     "select_of",
