@@ -602,7 +602,9 @@ class WorkerProxy:
         for a task it cannot place at all (a keyed balancer: an unknown tier, an unhashable
         key).
         """
-        protocol: DispatchProtocol = self._native or ("select" if self._select else "delegate")
+        protocol: DispatchProtocol = self._native or (
+            "select" if self._select else "delegate"
+        )
         explanation = explain_dispatch(
             self._balancer, task, self._context, protocol=protocol, select=self._select
         )
@@ -644,29 +646,27 @@ class WorkerProxy:
         and hedging it.
 
         Implementation notes:
-            One loop, one attempt block (a helper coroutine per attempt would cost an extra
-            frame and await on every dispatch): each turn takes a candidate, runs the one
-            ``try``/``except``/``finally`` around ``connection.dispatch``, and, on a failure,
-            records it and goes round. The candidate is, on the first turn of a balancer that
-            declares a native first pick, the pool's own, with its connection and counts,
-            from one Rust call (``dispatch_next`` for ``pool_rotation``,
-            ``dispatch_less_loaded`` for ``pool_least_loaded``, the same answer's shape);
-            otherwise ``select``'s, or the ``delegate`` generator's (``anext``, ``athrow``
-            after a failure, and ``asend`` after a success, which must finish it). An
-            idempotent task on a ``select`` balancer with hedging on takes a slower path
+            Three paths in one coroutine (a helper coroutine per path would cost an extra
+            frame and await on every dispatch): a balancer that declares a native first pick
+            has its first candidate, connection and in-flight count from one Rust call
+            (``dispatch_next`` for ``pool_rotation``, ``dispatch_less_loaded`` for
+            ``pool_least_loaded``, the same answer's shape, always timed), and goes on
+            through ``select`` after a failure; other balancers go through ``select`` or
+            ``delegate``. An idempotent task on a
+            ``select`` balancer with hedging on takes a fourth, slower path
             (:meth:`_dispatch_hedged`). The load (a count in flight and the latency, timed on
             the pool's clock in Rust) is kept when the balancer needs it or health is on,
             and each dispatch then ends with its outcome (``finish_dispatch``); the select
             and delegate paths also time every dispatch once ``measure_latency`` was called,
-            round-robin's native path only those the pool asks for (a nonzero ``started``);
-            otherwise the uid is resolved with a plain pool lookup. With health on, most of
-            round-robin's native dispatches are token dispatches instead (see
-            ``docs/architecture.md``, "Passive health"): the frame holds the worker's token
-            while the call is in flight and lets go of it first thing in ``finally``, and
-            reports only an outcome other than a success, so a successful call costs health
-            no clock reading and no second call into the pool. The clock is read once per
-            call, for the deadline; every failure is handled by :meth:`_failed`, off the path
-            of a call that succeeds.
+            the native path only those the pool asks for (a nonzero ``started``); otherwise
+            the uid is resolved with a plain pool lookup. With health on, most of the native
+            path's dispatches are token dispatches instead (see ``docs/architecture.md``,
+            "Passive health"): the frame holds the worker's token while the call is in
+            flight and lets go of it first thing in ``finally``, and reports only an outcome
+            other than a success, so a successful call costs health no clock reading and no
+            second call into the pool. The clock is read once per call, for the deadline;
+            every failure is handled by :meth:`_failed`, off the path of a call that
+            succeeds.
         """
         if timeout is None:
             timeout = self._timeout
@@ -675,84 +675,41 @@ class WorkerProxy:
         if idempotent is None:
             idempotent = getattr(task, "idempotent", False) is True
         deadline = _monotonic() + timeout
-        select = self._select
-        if select is not None and idempotent and self._hedging:
-            return await self._dispatch_hedged(task, timeout, deadline)
         context = self._context
-        # a native first pick's dispatch ends as the pool asks (counted, sampled or a token's);
-        # every other one is counted in flight exactly when it is timed
         counted = self._load
         failure: RpcError | None = None
-        tried: Tried = NOTHING_TRIED
-        outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
-        candidates = None if select is not None else self._balancer.delegate(task, context=context)
-        thrown: RpcError | None = None  # the failure a delegate generator is told of next
-        if self._native is None:
-            picked = None
-        else:
-            picked = (
-                context.dispatch_less_loaded()
-                if self._least_loaded_first
-                else context.dispatch_next(None, self._count)
-            )
-            if picked is None:
-                raise self._exhausted_call(task, tried)
-        try:
-            while True:
-                if picked is not None:
-                    # the token is held only by this frame's local while the call is in flight
-                    uid, metadata, connection, started, token = picked
-                    picked = None
-                else:
-                    if select is not None:
-                        uid = select(task, context=context, tried=tried)
-                        if uid is None:
-                            raise self._exhausted_call(task, tried) from failure
-                        if outcomes is not None and uid in outcomes:
-                            raise RuntimeError(
-                                f"balancer {self._balancer!r} offered worker {uid} twice in one"
-                                " call"
-                            )
-                    else:
-                        assert candidates is not None
-                        try:
-                            uid = await (
-                                anext(candidates) if thrown is None else candidates.athrow(thrown)
-                            )
-                        except StopAsyncIteration:
-                            raise self._exhausted_call(task, tried) from failure
-                        thrown = None
-                    counted, started, token = self._timed, 0, None
-                    try:
-                        if counted:
-                            metadata, connection, started = context.start_dispatch(uid)
-                        else:
-                            metadata, connection = context.entry(uid)
-                    except KeyError:  # it left the pool or was ejected: skipped, not failed
-                        if outcomes is None:
-                            outcomes = {}
-                            tried = MappingProxyType(outcomes)
-                        outcomes[uid] = None
-                        continue
-                    self._dispatched += 1
+        started = 0
+        outcome = _NEUTRAL
+        select = self._select
+        if select is not None:
+            if idempotent and self._hedging:
+                return await self._dispatch_hedged(task, timeout, deadline)
+            tried: Tried = NOTHING_TRIED
+            outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
+            if self._native is not None:
+                picked = (
+                    context.dispatch_less_loaded()
+                    if self._least_loaded_first
+                    else context.dispatch_next(None, self._count)
+                )
+                if picked is None:
+                    raise self._exhausted_call(task, tried)
+                # the token is held only by this frame's local while the call is in flight
+                uid, metadata, connection, started, token = picked
+                del picked
                 try:
-                    result = await connection.dispatch(
-                        task,
-                        timeout=timeout
-                        if outcomes is None
-                        else self._remaining(task, timeout, deadline, tried),
-                    )
+                    result = await connection.dispatch(task, timeout=timeout)
                 except RpcError as error:
                     failure = error
                     outcome = _outcome_of(error)
                 except BaseException as error:
                     self._errors += 1
-                    outcome = _SUCCESS if isinstance(error, WorkerError) else _NEUTRAL
+                    if isinstance(error, WorkerError):
+                        outcome = _SUCCESS
                     raise
                 else:
                     outcome = _SUCCESS
-                    if candidates is None:
-                        return result
+                    return result
                 finally:
                     del token  # the call is over: a token dispatch ends here
                     if started:  # counted for the load or health, or sampled for latency
@@ -765,24 +722,114 @@ class WorkerProxy:
                         outcome != _SUCCESS and counted and context.finish_dispatch(uid, 0, outcome)
                     ):
                         self._report_health()
-                if outcome == _SUCCESS:  # the delegate protocol: the generator must finish
-                    assert candidates is not None
-                    try:
-                        await candidates.asend(uid)
-                    except StopAsyncIteration:
-                        return result
+                outcomes = {uid: failure}
+                tried = MappingProxyType(outcomes)
+                self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)
+            timed = self._timed
+            while True:
+                uid = select(task, context=context, tried=tried)
+                if uid is None:
+                    raise self._exhausted_call(task, tried) from failure
+                if outcomes is not None and uid in outcomes:
                     raise RuntimeError(
-                        f"balancer {self._balancer!r} offered another worker after a success"
+                        f"balancer {self._balancer!r} offered worker {uid} twice in one call"
                     )
+                attempt_error: RpcError | None = None
+                try:
+                    if timed:
+                        metadata, connection, started = context.start_dispatch(uid)
+                    else:
+                        metadata, connection = context.entry(uid)
+                except KeyError:  # it left the pool or was ejected: skipped, not failed
+                    pass
+                else:
+                    self._dispatched += 1
+                    outcome = _NEUTRAL
+                    try:
+                        result = await connection.dispatch(
+                            task,
+                            timeout=timeout
+                            if outcomes is None
+                            else self._remaining(task, timeout, deadline, tried),
+                        )
+                    except RpcError as error:
+                        failure = attempt_error = error
+                        outcome = _outcome_of(error)
+                    except BaseException as error:
+                        self._errors += 1
+                        if isinstance(error, WorkerError):
+                            outcome = _SUCCESS
+                        raise
+                    else:
+                        outcome = _SUCCESS
+                        return result
+                    finally:
+                        if timed and context.finish_dispatch(uid, started, outcome):
+                            self._report_health()
                 if outcomes is None:
                     outcomes = {}
                     tried = MappingProxyType(outcomes)
-                outcomes[uid] = thrown = failure
-                assert failure is not None
-                self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)
+                outcomes[uid] = attempt_error
+                if attempt_error is not None:
+                    self._failed(
+                        task, uid, metadata, attempt_error, idempotent, timeout, deadline, tried
+                    )
+        timed = self._timed
+        candidates = self._balancer.delegate(task, context=context)
+        offered: dict[uuid.UUID, Exception | None] = {}  # written only on a miss or a failure
+        try:
+            uid = await anext(candidates)
+            while True:
+                try:
+                    if timed:
+                        metadata, connection, started = context.start_dispatch(uid)
+                    else:
+                        metadata, connection = context.entry(uid)
+                except KeyError:
+                    offered[uid] = None
+                    uid = await anext(candidates)
+                    continue
+                dispatched = uid
+                self._dispatched += 1
+                outcome = _NEUTRAL
+                try:
+                    result = await connection.dispatch(
+                        task,
+                        timeout=self._remaining(task, timeout, deadline, offered)
+                        if offered
+                        else timeout,
+                    )
+                except RpcError as error:
+                    failure = offered[uid] = error
+                    outcome = _outcome_of(error)
+                except BaseException as error:
+                    self._errors += 1
+                    if isinstance(error, WorkerError):
+                        outcome = _SUCCESS
+                    raise
+                else:
+                    outcome = _SUCCESS
+                finally:
+                    if timed and context.finish_dispatch(dispatched, started, outcome):
+                        self._report_health()
+                if outcome != _SUCCESS:
+                    assert failure is not None
+                    self._failed(
+                        task, uid, metadata, failure, idempotent, timeout, deadline, offered
+                    )
+                    uid = await candidates.athrow(failure)
+                    continue
+                try:
+                    await candidates.asend(uid)
+                except StopAsyncIteration:
+                    return result
+                raise RuntimeError(
+                    f"balancer {self._balancer!r} offered another worker after a success"
+                )
+        except StopAsyncIteration:
+            raise self._exhausted_call(task, offered) from failure
         finally:
-            if candidates is not None:
-                await candidates.aclose()
+            await candidates.aclose()
 
     def stream(
         self, task: Any, *, timeout: float | None = None, idempotent: bool | None = None
