@@ -602,9 +602,7 @@ class WorkerProxy:
         for a task it cannot place at all (a keyed balancer: an unknown tier, an unhashable
         key).
         """
-        protocol: DispatchProtocol = self._native or (
-            "select" if self._select else "delegate"
-        )
+        protocol: DispatchProtocol = self._native or ("select" if self._select else "delegate")
         explanation = explain_dispatch(
             self._balancer, task, self._context, protocol=protocol, select=self._select
         )
