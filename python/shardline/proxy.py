@@ -647,8 +647,8 @@ class WorkerProxy:
             Three paths in one coroutine (a helper coroutine per path would cost an extra
             frame and await on every dispatch): a balancer that declares a native first pick
             has its first candidate, connection and in-flight count from one Rust call
-            (``dispatch_next`` for ``pool_rotation``, ``dispatch_less_loaded`` for
-            ``pool_least_loaded``, the same answer's shape, always timed), and goes on
+            (``dispatch_next`` for ``pool_rotation``; ``dispatch_less_loaded``, which times
+            every dispatch, for ``pool_least_loaded``: the same answer's shape), and goes on
             through ``select`` after a failure; other balancers go through ``select`` or
             ``delegate``. An idempotent task on a
             ``select`` balancer with hedging on takes a fourth, slower path
@@ -656,15 +656,15 @@ class WorkerProxy:
             the pool's clock in Rust) is kept when the balancer needs it or health is on,
             and each dispatch then ends with its outcome (``finish_dispatch``); the select
             and delegate paths also time every dispatch once ``measure_latency`` was called,
-            the native path only those the pool asks for (a nonzero ``started``); otherwise
-            the uid is resolved with a plain pool lookup. With health on, most of the native
-            path's dispatches are token dispatches instead (see ``docs/architecture.md``,
-            "Passive health"): the frame holds the worker's token while the call is in
-            flight and lets go of it first thing in ``finally``, and reports only an outcome
-            other than a success, so a successful call costs health no clock reading and no
-            second call into the pool. The clock is read once per call, for the deadline;
-            every failure is handled by :meth:`_failed`, off the path of a call that
-            succeeds.
+            round-robin's native path only those the pool asks for (a nonzero ``started``);
+            otherwise the uid is resolved with a plain pool lookup. With health on, most of
+            round-robin's native dispatches are token dispatches instead (see
+            ``docs/architecture.md``, "Passive health"): the frame holds the worker's token
+            while the call is in flight and lets go of it first thing in ``finally``, and
+            reports only an outcome other than a success, so a successful call costs health
+            no clock reading and no second call into the pool. The clock is read once per
+            call, for the deadline; every failure is handled by :meth:`_failed`, off the path
+            of a call that succeeds.
         """
         if timeout is None:
             timeout = self._timeout

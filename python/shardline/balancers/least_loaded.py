@@ -61,10 +61,11 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
         other candidate, and any other context, lists the untried workers, O(n).
 
         The native first pick: the proxy's per-call cost on the Python path (a ``select``
-        frame, two ``randrange``, ``less_loaded_of``, ``start_dispatch``) held least-loaded
-        to 0.86-0.89 of the three healthy workers' throughput in the gray scenario, against
-        a goal of 0.9 (``benches/RESULTS.md``); ``dispatch_less_loaded`` makes the draw, the
-        comparison and the dispatch's start one call. Its positions come from a wyrand
+        frame, two ``randrange``, ``less_loaded_of``, ``start_dispatch``) was what bounded
+        least-loaded in the gray scenario (0.86-0.89 of the three healthy workers'
+        throughput in earlier sessions, against a goal of 0.9); ``dispatch_less_loaded``
+        makes the draw, the comparison and the dispatch's start one call, 0.45x the
+        instructions a dispatch (``benches/RESULTS.md``). Its positions come from a wyrand
         generator in the pool (``rust/core/src/pool/draws.rs``), one per pool, shared by its
         callers: a Python ``random.Random`` cannot be stepped from Rust without calling back
         into Python. A given ``rng`` therefore withdraws the declaration (its draws are the
