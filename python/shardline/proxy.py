@@ -25,8 +25,8 @@ from shardline.balancers.protocol import (
     NOTHING_TRIED,
     LoadBalancerLike,
     Tried,
+    native_first,
     needs_load,
-    pool_rotation,
     select_of,
 )
 from shardline.balancers.registry import create_balancer
@@ -227,7 +227,9 @@ class WorkerProxy:
     ``measure_latency()`` was called, such a balancer's dispatches are timed, but not counted
     in flight where the pool hands them out natively); a balancer declaring
     ``pool_rotation`` (the built-in round-robin) has its first candidate taken from the pool's
-    rotation in one native call (see :mod:`shardline.balancers.protocol`).
+    rotation in one native call, and one declaring ``pool_least_loaded`` (the built-in
+    least-loaded, given no ``rng``) from the pool's own least-loaded draw, likewise (see
+    :mod:`shardline.balancers.protocol`).
 
     ``start()`` (or ``async with``) begins following discovery and waits until ``quorum``
     workers are pooled, raising ``TimeoutError`` after ``quorum_timeout`` seconds and leaving no
@@ -328,7 +330,11 @@ class WorkerProxy:
         # reads the load or the pool keeps health, but for the native path's token
         # dispatches, which report only an outcome other than a success
         self._count = needs_load(self._balancer)
-        self._load = self._count or health is not None
+        # the first candidate from the pool's own pick, only where select would name it
+        self._native = None if self._select is None else native_first(self._balancer)
+        # least-loaded's native pick reads the load, so its dispatches are always counted
+        self._least_loaded_first = self._native == "pool-least-loaded"
+        self._load = self._count or health is not None or self._least_loaded_first
         self._hedging = hedging
         self._hedge_delay = _FIRST_HEDGE_DELAY
         self._hedge_window: tuple[float, tuple[int, ...]] | None = None
@@ -336,8 +342,6 @@ class WorkerProxy:
         # whether the select and delegate paths time their dispatches: the balancer's load, or
         # latency measured (the native path samples in the pool instead)
         self._timed = self._load
-        # the first candidate from the pool's own rotation, only where select would name it
-        self._pool_rotation = self._select is not None and pool_rotation(self._balancer)
         self._connect = connect
         self._lease = lease
         self._quorum = quorum
@@ -598,9 +602,7 @@ class WorkerProxy:
         for a task it cannot place at all (a keyed balancer: an unknown tier, an unhashable
         key).
         """
-        protocol: DispatchProtocol = (
-            "pool-rotation" if self._pool_rotation else "select" if self._select else "delegate"
-        )
+        protocol: DispatchProtocol = self._native or ("select" if self._select else "delegate")
         explanation = explain_dispatch(
             self._balancer, task, self._context, protocol=protocol, select=self._select
         )
@@ -643,24 +645,26 @@ class WorkerProxy:
 
         Implementation notes:
             Three paths in one coroutine (a helper coroutine per path would cost an extra
-            frame and await on every dispatch): a balancer that declares ``pool_rotation``
+            frame and await on every dispatch): a balancer that declares a native first pick
             has its first candidate, connection and in-flight count from one Rust call
-            (``dispatch_next``), and goes on through ``select`` after a failure; other
-            balancers go through ``select`` or ``delegate``. An idempotent task on a
+            (``dispatch_next`` for ``pool_rotation``; ``dispatch_less_loaded``, which times
+            every dispatch, for ``pool_least_loaded``: the same answer's shape), and goes on
+            through ``select`` after a failure; other balancers go through ``select`` or
+            ``delegate``. An idempotent task on a
             ``select`` balancer with hedging on takes a fourth, slower path
             (:meth:`_dispatch_hedged`). The load (a count in flight and the latency, timed on
             the pool's clock in Rust) is kept when the balancer needs it or health is on,
             and each dispatch then ends with its outcome (``finish_dispatch``); the select
             and delegate paths also time every dispatch once ``measure_latency`` was called,
-            the native path only those the pool asks for (a nonzero ``started``); otherwise
-            the uid is resolved with a plain pool lookup. With health on, most of the native
-            path's dispatches are token dispatches instead (see ``docs/architecture.md``,
-            "Passive health"): the frame holds the worker's token while the call is in
-            flight and lets go of it first thing in ``finally``, and reports only an outcome
-            other than a success, so a successful call costs health no clock reading and no
-            second call into the pool. The clock is read once per call, for the deadline;
-            every failure is handled by :meth:`_failed`, off the path of a call that
-            succeeds.
+            round-robin's native path only those the pool asks for (a nonzero ``started``);
+            otherwise the uid is resolved with a plain pool lookup. With health on, most of
+            round-robin's native dispatches are token dispatches instead (see
+            ``docs/architecture.md``, "Passive health"): the frame holds the worker's token
+            while the call is in flight and lets go of it first thing in ``finally``, and
+            reports only an outcome other than a success, so a successful call costs health
+            no clock reading and no second call into the pool. The clock is read once per
+            call, for the deadline; every failure is handled by :meth:`_failed`, off the path
+            of a call that succeeds.
         """
         if timeout is None:
             timeout = self._timeout
@@ -680,8 +684,12 @@ class WorkerProxy:
                 return await self._dispatch_hedged(task, timeout, deadline)
             tried: Tried = NOTHING_TRIED
             outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
-            if self._pool_rotation:
-                picked = context.dispatch_next(None, self._count)
+            if self._native is not None:
+                picked = (
+                    context.dispatch_less_loaded()
+                    if self._least_loaded_first
+                    else context.dispatch_next(None, self._count)
+                )
                 if picked is None:
                     raise self._exhausted_call(task, tried)
                 # the token is held only by this frame's local while the call is in flight

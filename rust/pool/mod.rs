@@ -24,6 +24,7 @@ use crate::py::gil_lock::GilLock;
 use dispatch_times::{DispatchTimes, BOUNDS, SAMPLE_EVERY};
 use keyed_record::KeyedRecord;
 use shardline_core::pool::clock::{clock_ns, seconds_between};
+use shardline_core::pool::draws::{two_positions, Draws};
 use shardline_core::pool::entries::{self, Uid, Who};
 use shardline_core::pool::filter::AddressFilter;
 use shardline_core::pool::health::{
@@ -140,7 +141,8 @@ pub struct DispatchToken;
 /// The pool is a balancer's context: `workers` is its live, read-only `WorkersView`, and
 /// `load(uid)` its load. It keeps the rotation the round-robin balancer reads, a cursor over
 /// the admission order shared by every caller (`next_in_rotation`), and hands the proxy a
-/// round-robin candidate with what a dispatch needs in one call (`dispatch_next`); a
+/// round-robin candidate with what a dispatch needs in one call (`dispatch_next`), and a
+/// least-loaded one, drawn by the pool, the same way (`dispatch_less_loaded`); a
 /// dispatch is timed on the pool's clock (`start_dispatch` / `finish_dispatch`), and, once
 /// `time_dispatches` was called, counted into a latency histogram (`dispatch_counts`), which
 /// also times one in `DISPATCH_SAMPLE` of the dispatches `dispatch_next` hands out uncounted
@@ -151,7 +153,8 @@ pub struct DispatchToken;
 /// Passive health (off until `configure_health`): from the outcome each `finish_dispatch`
 /// reports, and the successes of the native path's token dispatches (`dispatch_next`), counted
 /// from their token's references, a sick worker is ejected and hidden from every read a balancer makes (`workers`,
-/// `next_in_rotation`, `rotation_order`, `dispatch_next`, `less_loaded_of`, `load`, `entry`,
+/// `next_in_rotation`, `rotation_order`, `dispatch_next`, `less_loaded_of`,
+/// `dispatch_less_loaded`, `load`, `entry`,
 /// `start_dispatch`, `begin_dispatch`, `uids`) until its ejection time passes and a probe
 /// succeeds; the pool's own membership (`len(pool)`, `uid in pool`, `pooled`, `members`)
 /// still counts it. The rules are `shardline.pool.health.HealthPolicy`'s; `health(uid)`,
@@ -181,7 +184,8 @@ pub struct DispatchToken;
 pub struct WorkerPool {
     entries: GilLock<Entries>,
     addresses: AddressFilter,
-    /// Dispatches `dispatch_next` handed out (the proxy's native path).
+    /// Dispatches `dispatch_next` and `dispatch_less_loaded` handed out (the proxy's native
+    /// paths).
     dispatched: Tally,
     /// Latencies of the dispatches `finish_dispatch` ends, once `time_dispatches` was called.
     times: DispatchTimes,
@@ -197,6 +201,8 @@ pub struct WorkerPool {
     /// The pool's mean latency, over every pooled worker's latency samples (`f64` bits, NaN
     /// before any): what least-loaded weighs a worker it has no fresh sample of by.
     latency_mean: AtomicU64,
+    /// Where `dispatch_less_loaded` draws its two positions.
+    draws: Draws,
 }
 
 /// A health transition waiting for `drain_health_events`: increfs of the worker's uid and
@@ -423,6 +429,36 @@ impl WorkerPool {
         Ok(found.flatten())
     }
 
+    /// Of the entries at `positions` of the admission order (counting every pooled worker;
+    /// one hidden from `sight` stands for the next visible one after it), the one with the
+    /// lower `cost` at `now` (ties: the first); None when a position is past the last worker
+    /// or none is visible. Least-loaded's comparison, for `less_loaded_of` and
+    /// `dispatch_less_loaded`.
+    fn less_loaded<'a>(
+        &self,
+        py: Python<'_>,
+        entries: &'a Entries,
+        sight: Sight,
+        now: u64,
+        (first, second): (usize, usize),
+    ) -> Option<&'a Entry> {
+        let (a, b) = if sight.check {
+            let live: Vec<&Entry> = entries.live().collect();
+            let visible_from = |position: usize| {
+                (position < live.len()).then_some(())?;
+                (0..live.len())
+                    .map(|step| live[(position + step) % live.len()])
+                    .find(|entry| sight.sees(entry))
+            };
+            (visible_from(first)?, visible_from(second)?)
+        } else {
+            (entries.nth_live(first)?, entries.nth_live(second)?)
+        };
+        let mean = self.latency_mean();
+        let weighed = |entry: &Entry| cost(entry.weighed(py, now, mean));
+        Some(if weighed(a) <= weighed(b) { a } else { b })
+    }
+
     /// `(metadata, connection)` of every visible worker, in admission order: one consistent
     /// snapshot, copied under one read lock, its tuples built after it is released.
     pub(crate) fn values_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -596,6 +632,7 @@ impl WorkerPool {
             pending: AtomicBool::new(false),
             pinned: AtomicU64::new(0),
             latency_mean: AtomicU64::new(f64::NAN.to_bits()),
+            draws: Draws::unpredictable(),
         }
     }
 
@@ -886,7 +923,8 @@ impl WorkerPool {
         self.times.turn_on();
     }
 
-    /// `(dispatched, latency)`: how many dispatches `dispatch_next` handed out, and the
+    /// `(dispatched, latency)`: how many dispatches `dispatch_next` and `dispatch_less_loaded`
+    /// handed out, and the
     /// latencies `finish_dispatch` and `observe_dispatch` saw since `time_dispatches` as
     /// `(counts, sum)`, where
     /// `counts[i]` is the number of dispatches that took at most `DISPATCH_BUCKETS[i]` seconds
@@ -1095,24 +1133,60 @@ impl WorkerPool {
     /// listing the pool.
     fn less_loaded_of(&self, py: Python<'_>, first: usize, second: usize) -> Option<Py<PyAny>> {
         let sight = self.sight();
-        let entries = self.entries.read(py);
-        let (a, b) = if sight.check {
-            let live: Vec<&Entry> = entries.live().collect();
-            let visible_from = |position: usize| {
-                (position < live.len()).then_some(())?;
-                (0..live.len())
-                    .map(|step| live[(position + step) % live.len()])
-                    .find(|entry| sight.sees(entry))
-            };
-            (visible_from(first)?, visible_from(second)?)
-        } else {
-            (entries.nth_live(first)?, entries.nth_live(second)?)
-        };
         let now = if sight.check { sight.now } else { self.now() };
-        let mean = self.latency_mean();
-        let weighed = |entry: &Entry| cost(entry.weighed(py, now, mean));
-        let pick = if weighed(a) <= weighed(b) { a } else { b };
+        let entries = self.entries.read(py);
+        let pick = self.less_loaded(py, &entries, sight, now, (first, second))?;
         Some(pick.uid.clone_ref(py))
+    }
+
+    /// `(uid, metadata, connection, started, None)` of the worker `less_loaded_of` picks at
+    /// two positions the pool draws at random (two distinct ones, or `(0, 0)` for one worker),
+    /// its dispatch started as `start_dispatch` starts one (counted in flight, `started` a
+    /// reading of the pool's clock for `finish_dispatch`; with health on, the first dispatch
+    /// to a worker on probation is its probe, and a worker found stuck is ejected); None when
+    /// no worker is visible. A worker the pool cannot hand out now (found stuck, or its probe
+    /// taken meanwhile) is hidden from then on, and the pool draws again. Counts one dispatch
+    /// in `dispatch_counts`. The same shape as `dispatch_next`'s answer (the last item, its
+    /// token, is always None): the proxy's native first attempt for least-loaded.
+    ///
+    /// Implementation notes:
+    ///     The positions come from the pool's own generator ([`Draws`], one atomic add), which
+    ///     `next_draw` reads without moving; the draw, the comparison and the start of the
+    ///     dispatch are one call and one read lock, where the Python path made a `select`
+    ///     frame, two `randrange`, `less_loaded_of` and `start_dispatch`.
+    fn dispatch_less_loaded<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let now = self.now();
+        let entries = self.entries.read(py);
+        let entry = loop {
+            // re-read each turn: a worker passed over just now is hidden from the next
+            let sight = Sight {
+                check: self.health.any_unhealthy(),
+                now,
+            };
+            let positions = two_positions(self.draws.next(), entries.index.len());
+            let Some(entry) = self.less_loaded(py, &entries, sight, now, positions) else {
+                return Ok(None);
+            };
+            if self.hand_out(py, &entries, entry, now, true) {
+                break entry;
+            }
+        };
+        entry.begin(py, now);
+        self.dispatched.add(1);
+        let uid = entry.uid.clone_ref(py);
+        let [metadata, connection] = entry.pair(py);
+        drop(entries);
+        Ok(Some(
+            (uid, metadata, connection, now, py.None()).into_pyobject(py)?,
+        ))
+    }
+
+    /// The two positions the next `dispatch_less_loaded` would draw with the pool as it is
+    /// now (`(0, 0)` while fewer than two workers are pooled), without moving the pool's
+    /// generator: what `explain` shows. A concurrent caller may draw first.
+    fn next_draw(&self, py: Python<'_>) -> (usize, usize) {
+        let count = self.entries.read(py).index.len();
+        two_positions(self.draws.peek(), count)
     }
 
     /// The visible pooled uids, in admission order (a snapshot; `members()` lists every

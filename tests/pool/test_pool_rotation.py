@@ -22,7 +22,7 @@ from shardline import (
     WorkerProxy,
 )
 from shardline._core import WorkersView
-from shardline.balancers.protocol import Tried, pool_rotation
+from shardline.balancers.protocol import Tried, native_first
 from support.rotation_model import RotationModel, changed, operations
 from support.workers import worker
 
@@ -145,8 +145,8 @@ def test_pool_rotation_is_declared_by_the_class_that_defines_select() -> None:
         def select(self, task: Any, *, context: Any, tried: Tried) -> uuid.UUID | None:
             return super().select(task, context=context, tried=tried)
 
-    assert pool_rotation(RoundRobinLoadBalancer())
-    assert not pool_rotation(Subclass())
+    assert native_first(RoundRobinLoadBalancer()) == "pool-rotation"
+    assert native_first(Subclass()) is None
 
 
 class Counting:

@@ -22,7 +22,7 @@ from shardline import (
     WorkerMetadata,
     WorkerPool,
 )
-from shardline.balancers.protocol import NOTHING_TRIED, pool_rotation, select_of
+from shardline.balancers.protocol import NOTHING_TRIED, native_first, select_of
 from support.rotation_model import RotationModel, changed, operations
 
 
@@ -61,7 +61,7 @@ def test_select_follows_the_protocol_and_declares_the_pools_rotation() -> None:
     balancer = RoundRobinLoadBalancer()
     assert isinstance(balancer, SelectLoadBalancer)
     assert select_of(balancer) is not None
-    assert pool_rotation(balancer)
+    assert native_first(balancer) == "pool-rotation"
     assert balancer.needs_load is False
 
 

@@ -151,7 +151,7 @@ async def test_a_balancer_that_needs_the_load_has_every_dispatch_counted_and_tim
     fleet = Fleet(balancer, 3)
     await fleet.proxy.start()
     assert fleet.proxy.explain("task").protocol == (
-        "pool-rotation" if balancer is LoadedRoundRobin else "select"
+        "pool-rotation" if balancer is LoadedRoundRobin else "pool-least-loaded"
     )
     fleet.proxy.measure_latency()
     for task in range(3 * N + 1):

@@ -120,8 +120,9 @@ def dispatch_paths(proxy: WorkerProxy) -> tuple[int, int]:
 def expected_timed(proxy: WorkerProxy, mark: tuple[int, int] = (0, 0)) -> int:
     """How many dispatches the latency histogram holds since ``mark`` (``dispatch_paths``
     when ``measure_latency`` was called), by its contract: every one of the select and
-    delegate paths, and of the native path the pool's Nth, 2Nth… (``DISPATCH_SAMPLE``)."""
-    every = LoadBalancerContext.DISPATCH_SAMPLE
+    delegate paths, and of the native path the pool's Nth, 2Nth… (``DISPATCH_SAMPLE``), but
+    every one of least-loaded's native path, which always times."""
+    every = 1 if proxy._least_loaded_first else LoadBalancerContext.DISPATCH_SAMPLE
     paths, native = dispatch_paths(proxy)
     return paths - mark[0] + native // every - mark[1] // every
 
@@ -265,8 +266,9 @@ async def test_latency_is_none_until_asked_and_counts_only_from_then(balancer: A
     stats = fleet.proxy.stats()
     assert isinstance(stats.latency, DispatchLatency)
     assert stats.dispatched == 2
-    # timed: the one after, except on the native path (not its pool's 8th dispatch)
-    assert stats.latency.count == expected_timed(fleet.proxy, mark) == (mark[1] == 0)
+    # timed: the one after, except on round-robin's native path (not its pool's 8th dispatch)
+    timed = mark[1] == 0 or fleet.proxy._least_loaded_first
+    assert stats.latency.count == expected_timed(fleet.proxy, mark) == timed
     await fleet.proxy.stop()
 
 

@@ -42,11 +42,14 @@ __all__ = [
     "ordinal",
 ]
 
-DispatchProtocol = Literal["pool-rotation", "select", "delegate"]
+DispatchProtocol = Literal["pool-rotation", "pool-least-loaded", "select", "delegate"]
 Method = Literal["balancer", "copy", "unexplained"]
 
 _PROTOCOLS: Final[dict[str, str]] = {
     "pool-rotation": "the pool's rotation (native fast path), then select after a failure",
+    "pool-least-loaded": (
+        "the pool's least-loaded draw (native fast path), then select after a failure"
+    ),
     "select": "select",
     "delegate": "delegate (async generator)",
 }
@@ -128,8 +131,9 @@ class DispatchExplanation:
     balancer would offer it now, and why, without dispatching.
 
     - ``balancer``: the balancer's ``repr``; ``balancer_class``: its module and class name.
-    - ``protocol``: how the proxy drives it: ``"pool-rotation"`` (the native fast path for the
-      first candidate, then ``select``), ``"select"`` or ``"delegate"``.
+    - ``protocol``: how the proxy drives it: ``"pool-rotation"`` or ``"pool-least-loaded"``
+      (a native fast path for the first candidate, then ``select``), ``"select"`` or
+      ``"delegate"``.
     - ``method``: where the answer comes from: ``"balancer"`` (its own ``explain_candidates``,
       exact as of now), ``"copy"`` (a plugin driven on a copy of itself over a read-only view
       of the pool; exact for a balancer whose choices depend only on itself and the pool) or

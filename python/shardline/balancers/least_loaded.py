@@ -16,7 +16,7 @@ from shardline.balancers.explanation import (
     ordinal,
     pooled_record,
 )
-from shardline.balancers.protocol import SelectLoadBalancer, Tried
+from shardline.balancers.protocol import SelectLoadBalancer, Tried, native_first
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = ["LeastLoadedLoadBalancer"]
@@ -34,8 +34,12 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
     average one until its first dispatch ends. A context without ``load`` is treated as all
     idle, which makes this a random choice. A call offers each pooled worker at most once and
     ends once it has offered them all (a worker that joins mid-call may be among the draws).
-    ``rng`` makes the draws reproducible. It declares ``needs_load``, so the proxy counts and
-    times every dispatch for it.
+    ``rng`` makes the draws reproducible: given one, every draw is the generator's. Without
+    one, on this project's pool (a :class:`~shardline.WorkerPool`), a call's first draw is
+    the pool's own (it declares ``pool_least_loaded``, so :class:`~shardline.WorkerProxy`
+    takes the first candidate from ``WorkerPool.dispatch_less_loaded``; see
+    :mod:`shardline.balancers.protocol`), the same comparison at positions drawn as uniformly.
+    It declares ``needs_load``, so the proxy counts and times every dispatch for it.
 
     Implementation notes:
         "Power of two choices": comparing two random candidates keeps the most loaded workers
@@ -55,18 +59,33 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
         candidate is one call into the pool (``less_loaded_of`` the two drawn positions, the
         same comparison), O(1) while no eviction left a hole in its admission order; every
         other candidate, and any other context, lists the untried workers, O(n).
+
+        The native first pick: the proxy's per-call cost on the Python path (a ``select``
+        frame, two ``randrange``, ``less_loaded_of``, ``start_dispatch``) was what bounded
+        least-loaded in the gray scenario (0.86-0.89 of the three healthy workers'
+        throughput in earlier sessions, against a goal of 0.9); ``dispatch_less_loaded``
+        makes the draw, the comparison and the dispatch's start one call, 0.45x the
+        instructions a dispatch (``benches/RESULTS.md``). Its positions come from a wyrand
+        generator in the pool (``rust/core/src/pool/draws.rs``), one per pool, shared by its
+        callers: a Python ``random.Random`` cannot be stepped from Rust without calling back
+        into Python. A given ``rng`` therefore withdraws the declaration (its draws are the
+        contract), and :meth:`explain_candidates` reads the pool's next draw
+        (``next_draw``) for the first candidate when the proxy would take it natively.
     """
 
     needs_load = True
+    pool_least_loaded = True
 
     def __init__(self, rng: random.Random | None = None) -> None:
+        if rng is not None:
+            self.pool_least_loaded = False  # the given generator makes every draw
         self._rng = rng or random.Random()
 
     def __getstate__(self) -> dict[str, Any]:
         return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._rng = random.Random()
+        self._rng = random.Random()  # a fresh generator: the copy draws natively again
 
     def select(
         self, task: Any, *, context: LoadBalancerContextView, tried: Tried
@@ -96,8 +115,11 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
 
         The draws come from a copy of the random generator, so the first candidate is the one
         the next call picks unless another call draws first; the generator itself does not
-        move. A generator that cannot be copied (``random.SystemRandom``) makes the draws
-        unpredictable: the workers are then listed by load, and a note says so.
+        move. Where the proxy takes the first candidate natively (no ``rng`` given, on a
+        ``WorkerPool``), the first pair is the pool's next draw (``next_draw``), read without
+        moving the pool's generator, and a note says so. A generator that cannot be copied
+        (``random.SystemRandom``) makes the draws unpredictable: the workers are then listed
+        by load, and a note says so.
         """
         load: Callable[[uuid.UUID], tuple[int, float]] = getattr(context, "load", _idle)
         left = list(context.workers)
@@ -122,22 +144,42 @@ class LeastLoadedLoadBalancer(SelectLoadBalancer):
                 notes=(f"the draws cannot be predicted ({error!r}): listed by load",),
             )
         candidates: list[Candidate] = []
+        notes: tuple[str, ...] = ()
+        pair = self._native_pair(context)
+        if pair is not None:
+            notes = ("the first pair is the pool's next draw (the proxy's native first pick)",)
         while left:
             rank = "next" if not candidates else ordinal(len(candidates) + 1)
             if len(left) == 1:
                 uid, why = left[0], f"{rank}: the only one left ({shown(left[0])})"
             else:
-                a, b = _two_of(rng, len(left))
-                if costs[left[a]] > costs[left[b]]:
-                    a, b = b, a
-                uid, rival = left[a], left[b]
+                if pair is None:
+                    a, b = _two_of(rng, len(left))
+                    first, second = left[a], left[b]
+                else:
+                    (first, second), pair = pair, None
+                if costs[first] > costs[second]:
+                    first, second = second, first
+                uid, rival = first, second
                 why = (
-                    f"{rank}: drawn with {rival}, as cheap or cheaper:"
+                    f"{rank}: drawn twice (an ejected worker's position stands for the next"
+                    f" one): {shown(uid)}"
+                    if uid == rival
+                    else f"{rank}: drawn with {rival}, as cheap or cheaper:"
                     f" {shown(uid)} against {shown(rival)}"
                 )
             candidates.append(Candidate(uid, why, pooled_record(context, uid)))
             left.remove(uid)
-        return CandidateOrder(tuple(candidates))
+        return CandidateOrder(tuple(candidates), notes=notes)
+
+    def _native_pair(self, context: LoadBalancerContextView) -> tuple[uuid.UUID, uuid.UUID] | None:
+        """The two workers (perhaps one twice) the pool's next native draw compares, when the
+        proxy would take this balancer's first candidate natively; else None."""
+        if native_first(self) != "pool-least-loaded" or not isinstance(context, WorkerPool):
+            return None
+        # each position as the pool resolves it (an ejected worker's: the next visible one)
+        first, second = (context.less_loaded_of(n, n) for n in context.next_draw())
+        return None if first is None or second is None else (first, second)
 
 
 def _two_of(rng: random.Random, count: int) -> tuple[int, int]:

@@ -78,16 +78,27 @@ it is assumed to read it, so a plugin written before the declaration existed sti
 values. With ``needs_load = False`` the proxy keeps no load for the pool: ``load`` reports every
 worker idle.
 
-**The pool's rotation.** A balancer whose ``select`` is, on this project's pool, exactly
-``context.next_in_rotation(tried)`` (the pool's shared round-robin cursor) may declare
-``pool_rotation = True`` in the class that defines that ``select``. The proxy then takes a call's
-first candidate, its connection and (if the balancer needs load) its in-flight count in one
-Rust call (``WorkerPool.dispatch_next``) instead of calling ``select``, and after a failure goes
-on through ``select`` with ``tried``, so a call still never offers a worker twice. Of the
-built-ins only :class:`~shardline.RoundRobinLoadBalancer` fits: the weighted balancer's choice
-depends on scores it keeps, the least-loaded one's on its random draws, and the affinity one's on
-the task's key, none of which a cursor over the pool expresses. A subclass that overrides
-``select`` loses the declaration unless it repeats it.
+**The pool's native first pick.** A balancer whose first choice of a call the pool can make
+itself may declare so in the class that defines its ``select``; the proxy then takes a call's
+first candidate, its connection and its counts in one Rust call instead of calling
+``select``, and after a failure goes on through ``select`` with ``tried``, so a call still
+never offers a worker twice. Two declarations exist:
+
+- ``pool_rotation = True``: ``select`` is, on this project's pool, exactly
+  ``context.next_in_rotation(tried)`` (the pool's shared round-robin cursor); the first pick
+  is ``WorkerPool.dispatch_next``. The built-in :class:`~shardline.RoundRobinLoadBalancer`.
+- ``pool_least_loaded = True``: ``select``'s first choice of a call is, on this project's
+  pool, ``context.less_loaded_of(a, b)`` at two distinct positions drawn uniformly at random
+  (``(0, 0)`` for one worker); the first pick is ``WorkerPool.dispatch_less_loaded``, which
+  draws the positions from the pool's own generator, compares and starts the dispatch, so the
+  proxy counts and times every such dispatch, as the comparison's load needs. The built-in
+  :class:`~shardline.LeastLoadedLoadBalancer` when it was given no ``rng``.
+
+An instance withdraws ``pool_least_loaded`` by setting it to ``False`` on itself (the
+least-loaded balancer does when given an ``rng``, whose draws must be the ones used). The
+weighted balancer's choice depends on scores it keeps and the affinity one's on the task's
+key, which neither pool path expresses. A subclass that overrides ``select`` loses the
+declaration unless it repeats it.
 """
 
 from __future__ import annotations
@@ -97,18 +108,19 @@ import inspect
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from shardline.pool.context import LoadBalancerContextView
 
 __all__ = [
     "NOTHING_TRIED",
     "LoadBalancerLike",
+    "NativeFirst",
     "Select",
     "SelectLoadBalancer",
     "Tried",
+    "native_first",
     "needs_load",
-    "pool_rotation",
     "select_of",
 ]
 
@@ -118,6 +130,9 @@ Tried = Mapping[uuid.UUID, Exception | None]
 
 Select = Callable[..., uuid.UUID | None]
 """A bound ``select(task, *, context, tried)``."""
+
+NativeFirst = Literal["pool-rotation", "pool-least-loaded"]
+"""Which native first pick a balancer declared (see :func:`native_first`)."""
 
 NOTHING_TRIED: Tried = MappingProxyType({})
 """``tried`` for a call's first candidate (shared, read-only)."""
@@ -201,15 +216,25 @@ def needs_load(balancer: object) -> bool:
     return bool(getattr(balancer, "needs_load", True))
 
 
-def pool_rotation(balancer: object) -> bool:
-    """Whether ``balancer``'s ``select`` is the pool's rotation: it declares
-    ``pool_rotation = True`` in the class that defines the ``select`` it uses.
+def native_first(balancer: object) -> NativeFirst | None:
+    """The pool's native first pick ``balancer`` declared for its ``select``:
+    ``"pool-rotation"`` (``pool_rotation = True``), ``"pool-least-loaded"``
+    (``pool_least_loaded = True``, not withdrawn by the instance), else None.
 
     Implementation notes:
         Read from the class that defines ``select``, not inherited blindly, so a subclass
-        that changes ``select`` does not inherit a promise about the old one.
+        that changes ``select`` does not inherit a promise about the old one; the instance is
+        read too for ``pool_least_loaded``, which an instance may withdraw.
     """
     for cls in type(balancer).__mro__:
         if "select" in vars(cls):
-            return vars(cls).get("pool_rotation") is True
-    return False
+            declared = vars(cls)
+            if declared.get("pool_rotation") is True:
+                return "pool-rotation"
+            if (
+                declared.get("pool_least_loaded") is True
+                and getattr(balancer, "pool_least_loaded", False) is True
+            ):
+                return "pool-least-loaded"
+            return None
+    return None
