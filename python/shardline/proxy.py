@@ -674,6 +674,8 @@ class WorkerProxy:
             idempotent = getattr(task, "idempotent", False) is True
         deadline = _monotonic() + timeout
         context = self._context
+        # a native first pick's dispatch ends as the pool asks (counted, sampled or a token's);
+        # every other one is counted in flight exactly when it is timed
         counted = self._load
         failure: RpcError | None = None
         started = 0
@@ -684,7 +686,9 @@ class WorkerProxy:
                 return await self._dispatch_hedged(task, timeout, deadline)
             tried: Tried = NOTHING_TRIED
             outcomes: dict[uuid.UUID, Exception | None] | None = None  # made on a first miss
-            if self._native is not None:
+            if self._native is None:
+                picked = None
+            else:
                 picked = (
                     context.dispatch_less_loaded()
                     if self._least_loaded_first
@@ -692,18 +696,45 @@ class WorkerProxy:
                 )
                 if picked is None:
                     raise self._exhausted_call(task, tried)
-                # the token is held only by this frame's local while the call is in flight
-                uid, metadata, connection, started, token = picked
-                del picked
+            while True:
+                if picked is not None:
+                    # the token is held only by this frame's local while the call is in flight
+                    uid, metadata, connection, started, token = picked
+                    picked = None
+                else:
+                    uid = select(task, context=context, tried=tried)
+                    if uid is None:
+                        raise self._exhausted_call(task, tried) from failure
+                    if outcomes is not None and uid in outcomes:
+                        raise RuntimeError(
+                            f"balancer {self._balancer!r} offered worker {uid} twice in one call"
+                        )
+                    counted, started, token = self._timed, 0, None
+                    try:
+                        if counted:
+                            metadata, connection, started = context.start_dispatch(uid)
+                        else:
+                            metadata, connection = context.entry(uid)
+                    except KeyError:  # it left the pool or was ejected: skipped, not failed
+                        if outcomes is None:
+                            outcomes = {}
+                            tried = MappingProxyType(outcomes)
+                        outcomes[uid] = None
+                        continue
+                    self._dispatched += 1
                 try:
-                    result = await connection.dispatch(task, timeout=timeout)
+                    result = await connection.dispatch(
+                        task,
+                        timeout=timeout
+                        if outcomes is None
+                        else self._remaining(task, timeout, deadline, tried),
+                    )
                 except RpcError as error:
                     failure = error
                     outcome = _outcome_of(error)
                 except BaseException as error:
                     self._errors += 1
-                    if isinstance(error, WorkerError):
-                        outcome = _SUCCESS
+                    outcome = _SUCCESS if isinstance(error, WorkerError) else _NEUTRAL
                     raise
                 else:
                     outcome = _SUCCESS
@@ -720,58 +751,11 @@ class WorkerProxy:
                         outcome != _SUCCESS and counted and context.finish_dispatch(uid, 0, outcome)
                     ):
                         self._report_health()
-                outcomes = {uid: failure}
-                tried = MappingProxyType(outcomes)
-                self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)
-            timed = self._timed
-            while True:
-                uid = select(task, context=context, tried=tried)
-                if uid is None:
-                    raise self._exhausted_call(task, tried) from failure
-                if outcomes is not None and uid in outcomes:
-                    raise RuntimeError(
-                        f"balancer {self._balancer!r} offered worker {uid} twice in one call"
-                    )
-                attempt_error: RpcError | None = None
-                try:
-                    if timed:
-                        metadata, connection, started = context.start_dispatch(uid)
-                    else:
-                        metadata, connection = context.entry(uid)
-                except KeyError:  # it left the pool or was ejected: skipped, not failed
-                    pass
-                else:
-                    self._dispatched += 1
-                    outcome = _NEUTRAL
-                    try:
-                        result = await connection.dispatch(
-                            task,
-                            timeout=timeout
-                            if outcomes is None
-                            else self._remaining(task, timeout, deadline, tried),
-                        )
-                    except RpcError as error:
-                        failure = attempt_error = error
-                        outcome = _outcome_of(error)
-                    except BaseException as error:
-                        self._errors += 1
-                        if isinstance(error, WorkerError):
-                            outcome = _SUCCESS
-                        raise
-                    else:
-                        outcome = _SUCCESS
-                        return result
-                    finally:
-                        if timed and context.finish_dispatch(uid, started, outcome):
-                            self._report_health()
                 if outcomes is None:
                     outcomes = {}
                     tried = MappingProxyType(outcomes)
-                outcomes[uid] = attempt_error
-                if attempt_error is not None:
-                    self._failed(
-                        task, uid, metadata, attempt_error, idempotent, timeout, deadline, tried
-                    )
+                outcomes[uid] = failure
+                self._failed(task, uid, metadata, failure, idempotent, timeout, deadline, tried)
         timed = self._timed
         candidates = self._balancer.delegate(task, context=context)
         offered: dict[uuid.UUID, Exception | None] = {}  # written only on a miss or a failure
