@@ -644,14 +644,15 @@ class WorkerProxy:
         and hedging it.
 
         Implementation notes:
-            Three paths in one coroutine (a helper coroutine per path would cost an extra
-            frame and await on every dispatch): a balancer that declares a native first pick
-            has its first candidate, connection and in-flight count from one Rust call
-            (``dispatch_next`` for ``pool_rotation``; ``dispatch_less_loaded``, which times
-            every dispatch, for ``pool_least_loaded``: the same answer's shape), and goes on
-            through ``select`` after a failure; other balancers go through ``select`` or
-            ``delegate``. An idempotent task on a
-            ``select`` balancer with hedging on takes a fourth, slower path
+            Two loops in one coroutine (a helper coroutine per attempt would cost an extra
+            frame and await on every dispatch), each with one attempt block. The ``select``
+            loop: a balancer that declares a native first pick has its first candidate,
+            connection and in-flight count from one Rust call (``dispatch_next`` for
+            ``pool_rotation``; ``dispatch_less_loaded``, which times every dispatch, for
+            ``pool_least_loaded``: the same answer's shape), and every other candidate,
+            or every candidate of another ``select`` balancer, comes from ``select``. The
+            ``delegate`` loop drives a generator balancer. An idempotent task on a
+            ``select`` balancer with hedging on takes a third, slower path
             (:meth:`_dispatch_hedged`). The load (a count in flight and the latency, timed on
             the pool's clock in Rust) is kept when the balancer needs it or health is on,
             and each dispatch then ends with its outcome (``finish_dispatch``); the select
