@@ -45,6 +45,33 @@ impl DispatchTimes {
         nth % SAMPLE_EVERY == 0 && self.is_on()
     }
 
+    /// What a dispatch started at `now` (a reading of the pool's clock, never 0) hands its
+    /// caller as `started`, for `finish_dispatch`: while the histogram is on, `now` made odd
+    /// when the histogram is to take the dispatch (`observed`) and even when it is not (never
+    /// 0); `now` itself while off.
+    ///
+    /// Implementation notes:
+    ///     With health on, the native round-robin path times some dispatches for health alone:
+    ///     every one to a slow, new or unhealthy worker, one in `TIMED_EVERY` to a fast one.
+    ///     Counting those would weigh the histogram toward slow workers, so only its own one
+    ///     in [`SAMPLE_EVERY`] may go in, and `finish_dispatch` must tell them apart with no
+    ///     second argument on the hot path: the lowest bit of the reading (a nanosecond)
+    ///     carries it.
+    #[inline]
+    pub fn stamp(&self, now: u64, observed: bool) -> u64 {
+        match (self.is_on(), observed) {
+            (false, _) => now,
+            (true, true) => now | 1,
+            (true, false) => (now & !1).max(2),
+        }
+    }
+
+    /// Whether the dispatch that `stamp` made `started` goes into the histogram.
+    #[inline]
+    pub fn observes(&self, started: u64) -> bool {
+        started & 1 == 1 && self.is_on()
+    }
+
     /// One dispatch took `seconds`: counted in the first bucket whose bound is at least that.
     pub fn observe(&self, seconds: f64) {
         let bucket = BOUNDS.partition_point(|&bound| bound < seconds);
@@ -72,6 +99,19 @@ mod tests {
             .filter(|&nth| times.samples(nth))
             .collect();
         assert_eq!(sampled, [SAMPLE_EVERY, 2 * SAMPLE_EVERY, 3 * SAMPLE_EVERY]);
+    }
+
+    #[test]
+    fn a_stamp_says_whether_the_histogram_takes_the_dispatch_only_while_on() {
+        let times = DispatchTimes::default();
+        assert_eq!(times.stamp(10, false), 10);
+        assert!(!times.observes(11));
+        times.turn_on();
+        for now in [1, 2, 10, 11, u64::MAX - 1] {
+            let (taken, left) = (times.stamp(now, true), times.stamp(now, false));
+            assert!(times.observes(taken) && !times.observes(left));
+            assert!(taken.abs_diff(now) <= 1 && left.abs_diff(now) <= 1 && left != 0);
+        }
     }
 
     #[test]

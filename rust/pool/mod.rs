@@ -792,7 +792,7 @@ impl WorkerPool {
         });
         let missing = || missing_key(uid.clone().unbind());
         let [metadata, connection] = pair.map_err(|_| missing())?.flatten().ok_or_else(missing)?;
-        (metadata, connection, now).into_pyobject(py)
+        (metadata, connection, self.times.stamp(now, true)).into_pyobject(py)
     }
 
     /// Runs the periodic health rules now (the stuck rule over every worker, the latency
@@ -824,7 +824,8 @@ impl WorkerPool {
     /// neutral, when the caller cancelled). Its latency is the time since, on the pool's
     /// clock, and goes into the worker's load (a no-op when the worker has left; a deadline
     /// or neutral outcome leaves the average alone, as the time was the caller's) and, once
-    /// `time_dispatches` was called, into the pool's histogram (even if it has left). With
+    /// `time_dispatches` was called, into the pool's histogram (even if it has left), unless
+    /// `dispatch_next` timed it for health alone (`DispatchTimes::stamp`). With
     /// health on, the outcome feeds the worker's health and the pool's periodic checks run
     /// when due. Returns whether health events wait for `drain_health_events`.
     ///
@@ -843,7 +844,7 @@ impl WorkerPool {
         let now = self.now();
         let timed = started != 0;
         let seconds = seconds_between(started, now);
-        if timed && self.times.is_on() {
+        if timed && self.times.observes(started) {
             self.times.observe(seconds);
         }
         self.with_entry(uid, |entries, entry| {
@@ -1089,7 +1090,8 @@ impl WorkerPool {
         let [metadata, connection] = entry.pair(py);
         drop(entries);
         let started = if timed {
-            now
+            // with health on, a dispatch timed for health alone stays out of the histogram
+            self.times.stamp(now, count || sampled)
         } else if sampled && !health_on {
             if now == 0 {
                 self.now()
@@ -1177,7 +1179,14 @@ impl WorkerPool {
         let [metadata, connection] = entry.pair(py);
         drop(entries);
         Ok(Some(
-            (uid, metadata, connection, now, py.None()).into_pyobject(py)?,
+            (
+                uid,
+                metadata,
+                connection,
+                self.times.stamp(now, true),
+                py.None(),
+            )
+                .into_pyobject(py)?,
         ))
     }
 

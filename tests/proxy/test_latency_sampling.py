@@ -26,6 +26,7 @@ from shardline import (
     WorkerProxy,
 )
 from shardline.pool.context import LoadBalancerContext
+from shardline.pool.health import HealthPolicy
 
 N = LoadBalancerContext.DISPATCH_SAMPLE
 
@@ -49,10 +50,11 @@ class Watched:
         self.uid = metadata.uid
         self.in_flight: list[int] = []
         self.fail = False
+        self.delay = 0.0
 
     async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
         self.in_flight.append(self.pool.load(self.uid)[0])
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.delay)
         if self.fail:
             raise TransientRpcError("busy")
         return task
@@ -65,14 +67,15 @@ async def announced(workers: int) -> AsyncIterator[DiscoveryEvent]:
 
 
 class Fleet:
-    def __init__(self, balancer: Any, workers: int) -> None:
+    def __init__(self, balancer: Any, workers: int, health: HealthPolicy | None = None) -> None:
         self.connections: list[Watched] = []
         self.proxy = WorkerProxy(
             discovery=announced(workers),
             loadbalancer=balancer,
             connect=self.connect,
             quorum=workers,
-            health=None,  # health counts and times every dispatch: these are the paths without
+            # health counts and times dispatches of its own: by default, the paths without
+            health=health,
         )
         self.pool: LoadBalancerContext = self.proxy._context
 
@@ -142,6 +145,24 @@ def test_the_native_path_times_only_the_sampled_dispatches_and_counts_none_in_fl
         await fleet.proxy.stop()
 
     asyncio.run(scenario())
+
+
+async def test_with_health_on_the_histogram_still_takes_only_the_sampled_native_dispatches() -> None:
+    """Health times some native dispatches for itself (every one to a worker slower than
+    ``stuck_floor / stuck_multiple``, one in ``HEALTH_TIMED_EVERY`` to a fast one): the
+    histogram must not take those, or it would weigh the slow worker's latencies more."""
+    fleet = Fleet(RoundRobinLoadBalancer, 3, health=HealthPolicy())
+    await fleet.proxy.start()
+    policy = HealthPolicy()
+    fleet.connections[0].delay = 2 * policy.stuck_floor / policy.stuck_multiple
+    fleet.proxy.measure_latency()
+    calls = 6 * max(N, LoadBalancerContext.HEALTH_TIMED_EVERY)
+    for task in range(calls):
+        assert await fleet.proxy.dispatch(task) == task
+    assert fleet.pool.dispatch_counts()[0] == calls
+    assert fleet.timed() == calls // N
+    assert fleet.proxy.stats().ejections == 0
+    await fleet.proxy.stop()
 
 
 @pytest.mark.parametrize("balancer", [LoadedRoundRobin, LeastLoadedLoadBalancer])
