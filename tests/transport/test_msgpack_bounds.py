@@ -317,13 +317,42 @@ async def test_connections_beyond_max_connections_are_closed_counted_and_logged(
         await echo_works(worker)
 
 
+async def holding(worker: Worker) -> socket.socket | None:
+    """A socket that says hello and starts a call that runs until cancelled (msgid 1), so no
+    timeout closes it while the call runs; None when the worker refused it (closed it without
+    its hello)."""
+    sock = socket.socket()
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (worker.host, worker.port))
+    with contextlib.suppress(ConnectionError):  # refused already
+        await loop.sock_sendall(sock, wire.hello(1 << 30) + dispatch(1, "hold"))
+    if await read(sock, 1):
+        return sock
+    close_all([sock])
+    return None
+
+
 async def test_idle_sockets_past_the_open_file_limit_leave_room_for_clients() -> None:
-    # the attack: 1,100 idle sockets against a worker under ulimit -n 1024
-    async with bounded_worker({"hello_timeout": 5.0}, nofile=(1024, 1024)) as worker:
+    # The attack: 1,100 sockets against a worker under ulimit -n 1024. Each holds a call
+    # while the attack builds up, so none is closed before it is complete however long a
+    # loaded machine makes that (sockets that never said hello, under a 5 s hello_timeout,
+    # were once closed before the 769th came: nothing was refused); then they go idle.
+    async with bounded_worker({"idle_timeout": 5.0}, nofile=(1024, 1024)) as worker:
         await worker.logged("max_connections 10000 is over what the open file limit (1024)")
-        idle = [await raw_socket(worker, hello=False) for _ in range(1100)]
+        held: list[socket.socket | None] = []
+        while len(held) < 1100:
+            # 50 at a time, each taken by the worker (served or refused) before the next 50:
+            # within the listen backlog (100), so no connect waits out a dropped SYN
+            held += await asyncio.gather(*(holding(worker) for _ in range(50)))
+        idle = [sock for sock in held if sock is not None]
+        assert len(idle) == 768
         await worker.logged("WARNING", "refused", "over max_connections", "at most 768")
-        # those that never say hello are closed, and a client gets through
+        loop = asyncio.get_running_loop()
+        for sock in idle:
+            await loop.sock_sendall(sock, wire.cancel(1))
+        # idle from their cancel on: closed by the worker, and a client gets through
+        assert all(await asyncio.gather(*map(closed_by_worker, idle)))
         async with asyncio.timeout(WAIT), client(worker) as opened:
             while True:
                 with contextlib.suppress(TransientRpcError):
