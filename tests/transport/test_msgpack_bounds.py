@@ -204,19 +204,46 @@ async def echo_works(worker: Worker) -> None:
         assert await opened.dispatch(Task("echo", "still here")) == "still here"
 
 
-async def served(worker: Worker) -> None:
-    """A client's call answered, the client dialling again while the worker closes its socket
-    unserved: refused, or cut for a hello read after a test's short ``hello_timeout`` (a
-    loaded machine can stall the client between its connect and its hello, or the worker
-    between its accept and its read, that long: the bound at work). At most WAIT."""
-    async with asyncio.timeout(WAIT), client(worker) as opened:
+async def holding(worker: Worker) -> socket.socket | None:
+    """A socket that says hello and starts a call that runs until cancelled (msgid 1), then
+    pings (msgid 2): the pong says the call was read, and no timeout closes the socket while
+    it runs. None when the worker closed it first: refused (closed without its hello), or
+    idle before the call came (a loaded machine can stall the test that long after a
+    connect, past a test's short ``idle_timeout``)."""
+    sock = socket.socket()
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (worker.host, worker.port))
+    with contextlib.suppress(ConnectionError):  # closed already
+        await loop.sock_sendall(sock, wire.hello(1 << 30) + dispatch(1, "hold") + wire.ping(2))
+    answers = await read(sock, 2)
+    if len(answers) == 2:
+        assert answers[1] == [wire.RESPONSE, 2, None, None]
+        return sock
+    close_all([sock])
+    return None
+
+
+async def answered(opened: MsgpackConnection, value: Any) -> None:
+    """``echo`` of ``value`` answered through ``opened``, dialling again while the worker
+    closes the socket unserved: refused, or cut for a hello (or a first call) read after a
+    test's short ``hello_timeout`` (``idle_timeout``): a loaded machine can stall the client
+    between its connect and its hello, or the worker between its accept and its read, that
+    long; the bound at work. At most WAIT."""
+    async with asyncio.timeout(WAIT):
         while True:
             try:
-                assert await opened.dispatch(Task("echo", "still here")) == "still here"
+                assert await opened.dispatch(Task("echo", value)) == value
                 return
             except TransientRpcError as error:
                 if error.reason not in ("connection-lost", "cannot-connect"):
                     raise
+
+
+async def served(worker: Worker) -> None:
+    """A new client of ``worker`` served (see :func:`answered`)."""
+    async with client(worker) as opened:
+        await answered(opened, "still here")
 
 
 # --- answers nobody reads ---------------------------------------------------------------
@@ -289,28 +316,32 @@ async def test_unfinished_frames_are_closed_after_frame_timeout() -> None:
 
 async def test_an_idle_connection_is_closed_but_not_one_with_a_call_in_flight() -> None:
     async with bounded_worker({"idle_timeout": 0.5}) as worker:
-        holding = await raw_socket(worker)
-        loop = asyncio.get_running_loop()
-        await loop.sock_sendall(holding, dispatch(1, "hold"))
+        async with asyncio.timeout(WAIT):
+            while (held := await holding(worker)) is None:
+                pass
         idle = await raw_socket(worker)
         assert await closed_by_worker(idle)
         await worker.logged("INFO", "idle for idle_timeout 0.5 s")
         # the one holding a call is still served
-        await loop.sock_sendall(holding, wire.ping(2))
-        (pong,) = await read(holding, 1)
-        assert pong == [wire.RESPONSE, 2, None, None]
-        close_all([holding, idle])
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(held, wire.ping(3))
+        (pong,) = await read(held, 1)
+        assert pong == [wire.RESPONSE, 3, None, None]
+        close_all([held, idle])
         # a client whose socket was closed as idle dials again at its next call
         async with client(worker) as opened:
             seen = len(worker.lines)
-            assert await opened.dispatch(Task("echo", 1)) == 1
+            await answered(opened, 1)
+            link = opened._shared.link
+            assert link is not None
             await worker.logged("closed 1 connections: idle", after=seen)
             # (a call written while the close is on its way fails as connection lost: the
             # client must have seen it)
             async with asyncio.timeout(WAIT):
-                while (link := opened._shared.link) is not None and not link.broken:
+                while not link.broken:
                     await asyncio.sleep(0.005)
-            assert await opened.dispatch(Task("echo", 2)) == 2
+            await answered(opened, 2)
+            assert opened._shared.link is not link
 
 
 # --- connections and file descriptors ---------------------------------------------------
@@ -330,22 +361,6 @@ async def test_connections_beyond_max_connections_are_closed_counted_and_logged(
             assert await read(sock, 1) == [[wire.RESPONSE, n, None, None]]
         close_all(admitted + refused)
         await echo_works(worker)
-
-
-async def holding(worker: Worker) -> socket.socket | None:
-    """A socket that says hello and starts a call that runs until cancelled (msgid 1), so no
-    timeout closes it while the call runs; None when the worker refused it (closed it without
-    its hello)."""
-    sock = socket.socket()
-    sock.setblocking(False)
-    loop = asyncio.get_running_loop()
-    await loop.sock_connect(sock, (worker.host, worker.port))
-    with contextlib.suppress(ConnectionError):  # refused already
-        await loop.sock_sendall(sock, wire.hello(1 << 30) + dispatch(1, "hold"))
-    if await read(sock, 1):
-        return sock
-    close_all([sock])
-    return None
 
 
 async def test_idle_sockets_past_the_open_file_limit_leave_room_for_clients() -> None:
