@@ -156,6 +156,39 @@ async def test_a_stalled_publisher_is_dropped_then_restored_when_it_resumes(tmp_
     await discovery.aclose()
 
 
+def live_publishers(path: Path) -> list[bool]:
+    """Whether each publisher of the store at ``path`` is within its liveness timeout now, as
+    any handle that reaped now would judge it."""
+    with closing(sqlite3.connect(path)) as db:
+        beats = db.execute("SELECT beat_at, timeout FROM publishers").fetchall()
+    return [time.monotonic() - beat_at <= timeout for beat_at, timeout in beats]
+
+
+async def test_a_loop_blocked_as_soon_as_the_record_is_visible_does_not_lapse_it(
+    tmp_path: Path,
+) -> None:
+    """Once its record can be seen, a worker can be called, and a handler that blocks the loop
+    may run before ``publish`` resumes on that loop: the heartbeats must not wait for it. (A
+    heartbeat thread started after the put missed every beat of the block, and the worker
+    flapped: tests/transport/test_worker_faults.py, once under load.)"""
+    # a heartbeat thread stalled 1.25 s (the timeout less a heartbeat) is presumed dead
+    heartbeat, liveness = 0.25, 1.5
+    discovery = local(tmp_path, "blocked", heartbeat=heartbeat, liveness_timeout=liveness)
+    record = worker(1)
+    publishing = asyncio.ensure_future(discovery.publisher.publish("worker-added", record))
+    await asyncio.sleep(0)  # one turn: the publish has handed its put to the SQLite thread
+    # From here the loop is blocked, as by that handler: until the put has committed (as
+    # another process sees it), then past the liveness timeout.
+    deadline = time.monotonic() + WAIT
+    while live_publishers(discovery.path) == []:
+        assert time.monotonic() < deadline, f"the record was not put within {WAIT} s"
+        time.sleep(0.001)
+    time.sleep(liveness + heartbeat)  # the blocking handler (what is tested)
+    assert live_publishers(discovery.path) == [True]
+    await publishing
+    await discovery.aclose()
+
+
 async def test_a_subscriber_started_after_workers_sees_them_replayed(tmp_path: Path) -> None:
 
     async with (

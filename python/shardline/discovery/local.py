@@ -282,8 +282,11 @@ class _LocalPublisher:
             await self._discovery._call(store.drop, metadata.uid.bytes)
         elif type in ("worker-added", "worker-updated"):
             data = encode_record(stamped(metadata))
-            await self._discovery._call(store.put, self._registration, metadata.uid.bytes, data)
             if self._heartbeats is None:
+                # Beating before the record can be seen: once it is, a caller may reach the
+                # worker, and a handler that blocks the loop before this coroutine resumes
+                # would keep a thread started after the put from starting (a flap). Until
+                # the put registers this publisher, its beats do nothing.
                 self._heartbeats = threading.Event()
                 threading.Thread(
                     target=self._beat,
@@ -291,6 +294,7 @@ class _LocalPublisher:
                     name=f"shardline-heartbeat-{self._discovery.namespace}",
                     daemon=True,
                 ).start()
+            await self._discovery._call(store.put, self._registration, metadata.uid.bytes, data)
         else:
             raise ValueError(f"unknown discovery event type {type!r}")
 
