@@ -113,7 +113,7 @@ def ways() -> Iterator[Ways]:
     loop = asyncio.new_event_loop()
 
     async def open_all() -> Ways:
-        db = await shardline.picodata.connect(cluster.dsn, tier=TIER)
+        db = await shardline.picodata.connect(cluster.dsn, tier=TIER, pipeline=PIPELINE)
         db._on_notice(None, SimpleNamespace(message=NOTICE))  # what Picodata sends on Parse
         pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True, max_size=96)
         await pool.open()
