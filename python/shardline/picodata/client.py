@@ -481,6 +481,25 @@ class Client:
       not: to a sick master it raises at its deadline. Ejections and re-admissions are
       logged at INFO on ``shardline.picodata``, counted in :meth:`stats`, and shown by
       :meth:`explain`.
+    - Pipelining (``connect(pipeline=True)``): an ``execute`` with arguments and without
+      ``timeout=`` or driver options, to an instance not watched for its health (see below),
+      goes on the instance's one pipelined connection (opened in the background at the first
+      such query, which goes pooled meanwhile), shared with the other callers' and sent
+      without waiting for their answers; the queries of one turn of the event loop leave in
+      one write. Each is its own implicit transaction, as on a pooled connection: a server
+      error fails that query alone. The rules above hold for each query: a server's error
+      is raised as asyncpg's exception (a stale statement or ``forward=off`` refusal is sent
+      once more, pooled); a query sent when the connection breaks raises
+      ``asyncpg.ConnectionDoesNotExistError`` and is never sent again (it may have run); at
+      the deadline the connection is closed, and the queries sent in the same sweep
+      interval as the oldest raise :class:`~shardline.errors.DeadlineExceeded`, those sent
+      later the connection error. A caller cancelled after sending leaves its query to run;
+      the connection stays. What the pipeline cannot encode exactly as asyncpg's default
+      codecs would (parameter types other than ``bool``, ``bytea``, ``int2/4/8``, ``text``,
+      ``varchar``, ``float8``; values of other classes, subclasses included) goes pooled.
+      Session state set through the pipelined connection (``set_config`` in a query with
+      arguments) stays there, as it would on a pooled one. Notices of pipelined queries are
+      not read.
 
     A client works on the event loop it was started on. :meth:`close` (or leaving ``async
     with``) waits for the queries in flight, then closes every connection.
@@ -525,6 +544,15 @@ class Client:
         deadline. The gate and the store together cost the hot path about 620 instructions
         per query (callgrind, one caller, 1,000 keyed ``fetchrow``: 100,965 before, 101,510
         to 101,585 after).
+
+        Pipelining is :class:`~shardline.picodata.pipeline.Pipeline`'s, one per instance in
+        ``InstancePool.pipeline`` (outside the pool's ``size``); the hot path awaits its
+        ``execute`` before looking for an idle connection, and a query it returns
+        ``NOT_PIPELINED`` for goes on as without it. Its deadline is the sweeper's:
+        ``Pipeline.expire`` closes the connection when its oldest query is as old as a lent
+        connection's would be. On the stand-in cluster it halves the server's CPU per keyed
+        INSERT at 16 in flight (benches/RESULTS.md, issue 27's pipelining section): the
+        backend reads a batch in one wake-up.
     """
 
     def __init__(
