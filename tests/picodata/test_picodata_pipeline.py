@@ -118,7 +118,8 @@ async def test_a_caller_cancelled_in_a_batch_leaves_the_others_and_the_connectio
         await lock.close()  # the lock goes: the held query, then the one behind, run
         assert await waiting == "SELECT 1"
         assert await db.execute(INSERT, third, key=third) == "INSERT 0 1"
-        assert pipeline is db._pools[_uuid("r2_1")].pipeline and not pipeline.closed
+        assert pipeline is db._pools[_uuid("r2_1")].pipeline
+        assert not pipeline.closed
         ids = {row["id"] for row in await db.fetch("SELECT id FROM landed")}
         assert ids == {first, second, third}  # sent, so it ran: its caller just left
 
@@ -137,7 +138,8 @@ async def test_a_lost_connection_fails_every_query_in_flight_once(pg: PgServer) 
             with pytest.raises(asyncpg.ConnectionDoesNotExistError):
                 await query
         await lock.close()
-        assert pipeline.closed and not pipeline.sent
+        assert pipeline.closed
+        assert not pipeline.sent
         assert db.stats().retries == 0
         await until(lambda: db.stats().polls > polls, "the poll the failure asked for")
         # not sent again; the next query goes pooled, and opens a new pipeline

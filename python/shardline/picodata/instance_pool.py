@@ -237,7 +237,7 @@ class InstancePool:
     # the pipelined connection
 
     def start_pipeline(self) -> None:
-        """Opens :attr:`pipeline` (or a new one for a closed one) in the background, unless
+        """Opens ``pipeline`` (or a new one for a closed one) in the background, unless
         one is opening, the pool is closing or in its backoff, or the last attempt failed less
         than ``BACKOFF_MAX`` ago. The connection is not one of the ``size``: it is opened
         once, and carries the queries of any number of callers."""

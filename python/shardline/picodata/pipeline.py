@@ -16,7 +16,7 @@ Implementation notes:
     terminated at the end. A statement is prepared once per pipeline (Parse and Describe of a
     named statement, a pipelined query of its own) and sent with binary parameters encoded
     here, only for the parameter types and Python values where the encoding is exactly what
-    asyncpg's default codecs send (:data:`_ENCODERS`, the value's class tested exactly); any
+    asyncpg's default codecs send (``_ENCODERS``, the value's class tested exactly); any
     other query, argument or statement the server refuses to prepare is not pipelined
     (:data:`NOT_PIPELINED`), and the client runs it on a pooled connection as before. Rows a
     statement returns are read past, not decoded: ``execute`` returns the command's status.
