@@ -10,11 +10,13 @@ from typing import Any
 
 import asyncpg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardline.errors import DeadlineExceeded
 from shardline.picodata import Client, connect
 from shardline.picodata.pipeline import Pipeline
-from support.forwarded_cluster import Cluster, cluster
+from support.forwarded_cluster import Cluster, cluster, start_cluster, stop_cluster
 from support.pg_server import PgServer
 from support.picodata_catalog import name_uuid as _uuid
 from support.waiting import until
@@ -202,3 +204,83 @@ async def test_what_the_pipeline_cannot_encode_goes_pooled(pg: PgServer) -> None
         assert await db.execute(round_trip, *values, key=key) == "INSERT 0 1"
         assert pipeline.queries == sent + 2
         assert tuple(await db.fetchrow("SELECT * FROM kinds", key=key) or ()) == values
+
+
+async def test_a_statement_the_server_refused_to_prepare_is_prepared_again_later(
+    pg: PgServer,
+) -> None:
+    async with cluster(pg) as c, connect(c.url, tier="default", pipeline=True) as db:
+        pipeline = await pipelined(db, c, "r1_1")
+        (key,) = keys_of(c, "r1_1", 1)
+        later = "INSERT INTO later VALUES ($1)"
+        with pytest.raises(asyncpg.UndefinedTableError):  # raised pooled, as without pipeline
+            await db.execute(later, key, key=key)
+        sent = pipeline.queries
+        await db.execute("CREATE TABLE later (id bigint)")
+        assert await db.execute(later, key, key=key) == "INSERT 0 1"
+        assert pipeline.queries == sent + 1
+
+
+ROW = st.tuples(
+    st.none() | st.integers(-(2**63), 2**63 - 1),
+    st.none() | st.integers(-(2**31), 2**31 - 1),
+    st.none() | st.integers(-(2**15), 2**15 - 1),
+    st.none() | st.text(st.characters(exclude_characters="\x00")),
+    st.none() | st.binary(),
+    st.none() | st.booleans(),
+    st.none() | st.floats(allow_nan=False),
+    st.none() | st.text(st.characters(exclude_characters="\x00")),
+)
+
+
+def test_pipelined_values_are_stored_as_asyncpg_stores_them(pg: PgServer) -> None:
+    """Rows of every encoded type, sent concurrently through the pipeline, land as the same
+    rows sent through a plain asyncpg connection (asyncpg's own codecs: the reference), each
+    caller answered for its own row."""
+    loop = asyncio.new_event_loop()
+    c = loop.run_until_complete(start_cluster(pg))
+    ids = iter(range(10**9))
+    columns = "a int8, b int4, c int2, d text, e bytea, f bool, g float8, h varchar"
+    insert = "INSERT INTO {} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+
+    async def open_all() -> tuple[Client, asyncpg.Connection, Pipeline]:
+        db = await connect(c.url, tier="default", pipeline=True)
+        plain = await asyncpg.connect(c.url)
+        for table in ("piped", "plain"):
+            await plain.execute(f"CREATE TABLE {table} (id bigint, {columns})")
+        pipeline = await pipelined(db, c, "r1_1")
+        # prepared here, so that every example's rows are pipelined
+        await db.execute(insert.format("piped"), -1, *[None] * 8, key=key)
+        return db, plain, pipeline
+
+    (key,) = keys_of(c, "r1_1", 1)
+    db, plain, pipeline = loop.run_until_complete(open_all())
+
+    @settings(max_examples=60, deadline=None)
+    @given(rows=st.lists(ROW, min_size=1, max_size=6))
+    def check(rows: list[tuple[Any, ...]]) -> None:
+        async def both() -> None:
+            numbered = [(next(ids), *row) for row in rows]
+            sent = pipeline.queries
+            statuses = await asyncio.gather(
+                *(db.execute(insert.format("piped"), *row, key=key) for row in numbered)
+            )
+            assert statuses == ["INSERT 0 1"] * len(rows)
+            assert pipeline.queries == sent + len(rows)
+            for row in numbered:
+                await plain.execute(insert.format("plain"), *row)
+            where = "WHERE id = ANY($1::bigint[])"
+            first = [row[0] for row in numbered]
+            piped = await plain.fetch(f"SELECT * FROM piped {where} ORDER BY id", first)
+            reference = await plain.fetch(f"SELECT * FROM plain {where} ORDER BY id", first)
+            assert [tuple(r) for r in piped] == [tuple(r) for r in reference]
+
+        loop.run_until_complete(asyncio.wait_for(both(), 30))
+
+    try:
+        check()
+    finally:
+        loop.run_until_complete(db.close())
+        loop.run_until_complete(plain.close())
+        loop.run_until_complete(stop_cluster(c))
+        loop.close()

@@ -310,8 +310,8 @@ class Pipeline:
             self.writes += 1
 
     async def _prepare(self, query: str) -> _Statement | None:
-        """Parses ``query`` as a named statement and learns its parameter types; None (kept,
-        so not asked again) if it is not pipelined."""
+        """Parses ``query`` as a named statement and learns its parameter types; None if it is
+        not pipelined (kept when a type has no encoder, so not asked again)."""
         if len(self._statements) >= MAX_STATEMENTS:
             return None
         preparing: asyncio.Future[_Statement | None] = self._loop.create_future()
@@ -326,19 +326,18 @@ class Pipeline:
         answer = self._send(message, query, None)
         try:
             parameters = await asyncio.shield(answer)
-        except (PostgresError, ConnectionDoesNotExistError, TimeoutError):
-            # the pooled connection runs it, and raises what preparing it there raises
-            parameters = None
-        except BaseException:
+        except BaseException as error:
+            # not kept: the next use prepares again (the table may exist by then); this one
+            # goes pooled, and raises there what preparing it raises
             if self._statements.get(query) is preparing:
                 del self._statements[query]
             preparing.set_result(None)
+            if isinstance(error, PostgresError | ConnectionDoesNotExistError | TimeoutError):
+                return None
             raise
-        statement = None
-        if parameters is not None:
-            encoders = [_ENCODERS.get(oid) for oid in parameters]
-            if all(encoders):
-                statement = _Statement(name, encoders, query)  # type: ignore[arg-type]
+        encoders = [_ENCODERS.get(oid) for oid in parameters]
+        # kept either way: a type without an encoder stays without one
+        statement = _Statement(name, encoders, query) if all(encoders) else None  # type: ignore[arg-type]
         if self._statements.get(query) is preparing:
             self._statements[query] = statement
         preparing.set_result(statement)
