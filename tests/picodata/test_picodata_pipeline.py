@@ -175,6 +175,30 @@ async def test_queries_past_their_deadline_raise_it_and_close_the_pipeline(pg: P
         c.forwarders["r1_1"].resume()
 
 
+async def test_one_caller_past_its_deadline_fails_the_later_ones_as_a_lost_connection(
+    pg: PgServer,
+) -> None:
+    async with (
+        cluster(pg) as c,
+        connect(c.url, tier="default", pipeline=True, timeout=0.5) as db,
+    ):
+        pipeline = await pipelined(db, c, "r2_1")
+        a, b = keys_of(c, "r2_1", 2)
+        await db.execute(INSERT, a, key=a)
+        lock, waiting = await held(db, c, a)
+        await until(lambda: len(pipeline.sent) == 1, "the held query sent")
+        sent_at = db._tick
+        await until(lambda: db._tick > sent_at + 1, "two sweeps later")
+        behind = asyncio.ensure_future(db.execute(INSERT, b, key=b))
+        with pytest.raises(DeadlineExceeded):
+            await waiting
+        with pytest.raises(asyncpg.ConnectionDoesNotExistError):  # sent later: may have run
+            await behind
+        await lock.close()
+        assert pipeline.closed
+        assert db.stats().deadlines == 1
+
+
 async def test_what_the_pipeline_cannot_encode_goes_pooled(pg: PgServer) -> None:
     async with cluster(pg) as c, connect(c.url, tier="default", pipeline=True) as db:
         pipeline = await pipelined(db, c, "r1_1")
