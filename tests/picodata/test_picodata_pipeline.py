@@ -165,13 +165,16 @@ async def test_queries_past_their_deadline_raise_it_and_close_the_pipeline(pg: P
         a, b = keys_of(c, "r1_1", 2)
         await db.execute(INSERT, a, key=a)
         c.forwarders["r1_1"].stall()
-        queries = [asyncio.ensure_future(db.execute(INSERT, k, key=k)) for k in (a, b)]
+        # first a statement not prepared yet: its Parse, the oldest, has the same deadline
+        fresh = "INSERT INTO landed VALUES ($1, 0)"
+        queries = [asyncio.ensure_future(db.execute(fresh, b, key=b))]
+        queries += [asyncio.ensure_future(db.execute(INSERT, k, key=k)) for k in (a, b)]
         for query in queries:
             with pytest.raises(DeadlineExceeded) as raised:
                 await query
             assert raised.value.may_have_run
         assert pipeline.closed
-        assert db.stats().deadlines == 2
+        assert db.stats().deadlines == 3
         c.forwarders["r1_1"].resume()
 
 

@@ -244,7 +244,7 @@ class Pipeline:
             return NOT_PIPELINED
         statement = self._statements.get(query, NOT_PIPELINED)
         if statement is NOT_PIPELINED:
-            statement = await self._prepare(query)
+            statement = await self._prepare(query, tick)
         elif statement.__class__ is not _Statement and statement is not None:
             statement = await asyncio.shield(statement)
         if statement is None or self.closed:
@@ -309,9 +309,10 @@ class Pipeline:
             self._transport.write(b"".join(out))
             self.writes += 1
 
-    async def _prepare(self, query: str) -> _Statement | None:
+    async def _prepare(self, query: str, tick: int | None) -> _Statement | None:
         """Parses ``query`` as a named statement and learns its parameter types; None if it is
-        not pipelined (kept when a type has no encoder, so not asked again)."""
+        not pipelined (kept when a type has no encoder, so not asked again). Raises
+        ``TimeoutError`` if the connection was closed at ``tick``'s deadline meanwhile."""
         if len(self._statements) >= MAX_STATEMENTS:
             return None
         preparing: asyncio.Future[_Statement | None] = self._loop.create_future()
@@ -323,7 +324,7 @@ class Pipeline:
             + _message(b"D", b"S" + name + b"\x00")
             + _SYNC
         )
-        answer = self._send(message, query, None)
+        answer = self._send(message, query, tick)  # bounded by the deadline of its query
         try:
             parameters = await asyncio.shield(answer)
         except BaseException as error:
@@ -332,9 +333,9 @@ class Pipeline:
             if self._statements.get(query) is preparing:
                 del self._statements[query]
             preparing.set_result(None)
-            if isinstance(error, PostgresError | ConnectionDoesNotExistError | TimeoutError):
-                return None
-            raise
+            if isinstance(error, PostgresError | ConnectionDoesNotExistError):
+                return None  # nothing ran
+            raise  # its deadline (TimeoutError), or cancelled
         encoders = [_ENCODERS.get(oid) for oid in parameters]
         # kept either way: a type without an encoder stays without one
         statement = _Statement(name, encoders, query) if all(encoders) else None  # type: ignore[arg-type]
