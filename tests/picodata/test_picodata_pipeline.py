@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline.errors import DeadlineExceeded
+from shardline.errors import DeadlineExceeded, InvalidArgumentType
 from shardline.picodata import Client, connect
 from shardline.picodata.pipeline import Pipeline
 from support.forwarded_cluster import Cluster, cluster, start_cluster, stop_cluster
@@ -214,6 +214,8 @@ async def test_what_the_pipeline_cannot_encode_goes_pooled(pg: PgServer) -> None
         assert await db.execute("SELECT 1", key=key) == "SELECT 1"
         with pytest.raises(asyncpg.DataError):  # asyncpg's own error, as without pipeline
             await db.execute("SELECT $1::bigint", "x", key=key)
+        with pytest.raises(asyncpg.DataError):  # not UTF-8: a lone surrogate
+            await db.execute("SELECT $1::text", "a\udb67", key=key)
         assert pipeline.queries == sent
         # what it encodes, it sends as asyncpg would: the values come back the same
         values = (2**63 - 1, -(2**31), 7, "ünï", b"\x00\xff", True, -0.25, None)
@@ -252,11 +254,11 @@ ROW = st.tuples(
     st.none() | st.integers(-(2**63), 2**63 - 1),
     st.none() | st.integers(-(2**31), 2**31 - 1),
     st.none() | st.integers(-(2**15), 2**15 - 1),
-    st.none() | st.text(st.characters(exclude_characters="\x00")),
+    st.none() | st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00")),
     st.none() | st.binary(),
     st.none() | st.booleans(),
     st.none() | st.floats(allow_nan=False),
-    st.none() | st.text(st.characters(exclude_characters="\x00")),
+    st.none() | st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00")),
 )
 
 
@@ -311,3 +313,26 @@ def test_pipelined_values_are_stored_as_asyncpg_stores_them(pg: PgServer) -> Non
         loop.run_until_complete(plain.close())
         loop.run_until_complete(stop_cluster(c))
         loop.close()
+
+
+async def test_no_pipeline_but_in_utf8_and_none_for_a_bad_argument(pg: PgServer) -> None:
+    with pytest.raises(InvalidArgumentType, match="pipeline must be a bool, got 'yes'"):
+        connect("postgresql://u@127.0.0.1/db", pipeline="yes")  # type: ignore[arg-type]
+    latin1 = {"server_settings": {"client_encoding": "LATIN1"}}
+    async with (
+        cluster(pg) as c,
+        connect(c.url, tier="default", pipeline=True, connect_kwargs=latin1) as db,
+    ):
+        (key,) = keys_of(c, "r1_1", 1)
+        assert await db.execute("SELECT $1::text", "é", key=key) == "SELECT 1"
+        pool = db._pools[_uuid("r1_1")]
+        await until(lambda: pool._pipeline_task is None, "the pipeline's connection tried")
+        assert await db.execute("SELECT $1::text", "é", key=key) == "SELECT 1"
+        assert pool.pipeline is None
+        assert pool._pipeline_task is None  # not tried again
+    async with cluster(pg) as c, connect(c.url, tier="default", pipeline=True) as db:
+        pipeline = await pipelined(db, c, "r1_1")
+        to_latin1 = "SELECT set_config('client_encoding', $1, false)"
+        assert await db.execute(to_latin1, "LATIN1", key=key) == "SELECT 1"
+        assert pipeline.closed  # its text would no longer be read as UTF-8
+        assert await db.execute("SELECT $1::text", "é", key=key) == "SELECT 1"

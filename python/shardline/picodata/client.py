@@ -395,8 +395,8 @@ def connect(
         pipeline: whether ``execute(query, *args)`` on the hot path shares one connection per
             instance with the other callers' and is sent without waiting for their answers
             (PostgreSQL's pipelining: each query still its own implicit transaction, an
-            error in one touching no other; see the class). Not with ``init`` in
-            ``connect_kwargs`` (its codecs would be bypassed), nor over TLS.
+            error in one touching no other; see the class). Not over TLS, nor with a
+            ``client_encoding`` other than UTF8.
 
     Raises ``ValueError`` naming the argument for an invalid one (an
     :class:`~shardline.errors.InvalidArgumentType`, also a ``TypeError``, for one of the
@@ -618,9 +618,9 @@ class Client:
         # whether a query without timeout= is unbounded for the driver (the hot path's
         # shortcut past asyncpg's statement lookup applies only then)
         self._untimed = self._catalog_kwargs.get("command_timeout") is None
-        # the pipeline encodes with asyncpg's default codecs, reads asyncpg's transport and
-        # bounds its queries by the sweeper (see shardline.picodata.pipeline)
-        self._pipelining = pipeline and _SHORTCUT and self._untimed and "init" not in given
+        # the pipeline reads asyncpg's transport and bounds its queries by the sweeper (see
+        # shardline.picodata.pipeline)
+        self._pipelining = pipeline and _SHORTCUT and self._untimed
         self._dsn_options = dsn_settings.get("options")
 
         self._topology = Topology()

@@ -264,8 +264,14 @@ class InstancePool:
             return
         finally:
             self._pipeline_task = None
-        if self.closing or connection._protocol.is_ssl:
-            # TLS connections are not taken over (not measured): their queries stay pooled
+        if (
+            self.closing
+            or connection._protocol.is_ssl
+            # asyncpg writes UTF-8 when a server names no client_encoding
+            or getattr(connection.get_settings(), "client_encoding", "UTF8") != "UTF8"
+        ):
+            # TLS connections are not taken over (not measured), and the pipeline encodes text
+            # as UTF-8: their queries stay pooled
             self._pipeline_retry_at = math.inf
             connection.terminate()
             return

@@ -21,7 +21,9 @@ Implementation notes:
     (:data:`NOT_PIPELINED`), and the client runs it on a pooled connection as before. Rows a
     statement returns are read past, not decoded: ``execute`` returns the command's status.
 
-    A caller that stops waiting (cancelled) leaves its query in the pipeline: it was sent,
+    A query that leaves the session in a transaction block, or in a ``client_encoding``
+    other than UTF8, closes the connection once answered (the queries sent behind it fail as
+    below). A caller that stops waiting (cancelled) leaves its query in the pipeline: it was sent,
     its answer is read and dropped, and the others are unaffected. When the connection is
     lost, every query sent and not answered raises the driver's
     ``ConnectionDoesNotExistError``, as a query on a pooled connection does: it may have run,
@@ -71,7 +73,10 @@ def _int(packer: struct.Struct, low: int, high: int) -> Callable[[Any], bytes | 
 
 def _text(value: Any) -> bytes | None:
     if value.__class__ is str:
-        data = value.encode()
+        try:
+            data = value.encode()
+        except UnicodeEncodeError:  # a lone surrogate: asyncpg's DataError, pooled
+            return None
         return _LENGTH.pack(len(data)) + data
     return None
 
@@ -191,6 +196,9 @@ class _Wire(asyncio.Protocol):
                     sent[0].error = fields
                 else:  # a FATAL error outside any query (e.g. the server shutting down)
                     logger.info("pipelined connection: %s", fields.get("M", fields))
+            elif kind == 0x53 and bytes(buffer[at + 5 : stop]).startswith(b"client_encoding\x00"):
+                # ParameterStatus: a query changed the encoding the pipeline writes text in
+                self._pipeline.encoding = bytes(buffer[at + 21 : stop - 1]).decode()
             elif kind == 0x74:  # ParameterDescription
                 count = int.from_bytes(buffer[at + 5 : at + 7], "big")
                 sent[0].parameters = [
@@ -231,6 +239,8 @@ class Pipeline:
         """Queries sent (prepares not counted)."""
         self.writes = 0
         """Writes to the socket: ``queries / writes`` is the mean batch."""
+        self.encoding = "UTF8"
+        """The session's ``client_encoding``: the pipeline closes if a query changes it."""
         self._transport.set_protocol(_Wire(self))
         self._transport.resume_reading()
 
@@ -355,9 +365,10 @@ class Pipeline:
                 future.set_result(query.parameters)
             else:
                 future.set_result(query.tag.decode())
-        if status != 0x49 and not self.closed:  # a statement opened a transaction
+        if (status != 0x49 or self.encoding != "UTF8") and not self.closed:
             logger.warning(
-                "pipelined query %r left the session in a transaction: connection closed",
+                "pipelined query %r left the session in a transaction or another"
+                " client_encoding: connection closed",
                 query.query,
             )
             self._connection.terminate()
