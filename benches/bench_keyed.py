@@ -31,7 +31,7 @@ import itertools
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.discovery.topology import instance_record
 
 from .benchkit import CALLS_PER_ROUND, PROBES, SEED, TIER, blocks, interleaved_summary
+from .delegate_decisions import first_candidates
 
 pytest.importorskip("pytest_benchmark")
 
@@ -105,18 +106,6 @@ def tasks() -> list[KeyedTask]:
     return [KeyedTask(f"user:{rng.getrandbits(40)}") for _ in range(PROBES)]
 
 
-async def decisions(balancer: Any, pool: Any, block: Sequence[KeyedTask]) -> list[uuid.UUID]:
-    chosen = []
-    for task in block:
-        gen = balancer.delegate(task, context=pool)
-        uid = await anext(gen)
-        try:
-            await gen.asend(uid)
-        except StopAsyncIteration:
-            chosen.append(uid)
-    return chosen
-
-
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("size", SIZES)
 def test_keyed_decision(benchmark: Any, per_call: Callable[..., Any], size: int, impl: str) -> None:
@@ -130,8 +119,10 @@ def test_keyed_decision(benchmark: Any, per_call: Callable[..., Any], size: int,
         assert master is not None
         expected.append(uuid.UUID(master.uuid))
     # what is timed is checked first
-    assert loop.run_until_complete(decisions(bucket, pool, probes)) == expected
-    rotation = loop.run_until_complete(decisions(RoundRobinLoadBalancer(), pool, probes[:size]))
+    assert loop.run_until_complete(first_candidates(bucket, pool, probes)) == expected
+    rotation = loop.run_until_complete(
+        first_candidates(RoundRobinLoadBalancer(), pool, probes[:size])
+    )
     assert rotation == list(pool.workers)
     next_block = blocks(probes).__next__
 
@@ -150,7 +141,7 @@ def test_keyed_decision(benchmark: Any, per_call: Callable[..., Any], size: int,
         balancer = bucket if impl == "bucket delegate" else RoundRobinLoadBalancer()
 
         def round_fn() -> list[uuid.UUID]:
-            return loop.run_until_complete(decisions(balancer, pool, next_block()))
+            return loop.run_until_complete(first_candidates(balancer, pool, next_block()))
 
     benchmark.group = f"keyed decision, {size:,} workers"
     per_call(round_fn, CALLS_PER_ROUND, impl=f"shardline {impl}")
@@ -170,7 +161,7 @@ def test_keyed_vs_round_robin_interleaved(
     loop = asyncio.new_event_loop()
     bucket, round_robin = BucketLoadBalancer(topology, TIER), RoundRobinLoadBalancer()
     for task, chosen in zip(
-        probes, loop.run_until_complete(decisions(bucket, pool, probes)), strict=True
+        probes, loop.run_until_complete(first_candidates(bucket, pool, probes)), strict=True
     ):
         master = topology.route(TIER, task.key)
         assert master is not None
@@ -183,7 +174,7 @@ def test_keyed_vs_round_robin_interleaved(
 
     def timed(balancer: Any, block: Any, into: list[int]) -> None:
         t0 = clock()
-        run(decisions(balancer, pool, block))
+        run(first_candidates(balancer, pool, block))
         into.append(clock() - t0)
 
     def round_() -> None:

@@ -47,6 +47,7 @@ rotation through ``select`` and a plugin through the async-generator protocol (i
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
@@ -60,6 +61,8 @@ from shardline import (
     WorkerMetadata,
 )
 from shardline.balancers.protocol import NOTHING_TRIED
+
+from .delegate_decisions import first_candidates
 
 pytest.importorskip("pytest_benchmark")
 wool_base = pytest.importorskip("wool.runtime.loadbalancer.base")
@@ -205,18 +208,9 @@ def delegate_decisions(
 ) -> Callable[[int], list[uuid.UUID]]:
     """``count`` round-robin decisions through ``delegate``: first candidate, then success."""
 
-    async def decisions(count: int) -> list[uuid.UUID]:
-        chosen = []
-        for _ in range(count):
-            gen = balancer.delegate(None, context=pool)
-            uid = await anext(gen)
-            try:
-                await gen.asend(uid)
-            except StopAsyncIteration:
-                chosen.append(uid)
-        return chosen
-
-    return lambda count: loop.run_until_complete(decisions(count))
+    return lambda count: loop.run_until_complete(
+        first_candidates(balancer, pool, itertools.repeat(None, count))
+    )
 
 
 def select_decisions(balancer: Any, pool: Any) -> Callable[[int], list[uuid.UUID]]:

@@ -1,14 +1,14 @@
 """The one runner of ``async def`` tests, and the fixtures every test directory may use: a
 topology with two tiers, one etcd and one PostgreSQL server for the tests that only read and
 write (tests that restart or reconfigure a server start their own), the balancer protocol a
-module's tests run through, and the discovery backend a worker process announces itself
-through. Plain helpers are in ``support/`` (see README.md)."""
+module's tests run through, the discovery backend a worker process announces itself
+through, and a child interpreter. Plain helpers are in ``support/`` (see README.md)."""
 
 from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,6 +27,7 @@ from shardline.discovery.etcd import EtcdDiscovery
 from shardline.discovery.local import LocalDiscovery
 from support import balancer_driving
 from support.async_runner import run_async_test
+from support.child_python import python_output
 from support.etcd_server import EtcdServer
 from support.pg_server import PgServer
 from support.picodata_catalog import Catalog
@@ -41,10 +42,10 @@ settings.load_profile("shardline")
 
 
 SERVER_FIXTURES = frozenset(
-    {"pg", "pg_ipv6", "etcd", "etcd_ipv6", "picodata_cluster", "backend", "catalog"}
+    {"pg", "pg_ipv6", "etcd", "etcd_ipv6", "picodata_cluster", "backend", "catalog", "child_python"}
 )
-"""The fixtures that start a server (or a worker process): a test that takes one, directly or
-through another fixture, is marked ``integration``."""
+"""The fixtures that start a server or a process (a worker, a child interpreter): a test that
+takes one, directly or through another fixture, is marked ``integration``."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -80,6 +81,13 @@ def _running(server: Server) -> Iterator[Server]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def child_python() -> Callable[[str], str]:
+    """:func:`support.child_python.python_output`: what ``python -c code`` prints in a fresh
+    interpreter, for a test that must see a fresh ``import shardline``."""
+    return python_output
 
 
 @pytest.fixture

@@ -260,12 +260,7 @@ class _Call:
         if uid is None:
             self.ending = "exhausted"
             return
-        self.offered.append(uid)
-        self.candidate = uid
-        if len(self.offered) > len(self.pool.names) + 1:
-            self.ending = "overran"
-        else:
-            self.begin()
+        self._offer(uid)
 
     async def _exchange(self, step: Any, served: uuid.UUID | None = None) -> None:
         timeout = asyncio.timeout(_STEP_TIMEOUT)
@@ -291,14 +286,20 @@ class _Call:
                 self.after_success = uid
                 self.ending = "served"
             else:
-                self.offered.append(uid)
-                self.candidate = uid
-                if len(self.offered) > len(self.pool.names) + 1:
-                    self.ending = "overran"
-                else:
-                    self.begin()
+                self._offer(uid)
         if self.ended:
             await self.close()
+
+    def _offer(self, uid: uuid.UUID) -> None:
+        """Takes ``uid``, offered by ``select`` or ``delegate``, as the call's candidate; a
+        call that has offered more candidates than the pool has workers, and one more, has
+        overrun, and ends."""
+        self.offered.append(uid)
+        self.candidate = uid
+        if len(self.offered) > len(self.pool.names) + 1:
+            self.ending = "overran"
+        else:
+            self.begin()
 
     async def close(self) -> None:
         """The proxy's ``finally``: the generator is closed, whether or not it finished

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from shardline._closing import Closing
 from shardline.errors import OutcomeUnknown, RpcError, TransientRpcError, WorkerError
 from shardline.pool.context import LoadBalancerContext
 
@@ -33,7 +34,7 @@ class ItemStream(Protocol):
     def close(self) -> None: ...
 
 
-class ProxyStream:
+class ProxyStream(Closing):
     """The items of one streamed call, made by :meth:`WorkerProxy.stream`: an async iterator,
     also an async context manager::
 
@@ -125,21 +126,6 @@ class ProxyStream:
         inner, self._inner = self._inner, None
         if inner is not None:
             inner.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close`, as an async generator's ``aclose``."""
-        self.close()
-
-    async def __aenter__(self) -> ProxyStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         # Dropped, not closed: the connection's stream cancels itself when collected, and

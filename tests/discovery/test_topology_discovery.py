@@ -39,6 +39,7 @@ from support.replicasets import (
     replicaset_events,
     rs_uuid,
 )
+from support.waiting import until
 
 T = TypeVar("T")
 WAIT = 10.0
@@ -434,10 +435,7 @@ async def test_a_worker_proxy_pools_the_online_instances(topology: Topology) -> 
             }
             topology.apply(InstanceEvent("replace", inst_uuid(1), current_state="Offline"))
             discovery.refresh()
-            for _ in range(50):
-                if len(proxy.workers) == 1:
-                    break
-                await asyncio.sleep(0.001)
+            await until(lambda: len(proxy.workers) == 1, "the offline instance dropped")
             assert [str(record.uid) for record in proxy.workers] == [inst_uuid(2)]
             assert await proxy.dispatch("task") == "127.0.0.1:3302"
     finally:

@@ -174,6 +174,7 @@ def test_a_variable_set_means_no_install(
     assert "$SHARDLINE_PG_BIN=" in capsys.readouterr().err
 
 
+@pytest.mark.integration  # a child interpreter
 def test_the_script_finds_this_machines_servers() -> None:
     """``make servers`` as it runs: a script in its own interpreter, PATH as it is."""
     done = subprocess.run(

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,13 +56,14 @@ def python(
     )
 
 
-def test_importing_shardline_and_discovery_loads_neither_grpc_nor_aetcd() -> None:
+def test_importing_shardline_and_discovery_loads_neither_grpc_nor_aetcd(
+    child_python: Callable[[str], str],
+) -> None:
     probe = (
         "import sys, shardline, shardline.discovery, shardline.registration, shardline.cli;"
         "print(sorted(m for m in ('grpc', 'aetcd') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert child_python(probe) == "[]"
 
 
 def test_the_etcd_backends_are_loaded_on_first_use() -> None:

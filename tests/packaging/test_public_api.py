@@ -9,8 +9,7 @@ import importlib
 import inspect
 import pickle
 import pkgutil
-import subprocess
-import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -185,7 +184,9 @@ def test_dir_of_shardline_names_the_lazy_exports() -> None:
     assert not {name for name in listed if not name.startswith("__") and name.startswith("_")}
 
 
-def test_dir_lists_the_lazy_exports_before_their_modules_are_imported() -> None:
+def test_dir_lists_the_lazy_exports_before_their_modules_are_imported(
+    child_python: Callable[[str], str],
+) -> None:
     script = (
         "import sys, shardline\n"
         "listed = dir(shardline)\n"
@@ -193,8 +194,7 @@ def test_dir_lists_the_lazy_exports_before_their_modules_are_imported() -> None:
         "assert 'shardline.proxy' not in sys.modules\n"
         "print(' '.join(listed))\n"
     )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert {"LocalPool", "WorkerProxy"} <= set(run.stdout.split())
+    assert {"LocalPool", "WorkerProxy"} <= set(child_python(script).split())
 
 
 def test_a_name_dir_lists_is_found_by_inspect() -> None:

@@ -21,7 +21,14 @@ from shardline import InstanceUnavailable, NoWorkersAvailable, PoolTimeout, buck
 from shardline.errors import InvalidArgument
 from shardline.picodata import Client, PoolStats, ShardingKey, connect
 from support import picodata_tables
-from support.forwarded_cluster import BUCKETS, Forwarder, cluster, start_cluster, stop_cluster
+from support.forwarded_cluster import (
+    BUCKETS,
+    Cluster,
+    Forwarder,
+    cluster,
+    start_cluster,
+    stop_cluster,
+)
 from support.pg_server import PASSWORD, PgServer, with_params
 from support.picodata_catalog import name_uuid as _uuid
 from support.waiting import until
@@ -40,6 +47,26 @@ async def noticed(db: Client, name: str) -> None:
 
 def pool_of(db: Client, name: str) -> PoolStats:
     return db.stats().pools[_uuid(name)]
+
+
+async def holding(pg: PgServer, lock: int) -> asyncpg.Connection:
+    """A connection of the test's own holding the advisory lock ``lock``: a query that takes
+    it shared waits on the server until it is released, or this connection closed."""
+    holder = await asyncpg.connect(pg.dsn)
+    await holder.execute(f"SELECT pg_advisory_lock({lock})")
+    return holder
+
+
+async def held_on_r2_1(
+    c: Cluster, db: Client, lock: int
+) -> tuple[asyncpg.Connection, asyncio.Future[str]]:
+    """A keyed query on r2_1 in flight (its pool's connection in use), held on the server by
+    the advisory lock ``lock``: the connection holding it, and the query."""
+    holder = await holding(c.pg, lock)
+    key = c.key_of("r2_1")
+    query = asyncio.ensure_future(db.execute(f"SELECT pg_advisory_lock_shared({lock})", key=key))
+    await until(lambda: pool_of(db, "r2_1").in_use == 1, "the query in flight")
+    return holder, query
 
 
 async def test_keyed_queries_run_on_the_master_owning_the_key(pg: PgServer) -> None:
@@ -93,7 +120,7 @@ async def test_buckets_moved_between_polls_move_later_queries(pg: PgServer) -> N
 async def test_read_only_queries_spread_over_the_replicas_and_fail_over(pg: PgServer) -> None:
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = next(k for k in range(100) if c.master_of(k) == "r1_1")
+        key = c.key_of("r1_1")
 
         async def read() -> str:
             return c.instance_of(
@@ -118,7 +145,7 @@ async def test_read_only_queries_spread_over_the_replicas_and_fail_over(pg: PgSe
 async def test_a_write_never_goes_to_a_replica_when_the_master_is_down(pg: PgServer) -> None:
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = next(k for k in range(100) if c.master_of(k) == "r1_1")
+        key = c.key_of("r1_1")
         await db.execute("SELECT 1", key=key)
         polls = db.stats().polls
         await c.forwarders["r1_1"].stop()
@@ -148,12 +175,8 @@ async def test_an_error_after_the_query_was_sent_is_raised_as_is_and_triggers_a_
 ) -> None:
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
-        lock = await asyncpg.connect(pg.dsn)
-        await lock.execute("SELECT pg_advisory_lock(11)")
-        query = asyncio.ensure_future(db.execute("SELECT pg_advisory_lock_shared(11)", key=key))
+        lock, query = await held_on_r2_1(c, db, 11)
         await until(lambda: c.forwarders["r2_1"].open_links == 1, "the query's connection")
-        await until(lambda: db.stats().pools[_uuid("r2_1")].in_use == 1, "the query in flight")
         attempts = db.stats().polls
         c.forwarders["r2_1"].drop()
         with pytest.raises(asyncpg.ConnectionDoesNotExistError):
@@ -184,7 +207,7 @@ async def test_unkeyed_queries_go_to_every_online_instance_in_turn(pg: PgServer)
 async def test_a_broken_idle_connection_is_discarded_and_replaced(pg: PgServer) -> None:
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
+        key = c.key_of("r2_1")
         await db.execute("SELECT 1", key=key)
         pool = db.stats().pools[_uuid("r2_1")]
         assert (pool.open, pool.idle) == (1, 1)
@@ -201,7 +224,7 @@ async def test_a_broken_idle_connection_is_discarded_and_replaced(pg: PgServer) 
 async def test_a_connection_a_query_left_in_a_transaction_is_not_reused(pg: PgServer) -> None:
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
+        key = c.key_of("r2_1")
         port = await db.fetchval("SELECT inet_client_port()", key=key)
         assert await db.execute("BEGIN", key=key) == "BEGIN"  # on that idle connection
         pool = pool_of(db, "r2_1")
@@ -266,7 +289,7 @@ async def test_a_master_not_online_is_a_miss_with_its_reason(pg: PgServer) -> No
 
     async with cluster(pg) as c:
         c.catalog.set_state("r2_1", "Offline")
-        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
+        key = c.key_of("r2_1")
         async with connect(c.url, tier="default", route_wait=0.2, strict=True) as db:
             with pytest.raises(NoWorkersAvailable, match="master-not-online"):
                 await db.execute("SELECT 1", key=key)
@@ -326,9 +349,8 @@ async def test_explain_names_the_bucket_range_replicaset_and_master(pg: PgServer
 async def test_the_pool_bound_makes_a_query_wait_and_never_go_elsewhere(pg: PgServer) -> None:
 
     async with cluster(pg) as c:
-        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
-        lock = await asyncpg.connect(pg.dsn)
-        await lock.execute("SELECT pg_advisory_lock(12)")
+        key = c.key_of("r2_1")
+        lock = await holding(pg, 12)
         async with connect(c.url, tier="default", pool_size=2, acquire_timeout=WAIT) as db:
             queries = [
                 asyncio.ensure_future(
@@ -368,8 +390,7 @@ async def test_close_waits_for_the_queries_in_flight(pg: PgServer) -> None:
 
     async with cluster(pg) as c:
         key = 3
-        lock = await asyncpg.connect(pg.dsn)
-        await lock.execute("SELECT pg_advisory_lock(13)")
+        lock = await holding(pg, 13)
         db = await connect(c.url, tier="default")
         query = asyncio.ensure_future(
             db.fetchval("SELECT pg_advisory_lock_shared(13)::text", key=key)
@@ -395,11 +416,8 @@ async def test_pools_of_instances_that_left_or_moved_are_closed_after_their_quer
 ) -> None:
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
-        lock = await asyncpg.connect(pg.dsn)
-        await lock.execute("SELECT pg_advisory_lock(14)")
-        query = asyncio.ensure_future(db.execute("SELECT pg_advisory_lock_shared(14)", key=key))
-        await until(lambda: db.stats().pools[_uuid("r2_1")].in_use == 1, "the query")
+        key = c.key_of("r2_1")
+        lock, query = await held_on_r2_1(c, db, 14)
         moved = Forwarder(pg.port)
         await moved.start()
         c.catalog.set_address("r2_1", moved.address)
@@ -426,11 +444,11 @@ def test_starting_with_an_instance_down_works(pg: PgServer) -> None:
         async with cluster(pg) as c:
             await c.forwarders["r1_1"].stop()
             async with connect(c.url, tier="default") as db:
-                key = next(k for k in range(100) if c.master_of(k) == "r2_1")
+                key = c.key_of("r2_1")
                 assert await db.fetchval("SELECT 1", key=key) == 1
                 for _ in range(5):  # unkeyed: any reachable instance
                     assert await db.fetchval("SELECT 2") == 2
-                down = next(k for k in range(100) if c.master_of(k) == "r1_1")
+                down = c.key_of("r1_1")
                 with pytest.raises(InstanceUnavailable):
                     await db.execute("SELECT 1", key=down)
                 await c.forwarders["r1_1"].start()
@@ -442,7 +460,7 @@ async def test_an_unreachable_instance_is_dialled_again_in_the_background(pg: Pg
     async with cluster(pg) as c:
         await c.forwarders["r1_1"].stop()
         async with connect(c.url, tier="default", poll_interval=0.05) as db:
-            down = next(k for k in range(100) if c.master_of(k) == "r1_1")
+            down = c.key_of("r1_1")
             with pytest.raises(InstanceUnavailable):
                 await db.execute("SELECT 1", key=down)
             assert pool_of(db, "r1_1").down
@@ -460,7 +478,7 @@ async def test_timeout_and_driver_options_reach_asyncpg(pg: PgServer) -> None:
         pass
 
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = next(k for k in range(100) if c.master_of(k) == "r2_1")
+        key = c.key_of("r2_1")
         with pytest.raises(asyncio.TimeoutError):
             await db.execute("SELECT pg_sleep(5)", key=key, timeout=0.1)
         row = await db.fetchrow("SELECT $1::bigint AS n", 7, key=key, record_class=Row)

@@ -14,7 +14,7 @@ import pytest
 from shardline import DeadlineExceeded, ShardlineError
 from shardline.picodata import Client, connect
 from shardline.picodata.client import DEFAULT_TIMEOUT
-from support.forwarded_cluster import Cluster, cluster
+from support.forwarded_cluster import cluster
 from support.pg_server import PgServer
 from support.picodata_catalog import name_uuid as _uuid
 from support.waiting import until
@@ -22,10 +22,6 @@ from support.waiting import until
 pytestmark = pytest.mark.async_timeout(60)
 
 WAIT = 10.0  # the most an ejection or a re-admission is waited for
-
-
-def key_of(c: Cluster, master: str) -> int:
-    return next(k for k in range(100) if c.master_of(k) == master)
 
 
 def state_of(db: Client, name: str) -> str | None:
@@ -41,7 +37,7 @@ async def test_reads_move_off_a_stalled_replica_and_come_back_after_its_probe(
         cluster(pg) as c,
         connect(c.url, tier="default", timeout=0.2, acquire_timeout=0.3) as db,
     ):
-        key = key_of(c, "r1_1")
+        key = c.key_of("r1_1")
 
         async def read() -> str:
             return c.instance_of(
@@ -102,7 +98,7 @@ async def test_a_keyed_write_to_a_stalled_master_raises_at_its_deadline_and_poll
         cluster(pg) as c,
         connect(c.url, tier="default", timeout=0.3, poll_interval=60) as db,
     ):
-        key = key_of(c, "r1_1")
+        key = c.key_of("r1_1")
         # two connections to the master, both idle
         await asyncio.gather(*(db.execute("SELECT pg_sleep(0.05)", key=key) for _ in range(2)))
         assert db.stats().pools[_uuid("r1_1")].idle == 2
@@ -146,7 +142,7 @@ async def test_a_keyed_write_to_a_stalled_master_raises_at_its_deadline_and_poll
 async def test_the_default_deadline_bounds_a_query_made_without_timeout(pg: PgServer) -> None:
     assert inspect.signature(connect).parameters["timeout"].default == DEFAULT_TIMEOUT == 5.0
     async with cluster(pg) as c, connect(c.url, tier="default", timeout=0.3) as db:
-        for key in (key_of(c, "r1_1"), key_of(c, "r2_1")):
+        for key in (c.key_of("r1_1"), c.key_of("r2_1")):
             began = time.monotonic()
             with pytest.raises(DeadlineExceeded) as raised:
                 await db.fetchval("SELECT pg_sleep(10)", key=key)
@@ -167,7 +163,7 @@ async def test_the_default_deadline_bounds_a_query_made_without_timeout(pg: PgSe
 
 async def test_sql_errors_are_answers_not_failures(pg: PgServer) -> None:
     async with cluster(pg) as c, connect(c.url, tier="default") as db:
-        key = key_of(c, "r1_1")
+        key = c.key_of("r1_1")
         for _ in range(12):
             with pytest.raises(Exception, match="division by zero"):
                 await db.fetchval("SELECT 1 / 0", key=key)

@@ -106,7 +106,7 @@ async def test_a_second_refusal_is_the_callers(pg: PgServer) -> None:
         ]
         assert sessions
         assert all(session.forward == "off" for session in sessions)
-        key = next(k for k in range(100) if c.master_of(k) == "r1_1")
+        key = c.key_of("r1_1")
         proxy = c.forwarders["r1_1"]
         assert isinstance(proxy, PgprotoProxy)
         # r1_1 keeps refusing (as if the catalog lagged behind the owner): one resend only
@@ -122,7 +122,7 @@ async def test_a_second_refusal_is_the_callers(pg: PgServer) -> None:
 @pytest.mark.async_timeout(60)
 async def test_reads_go_to_the_master_under_forward_off(pg: PgServer) -> None:
     async with standin(pg) as c:
-        key = next(k for k in range(100) if c.master_of(k) == "r1_1")
+        key = c.key_of("r1_1")
         query = "SELECT inet_client_port()"
         async with connect(c.url, forward="off") as db:
             ports = [await db.fetchval(query, key=key, read_only=True) for _ in range(4)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,8 +21,7 @@ from shardline import balancer_conformance as kit
 from shardline.balancers import SelectLoadBalancer, create_balancer
 from shardline.balancers import protocol as kit_protocol
 from shardline.pool.context import LoadBalancerContextView
-
-Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
+from support.delegate_balancers import Gen, in_turn
 
 BUILT_INS: dict[str, Callable[[], Any]] = {
     "round-robin": RoundRobinLoadBalancer,
@@ -62,15 +61,9 @@ def test_a_task_maker_is_used_for_the_tasks() -> None:
 class OffersTheFirstTwice:
     """Offers every worker, then the first one again."""
 
-    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+    def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
         uids = list(context.workers)
-        for uid in [*uids, *uids[:1]]:
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
+        return in_turn([*uids, *uids[:1]])
 
 
 class GoesOnAfterSuccess:
@@ -100,29 +93,17 @@ class SwallowsClose:
 class TriesOnlyTwo:
     """Gives up after two candidates."""
 
-    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
-        for uid in list(context.workers)[:2]:
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
+    def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        return in_turn(list(context.workers)[:2])
 
 
 class ReadsEachCandidate:
     """Reads each candidate's record from the pool before offering it: a worker dropped since
     the call began raises KeyError."""
 
-    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
-        for uid in list(context.workers):
-            metadata, _ = context.workers[uid]
-            try:
-                served = yield metadata.uid
-            except Exception:
-                continue
-            if served is not None:
-                return
+    def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+        # a generator: each record is read only as the call reaches its worker
+        return in_turn(context.workers[uid][0].uid for uid in list(context.workers))
 
 
 class SharesItsCandidates:
@@ -132,16 +113,13 @@ class SharesItsCandidates:
     def __init__(self) -> None:
         self._left: list[uuid.UUID] = []
 
-    async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+    def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
         self._left = list(context.workers)
+        return in_turn(self._take())
+
+    def _take(self) -> Iterator[uuid.UUID]:
         while self._left:
-            uid = self._left.pop(0)
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
+            yield self._left.pop(0)
 
 
 class WaitsForever:
@@ -220,15 +198,8 @@ def test_an_empty_pool_must_offer_nobody() -> None:
     stranger = uuid.UUID(int=7)
 
     class Invents:
-        async def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
-            uids = list(context.workers) or [stranger]
-            for uid in uids:
-                try:
-                    served = yield uid
-                except Exception:
-                    continue
-                if served is not None:
-                    return
+        def delegate(self, task: Any, *, context: LoadBalancerContextView) -> Gen:
+            return in_turn(list(context.workers) or [stranger])
 
     with pytest.raises(AssertionError, match=r"an empty pool: offered \[UUID"):
         kit.check_offers_every_worker(Invents)

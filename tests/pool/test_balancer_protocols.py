@@ -7,7 +7,7 @@ from __future__ import annotations
 import doctest
 import random
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -31,13 +31,13 @@ from shardline.balancers import protocol
 from shardline.balancers.bucket import BucketLoadBalancer
 from shardline.balancers.protocol import needs_load, select_of
 from support.balancer_driving import PROTOCOLS
+from support.delegate_balancers import Gen, InAdmissionOrder
 from support.fakes import Harness, Stream, added
+from support.observed_load import load_during_and_after
 from support.rotation_model import RotationModel
 from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # the proxy through both protocols
-
-Gen = AsyncGenerator[uuid.UUID, uuid.UUID | None]
 
 
 def test_the_protocol_modules_examples_run() -> None:
@@ -48,7 +48,7 @@ def test_the_protocol_modules_examples_run() -> None:
 # --- Which protocol the proxy drives ------------------------------------------------------------
 
 
-class Rotating:
+class Rotating(InAdmissionOrder):
     """A plugin written against the seed's protocol alone, with an unrelated ``select``."""
 
     def __init__(self) -> None:
@@ -57,15 +57,9 @@ class Rotating:
     def select(self, uids: list[uuid.UUID]) -> uuid.UUID:
         return uids[0]
 
-    async def delegate(self, task: Any, *, context: Any) -> Gen:
+    def delegate(self, task: Any, *, context: Any) -> Gen:
         self.calls += 1
-        for uid in list(context.workers):
-            try:
-                served = yield uid
-            except Exception:
-                continue
-            if served is not None:
-                return
+        return super().delegate(task, context=context)
 
 
 class Both(SelectLoadBalancer):
@@ -102,12 +96,7 @@ async def test_a_delegate_only_plugin_still_works_failures_and_all() -> None:
     async def scenario() -> list[str]:
         harness = Harness()
         balancer = Rotating()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1), added(2)),
-            connect=harness.connect,
-            loadbalancer=balancer,
-            quorum=2,
-        )
+        proxy = harness.proxy(1, 2, loadbalancer=balancer)
         async with proxy:
             harness.connections[worker(1).address].failure = TransientRpcError("busy")
             served = [await proxy.dispatch("a"), await proxy.dispatch("b")]
@@ -160,12 +149,7 @@ async def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the
 
     async def scenario() -> list[Any]:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1), added(2)),
-            connect=harness.connect,
-            loadbalancer=balancer,
-            quorum=2,
-        )
+        proxy = harness.proxy(1, 2, loadbalancer=balancer)
         async with proxy:
             harness.connections[worker(1).address].failure = busy
             harness.connections[worker(2).address].failure = broken
@@ -187,9 +171,7 @@ async def test_tried_says_what_became_of_each_candidate_and_giving_up_chains_the
 async def test_a_delegate_running_out_also_chains_the_last_failure() -> None:
     async def scenario() -> BaseException | None:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=Rotating()
-        )
+        proxy = harness.proxy(1, loadbalancer=Rotating())
         async with proxy:
             harness.connections[worker(1).address].failure = TransientRpcError("busy")
             with pytest.raises(NoWorkersAvailable) as raised:
@@ -209,9 +191,7 @@ async def test_offering_a_worker_twice_in_one_call_is_a_protocol_violation() -> 
 
     async def scenario() -> None:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=Stubborn()
-        )
+        proxy = harness.proxy(1, loadbalancer=Stubborn())
         async with proxy:
             harness.connections[worker(1).address].failure = TransientRpcError("busy")
             await proxy.dispatch("task")
@@ -250,27 +230,7 @@ async def test_the_load_is_kept_only_for_a_balancer_that_needs_it(make: Any, kep
     """Without passive health, which needs the load of every worker whatever the balancer."""
     balancer = make()
     assert needs_load(balancer) is kept
-    seen: list[tuple[int, float]] = []
-
-    async def scenario() -> tuple[int, float]:
-        harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)), connect=harness.connect, loadbalancer=balancer, health=None
-        )
-        async with proxy:
-            context = proxy._context
-            connection = harness.connections[worker(1).address]
-            original = connection.dispatch
-
-            async def observing(task: Any, *, timeout: float | None = None) -> Any:
-                seen.append(context.load(worker(1).uid))
-                return await original(task, timeout=timeout)
-
-            connection.dispatch = observing  # type: ignore[method-assign]
-            await proxy.dispatch("task")
-            return context.load(worker(1).uid)
-
-    inflight_after, latency = await scenario()
+    seen, (inflight_after, latency) = await load_during_and_after(balancer, health=None)
     assert seen == [(1, 0.0) if kept else (0, 0.0)]
     assert inflight_after == 0
     assert (latency > 0.0) is kept

@@ -206,12 +206,9 @@ def test_an_entry_point_that_fails_to_import_says_which(install: Install) -> Non
     ]
 
 
-def test_importing_shardline_reads_no_entry_points() -> None:
+def test_importing_shardline_reads_no_entry_points(child_python: Callable[[str], str]) -> None:
     code = "import sys, shardline; print('importlib.metadata' in sys.modules)"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stdout == "False\n"
+    assert child_python(code) == "False"
 
 
 def test_the_demo_takes_a_registered_name(capsys: pytest.CaptureFixture[str]) -> None:

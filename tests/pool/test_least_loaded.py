@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardline import LoadBalancerContext, LoadBalancerLike, WorkerProxy
+from shardline import LoadBalancerContext, LoadBalancerLike
 from shardline.balancers.least_loaded import LeastLoadedLoadBalancer
 from shardline.balancers.protocol import NOTHING_TRIED
 from support.balancer_driving import start
-from support.fakes import Harness, Stream, added
 from support.least_loaded_model import Loads, cost
+from support.observed_load import load_during_and_after
 from support.workers import worker
 
 pytestmark = pytest.mark.usefixtures("balancer_protocol")  # each test through both protocols
@@ -180,29 +180,7 @@ def test_the_load_leaves_with_the_worker() -> None:
 
 
 async def test_the_proxy_keeps_the_load_during_and_after_a_dispatch() -> None:
-    seen: list[tuple[int, float]] = []
-
-    async def scenario() -> tuple[int, float]:
-        harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)),
-            connect=harness.connect,
-            loadbalancer=LeastLoadedLoadBalancer,
-        )
-        async with proxy:
-            context = proxy._context
-            connection = harness.connections[worker(1).address]
-            original = connection.dispatch
-
-            async def observing(task: Any, *, timeout: float | None = None) -> Any:
-                seen.append(context.load(worker(1).uid))
-                return await original(task, timeout=timeout)
-
-            connection.dispatch = observing  # type: ignore[method-assign]
-            await proxy.dispatch("task")
-            return context.load(worker(1).uid)
-
-    inflight_after, latency = await scenario()
+    seen, (inflight_after, latency) = await load_during_and_after(LeastLoadedLoadBalancer)
     assert seen == [(1, 0.0)]
     assert inflight_after == 0
     assert latency > 0.0

@@ -19,6 +19,19 @@ pytestmark = pytest.mark.integration
 # A hang is a deadlock; a healthy child finishes in well under a second.
 TIMEOUT = 30
 
+# The records every child script hands the pool (run_script puts them first): all the pool
+# reads of one is its uid's int.
+RECORDS = r"""
+class Uid:
+    def __init__(self, n):
+        self.int = n
+
+
+class Metadata:
+    def __init__(self, n):
+        self.uid = Uid(n)
+"""
+
 # argv: pool class, scenario, subject (the object whose finalizer re-enters), re-entry mode.
 CHILD = r"""
 import gc
@@ -30,17 +43,6 @@ from shardline import LoadBalancerContext, WorkerPool
 
 pool_class, scenario, subject, reentry = sys.argv[1:]
 Pool = {"WorkerPool": WorkerPool, "LoadBalancerContext": LoadBalancerContext}[pool_class]
-
-
-class Uid:
-    # all the pool reads of a uid
-    def __init__(self, n):
-        self.int = n
-
-
-class Metadata:
-    def __init__(self, n):
-        self.uid = Uid(n)
 
 
 armed = True  # cleared at the end: finalizers at interpreter exit are not under test
@@ -244,16 +246,6 @@ from hypothesis import strategies as st
 from shardline import WorkerPool
 
 
-class Uid:
-    def __init__(self, n):
-        self.int = n
-
-
-class Metadata:
-    def __init__(self, n):
-        self.uid = Uid(n)
-
-
 pool = WorkerPool()
 model = {}  # n -> connection label, in admission order
 labels = iter(range(10**9))
@@ -319,9 +311,11 @@ def run_child(pool: str, scenario: str, subject: str, reentry: str) -> None:
 
 
 def run_script(script: str, *argv: str) -> None:
+    """Runs ``script``, after :data:`RECORDS`, in a child interpreter with ``argv``; it must
+    print ``ok`` and nothing on stderr."""
     try:
         result = subprocess.run(
-            [sys.executable, "-c", script, *argv],
+            [sys.executable, "-c", RECORDS + script, *argv],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,

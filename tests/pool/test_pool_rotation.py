@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from shardline import (
     DiscoveryEvent,
@@ -24,7 +23,7 @@ from shardline import (
 )
 from shardline._core import WorkersView
 from shardline.balancers.protocol import Tried, pool_rotation
-from support.rotation_model import RotationModel
+from support.rotation_model import RotationModel, changed, operations
 from support.workers import worker
 
 
@@ -102,17 +101,9 @@ def test_finish_dispatch_times_the_dispatch_on_the_pools_clock() -> None:
 
 Op = tuple[str, int]
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.sampled_from(["admit", "evict", "refresh"]), st.integers(0, 7)),
-        st.tuples(st.just("pick"), st.integers(0, 255)),
-    ),
-    max_size=80,
-)
-
 
 @settings(max_examples=300, deadline=None)
-@given(ops=ops)
+@given(ops=operations(range(8)))
 def test_dispatch_next_follows_the_rotation_model(ops: list[Op]) -> None:
     """The rotation is a cursor over admission order with holes (see ``RotationModel``)."""
     follows_the_model(ops)
@@ -132,15 +123,9 @@ def follows_the_model(ops: list[Op]) -> None:
     context, model = WorkerPool(), RotationModel()
     counted: dict[uuid.UUID, int] = {}
     for kind, n in ops:
-        if kind == "admit":
-            context.add_worker(worker(n), f"conn-{n}")
-            model.admit(uid(n))
-        elif kind == "evict":
-            context.remove_worker(worker(n))
-            model.evict(uid(n))
-            counted.pop(uid(n), None)
-        elif kind == "refresh":
-            context.update_worker(worker(n, pid=n + 1), f"conn-{n}-b")
+        if changed(context, model, kind, n):
+            if kind == "evict":
+                counted.pop(uid(n), None)
         else:
             tried = [uid(m) for m in range(8) if n >> m & 1]  # a bit per worker
             expected = model.select(dict.fromkeys(tried))

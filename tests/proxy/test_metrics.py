@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,7 +31,7 @@ from shardline.metrics import ShardlineCollector, register
 from shardline.picodata import ClientStats, PoolStats, connect
 from shardline.registration import KeeperStats, MemoryRecordStore, RegistrationKeeper
 from shardline.topology.sources import FailureReason, NotificationSource, PollingSource
-from support.fakes import Harness, Stream, added
+from support.fakes import Harness, Stream
 from support.forwarded_cluster import cluster
 from support.paths import ROOT
 from support.pg_server import PgServer
@@ -230,25 +229,23 @@ def test_map_stats_of_an_unknown_tier_raises_unknown_tier() -> None:
         topology.map_stats("nope")
 
 
-def test_without_prometheus_client_the_module_raises_missing_extra() -> None:
+def test_without_prometheus_client_the_module_raises_missing_extra(
+    child_python: Callable[[str], str],
+) -> None:
     probe = (
         "import sys\nsys.modules['prometheus_client'] = None\n"
         "from shardline import MissingExtra\n"
         "try:\n    import shardline.metrics\n"
         "except MissingExtra as error:\n    print(error.extra, error.name)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.split() == ["metrics", "prometheus_client"]
+    assert child_python(probe).split() == ["metrics", "prometheus_client"]
 
 
-def test_importing_shardline_does_not_load_prometheus_client() -> None:
+def test_importing_shardline_does_not_load_prometheus_client(
+    child_python: Callable[[str], str],
+) -> None:
     probe = "import sys, shardline; print('prometheus_client' in sys.modules)"
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.strip() == "False"
+    assert child_python(probe) == "False"
 
 
 async def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) -> None:
@@ -295,12 +292,7 @@ async def test_a_picodata_clients_routing_and_pools_are_scraped(pg: PgServer) ->
 async def test_a_proxys_pool_size_is_scraped() -> None:
     async def main() -> list[float]:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1), added(2), added(3)),
-            connect=harness.connect,
-            loadbalancer=RoundRobinLoadBalancer(),
-            quorum=3,
-        )
+        proxy = harness.proxy(1, 2, 3, loadbalancer=RoundRobinLoadBalancer())
         registry = CollectorRegistry()
         register(registry, proxies={"workers": proxy})
         sizes = [scrape(registry)["shardline_proxy_workers", (("proxy", "workers"),)]]
@@ -388,14 +380,11 @@ def test_the_metric_table_lists_every_metric_with_its_type_and_labels() -> None:
         assert (documented[name][0], set(documented[name][1])) == (kind, labels), name
 
 
-def test_the_metrics_docs_example_prints_what_it_says() -> None:
+def test_the_metrics_docs_example_prints_what_it_says(child_python: Callable[[str], str]) -> None:
     text = DOC.read_text(encoding="utf-8")
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     said = code.split("print(", 1)[1].split("\n# ", 1)[1].strip()
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.strip() == said
+    assert child_python(code) == said
 
 
 async def test_a_keepers_counters_are_scraped_by_result() -> None:

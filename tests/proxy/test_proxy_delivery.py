@@ -5,6 +5,7 @@ choose. The same rules on real worker processes are in tests/transport/test_sick
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -142,22 +143,31 @@ async def test_a_deadline_is_a_timeout_error_naming_the_worker() -> None:
     await proxy.stop()
 
 
-async def test_every_attempt_runs_inside_the_one_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The second attempt is given what remains of the call's deadline, not a new one."""
+def first_refusing(
+    monkeypatch: pytest.MonkeyPatch, took: Callable[[str], float], log: list[Any]
+) -> WorkerProxy:
+    """A proxy of workers 1 and 2, worker 1 refusing the call, on a clock of the test's: each
+    attempt takes ``took(address)`` seconds of it."""
     now = [100.0]
     monkeypatch.setattr(proxy_module, "_monotonic", lambda: now[0])
 
     class Slow(Scripted):
         async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
-            if self.address == address(1):
-                now[0] += 0.3  # the first attempt took 0.3 s, then failed before sending
+            now[0] += took(self.address)
             return await super().dispatch(task, timeout=timeout)
 
-    log: list[Any] = []
-    stream = Stream(added(1), added(2))
-    proxy = WorkerProxy(
-        discovery=stream, connect=lambda m: Slow(m, {address(1): [refused(1)]}, log), quorum=2
+    return WorkerProxy(
+        discovery=Stream(added(1), added(2)),
+        connect=lambda metadata: Slow(metadata, {address(1): [refused(1)]}, log),
+        quorum=2,
     )
+
+
+async def test_every_attempt_runs_inside_the_one_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second attempt is given what remains of the call's deadline, not a new one."""
+    log: list[Any] = []
+    # the first attempt takes 0.3 s, then fails before sending
+    proxy = first_refusing(monkeypatch, lambda where: 0.3 if where == address(1) else 0.0, log)
     async with proxy:
         assert await proxy.dispatch(TASK, timeout=1.0) == address(2)
     assert log[0] == (address(1), 1.0)
@@ -168,19 +178,8 @@ async def test_every_attempt_runs_inside_the_one_deadline(monkeypatch: pytest.Mo
 async def test_the_deadline_passing_between_attempts_ends_the_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    now = [100.0]
-    monkeypatch.setattr(proxy_module, "_monotonic", lambda: now[0])
-
-    class Slow(Scripted):
-        async def dispatch(self, task: Any, *, timeout: float | None = None) -> Any:
-            now[0] += 2.0
-            return await super().dispatch(task, timeout=timeout)
-
     log: list[Any] = []
-    stream = Stream(added(1), added(2))
-    proxy = WorkerProxy(
-        discovery=stream, connect=lambda m: Slow(m, {address(1): [refused(1)]}, log), quorum=2
-    )
+    proxy = first_refusing(monkeypatch, lambda where: 2.0, log)
     async with proxy:
         with pytest.raises(DeadlineExceeded) as raised:
             await proxy.dispatch(TASK, timeout=1.0)

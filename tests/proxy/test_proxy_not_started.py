@@ -54,7 +54,7 @@ async def test_once_started_an_empty_pool_is_no_workers_available(balancer: Bala
 
 async def test_the_same_proxy_dispatches_once_started() -> None:
     harness = Harness()
-    proxy = WorkerProxy(discovery=Stream(added(1)), connect=harness.connect)
+    proxy = harness.proxy(1)
     with pytest.raises(RuntimeError, match=NOT_STARTED):
         await proxy.dispatch(Task("echo"))
     async with proxy:

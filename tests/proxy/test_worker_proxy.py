@@ -234,11 +234,7 @@ class SelectingThenRefreshing(SelectLoadBalancer):
 async def test_case46_a_selection_cannot_carry_a_stale_address(plugin: Any) -> None:
     async def scenario() -> str:
         harness = Harness()
-        proxy = WorkerProxy(
-            discovery=Stream(added(1)),
-            connect=harness.connect,
-            loadbalancer=plugin(harness),
-        )
+        proxy = harness.proxy(1, loadbalancer=plugin(harness))
         async with proxy:
             return await proxy.dispatch("task")
 
@@ -372,7 +368,7 @@ async def test_case50_an_update_only_stream_never_reaches_quorum() -> None:
 async def test_other_exceptions_propagate_and_leave_the_pool_alone() -> None:
     async def scenario() -> list[WorkerMetadata]:
         harness = Harness()
-        async with WorkerProxy(discovery=Stream(added(1)), connect=harness.connect) as proxy:
+        async with harness.proxy(1) as proxy:
             harness.connections[worker(1).address].failure = KeyError("bug in the task")
             with pytest.raises(KeyError, match="bug in the task"):
                 await proxy.dispatch("task")
@@ -432,8 +428,7 @@ async def test_every_change_to_the_pool_is_logged_at_info(caplog: pytest.LogCapt
 async def test_a_call_out_of_candidates_names_what_it_tried_and_chains_the_last_failure() -> None:
     async def scenario() -> NoWorkersAvailable:
         harness = Harness()
-        stream = Stream(*(added(n) for n in range(1, 11)))
-        async with WorkerProxy(discovery=stream, connect=harness.connect, quorum=10) as proxy:
+        async with harness.proxy(*range(1, 11)) as proxy:
             for connection in harness.connections.values():
                 connection.failure = TransientRpcError("busy")
             harness.connections["127.0.0.1:5003"].failure = RpcError("broke")

@@ -10,7 +10,7 @@ The ``balancer_protocol`` fixture (conftest.py) sets ``PROTOCOL``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from types import MappingProxyType
 from typing import Any
 
@@ -96,11 +96,20 @@ async def succeed(gen: Gen, served: uuid.UUID) -> bool:
     return False
 
 
-async def all_failing(balancer: Any, context: Any, task: Any = None) -> list[uuid.UUID]:
-    """Drives one call to exhaustion with every dispatch failing: the candidates offered."""
+async def all_failing(
+    balancer: Any,
+    context: Any,
+    task: Any = None,
+    *,
+    after_first: Callable[[], object] | None = None,
+) -> list[uuid.UUID]:
+    """Drives one call to exhaustion with every dispatch failing: the candidates offered.
+    ``after_first`` is called once the first candidate is offered (a pool change mid-call)."""
     gen = start(balancer, task, context)
     offered: list[uuid.UUID] = []
     candidate = await first(gen)
+    if after_first is not None:
+        after_first()
     while candidate is not None:
         offered.append(candidate)
         assert len(offered) <= 100, "the call did not end"

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from shardline import DiscoveryEvent, WorkerMetadata
+from shardline import DiscoveryEvent, WorkerMetadata, WorkerProxy
 from shardline.discovery.topology import TopologyDiscovery
 from support.workers import worker
 
@@ -54,6 +54,17 @@ class Harness:
         connection = Connection(metadata, self.log)
         self.connections[metadata.address] = connection
         return connection
+
+    def proxy(self, *workers: int, **options: Any) -> WorkerProxy:
+        """A proxy over this harness's connections to ``workers`` (each the ``n`` of
+        :func:`support.workers.worker`), all of them its quorum; ``options`` its other
+        arguments."""
+        return WorkerProxy(
+            discovery=Stream(*(added(n) for n in workers)),
+            connect=self.connect,
+            quorum=len(workers),
+            **options,
+        )
 
 
 async def settle() -> None:

@@ -127,6 +127,10 @@ class Cluster:
         master = expected.replicasets[owner][1]
         return next(name for name in self.forwarders if _uuid(name) == master)
 
+    def key_of(self, master: str) -> int:
+        """A key (0 to 99) whose expected master is the instance ``master``."""
+        return next(key for key in range(100) if self.master_of(key) == master)
+
 
 INSTANCES = ("r1_1", "r1_2", "r1_3", "r2_1", "r2_2")
 

@@ -11,6 +11,7 @@ from shardline import Topology
 from shardline.topology.sources import PollingSource
 from support.picodata_catalog import Catalog
 from support.replicasets import rs_uuid
+from support.waiting import until
 
 T = TypeVar("T")
 
@@ -36,11 +37,7 @@ async def run_polled(
 
 async def started(source: PollingSource) -> None:
     """Waits until the background run() iterates the source."""
-    for _ in range(100):
-        if source.state.attempts:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the source never polled")
+    await until(lambda: source.state.attempts, "the source's first poll")
 
 
 def master_name(topology: Topology, bucket: int, tier: str = "default") -> str | None:

@@ -5,6 +5,7 @@ for the event, and a state that never comes fails the test naming what was await
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 
@@ -16,9 +17,15 @@ BOUND = 30.0  # seconds: generous, since only a failing test ever waits this lon
 async def until(
     condition: Callable[[], object], what: str = "the condition", *, seconds: float = BOUND
 ) -> None:
-    """Returns once ``condition()`` is true; AssertionError naming ``what`` after ``seconds``."""
+    """Returns once ``condition()`` is true (its result awaited first when it is awaitable: a
+    state read through a call); AssertionError naming ``what`` after ``seconds``."""
     deadline = time.monotonic() + seconds
-    while not condition():
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds} s waiting for {what}")
         await asyncio.sleep(0.005)

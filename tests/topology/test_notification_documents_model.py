@@ -57,33 +57,38 @@ def _put(body: dict[str, Any], name: str, value: Any) -> None:
         body[name] = value
 
 
+def _put_pair(
+    draw: st.DrawFn,
+    body: dict[str, Any],
+    name: str,
+    keys: tuple[str, str],
+    values: st.SearchStrategy[Any],
+) -> None:
+    """``body[name]``: an object of ``keys`` drawn from ``values`` (either absent), a list,
+    or absent."""
+    shape = draw(SHAPES)
+    if shape == "object":
+        pair: dict[str, Any] = {}
+        for key in keys:
+            _put(pair, key, draw(values))
+        body[name] = pair
+    elif shape == "list":
+        body[name] = [1, 2]
+
+
 @st.composite
 def documents(draw: st.DrawFn) -> dict[str, Any]:
     body: dict[str, Any] = {}
     _put(body, "op", draw(OPS))
     _put(body, "map", draw(MAPS))
     _put(body, "timestamp", draw(TIMESTAMPS))
-    raft = draw(SHAPES)
-    if raft == "object":
-        position: dict[str, Any] = {}
-        _put(position, "term", draw(INTS))
-        _put(position, "index", draw(INTS))
-        body["raft"] = position
-    elif raft == "list":
-        body["raft"] = [1, 2]
+    _put_pair(draw, body, "raft", ("term", "index"), INTS)
     for name in ("replicaset_uuid", "instance_uuid", "current_master_uuid"):
         _put(body, name, draw(UUIDS))
     _put(body, "current_replicaset_uuid", draw(UUIDS))
     for name in ("tier", "current_state", "address", "state"):
         _put(body, name, draw(TEXTS))
-    ids = draw(SHAPES)
-    if ids == "object":
-        bucket_id: dict[str, Any] = {}
-        _put(bucket_id, "start", draw(IDS))
-        _put(bucket_id, "end", draw(IDS))
-        body["bucket_id"] = bucket_id
-    elif ids == "list":
-        body["bucket_id"] = [1, 2]
+    _put_pair(draw, body, "bucket_id", ("start", "end"), IDS)
     return body
 
 

@@ -29,6 +29,7 @@ from support.pg_server import PgServer, with_params
 from support.picodata_catalog import Catalog, Expected, name_uuid, topology_state
 from support.polling import owners, run_polled, seed_tier, started
 from support.replicasets import rs_uuid
+from support.waiting import until
 
 T = TypeVar("T")
 
@@ -443,9 +444,7 @@ async def test_pico_bucket_raising_for_one_tier_keeps_that_map_and_applies_the_r
         refreshes = source.state.refreshes
         catalog.heal_buckets("other")
         # retried by itself, without a refresh()
-        deadline = time.monotonic() + 5
-        while source.state.refreshes == refreshes and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await until(lambda: source.state.refreshes != refreshes, "a retry of its own")
         assert owners(topology, 1, tier="other") == ["r4"]
         assert topology_state(topology) == catalog.expected()
 
@@ -801,17 +800,13 @@ async def test_trigger_polls_early_and_the_interval_polls_by_itself(catalog: Cat
         assert await source.refresh()
         attempts = source.state.attempts
         source.trigger()
-        deadline = time.monotonic() + 5
-        while source.state.attempts == attempts and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
+        await until(lambda: source.state.attempts != attempts, "the triggered poll")
         assert source.state.attempts == attempts + 1
 
     await run_polled(catalog.dsn, scenario, min_interval=0.01)
 
     async def by_itself(topology: Topology, source: PollingSource) -> None:
-        deadline = time.monotonic() + 5
-        while source.state.refreshes < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await until(lambda: source.state.refreshes >= 3, "three polls of its own")
         assert source.state.refreshes >= 3
 
     await run_polled(catalog.dsn, by_itself, interval=0.05)

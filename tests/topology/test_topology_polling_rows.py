@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -210,12 +209,10 @@ def test_bucket_maps_of_tiers_the_topology_cannot_hold_are_reported_after_the_re
     assert set(topology.replicasets) == {rs_uuid(1), rs_uuid(2)}
 
 
-@pytest.mark.integration  # a child interpreter
-def test_shardline_loads_without_a_pgwire_driver() -> None:
+def test_shardline_loads_without_a_pgwire_driver(child_python: Callable[[str], str]) -> None:
     probe = (
         "import sys, shardline, shardline.topology.sources, shardline.cli;"
         "from shardline.topology.sources import TopologySource, apply_change;"
         "print(sorted(m for m in ('asyncpg', 'psycopg') if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert child_python(probe) == "[]"

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import uuid
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
 
-from shardline import TransientRpcError, WorkerMetadata
+from shardline import TransientRpcError
 from shardline.errors import RpcError
 from shardline.transport import RetryElsewhere, Task
 from shardline.transport.grpc.connection import GrpcConnection
-from support.transport_servers import WAIT, raw_server, worker
+from support.transport_servers import WAIT, at, raw_server, worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=f"grpc://{address}", pid=0, version="")
 
 
 async def refuse(payload: Any) -> None:
@@ -55,7 +50,7 @@ async def test_a_worker_that_cannot_be_reached_was_not_sent_the_task() -> None:
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    connection = GrpcConnection(at(f"127.0.0.1:{port}"))
+    connection = GrpcConnection(at(f"grpc://127.0.0.1:{port}"))
     failed = await failure(connection, Task("echo"), 5.0)
     connection.close()
     assert isinstance(failed, TransientRpcError)
@@ -89,7 +84,7 @@ async def test_a_status_the_worker_did_not_mark_may_have_run_it() -> None:
         raise AssertionError("not reached")
 
     async with raw_server(unavailable) as address:
-        connection = GrpcConnection(at(address))
+        connection = GrpcConnection(at(f"grpc://{address}"))
         failed = await failure(connection, Task("echo"), 5.0)
         connection.close()
     assert (failed.reason, failed.sent) == ("unavailable", True)

@@ -11,7 +11,6 @@ import re
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +19,7 @@ import pytest
 import shardline
 from shardline.errors import DeadlineExceeded, WorkerStartError
 from shardline.transport import LocalPool, Task
+from support.waiting import until
 
 T = TypeVar("T")
 
@@ -45,16 +45,6 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-async def until(condition: Callable[[], bool], what: str, bound: float = 15.0) -> None:
-    """Returns once ``condition()`` holds, polling; fails naming ``what`` after ``bound`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + bound
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"no {what} within {bound} s")
-        await asyncio.sleep(0.01)
 
 
 def started_pids(caplog: pytest.LogCaptureFixture) -> list[int]:
@@ -253,7 +243,7 @@ async def test_a_sigkill_of_the_parent_leaves_no_worker_running(tmp_path: Path) 
         assert all(alive(pid) for pid in pids)
         parent.kill()
         await parent.wait()
-        await until(lambda: not any(alive(pid) for pid in pids), "worker left", 10.0)
+        await until(lambda: not any(alive(pid) for pid in pids), "worker left", seconds=10.0)
     finally:
         if parent.returncode is None:
             parent.kill()

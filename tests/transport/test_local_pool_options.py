@@ -31,6 +31,7 @@ class Lowest(SelectLoadBalancer):
         return min(left, default=None)
 
 
+@pytest.mark.integration  # worker processes
 async def test_the_pool_dispatches_through_the_balancer_it_is_given() -> None:
     async with LocalPool(SPEC, workers=2, loadbalancer=Lowest) as pool:
         served = {await pool.dispatch(Task("whoami"), timeout=5.0) for _ in range(10)}
@@ -38,6 +39,7 @@ async def test_the_pool_dispatches_through_the_balancer_it_is_given() -> None:
     assert served == {lowest.pid}
 
 
+@pytest.mark.integration  # worker processes
 async def test_the_pools_timeout_is_the_default_deadline_of_a_dispatch() -> None:
     async with LocalPool(SPEC, workers=1, timeout=0.3) as pool:
         with pytest.raises(DeadlineExceeded) as raised:
@@ -45,6 +47,7 @@ async def test_the_pools_timeout_is_the_default_deadline_of_a_dispatch() -> None
     assert raised.value.timeout == 0.3
 
 
+@pytest.mark.integration  # worker processes
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_the_frame_limit_bounds_requests_and_answers_both_ways(transport: str) -> None:
     async with LocalPool(SPEC, workers=1, transport=transport, max_frame_bytes=LIMIT) as pool:
@@ -60,6 +63,7 @@ async def test_the_frame_limit_bounds_requests_and_answers_both_ways(transport: 
         assert await pool.dispatch(Task("blob", 10), timeout=5.0) == "x" * 10
 
 
+@pytest.mark.integration  # worker processes
 async def test_the_default_frame_limit_carries_what_the_small_one_refuses() -> None:
     async with LocalPool(SPEC, workers=1) as pool:
         assert await pool.dispatch(Task("blob", 2 * LIMIT), timeout=5.0) == "x" * 2 * LIMIT

@@ -25,26 +25,11 @@ from shardline.transport.msgpack import wire
 from shardline.transport.msgpack.connection import MsgpackConnection
 from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
 from support import msgpack_reference as reference
+from support.raw_peer import RawPeer
 from support.transport_servers import WAIT, at, new_namespace
+from support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(WAIT)]
-
-
-class Peer:
-    """A raw connection: writes frames, reads messages (none lost between two reads)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self._unpacker = msgpack.Unpacker(raw=False)
-
-    async def read(self) -> Any:
-        for message in self._unpacker:
-            return message
-        while data := await self.reader.read(65536):
-            self._unpacker.feed(data)
-            for message in self._unpacker:
-                return message
-        raise ConnectionError("closed")
 
 
 ran: list[Any] = []
@@ -72,13 +57,13 @@ async def worker(**options: Any) -> AsyncIterator[MsgpackWorkerServer]:
 
 
 @asynccontextmanager
-async def raw_client(server: MsgpackWorkerServer, clock: float | None) -> AsyncIterator[Peer]:
+async def raw_client(server: MsgpackWorkerServer, clock: float | None) -> AsyncIterator[RawPeer]:
     """A client connection that sends its hello (with ``clock``, or none as the first release
     did) and has read the worker's."""
     where = wire.record_address(server.address)
     assert not isinstance(where, str)
     reader, writer = await asyncio.open_connection(*where)
-    peer = Peer(reader, writer)
+    peer = RawPeer(reader, writer)
     writer.write(wire.hello(1 << 20, clock))
     hello = await peer.read()
     assert hello[1] == wire.HELLO
@@ -101,7 +86,7 @@ async def test_the_worker_announces_its_clock_and_reads_a_clients() -> None:
         assert not isinstance(where, str)
         reader, writer = await asyncio.open_connection(*where)
         before = time.monotonic()
-        hello = await Peer(reader, writer).read()
+        hello = await RawPeer(reader, writer).read()
         writer.close()
     clock = hello[2]["clock"]
     assert isinstance(clock, float)
@@ -201,14 +186,14 @@ async def test_a_deadline_that_is_not_a_finite_number_is_a_bad_request(deadline:
     assert answer[2]["kind"] == wire.BAD_REQUEST
 
 
-Talk = Callable[[Peer], Awaitable[None]]
+Talk = Callable[[RawPeer], Awaitable[None]]
 
 
 @asynccontextmanager
 async def raw_worker(talk: Talk) -> AsyncIterator[str]:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await talk(Peer(reader, writer))
+            await talk(RawPeer(reader, writer))
         finally:
             writer.close()
 
@@ -225,7 +210,7 @@ async def test_the_client_sends_a_deadline_only_to_a_worker_that_announced_its_c
 ) -> None:
     requests: list[Any] = []
 
-    async def talk(peer: Peer) -> None:
+    async def talk(peer: RawPeer) -> None:
         peer.writer.write(wire.hello(1 << 20, worker_clock))
         hello = await peer.read()
         requests.append(hello)
@@ -251,24 +236,24 @@ async def test_the_client_sends_a_deadline_only_to_a_worker_that_announced_its_c
         assert before + 5.0 <= params[3] <= after + 5.0
 
 
-async def silent_after_hello(peer: Peer) -> None:
+async def silent_after_hello(peer: RawPeer) -> None:
     peer.writer.write(wire.hello(1 << 20, 0.0))
     await peer.reader.read()
 
 
-async def closes_after_the_request(peer: Peer) -> None:
+async def closes_after_the_request(peer: RawPeer) -> None:
     peer.writer.write(wire.hello(1 << 20, 0.0))
     await peer.read()  # the hello
     await peer.read()  # the request
     peer.writer.transport.abort()
 
 
-async def closes_at_once(peer: Peer) -> None:
+async def closes_at_once(peer: RawPeer) -> None:
     peer.writer.transport.abort()
 
 
 def answering(**error: Any) -> Talk:
-    async def talk(peer: Peer) -> None:
+    async def talk(peer: RawPeer) -> None:
         peer.writer.write(wire.hello(1 << 20, 0.0))
         await peer.read()
         request = await peer.read()
@@ -345,7 +330,7 @@ async def test_failures_before_sending_are_not_sent() -> None:
         await connection.dispatch(Task("echo"))
     assert (closed.value.reason, closed.value.sent) == ("closed", False)
 
-    async def no_hello(peer: Peer) -> None:
+    async def no_hello(peer: RawPeer) -> None:
         await peer.reader.read()
 
     async with raw_worker(no_hello) as address:
@@ -360,8 +345,7 @@ async def test_a_stopping_worker_says_whether_it_had_started_the_call() -> None:
     async with worker() as server:
         connection = MsgpackConnection(at(server.address))
         running = asyncio.ensure_future(connection.dispatch(Task("hold"), timeout=10.0))
-        while not any(link.calls for link in server._state.links):
-            await asyncio.sleep(0.001)
+        await until(lambda: any(link.calls for link in server._state.links), "the call running")
         await server.stop(0)
         with pytest.raises(TransientRpcError) as cancelled:
             await running
@@ -381,8 +365,7 @@ async def test_a_sync_call_that_waits_for_a_thread_past_its_deadline_never_start
     async with worker(handlers={"gate": gate}, threads=1) as server:
         connection = MsgpackConnection(at(server.address))
         first = asyncio.ensure_future(connection.dispatch(Task("gate", "first"), timeout=10.0))
-        while not started:
-            await asyncio.sleep(0.001)
+        await until(lambda: started, "the first call running")
         # the only thread is busy: this one waits in the queue until its deadline passes
         with pytest.raises(TransientRpcError) as late:
             await connection.dispatch(Task("gate", "queued"), timeout=0.2)

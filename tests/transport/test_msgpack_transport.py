@@ -36,7 +36,7 @@ from shardline.transport.msgpack import server as msgpack_server
 from shardline.transport.msgpack import wire
 from shardline.transport.msgpack.connection import MsgpackConnection
 from shardline.transport.msgpack.server import MsgpackWorkerServer, serve_msgpack
-from support.held import HeldThread
+from support.held import Held, HeldThread
 from support.transport_servers import WAIT, at, new_namespace
 from support.waiting import until
 
@@ -370,24 +370,17 @@ async def test_cancelling_a_dispatch_cancels_the_handler_on_the_worker() -> None
 
 
 async def test_calls_beyond_the_in_flight_bound_are_busy() -> None:
-
-    release = asyncio.Event()
-    waiting = 0
-
-    async def wait(payload: Any) -> Any:
-        nonlocal waiting
-        waiting += 1
-        await release.wait()
-        return payload
-
-    async with worker({"wait": wait}, max_in_flight=2) as server, connection(server) as opened:
+    wait = Held()
+    async with (
+        worker({"wait": wait.handler}, max_in_flight=2) as server,
+        connection(server) as opened,
+    ):
         held = [asyncio.ensure_future(opened.dispatch(Task("wait", n))) for n in range(2)]
-        while waiting < 2:
-            await asyncio.sleep(0.001)
+        await until(lambda: wait.calls == 2, "two calls in flight")
         with pytest.raises(TransientRpcError, match="busy") as caught:
             await opened.dispatch(Task("wait", 3))
         assert (caught.value.reason, caught.value.address) == ("busy", server.address)
-        release.set()
+        wait.release()
         assert await asyncio.gather(*held) == [0, 1]
         assert await opened.dispatch(Task("wait", 4)) == 4
 
@@ -406,8 +399,7 @@ async def test_stopping_refuses_new_calls_as_shutting_down_and_lets_calls_in_fli
         held = asyncio.ensure_future(opened.dispatch(Task("wait")))
         await started.wait()
         stopping = asyncio.ensure_future(server.stop(10))
-        while not server._state.stopping:
-            await asyncio.sleep(0.001)
+        await until(lambda: server._state.stopping, "the worker stopping")
         with pytest.raises(TransientRpcError, match="shutting_down") as caught:
             await opened.dispatch(Task("wait"))
         assert (caught.value.reason, caught.value.address) == ("shutting-down", server.address)
@@ -684,8 +676,7 @@ async def test_a_call_waiting_for_a_full_socket_fails_as_connection_lost_when_it
             calls.append(asyncio.ensure_future(opened.dispatch(Task("echo", b"x" * (1 << 20)))))
             await asyncio.sleep(0.001)
         waiting = asyncio.ensure_future(opened.dispatch(Task("echo", 1)))
-        while link._writable is None:
-            await asyncio.sleep(0.001)
+        await until(lambda: link._writable is not None, "the call waiting for the socket")
         hung_up.set()
         for call in [*calls, waiting]:
             with pytest.raises(TransientRpcError, match="connection lost") as caught:

@@ -11,7 +11,7 @@ import pytest
 
 from shardline import RpcError, TransientRpcError
 from shardline.errors import RpcReason
-from shardline.transport.msgpack import connection as msgpack_connection
+from shardline.transport.msgpack import stream as msgpack_stream
 from shardline.transport.msgpack import wire
 
 
@@ -39,6 +39,6 @@ def test_a_reason_outside_the_vocabulary_is_a_value_error_naming_it() -> None:
 
 
 def test_every_transient_msgpack_kind_has_its_reason() -> None:
-    reasons = msgpack_connection._TRANSIENT_REASONS
+    reasons = msgpack_stream._TRANSIENT_REASONS
     assert set(reasons) == wire.TRANSIENT_KINDS
     assert set(reasons.values()) <= set(get_args(RpcReason))

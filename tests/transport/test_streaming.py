@@ -32,24 +32,15 @@ from shardline.transport.msgpack import wire
 from shardline.transport.msgpack.stream_wire import DEFAULT_WINDOW
 from shardline.workers import DiscoveryEvent
 from support.delegate_balancers import InAdmissionOrder
+from support.raw_peer import RawPeer
 from support.transport_servers import new_namespace
+from support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.async_timeout(60.0)]
 
 WORKER_SCRIPT = Path(__file__).with_name("stream_worker.py")
 SPEC = "stream_handlers:HANDLERS"
 READY = 15.0
-
-
-async def until(condition: Callable[[], Any], what: str, bound: float = 15.0) -> None:
-    """Returns once ``await condition()`` is true, polling; fails naming ``what`` after
-    ``bound`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + bound
-    while not await condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"no {what} within {bound} s")
-        await asyncio.sleep(0.005)
 
 
 async def announced(*records: WorkerMetadata) -> AsyncIterator[DiscoveryEvent]:
@@ -258,9 +249,15 @@ async def test_a_stream_ended_in_time_yields_every_item_however_late_it_is_read(
     tmp_path: Path,
 ) -> None:
     async with tcp_worker(tmp_path) as (_, proxy):
-        stream = proxy.stream(Task("count", 5), timeout=0.5)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2.0
+        stream = proxy.stream(Task("count", 5), timeout=2.0)
         assert await anext(stream) == 0
-        await asyncio.sleep(0.8)  # the deadline passes with the stream ended: nothing is lost
+        # the premise, waited for: the stream's end has arrived (long before its deadline)
+        await until(lambda: stream._inner._feed.outcome is not None, "the stream's end")
+        assert loop.time() < deadline
+        # the thing tested: the deadline passes with the stream ended, and nothing is lost
+        await asyncio.sleep(deadline + 0.1 - loop.time())
         assert [item async for item in stream] == [1, 2, 3, 4]
 
 
@@ -335,31 +332,11 @@ def unordered(messages: list[Any]) -> list[Any]:
     return sorted(messages, key=repr)
 
 
-class RawPeer:
-    """A raw client connection speaking the protocol's messages itself."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self._unpacker = msgpack.Unpacker(raw=False)
-
-    async def read(self) -> Any:
-        for message in self._unpacker:
-            return message
-        while data := await asyncio.wait_for(self.reader.read(65536), READY):
-            self._unpacker.feed(data)
-            for message in self._unpacker:
-                return message
-        raise ConnectionError("closed")
-
-    def send(self, message: Any) -> None:
-        self.writer.write(msgpack.packb(message, use_bin_type=True))
-
-
 async def test_the_wire_items_credit_cancel_and_end_as_specified(tmp_path: Path) -> None:
     async with tcp_worker(tmp_path) as (record, _):
         where = wire.record_address(record.address)
         assert not isinstance(where, str)
-        peer = RawPeer(*await asyncio.open_connection(*where))
+        peer = RawPeer(*await asyncio.open_connection(*where), timeout=READY)
         try:
             peer.writer.write(wire.hello(1 << 20, None))
             assert (await peer.read())[1] == wire.HELLO

@@ -39,7 +39,7 @@ from shardline.transport.msgpack import wire
 from shardline.transport.msgpack.server import MsgpackWorkerServer
 from shardline.workers import WorkerMetadata
 from support.certificates import Certificates, make_certificates
-from support.transport_servers import WAIT, new_namespace
+from support.transport_servers import WAIT, at, new_namespace
 
 pytestmark = [
     pytest.mark.integration,
@@ -58,10 +58,6 @@ NOT_LOOPBACK = "192.0.2.1"
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     return make_certificates(tmp_path_factory.mktemp("tls"))
-
-
-def at(address: str) -> WorkerMetadata:
-    return WorkerMetadata(uid=uuid.uuid4(), address=address, pid=0, version="")
 
 
 @asynccontextmanager

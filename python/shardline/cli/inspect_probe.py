@@ -7,7 +7,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from shardline.errors import (
     DeadlineExceeded,
@@ -17,8 +17,6 @@ from shardline.errors import (
 )
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from shardline.picodata import Client
 
 __all__ = ["PROBE_TIMEOUT", "Prober", "health_table", "probe_once", "start_failed"]
@@ -60,18 +58,6 @@ class Prober:
         """Closes the client, if it started."""
         if self._db is not None:
             await self._db.close()
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def probe(self, instances: Sequence[str]) -> dict[str, tuple[str, float | None]]:
         """One probe of each of ``instances`` (uuids), all at once; the outcome of each:

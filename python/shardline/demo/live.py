@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardline import Topology
 from shardline._extras import require_extra
-from shardline.demo.replay import MasterRequests
+from shardline.demo.replay import MasterRequests, TierState
 from shardline.demo.scenario import MAX_KEYS, KeyStream
 from shardline.demo.tables import TableData, topology_tables
 from shardline.errors import ShardlineError
@@ -79,21 +79,12 @@ class LiveDemoError(ShardlineError):
 
 
 @dataclass(frozen=True, slots=True)
-class LiveTier:
-    """One tier after a poll: its map, its epoch, and where the keys were routed."""
+class LiveTier(TierState):
+    """One tier after a poll: its map, its epoch, and where the keys were routed, as a
+    replayed step's; and which replicaset each master serves, and how many keys moved."""
 
-    tier: str
-    bucket_count: int
-    epoch: int
-    ranges: tuple[tuple[int, int, str], ...]
-    routed: tuple[MasterRequests, ...]
-    unrouted: int
     replicasets: Mapping[str, str]  # master instance uuid -> its replicaset uuid
     moved: int | None  # keys routed to another master than at the previous poll
-
-    @property
-    def mapped(self) -> int:
-        return sum(end - start + 1 for start, end, _ in self.ranges)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
@@ -116,6 +116,20 @@ class _Connection:
 
 
 Status = Literal["pooled", "superseded", "left"]
+
+
+def status_of(workers: Iterable[WorkerMetadata]) -> Callable[[uuid.UUID, str], Status]:
+    """The :class:`AddressRow` status of a worker's address, ``(uid, address)``, against the
+    proxy's records ``workers``."""
+    pooled = {(metadata.uid, metadata.address) for metadata in workers}
+    pooled_uids = {uid for uid, _ in pooled}
+
+    def status(uid: uuid.UUID, address: str) -> Status:
+        if (uid, address) in pooled:
+            return "pooled"
+        return "superseded" if uid in pooled_uids else "left"
+
+    return status
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,22 +323,15 @@ async def _run(balancer: LoadBalancerLike, view: PoolView | None) -> PoolRun:
             stale[served.uid, served.address] += served.superseded
             result.per_address[served.name, served.address] += 1
             result.superseded += served.superseded
-        pooled = {(m.uid, m.address) for m in proxy.workers}
-        pooled_uids = {uid for uid, _ in pooled}
+        status = status_of(proxy.workers)
         rows = []
         for (uid, address), name in sorted(seen.items(), key=lambda item: item[1]):
-            if (uid, address) in pooled:
-                status: Status = "pooled"
-            elif uid in pooled_uids:
-                status = "superseded"
-            else:
-                status = "left"
             rows.append(
                 AddressRow(
                     name,
                     uid,
                     address,
-                    status,
+                    status(uid, address),
                     counts[uid, address],
                     result.per_address[name, address],
                     superseded=stale[uid, address],

@@ -53,7 +53,7 @@ from shardline.demo.pool import (
     PoolDemoError,
     PoolRun,
     PoolView,
-    Status,
+    status_of,
 )
 from shardline.discovery.protocol import Discovery
 from shardline.discovery.record import decode_record
@@ -439,26 +439,19 @@ class _Demo:
 
     def end(self, proxy: WorkerProxy) -> None:
         phase = self.phase
-        pooled = {(m.uid, m.address) for m in proxy.workers}
-        pooled_uids = {uid for uid, _ in pooled}
+        status = status_of(proxy.workers)
         processes = {w.pid: w for w in self.workers}
         rows = []
         for (uid, address), at in sorted(
             self.addresses.items(), key=lambda item: (item[1].name, item[1].pid)
         ):
-            if (uid, address) in pooled:
-                status: Status = "pooled"
-            elif uid in pooled_uids:
-                status = "superseded"
-            else:
-                status = "left"
             process = processes.get(at.pid)
             rows.append(
                 AddressRow(
                     at.name,
                     uid,
                     address,
-                    status,
+                    status(uid, address),
                     at.tasks,
                     at.tasks_so_far,
                     pid=at.pid,

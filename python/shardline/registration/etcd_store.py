@@ -9,9 +9,9 @@ import json
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Unpack
 
+from shardline._closing import AsyncClosing
 from shardline._extras import requires_extra
 
 with requires_extra("etcd", __name__):
@@ -82,7 +82,7 @@ def _decode(service: str, data: bytes) -> Record:
     return Record(owner=owner, registered=registered, address=address)
 
 
-class EtcdRecordStore:
+class EtcdRecordStore(AsyncClosing):
     """The :class:`~shardline.registration.RecordStore` on an etcd cluster: every store made on
     the same cluster and ``namespace``, in any process on any machine, sees the same records.
 
@@ -347,14 +347,3 @@ class EtcdRecordStore:
     async def aclose(self) -> None:
         """Closes the connection; watches end, and later calls raise ``RuntimeError``."""
         await self._connection.aclose()
-
-    async def __aenter__(self) -> EtcdRecordStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -42,7 +42,6 @@ The design over PostgreSQL
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -51,7 +50,7 @@ from shardline._extras import requires_extra
 with requires_extra("pg", __name__):
     import asyncpg
 
-from shardline.checks import refusal
+from shardline.checks import check_seconds, refusal
 from shardline.topology.sources import pg_connect
 from shardline.topology.sources.membership import TIERS_QUERY
 from shardline.topology.sources.notification_transport import TransportError
@@ -187,16 +186,8 @@ class PgNotifyTransport:
         for name, query in (("snapshot_query", snapshot_query), ("tiers_query", tiers_query)):
             if not isinstance(query, str) or not query.strip():
                 raise refusal(query, str)(f"{name} must be a non-empty str, got {query!r}")
-        for name, value in (("ping_interval", ping_interval), ("timeout", timeout)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise refusal(value, (int, float))(
-                    f"{name} must be a positive finite number of seconds, got {value!r}"
-                )
+        check_seconds("ping_interval", ping_interval)
+        check_seconds("timeout", timeout)
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise refusal(max_queue, int)(f"max_queue must be a positive int, got {max_queue!r}")
         where, dsn_settings = parse_dsn(dsn)

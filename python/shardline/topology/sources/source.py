@@ -7,9 +7,8 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import Self
 
+from shardline._closing import AsyncClosing
 from shardline._core import Topology
 from shardline.checks import check_seconds
 from shardline.errors import InvalidEvent, UnknownTier
@@ -20,7 +19,7 @@ from shardline.topology.sources.state import FailureReason, SourceState, StateRe
 __all__ = ["TopologySource"]
 
 
-class TopologySource(ABC):
+class TopologySource(AsyncClosing, ABC):
     """Where a :class:`shardline.Topology` learns the cluster from.
 
     A source is an async iterable of :data:`~shardline.topology.sources.TopologyChange`:
@@ -204,14 +203,3 @@ class TopologySource(ABC):
             close = getattr(changes, "aclose", None)
             if close is not None:
                 await close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -25,16 +25,6 @@ logger = logging.getLogger("shardline.transport.msgpack.connection")
 # What makes two connections share a socket: the address and every setting.
 _Key = tuple[str, int, float, float, float, TlsSettings | None]
 
-# The reason of each error kind a caller retries elsewhere (wire.TRANSIENT_KINDS).
-_TRANSIENT_REASONS: dict[str, RpcReason] = {
-    wire.BUSY: "busy",
-    wire.UNAVAILABLE: "unavailable",
-    wire.SHUTTING_DOWN: "shutting-down",
-    wire.DEADLINE: "deadline",
-}
-# The error kinds of a call that may have started: unless the answer says it had not.
-_MAY_HAVE_STARTED = frozenset({wire.SHUTTING_DOWN, wire.DEADLINE})
-
 
 class MsgpackConnection:
     """A connection to the worker at ``metadata.address`` (``msgpack+tcp://host:port``,
@@ -208,27 +198,10 @@ class MsgpackConnection:
                 link.cancel(msgid)
                 raise shared.deadline_passed(timeout, sent=True) from None
             except _Failed as failed:
-                kind, type_name, message, started, builtin, traceback = failed.args
+                failure = failed.failure
         finally:
             shared.end_call()
-        address = self.metadata.address
-        reason = _TRANSIENT_REASONS.get(kind)
-        if reason is not None:
-            raise TransientRpcError(
-                f"worker at {address}: {kind}: {type_name}: {message}",
-                reason=reason,
-                address=address,
-                # busy and unavailable: refused, or asked for by the handler itself
-                sent=kind in _MAY_HAVE_STARTED and started is not False,
-            )
-        raise worker_error(
-            type_name,
-            message,
-            handler=handler,
-            address=address,
-            builtin=builtin,
-            traceback=traceback,
-        )
+        raise answer_error(self.metadata.address, handler, failure)
 
     async def stream(
         self, task: Task, *, timeout: float | None = None, window: int = stream_wire.DEFAULT_WINDOW
@@ -697,7 +670,11 @@ class _Link(asyncio.Protocol):
                 value = wire.unpack_value(result, "the result")
             except MalformedMessage as unreadable:
                 answer.set_exception(
-                    _Failed(wire.BAD_RESULT, BAD_RESULT, str(unreadable), True, None, None)
+                    _Failed(
+                        wire.ErrorAnswer(
+                            wire.BAD_RESULT, BAD_RESULT, str(unreadable), True, None, None
+                        )
+                    )
                 )
             else:
                 answer.set_result(value)
@@ -715,7 +692,7 @@ class _Link(asyncio.Protocol):
                 )
             )
         else:
-            answer.set_exception(_Failed(*failure))
+            answer.set_exception(_Failed(failure))
 
     def _item(self, params: Any) -> None:
         msgid, packed = stream_wire.read_item(params)
@@ -830,8 +807,12 @@ class _Expired(Exception):
 
 class _Failed(Exception):
     """Set on a call's answer when the worker answered an error, or a result this side cannot
-    read: ``args`` are the fields of a :class:`~shardline.transport.msgpack.wire.ErrorAnswer`
-    (kind, type, message, whether the handler had started, built-in type, traceback)."""
+    read: ``failure``, what :func:`~shardline.transport.msgpack.stream.answer_error` makes the
+    caller's error of."""
+
+    def __init__(self, failure: wire.ErrorAnswer) -> None:
+        super().__init__(failure)
+        self.failure = failure
 
 
 def _expire(answer: asyncio.Future[Any]) -> None:

@@ -765,26 +765,17 @@ class _Link(asyncio.Protocol):
         # coroutine of this class and no turn of the loop; one that waits goes on as a task
         # (_run) from where it waits. An exception of the first step is answered here as _run
         # would answer it.
-        calls = self.calls
-        state = self._state
         context = copy_context()
         loop = self._loop
-        queued = None
-        if is_async:
-            try:
-                handling = context.run(handler, argument)
-            except asyncio.CancelledError:
-                self._write(_stopped(msgid, True))
-                return
-            except BaseException as error:
-                # the call itself raised (a function marked a coroutine function): even a
-                # StopIteration is its error here, never its result, as inside a coroutine
-                self._write(_failed(msgid, name, error, self._answer_limit))
-                return
-        else:
-            queued = state.threads.submit(context.run, handler, argument)
-            handling = asyncio.wrap_future(queued, loop=loop)
+        queued = None if is_async else self._state.threads.submit(context.run, handler, argument)
         try:
+            # (the call itself may raise, a function marked a coroutine function: even a
+            # StopIteration is its error then, never its result, as inside a coroutine)
+            handling = (
+                context.run(handler, argument)
+                if queued is None
+                else asyncio.wrap_future(queued, loop=loop)
+            )
             if type(handling) is CoroutineType:
                 # (its return told apart without a StopIteration)
                 returned, value = context.run(coroutine_send, handling, None)
@@ -818,13 +809,7 @@ class _Link(asyncio.Protocol):
             else:
                 self._write(self._result(msgid, name, value))
             return
-        calls[msgid] = call
-        state.calls += 1
-        call.add_done_callback(functools.partial(self._finished, msgid))
-        if seconds is not None:
-            if self._deadlines is None:
-                self._deadlines = Deadlines(loop, self._expire, _call_ended)
-            self._deadlines.add(loop.time() + seconds, (msgid, call))
+        self._track(msgid, call, seconds)
 
     def _stream(self, msgid: int, params: Any) -> None:
         """A stream request: refused, or answered at once, as a dispatch is, for the same
@@ -856,13 +841,20 @@ class _Link(asyncio.Protocol):
         producer = StreamProducer(
             msgid, name, generator, request.window, self._write, self._answer_limit
         )
-        loop = self._loop
-        call = loop.create_task(self._run(msgid, name, producer.run(), seconds), context=context)
+        call = self._loop.create_task(
+            self._run(msgid, name, producer.run(), seconds), context=context
+        )
+        self._producers[msgid] = producer
+        self._track(msgid, call, seconds)
+
+    def _track(self, msgid: int, call: asyncio.Task[None], seconds: float | None) -> None:
+        """Counts ``call`` (a dispatch or a stream gone on as a task) in flight until it ends,
+        and ends it at its deadline, ``seconds`` from now, if it has one."""
         self.calls[msgid] = call
         self._state.calls += 1
-        self._producers[msgid] = producer
         call.add_done_callback(functools.partial(self._finished, msgid))
         if seconds is not None:
+            loop = self._loop
             if self._deadlines is None:
                 self._deadlines = Deadlines(loop, self._expire, _call_ended)
             self._deadlines.add(loop.time() + seconds, (msgid, call))

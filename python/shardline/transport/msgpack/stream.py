@@ -7,27 +7,28 @@ import asyncio
 import collections
 import weakref
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Final
 
+from shardline._closing import Closing
 from shardline.errors import RpcReason, TransientRpcError
 from shardline.transport.msgpack import wire
 from shardline.transport.remote_errors import worker_error
 
 __all__ = ["MsgpackStream", "StreamFeed", "answer_error"]
 
-# The reason of each error kind a caller retries elsewhere, as dispatch has it.
+# The reason of each error kind a caller retries elsewhere (wire.TRANSIENT_KINDS).
 _TRANSIENT_REASONS: Final[dict[str, RpcReason]] = {
     wire.BUSY: "busy",
     wire.UNAVAILABLE: "unavailable",
     wire.SHUTTING_DOWN: "shutting-down",
     wire.DEADLINE: "deadline",
 }
+# The error kinds of a call that may have started: unless the answer says it had not.
 _MAY_HAVE_STARTED: Final = frozenset({wire.SHUTTING_DOWN, wire.DEADLINE})
 
 
 def answer_error(address: str, handler: str, failure: wire.ErrorAnswer) -> Exception:
-    """What an error answer means to the caller, as for a dispatch: ``TransientRpcError``
+    """What an error answer means to the caller of a dispatch or a stream: ``TransientRpcError``
     (sent unless refused or said not started) or ``WorkerError`` (with the worker's built-in
     type and traceback, see :mod:`~shardline.transport.remote_errors`)."""
     kind = failure.kind
@@ -37,6 +38,7 @@ def answer_error(address: str, handler: str, failure: wire.ErrorAnswer) -> Excep
             f"worker at {address}: {kind}: {failure.type}: {failure.message}",
             reason=reason,
             address=address,
+            # busy and unavailable: refused, or asked for by the handler itself
             sent=kind in _MAY_HAVE_STARTED and failure.started is not False,
         )
     return worker_error(
@@ -91,7 +93,7 @@ class StreamFeed:
                 waiter.set_result(None)
 
 
-class MsgpackStream:
+class MsgpackStream(Closing):
     """The items of one streamed call, in the order the worker's generator yielded them::
 
         async with await connection.stream(Task("count", 10)) as items:
@@ -195,21 +197,6 @@ class MsgpackStream:
             self._cancel(self._msgid)
         feed.items.clear()
         self._done()
-
-    async def aclose(self) -> None:
-        """:meth:`close`, as an async generator's ``aclose``."""
-        self.close()
-
-    async def __aenter__(self) -> MsgpackStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if self._ended is not None and not self._loop.is_closed():
