@@ -12,6 +12,10 @@ id once in the module.
 
 - shardline ``execute(INSERT, id, name)``: no key, routed by the statement's metadata;
 - shardline ``execute(INSERT, id, name, key=id)``;
+- the same as the first through a client made without ``pipeline=True`` (the two above are
+  pipelined: the callers' INSERTs to one instance share a connection and go out in one
+  write, each its own transaction; ``shardline/picodata/pipeline.py``), the baseline of the
+  pipelining;
 - picopyn ``Pool(enable_discovery=True, max_size=96)`` (16 per instance, as shardline's bound)
   ``.execute(INSERT, id, name)``: its own routing from the same metadata.
 
@@ -68,6 +72,7 @@ IDS = itertools.count(10**12)  # each users.id written once in the module
 
 FROM_METADATA = "shardline: execute(), routed from metadata"
 KEYED = "shardline: execute(key=)"
+NOT_PIPELINED = "shardline: execute(), routed from metadata, not pipelined"
 PICOPYN = "picopyn: Pool.execute (auto-routed)"
 
 
@@ -76,6 +81,7 @@ class Ways:
     cluster: StandinCluster
     loop: asyncio.AbstractEventLoop
     db: shardline.picodata.Client
+    plain: shardline.picodata.Client
     picopyn: PicopynPool
     written: dict[str, list[int]]
 
@@ -83,7 +89,7 @@ class Ways:
         return self.loop.run_until_complete(asyncio.wait_for(coroutine, WAIT))
 
     def calls(self) -> dict[str, Callable[[int], Awaitable[Any]]]:
-        db, pool = self.db, self.picopyn
+        db, plain, pool = self.db, self.plain, self.picopyn
 
         async def from_metadata(key: int) -> Any:
             return await db.execute(INSERT, key, "x")
@@ -91,10 +97,18 @@ class Ways:
         async def keyed(key: int) -> Any:
             return await db.execute(INSERT, key, "x", key=key)
 
+        async def not_pipelined(key: int) -> Any:
+            return await plain.execute(INSERT, key, "x")
+
         async def picopyn(key: int) -> Any:
             return await pool.execute(INSERT, key, "x")
 
-        return {FROM_METADATA: from_metadata, KEYED: keyed, PICOPYN: picopyn}
+        return {
+            FROM_METADATA: from_metadata,
+            KEYED: keyed,
+            NOT_PIPELINED: not_pipelined,
+            PICOPYN: picopyn,
+        }
 
     def off_master(self) -> dict[str, int]:
         rows = self.run(
@@ -113,20 +127,29 @@ def ways() -> Iterator[Ways]:
     loop = asyncio.new_event_loop()
 
     async def open_all() -> Ways:
-        db = await shardline.picodata.connect(cluster.dsn, tier=TIER)
-        db._on_notice(None, SimpleNamespace(message=NOTICE))  # what Picodata sends on Parse
+        db = await shardline.picodata.connect(cluster.dsn, tier=TIER, pipeline=True)
+        plain = await shardline.picodata.connect(cluster.dsn, tier=TIER)
+        for client in (db, plain):  # what Picodata sends on Parse
+            client._on_notice(None, SimpleNamespace(message=NOTICE))
         pool = PicopynPool(cluster.picopyn_dsn, enable_discovery=True, max_size=96)
         await pool.open()
         service = pool._query_metadata_service
         assert service is not None
         service._cache.set(PreparedStatementMetadata(INSERT, TIER, [(1, OID_INT8)]))
-        return Ways(cluster, loop, db, pool, {FROM_METADATA: [], KEYED: [], PICOPYN: []})
+        written: dict[str, list[int]] = {
+            FROM_METADATA: [],
+            KEYED: [],
+            NOT_PIPELINED: [],
+            PICOPYN: [],
+        }
+        return Ways(cluster, loop, db, plain, pool, written)
 
     opened = loop.run_until_complete(asyncio.wait_for(open_all(), WAIT))
     try:
         yield opened
     finally:
         opened.run(opened.db.close())
+        opened.run(opened.plain.close())
         opened.run(opened.picopyn.close())
         loop.close()
         cluster.close()
@@ -169,6 +192,9 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
             server_cpu[name].append(served / (CALLERS * PER_CALLER) / 1e3)
 
     from_metadata_before = ways.db.stats().from_metadata
+    pipelines = [pool.pipeline for pool in ways.db._pools.values()]
+    sent_before = sum(p.queries for p in pipelines if p is not None)
+    writes_before = sum(p.writes for p in pipelines if p is not None)
     benchmark.group = "keyed INSERT from metadata, 16 in flight"
     with placed(ways.cluster.server_pids(), PLACEMENT):
         benchmark.pedantic(round_, rounds=FLIGHT_ROUNDS, warmup_rounds=FLIGHT_WARMUP, iterations=1)
@@ -176,6 +202,9 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
     kept_cpu = {name: samples[-FLIGHT_ROUNDS:] for name, samples in cpu.items()}
     kept_server = {name: samples[-FLIGHT_ROUNDS:] for name, samples in server_cpu.items()}
     stats = ways.db.stats()
+    pipelines = [pool.pipeline for pool in ways.db._pools.values()]
+    sent = sum(p.queries for p in pipelines if p is not None) - sent_before
+    writes = sum(p.writes for p in pipelines if p is not None) - writes_before
     off_master = ways.off_master()
     benchmark.extra_info.update(
         impl=f"three ways interleaved, {CALLERS} callers, {PLACEMENT}",
@@ -196,12 +225,24 @@ def test_insert_from_metadata_16_in_flight(benchmark: Any, ways: Ways) -> None:
             ),
             "from metadata / picopyn, throughput": _ratio(kept[FROM_METADATA], kept[PICOPYN]),
             "key= / picopyn, throughput": _ratio(kept[KEYED], kept[PICOPYN]),
+            "not pipelined / picopyn, throughput": _ratio(kept[NOT_PIPELINED], kept[PICOPYN]),
+            "from metadata / not pipelined, throughput": _ratio(
+                kept[FROM_METADATA], kept[NOT_PIPELINED]
+            ),
+            "from metadata / not pipelined, server CPU per call": _ratio(
+                kept_server[FROM_METADATA], kept_server[NOT_PIPELINED]
+            ),
         },
+        pipelined_queries=sent,
+        pipelined_queries_per_write=round(sent / writes, 2) if writes else None,
         shardline_from_metadata=stats.from_metadata - from_metadata_before,
         shardline_fallbacks=dict(stats.fallbacks),
     )
     assert off_master[FROM_METADATA] == 0
     assert off_master[KEYED] == 0
+    assert off_master[NOT_PIPELINED] == 0
+    # the pipelined client's INSERTs were pipelined: as many as the measured rounds' at least
+    assert sent >= 2 * CALLERS * PER_CALLER * FLIGHT_ROUNDS
     assert stats.from_metadata - from_metadata_before == len(ways.written[FROM_METADATA])
 
 

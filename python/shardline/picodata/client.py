@@ -34,6 +34,7 @@ from shardline.errors import (
 from shardline.host_port import split_host_port
 from shardline.picodata.driver_shortcut import CACHE_ERRORS, after_cache_error, shortcut_allowed
 from shardline.picodata.instance_pool import InstancePool
+from shardline.picodata.pipeline import NOT_PIPELINED, Pipeline
 from shardline.picodata.query_metadata import (
     MAX_STATEMENTS,
     SESSION_SETTINGS,
@@ -218,6 +219,33 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
         else:
             pool = self._routes.get(id(self._route(self._tier, key)))
         if (
+            status
+            and self._pipelining
+            and args
+            and pool is not None
+            and not pool.watched
+            and timeout is None
+            and not options
+        ):
+            pipeline = pool.pipeline
+            if pipeline is None or pipeline.closed:
+                pool.start_pipeline()  # this query goes as before
+            else:
+                try:
+                    result = await pipeline.execute(query, args, self._tick)
+                except BaseException as error:
+                    self._count(pool, key)
+                    again = self._pipeline_failed(pool, pipeline, error, key, query)
+                    if again is _RAISE:
+                        raise
+                    await self._poll_if_refused(error)
+                    return await self._rerun(
+                        run, query, args, again, read_only, strict, timeout, options
+                    )
+                if result is not NOT_PIPELINED:
+                    self._count(pool, key)
+                    return result
+        if (
             pool is not None
             and not pool.watched
             and (idle := pool.idle)
@@ -277,7 +305,7 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
                 result = await run(connection, query, *args, timeout=timeout, **options)
         except BaseException as error:
             if isinstance(error, asyncpg.PostgresError) and not connection.is_closed():
-                again = self._resend(error, connection, key, query)
+                again = self._resend(error, connection._drop_local_statement_cache, key, query)
             else:
                 again = _RAISE
             raised = self._failed(
@@ -319,6 +347,7 @@ def connect(
     timeout: float = DEFAULT_TIMEOUT,
     query_metadata: bool | None = None,
     forward: Forward | None = None,
+    pipeline: bool = False,
 ) -> Client:
     """A client of the Picodata cluster whose catalog ``dsn`` reaches; use it as
     ``async with connect(...) as db:`` or ``db = await connect(...)`` (then ``await
@@ -363,6 +392,11 @@ def connect(
             the key is refused (not run) and sent once more to the new owner (see the class);
             Picodata allows it with reads on the leader only, so ``read_only=True`` queries go
             to the master too. ``None`` leaves the server's default (``"on"``).
+        pipeline: whether ``execute(query, *args)`` on the hot path shares one connection per
+            instance with the other callers' and is sent without waiting for their answers
+            (PostgreSQL's pipelining: each query still its own implicit transaction, an
+            error in one touching no other; see the class). Not over TLS, nor with a
+            ``client_encoding`` other than UTF8.
 
     Raises ``ValueError`` naming the argument for an invalid one (an
     :class:`~shardline.errors.InvalidArgumentType`, also a ``TypeError``, for one of the
@@ -384,6 +418,7 @@ def connect(
         timeout=timeout,
         query_metadata=query_metadata,
         forward=forward,
+        pipeline=pipeline,
     )
 
 
@@ -446,6 +481,25 @@ class Client:
       not: to a sick master it raises at its deadline. Ejections and re-admissions are
       logged at INFO on ``shardline.picodata``, counted in :meth:`stats`, and shown by
       :meth:`explain`.
+    - Pipelining (``connect(pipeline=True)``): an ``execute`` with arguments and without
+      ``timeout=`` or driver options, to an instance not watched for its health (see below),
+      goes on the instance's one pipelined connection (opened in the background at the first
+      such query, which goes pooled meanwhile), shared with the other callers' and sent
+      without waiting for their answers; the queries of one turn of the event loop leave in
+      one write. Each is its own implicit transaction, as on a pooled connection: a server
+      error fails that query alone. The rules above hold for each query: a server's error
+      is raised as asyncpg's exception (a stale statement or ``forward=off`` refusal is sent
+      once more, pooled); a query sent when the connection breaks raises
+      ``asyncpg.ConnectionDoesNotExistError`` and is never sent again (it may have run); at
+      the deadline the connection is closed, and the queries sent in the same sweep
+      interval as the oldest raise :class:`~shardline.errors.DeadlineExceeded`, those sent
+      later the connection error. A caller cancelled after sending leaves its query to run;
+      the connection stays. What the pipeline cannot encode exactly as asyncpg's default
+      codecs would (parameter types other than ``bool``, ``bytea``, ``int2/4/8``, ``text``,
+      ``varchar``, ``float8``; values of other classes, subclasses included) goes pooled.
+      Session state set through the pipelined connection (``set_config`` in a query with
+      arguments) stays there, as it would on a pooled one. Notices of pipelined queries are
+      not read.
 
     A client works on the event loop it was started on. :meth:`close` (or leaving ``async
     with``) waits for the queries in flight, then closes every connection.
@@ -490,6 +544,15 @@ class Client:
         deadline. The gate and the store together cost the hot path about 620 instructions
         per query (callgrind, one caller, 1,000 keyed ``fetchrow``: 100,965 before, 101,510
         to 101,585 after).
+
+        Pipelining is :class:`~shardline.picodata.pipeline.Pipeline`'s, one per instance in
+        ``InstancePool.pipeline`` (outside the pool's ``size``); the hot path awaits its
+        ``execute`` before looking for an idle connection, and a query it returns
+        ``NOT_PIPELINED`` for goes on as without it. Its deadline is the sweeper's:
+        ``Pipeline.expire`` closes the connection when its oldest query is as old as a lent
+        connection's would be. On the stand-in cluster it halves the server's CPU per keyed
+        INSERT at 16 in flight (benches/RESULTS.md, issue 27's pipelining section): the
+        backend reads a batch in one wake-up.
     """
 
     def __init__(
@@ -507,6 +570,7 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         query_metadata: bool | None = None,
         forward: Forward | None = None,
+        pipeline: bool = False,
     ) -> None:
         self._catalog, dsn_settings = pg_connect.parse_dsn(dsn)
         if tier is not None and (not isinstance(tier, str) or not tier):
@@ -521,6 +585,8 @@ class Client:
             raise ValueError(f"forward must be one of {_FORWARDS} or None, got {forward!r}")
         self._query_metadata = query_metadata
         self._forward = forward
+        if not isinstance(pipeline, bool):
+            raise InvalidArgumentType(f"pipeline must be a bool, got {pipeline!r}")
         self._dsn = dsn
         # empty until the catalog's default tier is read (at the start), if not given
         self._tier: str = tier or ""
@@ -552,6 +618,9 @@ class Client:
         # whether a query without timeout= is unbounded for the driver (the hot path's
         # shortcut past asyncpg's statement lookup applies only then)
         self._untimed = self._catalog_kwargs.get("command_timeout") is None
+        # the pipeline reads asyncpg's transport and bounds its queries by the sweeper (see
+        # shardline.picodata.pipeline)
+        self._pipelining = pipeline and _SHORTCUT and self._untimed
         self._dsn_options = dsn_settings.get("options")
 
         self._topology = Topology()
@@ -756,6 +825,8 @@ class Client:
             await asyncio.sleep(interval)
             self._tick = tick = self._tick + 1
             for pool in list(self._pools.values()):
+                if pool.pipeline is not None:
+                    pool.pipeline.expire(tick - _DEADLINE_STEPS - 1)
                 if not pool.lent:
                     continue
                 idle = {id(connection) for connection in pool.idle}
@@ -838,10 +909,13 @@ class Client:
             self._from_metadata += 1
         return pool, connection, key
 
-    def _resend(self, error: BaseException, connection: Any, key: Any, query: str) -> Any:
+    def _resend(
+        self, error: BaseException, forget: Callable[[], None], key: Any, query: str
+    ) -> Any:
         """The key to send ``query`` once more with after the server answered ``error`` and
         ran nothing (``_NO_KEY``: as a query without a key), or ``_RAISE`` to raise it: a
-        stale statement (42999) is prepared again (statement caches dropped, its metadata
+        stale statement (42999) is prepared again (statement caches dropped, ``forget`` those
+        of the connection it ran on, its metadata
         forgotten, so the resend learns it anew); a routed query an instance refused under
         ``forward=off`` (not its bucket) goes to the owner after a poll. Counts what it
         resends."""
@@ -851,10 +925,12 @@ class Client:
             # theirs too, so that the resend prepares afresh wherever it lands (what the
             # public reload_schema_state() does to a connection outside an asyncpg pool,
             # without its yield; a connection in use finds out on its own)
-            connection._drop_local_statement_cache()
+            forget()
             for pool in self._pools.values():
                 for idle in pool.idle:
                     idle._drop_local_statement_cache()
+                if pool.pipeline is not None:
+                    pool.pipeline.forget_statements()
             self._statements.pop(query, None)
             self._reprepared += 1
             return _NO_KEY if key.__class__ is StatementRouting else key
@@ -1208,20 +1284,7 @@ class Client:
         deadline = isinstance(error, TimeoutError) or connection in pool.expired
         pool.release(connection, broken=True)
         if deadline and not isinstance(error, asyncio.CancelledError):
-            timeout = self._timeout if timeout is None else timeout
-            self._finish(pool, started, _DEADLINE)
-            self._deadlines += 1
-            if write:
-                self._source.trigger()
-            return DeadlineExceeded(
-                f"the query on instance {pool.label} at {pool.address} passed its deadline"
-                f" of {timeout:g} s: it was sent, so it may have run there (or may still run)"
-                + ("; a poll of the catalog was triggered" if write else ""),
-                timeout=timeout,
-                tried=((pool.uuid, pool.address, "deadline"),),
-                may_have_run=True,
-                address=pool.address,
-            )
+            return self._deadline_exceeded(pool, started, write, timeout)
         if isinstance(error, asyncio.CancelledError):
             self._finish(pool, started, _NEUTRAL)
             return None
@@ -1230,6 +1293,57 @@ class Client:
         self._finish(pool, started, _FAILURE if broken else _NEUTRAL)
         self._source.trigger()
         return None
+
+    def _deadline_exceeded(
+        self, pool: InstancePool, started: int, write: bool, timeout: float | None
+    ) -> DeadlineExceeded:
+        """A query on ``pool`` passed its deadline: reports and counts it, triggers a poll
+        for a write (the master may have changed), returns the error to raise."""
+        timeout = self._timeout if timeout is None else timeout
+        self._finish(pool, started, _DEADLINE)
+        self._deadlines += 1
+        if write:
+            self._source.trigger()
+        return DeadlineExceeded(
+            f"the query on instance {pool.label} at {pool.address} passed its deadline"
+            f" of {timeout:g} s: it was sent, so it may have run there (or may still run)"
+            + ("; a poll of the catalog was triggered" if write else ""),
+            timeout=timeout,
+            tried=((pool.uuid, pool.address, "deadline"),),
+            may_have_run=True,
+            address=pool.address,
+        )
+
+    def _pipeline_failed(
+        self, pool: InstancePool, pipeline: Pipeline, error: BaseException, key: Any, query: str
+    ) -> Any:
+        """A pipelined query raised ``error``: the key to run it once more with on a pooled
+        connection (the server answered and ran nothing: a stale statement, a ``forward=off``
+        refusal, a cached statement whose result type changed), or ``_RAISE`` to raise it.
+        Raises :class:`DeadlineExceeded` in its place if it passed its deadline. Reports a
+        lost connection to the health registry, as :meth:`_failed` does."""
+        if isinstance(error, CACHE_ERRORS):
+            pipeline.forget_statements()
+            return key
+        if isinstance(error, asyncpg.PostgresError):
+            return self._resend(error, pipeline.forget_statements, key, query)
+        if isinstance(error, TimeoutError):
+            write = key is not _NO_KEY
+            raise self._deadline_exceeded(pool, 0, write, None) from error
+        if not isinstance(error, asyncio.CancelledError):
+            self._finish(pool, 0, _FAILURE)
+            self._source.trigger()
+        return _RAISE
+
+    def _count(self, pool: InstancePool, key: Any) -> None:
+        """Counts a query the hot path sent (as it counts one it pops a connection for)."""
+        pool.queries += 1
+        if key is _NO_KEY:
+            self._unkeyed += 1
+        else:
+            self._keyed += 1
+            if key.__class__ is StatementRouting:
+                self._from_metadata += 1
 
     # routing helpers
 

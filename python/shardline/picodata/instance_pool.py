@@ -14,6 +14,7 @@ from typing import Any
 
 from shardline.errors import InstanceUnavailable, PoolTimeout
 from shardline.host_port import split_host_port
+from shardline.picodata.pipeline import Pipeline
 from shardline.picodata.stats import PoolStats
 from shardline.pool.health import WorkerHealth
 from shardline.topology.sources import pg_connect
@@ -125,6 +126,11 @@ class InstancePool:
         self.connect_failures = 0
         self.discarded = 0
         self.queries = 0
+        self.pipeline: Pipeline | None = None
+        """The instance's pipelined connection (see :meth:`start_pipeline`), None until it
+        opens; a closed one stays until the next opens."""
+        self._pipeline_task: asyncio.Task[None] | None = None
+        self._pipeline_retry_at = -math.inf
 
     @property
     def label(self) -> str:
@@ -228,12 +234,60 @@ class InstancePool:
         self.release(connection)
         return True
 
+    # the pipelined connection
+
+    def start_pipeline(self) -> None:
+        """Opens ``pipeline`` (or a new one for a closed one) in the background, unless
+        one is opening, the pool is closing or in its backoff, or the last attempt failed less
+        than ``BACKOFF_MAX`` ago. The connection is not one of the ``size``: it is opened
+        once, and carries the queries of any number of callers."""
+        if (
+            self._pipeline_task is not None
+            or self.closing
+            or self.down
+            or time.monotonic() < self._pipeline_retry_at
+        ):
+            return
+        self._pipeline_task = asyncio.get_running_loop().create_task(self._open_pipeline())
+
+    async def _open_pipeline(self) -> None:
+        try:
+            connection = await self._connect(self._host, self._port)
+        except Exception as error:
+            self._pipeline_retry_at = time.monotonic() + BACKOFF_MAX
+            logger.info(
+                "cannot open the pipelined connection to instance %s at %s: %s",
+                self.label,
+                self.address,
+                pg_connect.message(error),
+            )
+            return
+        finally:
+            self._pipeline_task = None
+        if (
+            self.closing
+            or connection._protocol.is_ssl
+            # asyncpg writes UTF-8 when a server names no client_encoding
+            or getattr(connection.get_settings(), "client_encoding", "UTF8") != "UTF8"
+        ):
+            # TLS connections are not taken over (not measured), and the pipeline encodes text
+            # as UTF-8: their queries stay pooled
+            self._pipeline_retry_at = math.inf
+            connection.terminate()
+            return
+        self.pipeline = Pipeline(connection)
+
     # closing
 
     async def aclose(self) -> None:
         """Closes the pool once the queries using it have finished (see the class)."""
         if not self.closing:
             self.closing = True
+            if self._pipeline_task is not None:
+                opening = self._pipeline_task
+                opening.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await opening
             idle, self.idle = self.idle, []
             for connection in idle:
                 self._forget(connection)
@@ -245,6 +299,8 @@ class InstancePool:
                     waiter.set_exception(error)
             if self.connects:
                 logger.info("closing the pool of instance %s at %s", self.label, self.address)
+        if self.pipeline is not None:
+            await self.pipeline.aclose()
         if self._open:
             if self._drained is None:
                 self._drained = asyncio.Event()
