@@ -100,16 +100,17 @@ bench-abi3: wheel ## Time owner, route, route_many and a pool dispatch in the ab
 		--names abi3 full --extensions .abi3.so '!.abi3.so' --runs $(or $(RUNS),3)
 
 # This tree against BASE (default: the commit before the hot-path counters of issue 15), each
-# built the same way (release, this machine's toolchain); BASE from a git worktree in target/.
+# built the same way (release, this machine's toolchain); BASE from a git worktree in a temporary
+# directory (inside this tree, cargo would take it for a member of this tree's workspace).
 BASE ?= bf1336f
 bench-instrumentation: $(BIN)/maturin ## Time the hot paths of this tree against BASE's (default bf1336f), interleaved
 	$(MATURIN) develop --extras bench --quiet
-	rm -rf target/wheel-tree target/wheel-base target/base-src
+	rm -rf target/wheel-tree target/wheel-base
 	$(MATURIN) build --release --quiet --out target/wheel-tree
-	git worktree add --detach target/base-src $(BASE)
+	base=$$(mktemp -d)/src && git worktree add --detach $$base $(BASE) && \
 	CARGO_TARGET_DIR=$(CURDIR)/target/base-build $(MATURIN) build --release --quiet \
-		-m target/base-src/Cargo.toml --out target/wheel-base; \
-		status=$$?; git worktree remove --force target/base-src; exit $$status
+		-m $$base/Cargo.toml --out target/wheel-base; \
+		status=$$?; git worktree remove --force $$base; rmdir $$(dirname $$base); exit $$status
 	$(BIN)/python benches/build_cost.py target/wheel-tree/shardline-*.whl target/wheel-base/shardline-*.whl \
 		--names tree base-$(BASE) --tolerated 1.02 --runs $(or $(RUNS),3)
 
