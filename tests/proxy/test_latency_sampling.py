@@ -147,7 +147,7 @@ def test_the_native_path_times_only_the_sampled_dispatches_and_counts_none_in_fl
     asyncio.run(scenario())
 
 
-async def test_with_health_on_the_histogram_still_takes_only_the_sampled_native_dispatches() -> None:
+async def test_with_health_on_the_histogram_takes_only_its_sampled_native_dispatches() -> None:
     """Health times some native dispatches for itself (every one to a worker slower than
     ``stuck_floor / stuck_multiple``, one in ``HEALTH_TIMED_EVERY`` to a fast one): the
     histogram must not take those, or it would weigh the slow worker's latencies more."""
