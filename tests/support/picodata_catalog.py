@@ -475,9 +475,12 @@ class Catalog:
         even); :meth:`expected` shows the result."""
         self._run("SELECT _test_rebalance(%s)", (tier,))
 
-    def fail_buckets(self, tier: str, message: str = REBALANCE_ERROR) -> None:
-        """``_pico_bucket(tier)`` raises ``message`` until :meth:`heal_buckets`."""
-        self._fault(tier, message=message)
+    def fail_buckets(
+        self, tier: str, message: str = REBALANCE_ERROR, *, delay: float | None = None
+    ) -> None:
+        """``_pico_bucket(tier)`` raises ``message`` until :meth:`heal_buckets`, after sleeping
+        ``delay`` seconds if given (a failing poll a test can act on while it is in flight)."""
+        self._fault(tier, message=message, delay=delay)
 
     def delay_buckets(self, tier: str, seconds: float) -> None:
         """``_pico_bucket(tier)`` sleeps ``seconds`` before answering."""

@@ -812,6 +812,26 @@ async def test_trigger_polls_early_and_the_interval_polls_by_itself(catalog: Cat
     await run_polled(catalog.dsn, by_itself, interval=0.05)
 
 
+async def test_a_trigger_during_a_failing_poll_gets_a_poll_of_its_own(catalog: Catalog) -> None:
+    # a routing miss during a poll that then fails must still be followed by a poll, which
+    # reads the catalog as it is after the miss, though retry would wait a minute
+    seed_tier(catalog, 1)
+
+    async def scenario(topology: Topology, source: PollingSource) -> None:
+        await started(source)
+        assert await source.refresh()
+        catalog.fail_buckets("default", delay=0.5)
+        attempts = source.state.attempts
+        failing = asyncio.create_task(source.refresh())
+        await until(lambda: source.state.attempts > attempts, "the failing poll")
+        assert not failing.done()  # the poll is in flight, held in _pico_bucket
+        source.trigger()
+        assert not await failing
+        await until(lambda: source.state.attempts > attempts + 1, "the poll the trigger asked for")
+
+    await run_polled(catalog.dsn, scenario, retry=60.0, min_interval=0.0)
+
+
 async def test_refresh_needs_a_consumer_and_a_source_has_one_at_a_time(catalog: Catalog) -> None:
 
     source = PollingSource(catalog.dsn)
