@@ -10,6 +10,9 @@ attack benchmark.
 - ``big_later``: the same after one turn of the loop (so a burst of calls all start before
   any answers);
 - ``hold``: waits until cancelled;
+- ``block``: blocks the loop for ``payload`` seconds (``time.sleep`` in an async handler, as a
+  handler that forgot to await, or a long GC pause, would), logging ``blocking the loop`` at
+  WARNING as it starts;
 - ``hog``: opens file descriptors until the system refuses one (EMFILE), keeping them;
 - ``release``: closes those ``hog`` opened.
 
@@ -26,6 +29,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -49,6 +53,12 @@ async def big_later(payload: Any) -> bytes:
 
 async def hold(payload: Any) -> None:
     await asyncio.Event().wait()
+
+
+async def block(payload: Any) -> float:
+    logging.getLogger("bounds_worker").warning("blocking the loop for %s s", payload)
+    time.sleep(payload)
+    return float(payload)
 
 
 async def ticks(payload: Any) -> AsyncIterator[int]:
@@ -76,6 +86,7 @@ HANDLERS = {
     "big": big,
     "big_later": big_later,
     "hold": hold,
+    "block": block,
     "ticks": ticks,
     "hog": hog,
     "release": release,

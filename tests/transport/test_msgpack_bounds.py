@@ -350,6 +350,49 @@ async def test_an_idle_connection_is_closed_but_not_one_with_a_call_in_flight() 
             assert opened._shared.link is not link
 
 
+
+# What each timeout's victim sends before the worker's loop blocks (read by the worker then),
+# and what it sends while it is blocked, in time: a ping, or an echo (msgid 9) whose frame
+# it finishes. Its silent twin sends the same before, and nothing after.
+_ECHO = dispatch(9, "echo", "x" * 1000)
+_STALLS = {
+    "hello": ({"hello_timeout": 1.0}, b"", wire.hello(1 << 30) + wire.ping(9), "no hello"),
+    "idle": ({"idle_timeout": 1.0}, wire.hello(1 << 30) + wire.ping(1), wire.ping(9), "idle for"),
+    "frame": (
+        {"frame_timeout": 1.0},
+        wire.hello(1 << 30) + wire.ping(1) + _ECHO[:-100],
+        _ECHO[-100:],
+        "a message unfinished",
+    ),
+}
+
+
+@pytest.mark.parametrize("timeout", list(_STALLS))
+async def test_what_came_while_the_loop_was_blocked_is_read_before_the_timeouts_judge(
+    timeout: str,
+) -> None:
+    # uvloop runs its timers before it reads its sockets: after a handler blocked the loop
+    # past a timeout, the sweep came first, and cut clients whose bytes came in time
+    limits, before, during, said = _STALLS[timeout]
+    async with bounded_worker(limits) as worker:
+        loop = asyncio.get_running_loop()
+        blocker = await raw_socket(worker)
+        victim, silent = [await raw_socket(worker, hello=False) for _ in range(2)]
+        for sock in (victim, silent):
+            await loop.sock_sendall(sock, before)
+            # the worker's hello (and the pong): accepted and read, timed from now on
+            assert len(await read(sock, 1 if timeout == "hello" else 2)) > 0
+        seen = len(worker.lines)
+        await loop.sock_sendall(blocker, dispatch(1, "block", 2.5))
+        await worker.logged("blocking the loop for 2.5 s", after=seen)
+        await loop.sock_sendall(victim, during)
+        (answer,) = await read(victim, 1)
+        assert answer[:3] == [wire.RESPONSE, 9, None], answer
+        assert await closed_by_worker(silent)
+        await worker.logged("WARNING" if timeout != "idle" else "INFO", "closed", said, after=seen)
+        close_all([blocker, victim, silent])
+
+
 # --- connections and file descriptors ---------------------------------------------------
 
 

@@ -4,6 +4,7 @@ queued answers, time, items); the file descriptors it raises its own limit to; a
 
 from __future__ import annotations
 
+import array
 import asyncio
 import errno
 import logging
@@ -24,6 +25,7 @@ __all__ = [
     "WorkerLimits",
     "connection_bound",
     "raise_fd_limit",
+    "unread_bytes",
 ]
 
 logger = logging.getLogger("shardline.transport.limits")
@@ -33,6 +35,14 @@ FD_RESERVE = 256
 discovery, logs, the handlers' own files, and connections accepted only to be closed while
 their close is still pending): connections beyond ``soft limit - FD_RESERVE`` are refused
 as beyond ``max_connections``."""
+
+try:
+    import fcntl
+    import termios
+
+    _FIONREAD: int | None = termios.FIONREAD
+except ImportError:  # Windows
+    _FIONREAD = None
 
 # Where the hard limit is unlimited, the soft one is raised this far (Linux's default
 # fs.nr_open): a soft limit cannot be unlimited.
@@ -216,6 +226,21 @@ def connection_bound(configured: int) -> int:
     return bound
 
 
+def unread_bytes(transport: asyncio.BaseTransport) -> int:
+    """How many bytes the socket under ``transport`` (a TLS one's too) has received and not
+    yet given to it: 0 when it has none, where it is closed, or where the platform cannot
+    tell (no ``fcntl``)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or _FIONREAD is None:
+        return 0
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), _FIONREAD, count)
+    except (OSError, ValueError):  # closed meanwhile (a fileno of -1 is a ValueError)
+        return 0
+    return count[0]
+
+
 HELLO, FRAME, IDLE = "hello", "frame", "idle"
 """The timeouts a connection can be past (see :meth:`Swept.overdue`)."""
 
@@ -236,6 +261,9 @@ class Swept(Protocol):
     def expire(self, reason: str) -> None:
         """Closes it for the timeout ``reason``."""
 
+    def unread(self) -> bool:
+        """Whether bytes its client sent wait in its socket, not read yet."""
+
 
 class Sweeper:
     """Keeps a worker's connections (``links``, the set the server keeps of its open ones)
@@ -243,13 +271,25 @@ class Sweeper:
     :meth:`start` to :meth:`stop`, a sweep every ``limits.sweep_interval`` closes those past a
     timeout and logs them (WARNING; INFO for idle ones), the refusals since the last sweep
     (WARNING), and a worker out of file descriptors (WARNING, then INFO once they are back).
-    ``refused`` counts the refusals.
+    ``refused`` counts the refusals. A connection is closed for a timeout only when nothing
+    its client sent waits unread: one whose bytes came while the worker's loop was held up
+    (a handler that blocks it, a long GC pause) is judged once they are read.
 
     Implementation notes: one timer for the whole server, not one per connection: a
     connection's read only stores the loop's time, and a timeout is enforced at most
-    ``sweep_interval`` late. The loop says nothing when accept() fails for want of
-    descriptors (uvloop's libuv closes such connections silently), so each sweep opens one
-    descriptor to see.
+    ``sweep_interval`` late. Those stamps are only as fresh as the last read, and a loop
+    held up does not read: uvloop (libuv) runs its due timers before it polls the sockets
+    again, so after a stall the sweep comes first, with every stamp as old as the stall.
+    So a connection past a timeout is asked whether its socket holds bytes received and not
+    read (:func:`unread_bytes`, one ``ioctl`` for each connection past a timeout, none for
+    the others) and, if so, is left to the next sweep, by which time the loop has read them
+    and the stamps say what they mean. What came in time is never cut; what came after a
+    timeout but before its sweep is spared too, which costs nothing the bound is for: the
+    loop reads every socket between two sweeps, so bytes wait unread at a sweep only when
+    they came during the pass just before it, and an unfinished message is bounded by
+    ``max_frame_bytes``, so a client cannot stay unread. The loop says nothing when
+    accept() fails for want of descriptors (uvloop's libuv closes such connections
+    silently), so each sweep opens one descriptor to see.
     """
 
     def __init__(
@@ -293,7 +333,7 @@ class Sweeper:
         closed: Counter[str] = Counter()
         for link in list(self._links):
             reason = link.overdue(now, limits)
-            if reason is not None:
+            if reason is not None and not link.unread():
                 closed[reason] += 1
                 link.expire(reason)
         for reason, count in closed.items():

@@ -31,6 +31,7 @@ from shardline.transport.limits import (
     Sweeper,
     WorkerLimits,
     connection_bound,
+    unread_bytes,
 )
 from shardline.transport.log_throttle import LogThrottle
 from shardline.transport.msgpack import stream_wire, wire
@@ -595,6 +596,11 @@ class _Link(asyncio.Protocol):
                 self._transport.close()
             else:
                 self._transport.abort()
+
+    def unread(self) -> bool:
+        """Whether bytes its client sent wait in its socket, not read yet (see
+        :class:`~shardline.transport.limits.Sweeper`)."""
+        return self._transport is not None and unread_bytes(self._transport) > 0
 
     def data_received(self, data: bytes) -> None:
         now = self._heard = self._loop.time()
