@@ -23,7 +23,7 @@ __all__ = [
     "IDLE",
     "Sweeper",
     "WorkerLimits",
-    "connection_bound",
+    "connection_bounds",
     "raise_fd_limit",
     "unread_bytes",
 ]
@@ -31,10 +31,16 @@ __all__ = [
 logger = logging.getLogger("shardline.transport.limits")
 
 FD_RESERVE = 256
-"""File descriptors a worker keeps for everything but its connections (its listening socket,
-discovery, logs, the handlers' own files, and connections accepted only to be closed while
-their close is still pending): connections beyond ``soft limit - FD_RESERVE`` are refused
-as beyond ``max_connections``."""
+"""File descriptors a worker keeps for everything but its connections and its listen queue
+(its listening socket, discovery, logs, the handlers' own files): see
+:func:`connection_bounds` for how the rest of its open file limit is shared."""
+
+# The share of the descriptors left beyond FD_RESERVE the listen backlog may take at most;
+# the connections open take the rest.
+_BACKLOG_SHARE = 4
+
+# Where Linux says how far it caps every listen backlog.
+_SOMAXCONN = "/proc/sys/net/core/somaxconn"
 
 try:
     import fcntl
@@ -58,8 +64,9 @@ class WorkerLimits:
 
     - ``max_connections`` (10,000): connections open at once. One accepted beyond it is closed
       at once, counted (``MsgpackWorkerServer.refused_connections``) and logged at WARNING. The
-      bound in force is never above the file descriptor soft limit less :data:`FD_RESERVE`
-      (the worker raises its soft limit to the hard one when it starts).
+      bound in force is never above what the file descriptor soft limit leaves beyond
+      :data:`FD_RESERVE` and the listen backlog (the worker raises its soft limit to the hard
+      one when it starts; see :func:`connection_bounds`).
     - ``max_calls`` (4,096): dispatches in flight on the whole worker, over every connection
       (each connection also has ``serve_msgpack``'s ``max_in_flight``). A dispatch beyond it is
       answered ``busy`` at once, which the caller retries elsewhere as not sent.
@@ -87,7 +94,9 @@ class WorkerLimits:
       connections until it holds a tenth of a second's refill (new clients wait in the
       system's listen backlog; open connections are served as before). So a peer that dials
       and closes again and again, breaking no rule, gets about ``accept_rate`` connections a
-      second, while a thousand clients can connect at once.
+      second, while a thousand clients can connect at once: the listen backlog is
+      ``accept_burst`` deep, so they all wait in it, none for a SYN sent again (where the
+      open file limit and the system allow it, see :func:`connection_bounds`).
     - ``violation_burst`` (20) and ``violation_rate`` (5 per second): connections closed for
       breaking the protocol (a malformed message, one over a bound above, a bad hello) or for
       a failed TLS handshake, on the whole worker, as a token bucket: it holds up to
@@ -209,21 +218,71 @@ def raise_fd_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def connection_bound(configured: int) -> int:
-    """``max_connections`` as it can hold: below the file descriptor soft limit (raised first,
-    see :func:`raise_fd_limit`) by :data:`FD_RESERVE`, so idle sockets cannot take the
-    descriptors every other file, and every accept, needs. Logged at INFO when lowered."""
+def connection_bounds(limits: WorkerLimits) -> tuple[int, int]:
+    """``max_connections`` as it can hold, and the listen backlog, under the file descriptor
+    soft limit (raised first, see :func:`raise_fd_limit`): the descriptors it leaves beyond
+    :data:`FD_RESERVE` are shared between the connections open and the connections waiting in
+    the listen queue, so neither idle sockets nor a burst of dials can take the descriptors
+    every other file needs. The backlog is ``accept_burst``, at most a quarter of them, and at
+    most what the system caps every backlog to (Linux's ``net.core.somaxconn``); the
+    connections get the rest, at most ``max_connections``. Each lowered is logged at INFO.
+    With the defaults, a soft limit of 11,256 or more lowers neither; under ``ulimit -n
+    1024``, 192 wait in the backlog and 576 connections are open at most.
+
+    Implementation notes: a backlog shallower than the bursts of dials makes the kernel drop
+    the SYNs over it, and each of those clients waits out TCP's retransmission (1 s, then
+    3 s). One deeper costs descriptors: uvloop accepts the whole queue in one pass, a
+    descriptor each, and closes those over ``max_connections`` on a later turn (a
+    connection is made known to its protocol by a callback soon after its accept, not in
+    it); asyncio's own loop accepts as many as the backlog in one pass. So the worker holds
+    its open connections and its whole queue at once, and both must fit beside the
+    reserve.
+    """
+    configured, burst = limits.max_connections, limits.accept_burst
     soft = raise_fd_limit()
-    if soft is None or configured <= soft - FD_RESERVE:
-        return configured
-    bound = max(1, soft - FD_RESERVE)
+    if soft is None:
+        return configured, _system_backlog(burst)
+    room = soft - FD_RESERVE
+    fitting = max(1, min(burst, room // _BACKLOG_SHARE))
+    if fitting < burst:
+        logger.info(
+            "the listen backlog is %d, under accept_burst %d: the open file limit (%d) leaves"
+            " no more (a burst of more dials waits for TCP to send their SYNs again)",
+            fitting,
+            burst,
+            soft,
+        )
+    backlog = _system_backlog(fitting)
+    bound = max(1, min(configured, room - backlog))
+    if bound < configured:
+        logger.info(
+            "max_connections %d is over what the open file limit (%d) allows beside a listen"
+            " backlog of %d: %d connections at most",
+            configured,
+            soft,
+            backlog,
+            bound,
+        )
+    return bound, backlog
+
+
+def _system_backlog(wanted: int) -> int:
+    """``wanted``, or what the system caps every listen backlog to if that is less (logged
+    at INFO)."""
+    try:
+        with open(_SOMAXCONN) as file:
+            cap = int(file.read())
+    except (OSError, ValueError):  # not Linux
+        return wanted
+    if cap >= wanted:
+        return wanted
     logger.info(
-        "max_connections %d is over what the open file limit (%d) allows: %d connections at most",
-        configured,
-        soft,
-        bound,
+        "the system caps the listen backlog at %d (net.core.somaxconn), under %d: a burst"
+        " of more dials waits for TCP to send their SYNs again",
+        cap,
+        wanted,
     )
-    return bound
+    return cap
 
 
 def unread_bytes(transport: asyncio.BaseTransport) -> int:
