@@ -350,7 +350,6 @@ async def test_an_idle_connection_is_closed_but_not_one_with_a_call_in_flight() 
             assert opened._shared.link is not link
 
 
-
 # What each timeout's victim sends before the worker's loop blocks (read by the worker then),
 # and what it sends while it is blocked, in time: a ping, or an echo (msgid 9) whose frame
 # it finishes. Its silent twin sends the same before, and nothing after.
@@ -658,7 +657,6 @@ async def test_connections_dialled_again_and_again_pause_accepting(
         assert await established.dispatch(Task("echo", 3), timeout=WAIT) == 3
         # no accept failed on the way (a server closed under an accept logs its traceback)
         assert not [line for line in worker.lines if "Traceback" in line], worker.lines
-
 
 
 @pytest.mark.parametrize("paused", [False, True], ids=["at-start", "after-a-pause"])
