@@ -230,8 +230,8 @@ def connection_bounds(limits: WorkerLimits) -> tuple[int, int]:
     1024``, 192 wait in the backlog and 576 connections are open at most.
 
     Implementation notes: a backlog shallower than the bursts of dials makes the kernel drop
-    the SYNs over it, and each of those clients waits out TCP's retransmission (1 s, then
-    3 s). One deeper costs descriptors: uvloop accepts the whole queue in one pass, a
+    the SYNs over it, and each of those clients waits for TCP to send its SYN again (1 s
+    later, then 2 s after that). One deeper costs descriptors: uvloop accepts the whole queue in one pass, a
     descriptor each, and closes those over ``max_connections`` on a later turn (a
     connection is made known to its protocol by a callback soon after its accept, not in
     it); asyncio's own loop accepts as many as the backlog in one pass. So the worker holds
@@ -337,16 +337,17 @@ class Sweeper:
     Implementation notes: one timer for the whole server, not one per connection: a
     connection's read only stores the loop's time, and a timeout is enforced at most
     ``sweep_interval`` late. Those stamps are only as fresh as the last read, and a loop
-    held up does not read: uvloop (libuv) runs its due timers before it polls the sockets
-    again, so after a stall the sweep comes first, with every stamp as old as the stall.
-    So a connection past a timeout is asked whether its socket holds bytes received and not
-    read (:func:`unread_bytes`, one ``ioctl`` for each connection past a timeout, none for
-    the others) and, if so, is left to the next sweep, by which time the loop has read them
-    and the stamps say what they mean. What came in time is never cut; what came after a
-    timeout but before its sweep is spared too, which costs nothing the bound is for: the
-    loop reads every socket between two sweeps, so bytes wait unread at a sweep only when
-    they came during the pass just before it, and an unfinished message is bounded by
-    ``max_frame_bytes``, so a client cannot stay unread. The loop says nothing when
+    held up does not read: uvloop (libuv) runs the timers that came due during a stall
+    before it polls the sockets again (a handler's first step runs inside a read, in
+    libuv's poll phase, and the timers follow that phase), so the sweep came first, with
+    every stamp as old as the stall. So a connection past a timeout is asked whether its
+    socket holds bytes received and not read (:func:`unread_bytes`: one ``ioctl`` for each
+    connection past a timeout, none for the others) and, if so, is left to the next sweep,
+    by which time the loop has read them and its stamps are fresh. What came in time is
+    never cut; what came after a timeout but before its sweep is spared too, which gives a
+    client nothing to abuse: bytes wait unread at a sweep only when they came since the
+    loop last read, and the bytes a client goes on sending finish its message or break a
+    bound (``max_frame_bytes``, the items). The loop says nothing when
     accept() fails for want of descriptors (uvloop's libuv closes such connections
     silently), so each sweep opens one descriptor to see.
     """
