@@ -1,10 +1,11 @@
 """A worker process serving MessagePack-RPC under given limits, for the bounds tests and the
 attack benchmark.
 
-    python bounds_worker.py LIMITS_JSON [MAX_IN_FLIGHT]
+    python bounds_worker.py LIMITS_JSON [MAX_IN_FLIGHT [asyncio]]
 
 ``LIMITS_JSON`` is a JSON object of :class:`~shardline.transport.limits.WorkerLimits` fields
-(``{}`` for the defaults). Serves, on 127.0.0.1 with a free port, the demo handlers and:
+(``{}`` for the defaults); ``asyncio`` serves on asyncio's own loop, not uvloop's. Serves,
+on 127.0.0.1 with a free port, the demo handlers and:
 
 - ``big``: returns ``payload`` bytes (1,000,000 when nil) at once;
 - ``big_later``: the same after one turn of the loop (so a burst of calls all start before
@@ -113,4 +114,8 @@ if __name__ == "__main__":
         level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     given = WorkerLimits(**json.loads(sys.argv[1]))
-    run(main(given, int(sys.argv[2]) if len(sys.argv) > 2 else MAX_IN_FLIGHT))
+    serving = main(given, int(sys.argv[2]) if len(sys.argv) > 2 else MAX_IN_FLIGHT)
+    if sys.argv[3:] == ["asyncio"]:
+        asyncio.run(serving)
+    else:
+        run(serving)

@@ -231,12 +231,14 @@ def connection_bounds(limits: WorkerLimits) -> tuple[int, int]:
 
     Implementation notes: a backlog shallower than the bursts of dials makes the kernel drop
     the SYNs over it, and each of those clients waits for TCP to send its SYN again (1 s
-    later, then 2 s after that). One deeper costs descriptors: uvloop accepts the whole queue in one pass, a
-    descriptor each, and closes those over ``max_connections`` on a later turn (a
-    connection is made known to its protocol by a callback soon after its accept, not in
-    it); asyncio's own loop accepts as many as the backlog in one pass. So the worker holds
-    its open connections and its whole queue at once, and both must fit beside the
-    reserve.
+    later, then 2 s after that). One deeper can cost descriptors: asyncio's own loop accepts
+    the whole queue (up to the backlog) in one pass, a descriptor each, and makes each
+    connection known to its protocol, which refuses those over ``max_connections``, only a
+    turn later; so the worker holds its open connections and its whole queue at once, and
+    both must fit beside the reserve (a backlog of 1,000 beside 768 connections under
+    ``ulimit -n 1024`` failed accepts with EMFILE). uvloop (0.23) makes each connection
+    known as it accepts it, and a refused one's descriptor is closed before the next
+    accept, but the bound does not count on it.
     """
     configured, burst = limits.max_connections, limits.accept_burst
     soft = raise_fd_limit()
