@@ -1,15 +1,19 @@
 """A worker process serving MessagePack-RPC under given limits, for the bounds tests and the
 attack benchmark.
 
-    python bounds_worker.py LIMITS_JSON [MAX_IN_FLIGHT]
+    python bounds_worker.py LIMITS_JSON [MAX_IN_FLIGHT [asyncio]]
 
 ``LIMITS_JSON`` is a JSON object of :class:`~shardline.transport.limits.WorkerLimits` fields
-(``{}`` for the defaults). Serves, on 127.0.0.1 with a free port, the demo handlers and:
+(``{}`` for the defaults); ``asyncio`` serves on asyncio's own loop, not uvloop's. Serves,
+on 127.0.0.1 with a free port, the demo handlers and:
 
 - ``big``: returns ``payload`` bytes (1,000,000 when nil) at once;
 - ``big_later``: the same after one turn of the loop (so a burst of calls all start before
   any answers);
 - ``hold``: waits until cancelled;
+- ``block``: blocks the loop for ``payload`` seconds (``time.sleep`` in an async handler, as a
+  handler that forgot to await, or a long GC pause, would), logging ``blocking the loop`` at
+  WARNING as it starts;
 - ``hog``: opens file descriptors until the system refuses one (EMFILE), keeping them;
 - ``release``: closes those ``hog`` opened.
 
@@ -26,6 +30,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -49,6 +54,12 @@ async def big_later(payload: Any) -> bytes:
 
 async def hold(payload: Any) -> None:
     await asyncio.Event().wait()
+
+
+async def block(payload: Any) -> float:
+    logging.getLogger("bounds_worker").warning("blocking the loop for %s s", payload)
+    time.sleep(payload)
+    return float(payload)
 
 
 async def ticks(payload: Any) -> AsyncIterator[int]:
@@ -76,6 +87,7 @@ HANDLERS = {
     "big": big,
     "big_later": big_later,
     "hold": hold,
+    "block": block,
     "ticks": ticks,
     "hog": hog,
     "release": release,
@@ -102,4 +114,8 @@ if __name__ == "__main__":
         level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     given = WorkerLimits(**json.loads(sys.argv[1]))
-    run(main(given, int(sys.argv[2]) if len(sys.argv) > 2 else MAX_IN_FLIGHT))
+    serving = main(given, int(sys.argv[2]) if len(sys.argv) > 2 else MAX_IN_FLIGHT)
+    if sys.argv[3:] == ["asyncio"]:
+        asyncio.run(serving)
+    else:
+        run(serving)

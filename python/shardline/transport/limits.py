@@ -4,6 +4,7 @@ queued answers, time, items); the file descriptors it raises its own limit to; a
 
 from __future__ import annotations
 
+import array
 import asyncio
 import errno
 import logging
@@ -22,17 +23,32 @@ __all__ = [
     "IDLE",
     "Sweeper",
     "WorkerLimits",
-    "connection_bound",
+    "connection_bounds",
     "raise_fd_limit",
+    "unread_bytes",
 ]
 
 logger = logging.getLogger("shardline.transport.limits")
 
 FD_RESERVE = 256
-"""File descriptors a worker keeps for everything but its connections (its listening socket,
-discovery, logs, the handlers' own files, and connections accepted only to be closed while
-their close is still pending): connections beyond ``soft limit - FD_RESERVE`` are refused
-as beyond ``max_connections``."""
+"""File descriptors a worker keeps for everything but its connections and its listen queue
+(its listening socket, discovery, logs, the handlers' own files): see
+:func:`connection_bounds` for how the rest of its open file limit is shared."""
+
+# The share of the descriptors left beyond FD_RESERVE the listen backlog may take at most;
+# the connections open take the rest.
+_BACKLOG_SHARE = 4
+
+# Where Linux says how far it caps every listen backlog.
+_SOMAXCONN = "/proc/sys/net/core/somaxconn"
+
+try:
+    import fcntl
+    import termios
+
+    _FIONREAD: int | None = termios.FIONREAD
+except ImportError:  # Windows
+    _FIONREAD = None
 
 # Where the hard limit is unlimited, the soft one is raised this far (Linux's default
 # fs.nr_open): a soft limit cannot be unlimited.
@@ -48,8 +64,9 @@ class WorkerLimits:
 
     - ``max_connections`` (10,000): connections open at once. One accepted beyond it is closed
       at once, counted (``MsgpackWorkerServer.refused_connections``) and logged at WARNING. The
-      bound in force is never above the file descriptor soft limit less :data:`FD_RESERVE`
-      (the worker raises its soft limit to the hard one when it starts).
+      bound in force is never above what the file descriptor soft limit leaves beyond
+      :data:`FD_RESERVE` and the listen backlog (the worker raises its soft limit to the hard
+      one when it starts; see :func:`connection_bounds`).
     - ``max_calls`` (4,096): dispatches in flight on the whole worker, over every connection
       (each connection also has ``serve_msgpack``'s ``max_in_flight``). A dispatch beyond it is
       answered ``busy`` at once, which the caller retries elsewhere as not sent.
@@ -77,7 +94,9 @@ class WorkerLimits:
       connections until it holds a tenth of a second's refill (new clients wait in the
       system's listen backlog; open connections are served as before). So a peer that dials
       and closes again and again, breaking no rule, gets about ``accept_rate`` connections a
-      second, while a thousand clients can connect at once.
+      second, while a thousand clients can connect at once: the listen backlog is
+      ``accept_burst`` deep, so they all wait in it, none for a SYN sent again (where the
+      open file limit and the system allow it, see :func:`connection_bounds`).
     - ``violation_burst`` (20) and ``violation_rate`` (5 per second): connections closed for
       breaking the protocol (a malformed message, one over a bound above, a bad hello) or for
       a failed TLS handshake, on the whole worker, as a token bucket: it holds up to
@@ -199,21 +218,88 @@ def raise_fd_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def connection_bound(configured: int) -> int:
-    """``max_connections`` as it can hold: below the file descriptor soft limit (raised first,
-    see :func:`raise_fd_limit`) by :data:`FD_RESERVE`, so idle sockets cannot take the
-    descriptors every other file, and every accept, needs. Logged at INFO when lowered."""
+def connection_bounds(limits: WorkerLimits) -> tuple[int, int]:
+    """``max_connections`` as it can hold, and the listen backlog, under the file descriptor
+    soft limit (raised first, see :func:`raise_fd_limit`): the descriptors it leaves beyond
+    :data:`FD_RESERVE` are shared between the connections open and the connections waiting in
+    the listen queue, so neither idle sockets nor a burst of dials can take the descriptors
+    every other file needs. The backlog is ``accept_burst``, at most a quarter of them, and at
+    most what the system caps every backlog to (Linux's ``net.core.somaxconn``); the
+    connections get the rest, at most ``max_connections``. Each lowered is logged at INFO.
+    With the defaults, a soft limit of 11,256 or more lowers neither; under ``ulimit -n
+    1024``, 192 wait in the backlog and 576 connections are open at most.
+
+    Implementation notes: a backlog shallower than the bursts of dials makes the kernel drop
+    the SYNs over it, and each of those clients waits for TCP to send its SYN again (1 s
+    later, then 2 s after that). One deeper can cost descriptors: asyncio's own loop accepts
+    the whole queue (up to the backlog) in one pass, a descriptor each, and makes each
+    connection known to its protocol, which refuses those over ``max_connections``, only a
+    turn later; so the worker holds its open connections and its whole queue at once, and
+    both must fit beside the reserve (a backlog of 1,000 beside 768 connections under
+    ``ulimit -n 1024`` failed accepts with EMFILE). uvloop (0.23) makes each connection
+    known as it accepts it, and a refused one's descriptor is closed before the next
+    accept, but the bound does not count on it.
+    """
+    configured, burst = limits.max_connections, limits.accept_burst
     soft = raise_fd_limit()
-    if soft is None or configured <= soft - FD_RESERVE:
-        return configured
-    bound = max(1, soft - FD_RESERVE)
+    if soft is None:
+        return configured, _system_backlog(burst)
+    room = soft - FD_RESERVE
+    fitting = max(1, min(burst, room // _BACKLOG_SHARE))
+    if fitting < burst:
+        logger.info(
+            "the listen backlog is %d, under accept_burst %d: the open file limit (%d) leaves"
+            " no more (a burst of more dials waits for TCP to send their SYNs again)",
+            fitting,
+            burst,
+            soft,
+        )
+    backlog = _system_backlog(fitting)
+    bound = max(1, min(configured, room - backlog))
+    if bound < configured:
+        logger.info(
+            "max_connections %d is over what the open file limit (%d) allows beside a listen"
+            " backlog of %d: %d connections at most",
+            configured,
+            soft,
+            backlog,
+            bound,
+        )
+    return bound, backlog
+
+
+def _system_backlog(wanted: int) -> int:
+    """``wanted``, or what the system caps every listen backlog to if that is less (logged
+    at INFO)."""
+    try:
+        with open(_SOMAXCONN) as file:
+            cap = int(file.read())
+    except (OSError, ValueError):  # not Linux
+        return wanted
+    if cap >= wanted:
+        return wanted
     logger.info(
-        "max_connections %d is over what the open file limit (%d) allows: %d connections at most",
-        configured,
-        soft,
-        bound,
+        "the system caps the listen backlog at %d (net.core.somaxconn), under %d: a burst"
+        " of more dials waits for TCP to send their SYNs again",
+        cap,
+        wanted,
     )
-    return bound
+    return cap
+
+
+def unread_bytes(transport: asyncio.BaseTransport) -> int:
+    """How many bytes the socket under ``transport`` (a TLS one's too) has received and not
+    yet given to it: 0 when it has none, where it is closed, or where the platform cannot
+    tell (no ``fcntl``)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or _FIONREAD is None:
+        return 0
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), _FIONREAD, count)
+    except (OSError, ValueError):  # closed meanwhile (a fileno of -1 is a ValueError)
+        return 0
+    return count[0]
 
 
 HELLO, FRAME, IDLE = "hello", "frame", "idle"
@@ -236,6 +322,9 @@ class Swept(Protocol):
     def expire(self, reason: str) -> None:
         """Closes it for the timeout ``reason``."""
 
+    def unread(self) -> bool:
+        """Whether bytes its client sent wait in its socket, not read yet."""
+
 
 class Sweeper:
     """Keeps a worker's connections (``links``, the set the server keeps of its open ones)
@@ -243,13 +332,26 @@ class Sweeper:
     :meth:`start` to :meth:`stop`, a sweep every ``limits.sweep_interval`` closes those past a
     timeout and logs them (WARNING; INFO for idle ones), the refusals since the last sweep
     (WARNING), and a worker out of file descriptors (WARNING, then INFO once they are back).
-    ``refused`` counts the refusals.
+    ``refused`` counts the refusals. A connection is closed for a timeout only when nothing
+    its client sent waits unread: one whose bytes came while the worker's loop was held up
+    (a handler that blocks it, a long GC pause) is judged once they are read.
 
     Implementation notes: one timer for the whole server, not one per connection: a
     connection's read only stores the loop's time, and a timeout is enforced at most
-    ``sweep_interval`` late. The loop says nothing when accept() fails for want of
-    descriptors (uvloop's libuv closes such connections silently), so each sweep opens one
-    descriptor to see.
+    ``sweep_interval`` late. Those stamps are only as fresh as the last read, and a loop
+    held up does not read: uvloop (libuv) runs the timers that came due during a stall
+    before it polls the sockets again (a handler's first step runs inside a read, in
+    libuv's poll phase, and the timers follow that phase), so the sweep came first, with
+    every stamp as old as the stall. So a connection past a timeout is asked whether its
+    socket holds bytes received and not read (:func:`unread_bytes`: one ``ioctl`` for each
+    connection past a timeout, none for the others) and, if so, is left to the next sweep,
+    by which time the loop has read them and its stamps are fresh. What came in time is
+    never cut; what came after a timeout but before its sweep is spared too, which gives a
+    client nothing to abuse: bytes wait unread at a sweep only when they came since the
+    loop last read, and the bytes a client goes on sending finish its message or break a
+    bound (``max_frame_bytes``, the items). The loop says nothing when
+    accept() fails for want of descriptors (uvloop's libuv closes such connections
+    silently), so each sweep opens one descriptor to see.
     """
 
     def __init__(
@@ -293,7 +395,7 @@ class Sweeper:
         closed: Counter[str] = Counter()
         for link in list(self._links):
             reason = link.overdue(now, limits)
-            if reason is not None:
+            if reason is not None and not link.unread():
                 closed[reason] += 1
                 link.expire(reason)
         for reason, count in closed.items():

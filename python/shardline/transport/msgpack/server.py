@@ -30,7 +30,8 @@ from shardline.transport.limits import (
     IDLE,
     Sweeper,
     WorkerLimits,
-    connection_bound,
+    connection_bounds,
+    unread_bytes,
 )
 from shardline.transport.log_throttle import LogThrottle
 from shardline.transport.msgpack import stream_wire, wire
@@ -259,7 +260,7 @@ async def serve_msgpack(
             max_in_flight,
             handler_threads(threads),
             limits,
-            connection_bound(limits.max_connections),
+            *connection_bounds(limits),
             asyncio.get_running_loop(),
         )
         try:
@@ -291,7 +292,9 @@ async def _listen(
     if isinstance(where, str):
         await _clear_stale_socket(where)
         try:
-            server = await loop.create_unix_server(lambda: _Link(state), where)
+            server = await loop.create_unix_server(
+                lambda: _Link(state), where, backlog=state.backlog
+            )
         except OSError as error:
             raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
         state.gate.attach(server, None)
@@ -301,7 +304,9 @@ async def _listen(
     host, port = where
     factory = _accepting(state, context)
     try:
-        server = await loop.create_server(factory, host, port, reuse_port=False)
+        server = await loop.create_server(
+            factory, host, port, reuse_port=False, backlog=state.backlog
+        )
     except OSError as error:
         raise OSError(error.errno, f"cannot serve at {address}: {error}") from None
     if _INHERITS_KEEPALIVE:
@@ -309,7 +314,8 @@ async def _listen(
             wire.keep_alive_socket(listening)
 
     def reserve(sock: socket.socket) -> Awaitable[asyncio.Server]:
-        return loop.create_server(factory, sock=sock)
+        # (listen() again, with the backlog: the server made would give it asyncio's 100)
+        return loop.create_server(factory, sock=sock, backlog=state.backlog)
 
     state.gate.attach(server, reserve)
     bound = server.sockets[0].getsockname()[1] if port == 0 else port
@@ -464,6 +470,7 @@ class _State:
         threads: concurrent.futures.ThreadPoolExecutor,
         limits: WorkerLimits,
         max_connections: int,
+        backlog: int,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.handlers = handlers
@@ -480,6 +487,7 @@ class _State:
         self.stopping = False
         self.calls = 0  # dispatches in flight over every link
         self.sweeper = Sweeper(loop, limits, self.links, max_connections)
+        self.backlog = backlog  # the listen backlog (see connection_bounds)
         # the lines a peer can cause one of per connection, and the bound on that churn
         self.log = LogThrottle(logger, loop, limits.log_interval)
         self.gate = AcceptGate(loop, limits, self.log)
@@ -595,6 +603,11 @@ class _Link(asyncio.Protocol):
                 self._transport.close()
             else:
                 self._transport.abort()
+
+    def unread(self) -> bool:
+        """Whether bytes its client sent wait in its socket, not read yet (see
+        :class:`~shardline.transport.limits.Sweeper`)."""
+        return self._transport is not None and unread_bytes(self._transport) > 0
 
     def data_received(self, data: bytes) -> None:
         now = self._heard = self._loop.time()
