@@ -252,13 +252,7 @@ def _query_method(run: Callable[..., Awaitable[Any]], doc: str, shape: _Shape | 
             and not idle[-1].is_closed()
         ):
             connection = idle.pop()
-            pool.queries += 1
-            if key is _NO_KEY:
-                self._unkeyed += 1
-            else:
-                self._keyed += 1
-                if key.__class__ is StatementRouting:
-                    self._from_metadata += 1
+            self._count(pool, key)
             # execute without arguments takes the simple-query protocol: asyncpg's own path
             direct = _SHORTCUT and not options and (args or not status)
             started = 0
@@ -1336,7 +1330,7 @@ class Client:
         return _RAISE
 
     def _count(self, pool: InstancePool, key: Any) -> None:
-        """Counts a query the hot path sent (as it counts one it pops a connection for)."""
+        """Counts a query the hot path sends, on a pooled connection or pipelined."""
         pool.queries += 1
         if key is _NO_KEY:
             self._unkeyed += 1
