@@ -20,8 +20,10 @@ enum Fast {
 struct Pending {
     tail: Vec<u8>,
     scan: Scan,
-    /// Messages read so far (only whether it is the first matters).
+    /// Messages read so far (whether it is the first decides the fast readers).
     read: u64,
+    /// Bytes fed so far.
+    fed: u64,
     /// Taken by a read in progress; a second thread reading at once is refused.
     busy: bool,
     /// A refusal ends the stream: it has lost its framing.
@@ -39,7 +41,8 @@ struct Pending {
 /// the one raised (with `max_frame_bytes`) for a message over `max_frame_bytes`. After either,
 /// every later `feed` raises it again. A fast message whose payload or result holds more than
 /// `max_inner_items` items is handed over as the plain message instead (its payload still a
-/// bin). `unfinished` is the count of bytes held of a message not finished yet.
+/// bin). `progress` is `(fed, read, unfinished)`: the bytes fed and the messages read so far,
+/// and the bytes held of a message not finished yet.
 ///
 /// `feed(data)` returns the messages `data` completes, in order: each the decoded value (lists,
 /// dicts, str, bytes, int, float, bool, None), except, after the first message, a dispatch
@@ -207,11 +210,13 @@ impl MsgpackReader {
         })
     }
 
-    /// The bytes held of a message not finished yet (0 when the last read ended between
-    /// messages).
+    /// `(fed, read, unfinished)`: the bytes fed and the messages read so far, and the bytes
+    /// held of a message not finished yet (0 when the last read ended between messages). A
+    /// worker's timeouts compare them from one sweep to the next, so a read stamps nothing.
     #[getter]
-    fn unfinished(&self) -> usize {
-        self.pending.lock().tail.len()
+    fn progress(&self) -> (u64, u64, usize) {
+        let pending = self.pending.lock();
+        (pending.fed, pending.read, pending.tail.len())
     }
 
     fn feed<'py>(&self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
@@ -226,8 +231,9 @@ impl MsgpackReader {
                 drop(guard);
                 return Err(raise(py, Error::FedConcurrently));
             }
-            let pending = std::mem::take(&mut *guard);
+            let mut pending = std::mem::take(&mut *guard);
             guard.busy = true;
+            pending.fed += data.len() as u64;
             pending
         };
         let out = PyList::empty(py);

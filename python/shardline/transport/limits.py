@@ -188,7 +188,8 @@ class WorkerLimits:
     @property
     def sweep_interval(self) -> float:
         """How often a worker looks for connections past a timeout: a quarter of the shortest
-        one, between 50 ms and 1 s, so a timeout is enforced at most that much late."""
+        one, between 50 ms and 1 s, so a timeout is enforced at most twice that late (the hello
+        timeout at most that late), never early."""
         shortest = min(self.hello_timeout, self.idle_timeout, self.frame_timeout)
         return min(1.0, max(0.05, shortest / 4))
 
@@ -336,16 +337,17 @@ class Sweeper:
     its client sent waits unread: one whose bytes came while the worker's loop was held up
     (a handler that blocks it, a long GC pause) is judged once they are read.
 
-    Implementation notes: one timer for the whole server, not one per connection: a
-    connection's read only stores the loop's time, and a timeout is enforced at most
-    ``sweep_interval`` late. Those stamps are only as fresh as the last read, and a loop
+    Implementation notes: one timer for the whole server, not one per connection, and a
+    connection's read stamps nothing: each sweep dates what a connection received since the
+    sweep before to its own time (see ``overdue``), so a timeout is enforced at most two
+    ``sweep_interval`` late. Those dates are only as fresh as the last read, and a loop
     held up does not read: uvloop (libuv) runs the timers that came due during a stall
     before it polls the sockets again (a handler's first step runs inside a read, in
     libuv's poll phase, and the timers follow that phase), so the sweep came first, with
     every stamp as old as the stall. So a connection past a timeout is asked whether its
     socket holds bytes received and not read (:func:`unread_bytes`: one ``ioctl`` for each
     connection past a timeout, none for the others) and, if so, is left to the next sweep,
-    by which time the loop has read them and its stamps are fresh. What came in time is
+    by which time the loop has read them and its dates are fresh. What came in time is
     never cut; what came after a timeout but before its sweep is spared too, which gives a
     client nothing to abuse: bytes wait unread at a sweep only when they came since the
     loop last read, and the bytes a client goes on sending finish its message or break a

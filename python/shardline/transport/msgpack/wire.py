@@ -176,6 +176,9 @@ class FrameDecoder(MsgpackReader):
     ``(msgid, value)`` (``value`` read likewise); any other message, well-formed or not, is
     its decoded value.
 
+    ``progress`` is ``(fed, read, unfinished)``: the bytes fed and the messages read so far,
+    and the bytes held of a message not finished yet.
+
     Implementation notes: the Rust core's ``MsgpackReader`` does a read's work in one call:
     it finds each message's end (resuming an unfinished one where it stopped), refuses one
     over the limit as soon as its headers show it cannot fit (each item still due counts a
