@@ -821,7 +821,7 @@ class _Link(asyncio.Protocol):
         # would answer it.
         context = copy_context()
         loop = self._loop
-        queued = None if is_async else self._state.threads.submit(context.run, handler, argument)
+        queued = None if is_async else state.threads.submit(context.run, handler, argument)
         try:
             # (the call itself may raise, a function marked a coroutine function: even a
             # StopIteration is its error then, never its result, as inside a coroutine)
@@ -857,9 +857,9 @@ class _Link(asyncio.Protocol):
             # calls): a plain result within the limit, sent at the end of data_received,
             # which is where _dispatch runs.
             frame = wire.answer(msgid, value)
-            if frame is not None and len(frame) <= self._answer_limit:
+            if frame is not None and (size := len(frame)) <= self._answer_limit:
                 self._unsent.append(frame)
-                self._unsent_bytes += len(frame)
+                self._unsent_bytes += size
             else:
                 self._write(self._result(msgid, name, value))
             return
