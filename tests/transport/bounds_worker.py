@@ -1,11 +1,12 @@
 """A worker process serving MessagePack-RPC under given limits, for the bounds tests and the
 attack benchmark.
 
-    python bounds_worker.py LIMITS_JSON [MAX_IN_FLIGHT [asyncio]]
+    python bounds_worker.py LIMITS_JSON [MAX_IN_FLIGHT [asyncio|uvloop [CERT KEY]]]
 
 ``LIMITS_JSON`` is a JSON object of :class:`~shardline.transport.limits.WorkerLimits` fields
-(``{}`` for the defaults); ``asyncio`` serves on asyncio's own loop, not uvloop's. Serves,
-on 127.0.0.1 with a free port, the demo handlers and:
+(``{}`` for the defaults); ``asyncio`` serves on asyncio's own loop, not uvloop's; ``CERT``
+and ``KEY`` (PEM files) serve with TLS. Serves, on 127.0.0.1 with a free port, the demo
+handlers and:
 
 - ``big``: returns ``payload`` bytes (1,000,000 when nil) at once;
 - ``big_later``: the same after one turn of the loop (so a burst of calls all start before
@@ -39,6 +40,7 @@ from shardline.transport.demo_handlers import DEMO_HANDLERS
 from shardline.transport.event_loop import run
 from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack.server import MAX_IN_FLIGHT, serve_msgpack
+from shardline.transport.tls import TlsSettings
 
 _hogged: list[int] = []
 
@@ -94,7 +96,7 @@ HANDLERS = {
 }
 
 
-async def main(limits: WorkerLimits, max_in_flight: int) -> None:
+async def main(limits: WorkerLimits, max_in_flight: int, tls: TlsSettings | None) -> None:
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     server = await serve_msgpack(
@@ -103,6 +105,7 @@ async def main(limits: WorkerLimits, max_in_flight: int) -> None:
         InProcessDiscovery("bounds"),
         limits=limits,
         max_in_flight=max_in_flight,
+        tls=tls,
     )
     print(server.address, flush=True)
     await stopping.wait()
@@ -114,8 +117,9 @@ if __name__ == "__main__":
         level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     given = WorkerLimits(**json.loads(sys.argv[1]))
-    serving = main(given, int(sys.argv[2]) if len(sys.argv) > 2 else MAX_IN_FLIGHT)
-    if sys.argv[3:] == ["asyncio"]:
+    tls = TlsSettings(sys.argv[4], sys.argv[5]) if len(sys.argv) > 5 else None
+    serving = main(given, int(sys.argv[2]) if len(sys.argv) > 2 else MAX_IN_FLIGHT, tls)
+    if sys.argv[3:4] == ["asyncio"]:
         asyncio.run(serving)
     else:
         run(serving)

@@ -11,6 +11,7 @@ import contextlib
 import json
 import resource
 import socket
+import ssl
 import sys
 import uuid
 import weakref
@@ -32,7 +33,7 @@ from shardline.transport.limits import WorkerLimits
 from shardline.transport.msgpack import stream_wire, wire
 from shardline.transport.msgpack.connection import MsgpackConnection
 from shardline.transport.msgpack.server import MAX_IN_FLIGHT, serve_msgpack
-from support.certificates import make_certificates
+from support.certificates import Pair, make_certificates
 from support.transport_servers import WAIT
 from support.worker_processes import worker_process
 
@@ -101,10 +102,15 @@ class Worker:
 
 @asynccontextmanager
 async def bounded_worker(
-    limits: dict[str, Any], *, nofile: tuple[int, int] | None = None, loop: str = "uvloop"
+    limits: dict[str, Any],
+    *,
+    nofile: tuple[int, int] | None = None,
+    loop: str = "uvloop",
+    tls: Pair | None = None,
 ) -> AsyncIterator[Worker]:
     """A worker process under ``WorkerLimits(**limits)``, its open file limit set to ``nofile``
-    (soft, hard) before it starts, serving on ``loop`` (``uvloop`` or ``asyncio``)."""
+    (soft, hard) before it starts, serving on ``loop`` (``uvloop`` or ``asyncio``), with TLS
+    (this certificate and key) when ``tls`` is given."""
     WorkerLimits(**limits)  # a typo fails here, not in the child
 
     def limit_files() -> None:
@@ -117,6 +123,7 @@ async def bounded_worker(
         json.dumps(limits),
         str(MAX_IN_FLIGHT),
         loop,
+        *([tls.cert, tls.key] if tls else []),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         preexec_fn=limit_files,
@@ -409,6 +416,44 @@ async def test_what_came_while_the_loop_was_blocked_is_read_before_the_timeouts_
         assert await closed_by_worker(silent)
         await worker.logged("WARNING" if timeout != "idle" else "INFO", "closed", said, after=seen)
         close_all([blocker, victim, silent])
+
+
+async def test_a_tls_handshake_sent_while_the_loop_was_blocked_is_finished_not_cut(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # As the timeouts above: uvloop runs its timers before it reads its sockets, so after a
+    # stall start_tls's own handshake timeout cut a handshake whose first flight came in time
+    certificates = make_certificates(tmp_path_factory.mktemp("tls"))
+    trusted = ssl.create_default_context(cafile=certificates.ca)
+    async with bounded_worker({"handshake_timeout": 1.5}, tls=certificates.server) as worker:
+        victim, silent = [await raw_socket(worker, hello=False) for _ in range(2)]
+        # accepted after those two: once its handshake is done, the worker has accepted them
+        _, writer = await asyncio.open_connection(
+            worker.host, worker.port, ssl=trusted, server_hostname="localhost"
+        )
+        seen = len(worker.lines)
+        writer.write(wire.hello(1 << 30) + dispatch(3, "block", 3.0))
+        await worker.logged("blocking the loop for 3.0 s", after=seen)
+        # the victim's handshake and first call, sent while the loop is blocked
+        victim_reader, victim_writer = await asyncio.open_connection(
+            sock=victim, ssl=trusted, server_hostname="localhost"
+        )
+        victim_writer.write(wire.hello(1 << 30) + wire.ping(9))
+        decoder = wire.FrameDecoder(1 << 20)
+        answers: list[Any] = []
+        async with asyncio.timeout(WAIT):
+            while len(answers) < 2:
+                data = await victim_reader.read(1 << 16)
+                assert data, "the worker closed the connection"
+                answers.extend(decoder.feed(data))
+        assert answers[1] == [wire.RESPONSE, 9, None, None], answers
+        assert await closed_by_worker(silent)
+        await worker.logged(
+            "WARNING", "refused the TLS handshake", "handshake_timeout 1.5 s", after=seen
+        )
+        for opened in (writer, victim_writer):
+            opened.close()
+        close_all([silent])
 
 
 # --- connections and file descriptors ---------------------------------------------------

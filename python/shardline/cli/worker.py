@@ -163,8 +163,9 @@ def add_worker_command(commands: argparse._SubParsersAction[CommandParser]) -> N
         help=(
             "msgpack only, repeatable: a bound the worker keeps whatever its clients send, one"
             " of WorkerLimits' fields (max_connections, max_calls, max_queued_bytes,"
-            " hello_timeout, idle_timeout, frame_timeout, max_message_items,"
-            " max_payload_items, violation_burst, violation_rate, log_interval), e.g."
+            " hello_timeout, idle_timeout, frame_timeout, handshake_timeout,"
+            " max_message_items, max_payload_items, accept_burst, accept_rate,"
+            " violation_burst, violation_rate, log_interval), e.g."
             " --limit max_calls=2048 (default: docs/msgpack-rpc.md)"
         ),
     )

@@ -81,6 +81,10 @@ class WorkerLimits:
       this long is closed (its client dials again at its next call).
     - ``frame_timeout`` (30 s): a message must be received whole within this long of its first
       byte, or its connection is closed (4 MiB in 30 s is about 1.1 Mbit/s).
+    - ``handshake_timeout`` (10 s): a worker served with TLS drops a client whose handshake
+      has not finished this long after the accept (logged at WARNING, a violation). A
+      handshake whose bytes came in time is never cut for a stall of the worker's loop
+      (see :class:`~shardline.transport.msgpack.tls_accept.TlsAccept`).
     - ``max_message_items`` (4,096): items (each value, container and map key counts one) in one
       message, outside the payload it carries; beyond them the connection is closed.
       A MessagePack-RPC message of this protocol holds about ten.
@@ -127,6 +131,7 @@ class WorkerLimits:
     hello_timeout: float = 10.0
     idle_timeout: float = 300.0
     frame_timeout: float = 30.0
+    handshake_timeout: float = 10.0
     max_message_items: int = 4096
     max_payload_items: int = 1 << 20
     accept_burst: int = 1000

@@ -18,12 +18,9 @@ from shardline.errors import InvalidArgumentType
 if TYPE_CHECKING:
     import grpc
 
-__all__ = ["HANDSHAKE_TIMEOUT", "TlsSettings", "check_plaintext"]
+__all__ = ["TlsSettings", "check_plaintext"]
 
 logger = logging.getLogger("shardline.transport.tls")
-
-HANDSHAKE_TIMEOUT = 10.0
-"""Seconds a worker gives a client to finish its TLS handshake before it drops the socket."""
 
 # Bytes of one SSL read buffer (uvloop's and asyncio's SSL_READ_MAX_SIZE), rounded up.
 _READ_BUFFER = 320 * 1024

@@ -200,13 +200,12 @@ async def serve_msgpack(
     ``tls`` (a :class:`~shardline.transport.tls.TlsSettings` with ``cert`` and ``key``)
     serves TCP with TLS, published as ``msgpack+tls://host:port`` (``msgpack+tls://`` is also
     taken as ``address``); its ``ca`` requires client certificates signed by it (mutual
-    TLS). A client whose handshake fails or takes over
-    :data:`~shardline.transport.tls.HANDSHAKE_TIMEOUT` seconds is dropped before it can send
-    anything, logged at WARNING with its address and why (throttled, see ``limits``), and
-    counted as a violation. Without ``tls``, a TCP address that is not loopback
-    (``127.0.0.1``, ``::1``, ``localhost``) is refused with ``ValueError`` unless ``insecure``
-    is true: anyone who can reach it could run every handler. A Unix socket is always
-    plaintext (``tls`` with one is a ``ValueError``).
+    TLS). A client whose handshake fails or takes over ``limits.handshake_timeout`` seconds
+    is dropped before it can send anything, logged at WARNING with its address and why
+    (throttled, see ``limits``), and counted as a violation. Without ``tls``, a TCP address
+    that is not loopback (``127.0.0.1``, ``::1``, ``localhost``) is refused with
+    ``ValueError`` unless ``insecure`` is true: anyone who can reach it could run every
+    handler. A Unix socket is always plaintext (``tls`` with one is a ``ValueError``).
 
     Frames over ``max_frame_bytes`` are refused: a peer sending one is disconnected (logged
     as an error; other connections are served on), a result that would make one is answered
@@ -348,7 +347,9 @@ def _accepting(state: _State, context: ssl.SSLContext | None) -> Callable[[], as
 
     def secured() -> asyncio.Protocol:
         gate.accepted()
-        return TlsAccept(context, lambda: _Link(state), refused, state.handshakes)
+        return TlsAccept(
+            context, lambda: _Link(state), refused, state.handshakes, state.limits.handshake_timeout
+        )
 
     return secured
 

@@ -9,19 +9,24 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from shardline.transport.eager import start_eagerly
-from shardline.transport.tls import HANDSHAKE_TIMEOUT
+from shardline.transport.limits import unread_bytes
 
 __all__ = ["TlsAccept"]
+
+# start_tls's own timeout: a backstop only, as it cannot look at the socket (see TlsAccept).
+_BACKSTOP = 3600.0
 
 
 class TlsAccept(asyncio.Protocol):
     """The protocol a TLS worker's server makes for each connection it accepts: runs the
-    server side of the TLS handshake (``context``, at most :data:`HANDSHAKE_TIMEOUT`
-    seconds), then gives the TLS transport to a protocol of ``make()``, as if that protocol's
-    server had been made with ``ssl=context``. A handshake that fails, or does not finish in
-    time, closes the connection and calls ``refused(peer, error)``, ``peer`` the socket's
-    peer address (``peername``), ``error`` the exception the handshake raised.
-    ``handshakes`` holds the handshakes under way (a worker that stops cancels them).
+    server side of the TLS handshake (``context``, at most ``timeout`` seconds), then gives
+    the TLS transport to a protocol of ``make()``, as if that protocol's server had been made
+    with ``ssl=context``. A handshake that fails, or does not finish in time, closes the
+    connection and calls ``refused(peer, error)``, ``peer`` the socket's peer address
+    (``peername``), ``error`` the exception the handshake raised (a ``TimeoutError`` for
+    one out of time). ``handshakes`` holds the handshakes under way (a worker that stops
+    cancels them). A handshake whose bytes came in time is not cut because the worker's
+    loop was held up (a handler that blocks it, a long GC pause) past its timeout.
 
     Implementation notes: the handshake is ``loop.start_tls`` on the plain transport, whose
     failure the caller sees; a server made with ``ssl=`` only logs it in debug mode. It is
@@ -30,6 +35,14 @@ class TlsAccept(asyncio.Protocol):
     it paused, and what a protocol that is not yet the TLS one read would be lost. What the TLS
     transport delivers between the handshake's end and the protocol of ``make()`` taking
     it (a first request sent with the handshake's last flight) is kept and handed over.
+    The timeout is a timer of its own, not start_tls's: after a stall, uvloop runs the timers
+    that came due before it reads the sockets again, so start_tls's would cut a handshake
+    whose next flight waits unread. This one, when due, first asks whether the socket holds
+    bytes received and not read (:func:`~shardline.transport.limits.unread_bytes`), as the
+    worker's :class:`~shardline.transport.limits.Sweeper` does for its timeouts, and if so
+    gives the handshake its time again: a handshake takes several flights, and those after
+    the stall need their round trips. Bytes wait unread when the timer comes only if they
+    came since the loop last read, so a client cannot count on it to stay longer.
     """
 
     def __init__(
@@ -38,11 +51,15 @@ class TlsAccept(asyncio.Protocol):
         make: Callable[[], asyncio.Protocol],
         refused: Callable[[Any, BaseException], None],
         handshakes: set[asyncio.Task[None]],
+        timeout: float,
     ) -> None:
         self._context = context
         self._make = make
         self._refused = refused
         self._handshakes = handshakes
+        self._timeout = timeout
+        self._timer: asyncio.TimerHandle | None = None
+        self._late = False  # the timeout ended the handshake
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         plain = cast(asyncio.Transport, transport)
@@ -53,20 +70,29 @@ class TlsAccept(asyncio.Protocol):
 
     async def _handshake(self, plain: asyncio.Transport) -> None:
         early = _Early()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._timeout, self._judge, plain)
+        secured = None
+        failure: Exception | None = None
         try:
-            secured = await asyncio.get_running_loop().start_tls(
-                plain,
-                early,
-                self._context,
-                server_side=True,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+            secured = await loop.start_tls(
+                plain, early, self._context, server_side=True, ssl_handshake_timeout=_BACKSTOP
             )
         except asyncio.CancelledError:
             plain.abort()
             raise
         except Exception as error:
+            failure = error
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+        if self._late:  # (start_tls may raise, or return None, for the socket aborted)
+            failure = TimeoutError(
+                f"the handshake did not finish within handshake_timeout {self._timeout:g} s"
+            )
+        if failure is not None:
             plain.abort()
-            self._refused(plain.get_extra_info("peername"), error)
+            self._refused(plain.get_extra_info("peername"), failure)
             return
         if secured is None or early.lost:
             return  # (the peer left as the handshake ended)
@@ -74,6 +100,15 @@ class TlsAccept(asyncio.Protocol):
         secured.set_protocol(protocol)
         protocol.connection_made(secured)
         early.hand_over(protocol)
+
+    def _judge(self, plain: asyncio.Transport) -> None:
+        """The handshake is due: ended now (its socket aborted, which fails start_tls),
+        unless bytes its client sent wait unread, when it is given its time again."""
+        if unread_bytes(plain) > 0:
+            self._timer = asyncio.get_running_loop().call_later(self._timeout, self._judge, plain)
+        else:
+            self._late = True
+            plain.abort()
 
 
 class _Early(asyncio.Protocol):
