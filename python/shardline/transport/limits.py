@@ -349,7 +349,7 @@ class Sweeper:
     held up does not read: uvloop (libuv) runs the timers that came due during a stall
     before it polls the sockets again (a handler's first step runs inside a read, in
     libuv's poll phase, and the timers follow that phase), so the sweep came first, with
-    every stamp as old as the stall. So a connection past a timeout is asked whether its
+    every date as old as the stall. So a connection past a timeout is asked whether its
     socket holds bytes received and not read (:func:`unread_bytes`: one ``ioctl`` for each
     connection past a timeout, none for the others) and, if so, is left to the next sweep,
     by which time the loop has read them and its dates are fresh. What came in time is
