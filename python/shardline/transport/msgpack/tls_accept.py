@@ -15,6 +15,9 @@ __all__ = ["TlsAccept"]
 
 # start_tls's own timeout: a backstop only, as it cannot look at the socket (see TlsAccept).
 _BACKSTOP = 3600.0
+# A handshake's timer that comes later than this share of its timeout says the worker's loop
+# was held up: the time it came late is given back to the handshake.
+_STALL_SHARE = 0.1
 
 
 class TlsAccept(asyncio.Protocol):
@@ -35,14 +38,16 @@ class TlsAccept(asyncio.Protocol):
     it paused, and what a protocol that is not yet the TLS one read would be lost. What the TLS
     transport delivers between the handshake's end and the protocol of ``make()`` taking
     it (a first request sent with the handshake's last flight) is kept and handed over.
-    The timeout is a timer of its own, not start_tls's: after a stall, uvloop runs the timers
-    that came due before it reads the sockets again, so start_tls's would cut a handshake
-    whose next flight waits unread. This one, when due, first asks whether the socket holds
-    bytes received and not read (:func:`~shardline.transport.limits.unread_bytes`), as the
-    worker's :class:`~shardline.transport.limits.Sweeper` does for its timeouts, and if so
-    gives the handshake its time again: a handshake takes several flights, and those after
-    the stall need their round trips. Bytes wait unread when the timer comes only if they
-    came since the loop last read, so a client cannot count on it to stay longer.
+    The timeout is a timer of its own, not start_tls's, which cut handshakes whose client
+    was on time after the worker's loop was held up: uvloop runs the timers that came due
+    before it reads the sockets again, or reads a flight just before them (when the loop was
+    held up by a callback rather than by a read), leaving the next one a round trip away.
+    So when this timer comes, a handshake whose socket holds bytes received and not read
+    (:func:`~shardline.transport.limits.unread_bytes`, as the worker's
+    :class:`~shardline.transport.limits.Sweeper` asks) is given its time again, and one whose
+    timer came more than a tenth of its timeout late is given back the time it came late;
+    only then is a handshake cut. Neither is the client's to cause: bytes wait unread only if
+    they came since the loop last read, and the loop is held up by the worker.
     """
 
     def __init__(
@@ -59,6 +64,7 @@ class TlsAccept(asyncio.Protocol):
         self._handshakes = handshakes
         self._timeout = timeout
         self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0  # when the timer is due (the loop's time)
         self._late = False  # the timeout ended the handshake
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,7 +77,7 @@ class TlsAccept(asyncio.Protocol):
     async def _handshake(self, plain: asyncio.Transport) -> None:
         early = _Early()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._timeout, self._judge, plain)
+        self._arm(loop, self._timeout, plain)
         secured = None
         failure: Exception | None = None
         try:
@@ -101,11 +107,21 @@ class TlsAccept(asyncio.Protocol):
         protocol.connection_made(secured)
         early.hand_over(protocol)
 
+    def _arm(
+        self, loop: asyncio.AbstractEventLoop, seconds: float, plain: asyncio.Transport
+    ) -> None:
+        self._due = loop.time() + seconds
+        self._timer = loop.call_at(self._due, self._judge, plain)
+
     def _judge(self, plain: asyncio.Transport) -> None:
         """The handshake is due: ended now (its socket aborted, which fails start_tls),
-        unless bytes its client sent wait unread, when it is given its time again."""
+        unless bytes its client sent wait unread or the loop was held up (see the class)."""
+        loop = asyncio.get_running_loop()
+        held_up = loop.time() - self._due
         if unread_bytes(plain) > 0:
-            self._timer = asyncio.get_running_loop().call_later(self._timeout, self._judge, plain)
+            self._arm(loop, self._timeout, plain)
+        elif held_up > _STALL_SHARE * self._timeout:
+            self._arm(loop, held_up, plain)
         else:
             self._late = True
             plain.abort()
