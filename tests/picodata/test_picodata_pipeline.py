@@ -151,10 +151,20 @@ async def test_a_lost_connection_fails_every_query_in_flight_once(pg: PgServer) 
         assert not pipeline.sent
         assert db.stats().retries == 0
         await until(lambda: db.stats().polls > polls, "the poll the failure asked for")
-        # not sent again; the next query goes pooled, and opens a new pipeline
+        # not sent again; the drop was a failure, so the instance is watched: its queries go
+        # pooled (reported) until its success rate is back above 0.999, then one opens a
+        # new pipeline
+        pool = db._pools[_uuid("r2_1")]
+        assert pool.watched
         d = keys_of(c, "r2_1", 3)[2]
         assert await db.execute(INSERT, d, key=d) == "INSERT 0 1"
-        await until(lambda: db._pools[_uuid("r2_1")].pipeline is not pipeline, "a new pipeline")
+        for _ in range(100):
+            if not pool.watched:
+                break
+            await db.execute("SELECT $1::bigint", d, key=d)
+        assert not pool.watched
+        await db.execute("SELECT $1::bigint", d, key=d)
+        await until(lambda: pool.pipeline not in (None, pipeline), "a new pipeline")
         assert c.forwarders["r2_1"].accepted >= accepted + 1
         ids = [row["id"] for row in await db.fetch("SELECT id FROM landed ORDER BY id")]
         # b was sent before the drop: the server may have read and run it when the lock went
@@ -320,6 +330,26 @@ async def test_a_server_not_reading_the_pipeline_sends_new_queries_pooled(pg: Pg
         assert await db.execute(size, "z", key=key) == "SELECT 1"
         assert pipeline.queries == sent + 1
         assert not pipeline.closed
+
+
+async def test_a_dropped_pipeline_is_one_failure_of_the_instance(pg: PgServer) -> None:
+    async with cluster(pg) as c, connect(c.url, tier="default", pipeline=True) as db:
+        pipeline = await pipelined(db, c, "r2_1")
+        keys = keys_of(c, "r2_1", 6)
+        await db.execute(INSERT, keys[0], key=keys[0])  # prepared
+        lock, waiting = await held(db, c, keys[0])
+        behind = [asyncio.ensure_future(db.execute(INSERT, k, key=k)) for k in keys]
+        await until(lambda: len(pipeline.sent) == 1 + len(keys), "all sent")
+        c.forwarders["r2_1"].drop()
+        for query in (waiting, *behind):
+            with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+                await query
+        await lock.close()
+        health = db._health.health(db._pools[_uuid("r2_1")].uid)
+        assert health is not None
+        assert health.consecutive_failures == 1  # 7 queries failed, one connection broke
+        assert health.state == "healthy"
+        assert db.stats().ejections == 0
 
 
 ROW = st.tuples(

@@ -490,7 +490,8 @@ class Client:
       alone. The rules above hold for each query: a server's error is raised as asyncpg's
       exception (a stale statement or ``forward=off`` refusal is sent once more, pooled); a
       query sent when the connection breaks raises ``asyncpg.ConnectionDoesNotExistError``
-      and is never sent again (it may have run); at the deadline the connection is closed, and
+      and is never sent again (it may have run), and the broken connection is one failure of
+      the instance however many queries it held; at the deadline the connection is closed, and
       the queries sent in the same sweep interval as the oldest raise
       :class:`~shardline.errors.DeadlineExceeded`, those sent later the connection error. A
       caller cancelled after sending leaves its query to run; the connection stays. What the
@@ -1321,19 +1322,22 @@ class Client:
         connection (the server answered and ran nothing: a stale statement, a ``forward=off``
         refusal, a cached statement whose result type changed), or ``_RAISE`` to raise it.
         Raises :class:`DeadlineExceeded` in its place if it passed its deadline. Reports a
-        lost connection to the health registry, as :meth:`_failed` does."""
+        dropped connection to the health registry as :meth:`_failed` does, once for all the
+        queries it failed: one broken connection is one failure of the instance."""
         if isinstance(error, CACHE_ERRORS):
             pipeline.forget_statements()
             return key
+        if isinstance(error, asyncpg.ConnectionDoesNotExistError):  # a PostgresError too
+            if pipeline.claim_drop():
+                self._finish(pool, 0, _FAILURE)
+                self._source.trigger()
+            return _RAISE
         if isinstance(error, asyncpg.PostgresError):
             return self._resend(error, pipeline.forget_statements, key, query)
         if isinstance(error, TimeoutError):
             write = key is not _NO_KEY
             raise self._deadline_exceeded(pool, 0, write, None) from error
-        if not isinstance(error, asyncio.CancelledError):
-            self._finish(pool, 0, _FAILURE)
-            self._source.trigger()
-        return _RAISE
+        return _RAISE  # cancelled
 
     def _count(self, pool: InstancePool, key: Any) -> None:
         """Counts a query the hot path sends, on a pooled connection or pipelined."""

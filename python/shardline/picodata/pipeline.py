@@ -228,7 +228,8 @@ class _Wire(asyncio.Protocol):
         self._pipeline.paused = False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._pipeline.lost(exc)
+        # lost before the pipeline closed it itself (deadline, session state): dropped
+        self._pipeline.lost(exc, dropped=not self._pipeline.closed)
 
 
 class Pipeline:
@@ -273,6 +274,7 @@ class Pipeline:
         """True while the transport has paused writing: nothing new is sent (read-only)."""
         self.refused = 0
         """Queries not pipelined because the pipeline was full or paused."""
+        self._drop_unreported = False
         self._transport.set_protocol(_Wire(self))
         self._transport.resume_reading()
 
@@ -318,7 +320,7 @@ class Pipeline:
                     TimeoutError(f"pipelined query {query.query!r} passed its deadline")
                 )
         self._connection.terminate()
-        self.lost(None)
+        self.lost(None, dropped=False)
         return True
 
     def forget_statements(self) -> None:
@@ -410,12 +412,22 @@ class Pipeline:
                 query.query,
             )
             self._connection.terminate()
-            self.lost(None)
+            self.lost(None, dropped=False)
         if not self.sent and self._drained is not None:
             self._drained.set()
 
-    def lost(self, exc: Exception | None) -> None:
-        """The connection is gone: every query sent and unanswered fails."""
+    def claim_drop(self) -> bool:
+        """True once, at the first call after the connection was dropped (lost, not closed
+        by the pipeline itself): the caller reports that one failure of the instance, however
+        many queries it failed."""
+        claimed, self._drop_unreported = self._drop_unreported, False
+        return claimed
+
+    def lost(self, exc: Exception | None, *, dropped: bool) -> None:
+        """The connection is gone (``dropped``: not closed by the pipeline itself): every
+        query sent and unanswered fails."""
+        if dropped:
+            self._drop_unreported = True
         self.closed = True
         sent, self.sent = self.sent, collections.deque()
         for query in sent:
