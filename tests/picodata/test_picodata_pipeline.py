@@ -6,6 +6,9 @@ connections)."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import os
+import signal
 from typing import Any
 
 import asyncpg
@@ -57,7 +60,11 @@ async def held(db: Client, c: Cluster, key: int) -> tuple[asyncpg.Connection, as
 async def test_one_write_carries_the_callers_queries_in_order_each_on_its_master(
     pg: PgServer,
 ) -> None:
-    async with cluster(pg) as c, connect(c.url, tier="default", pipeline=True) as db:
+    # pipelines as long as the callers (the pool's size), so that every query is pipelined
+    async with (
+        cluster(pg) as c,
+        connect(c.url, tier="default", pipeline=True, pool_size=64) as db,
+    ):
         pipelines = [await pipelined(db, c, master) for master in ("r1_1", "r2_1")]
         await db.execute("CREATE TABLE queue (n bigserial, id bigint)")  # no args: pooled
         keys = list(range(40))
@@ -144,10 +151,20 @@ async def test_a_lost_connection_fails_every_query_in_flight_once(pg: PgServer) 
         assert not pipeline.sent
         assert db.stats().retries == 0
         await until(lambda: db.stats().polls > polls, "the poll the failure asked for")
-        # not sent again; the next query goes pooled, and opens a new pipeline
+        # not sent again; the drop was a failure, so the instance is watched: its queries go
+        # pooled (reported) until its success rate is back above 0.999, then one opens a
+        # new pipeline
+        pool = db._pools[_uuid("r2_1")]
+        assert pool.watched
         d = keys_of(c, "r2_1", 3)[2]
         assert await db.execute(INSERT, d, key=d) == "INSERT 0 1"
-        await until(lambda: db._pools[_uuid("r2_1")].pipeline is not pipeline, "a new pipeline")
+        for _ in range(100):
+            if not pool.watched:
+                break
+            await db.execute("SELECT $1::bigint", d, key=d)
+        assert not pool.watched
+        await db.execute("SELECT $1::bigint", d, key=d)
+        await until(lambda: pool.pipeline not in (None, pipeline), "a new pipeline")
         assert c.forwarders["r2_1"].accepted >= accepted + 1
         ids = [row["id"] for row in await db.fetch("SELECT id FROM landed ORDER BY id")]
         # b was sent before the drop: the server may have read and run it when the lock went
@@ -250,6 +267,91 @@ async def test_a_statement_the_server_refused_to_prepare_is_prepared_again_later
         assert pipeline.queries == sent + 1
 
 
+class Highest(collections.deque):  # type: ignore[type-arg]
+    """The pipeline's ``sent``, remembering the most queries it held at once."""
+
+    most = 0
+
+    def append(self, query: Any) -> None:
+        super().append(query)
+        self.most = max(self.most, len(self))
+
+
+async def test_callers_beyond_the_cap_go_pooled_each_answered_the_pipeline_never_over_it(
+    pg: PgServer,
+) -> None:
+    async with (
+        cluster(pg) as c,
+        connect(c.url, tier="default", pipeline=True, pool_size=4) as db,
+    ):
+        pipeline = await pipelined(db, c, "r1_1")
+        assert pipeline.limit == 4  # the pool's size
+        (key,) = keys_of(c, "r1_1", 1)
+        rows = "SELECT generate_series(1, $1::int)"  # answered "SELECT n": each caller its own
+        assert await db.execute(rows, 1, key=key) == "SELECT 1"  # prepared
+        pipeline.sent = Highest(pipeline.sent)
+        sent, pooled = pipeline.queries, db._pools[_uuid("r1_1")].queries
+        callers = 2000
+        statuses = await asyncio.gather(
+            *(db.execute(rows, n % 97 + 1, key=key) for n in range(callers))
+        )
+        assert statuses == [f"SELECT {n % 97 + 1}" for n in range(callers)]
+        assert pipeline.sent.most == pipeline.limit  # full, never over
+        piped = pipeline.queries - sent
+        assert 0 < piped < callers
+        assert pipeline.refused == callers - piped  # the rest went pooled, none lost
+        assert db._pools[_uuid("r1_1")].queries - pooled == callers
+        assert not pipeline.closed
+
+
+async def test_a_server_not_reading_the_pipeline_sends_new_queries_pooled(pg: PgServer) -> None:
+    async with cluster(pg) as c, connect(c.url, tier="default", pipeline=True) as db:
+        pipeline = await pipelined(db, c, "r1_1")
+        backend = pipeline._connection.get_server_pid()  # the pipeline's server process
+        (key,) = keys_of(c, "r1_1", 1)
+        size = "SELECT length($1::text)"
+        assert await db.execute(size, "x", key=key) == "SELECT 1"  # prepared
+        os.kill(backend, signal.SIGSTOP)
+        try:
+            # more than the sockets between it and the stopped backend hold (about 12 MiB
+            # measured on loopback through the forwarder): the rest waits in the transport
+            big = asyncio.ensure_future(db.execute(size, "x" * (32 << 20), key=key))
+            await until(lambda: pipeline.paused, "the transport paused writing")
+            assert len(pipeline.sent) == 1 < pipeline.limit  # paused, not full
+            sent, refused = pipeline.queries, pipeline.refused
+            for n in range(3):  # answered pooled, by the other backends, meanwhile
+                assert await asyncio.wait_for(db.execute(size, "y" * n, key=key), 10) == "SELECT 1"
+            assert (pipeline.queries, pipeline.refused) == (sent, refused + 3)
+            assert not big.done()
+        finally:
+            os.kill(backend, signal.SIGCONT)
+        assert await big == "SELECT 1"  # written whole once the backend read again
+        await until(lambda: not pipeline.paused, "the transport writing again")
+        assert await db.execute(size, "z", key=key) == "SELECT 1"
+        assert pipeline.queries == sent + 1
+        assert not pipeline.closed
+
+
+async def test_a_dropped_pipeline_is_one_failure_of_the_instance(pg: PgServer) -> None:
+    async with cluster(pg) as c, connect(c.url, tier="default", pipeline=True) as db:
+        pipeline = await pipelined(db, c, "r2_1")
+        keys = keys_of(c, "r2_1", 6)
+        await db.execute(INSERT, keys[0], key=keys[0])  # prepared
+        lock, waiting = await held(db, c, keys[0])
+        behind = [asyncio.ensure_future(db.execute(INSERT, k, key=k)) for k in keys]
+        await until(lambda: len(pipeline.sent) == 1 + len(keys), "all sent")
+        c.forwarders["r2_1"].drop()
+        for query in (waiting, *behind):
+            with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+                await query
+        await lock.close()
+        health = db._health.health(db._pools[_uuid("r2_1")].uid)
+        assert health is not None
+        assert health.consecutive_failures == 1  # 7 queries failed, one connection broke
+        assert health.state == "healthy"
+        assert db.stats().ejections == 0
+
+
 ROW = st.tuples(
     st.none() | st.integers(-(2**63), 2**63 - 1),
     st.none() | st.integers(-(2**31), 2**31 - 1),
@@ -318,6 +420,8 @@ def test_pipelined_values_are_stored_as_asyncpg_stores_them(pg: PgServer) -> Non
 async def test_no_pipeline_but_in_utf8_and_none_for_a_bad_argument(pg: PgServer) -> None:
     with pytest.raises(InvalidArgumentType, match="pipeline must be a bool, got 'yes'"):
         connect("postgresql://u@127.0.0.1/db", pipeline="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="limit must be a positive int, got 0"):
+        Pipeline(None, 0)
     latin1 = {"server_settings": {"client_encoding": "LATIN1"}}
     async with (
         cluster(pg) as c,

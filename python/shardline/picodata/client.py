@@ -389,8 +389,10 @@ def connect(
         pipeline: whether ``execute(query, *args)`` on the hot path shares one connection per
             instance with the other callers' and is sent without waiting for their answers
             (PostgreSQL's pipelining: each query still its own implicit transaction, an
-            error in one touching no other; see the class). Not over TLS, nor with a
-            ``client_encoding`` other than UTF8.
+            error in one touching no other; see the class). At most ``pool_size`` queries
+            per instance wait on it, and none is added while the server is not reading it:
+            the others go pooled. Not over TLS, nor with a ``client_encoding`` other than
+            UTF8.
 
     Raises ``ValueError`` naming the argument for an invalid one (an
     :class:`~shardline.errors.InvalidArgumentType`, also a ``TypeError``, for one of the
@@ -480,20 +482,24 @@ class Client:
       goes on the instance's one pipelined connection (opened in the background at the first
       such query, which goes pooled meanwhile), shared with the other callers' and sent
       without waiting for their answers; the queries of one turn of the event loop leave in
-      one write. Each is its own implicit transaction, as on a pooled connection: a server
-      error fails that query alone. The rules above hold for each query: a server's error
-      is raised as asyncpg's exception (a stale statement or ``forward=off`` refusal is sent
-      once more, pooled); a query sent when the connection breaks raises
-      ``asyncpg.ConnectionDoesNotExistError`` and is never sent again (it may have run); at
-      the deadline the connection is closed, and the queries sent in the same sweep
-      interval as the oldest raise :class:`~shardline.errors.DeadlineExceeded`, those sent
-      later the connection error. A caller cancelled after sending leaves its query to run;
-      the connection stays. What the pipeline cannot encode exactly as asyncpg's default
-      codecs would (parameter types other than ``bool``, ``bytea``, ``int2/4/8``, ``text``,
-      ``varchar``, ``float8``; values of other classes, subclasses included) goes pooled.
-      Session state set through the pipelined connection (``set_config`` in a query with
-      arguments) stays there, as it would on a pooled one. Notices of pipelined queries are
-      not read.
+      one write. It holds at most ``pool_size`` queries sent and unanswered, and takes none
+      while the server is not reading the connection (its socket full); a query that finds
+      it so goes pooled, as without pipelining (bounded by ``pool_size`` and
+      ``acquire_timeout``), so no crowd of callers piles up on one connection. Each is its
+      own implicit transaction, as on a pooled connection: a server error fails that query
+      alone. The rules above hold for each query: a server's error is raised as asyncpg's
+      exception (a stale statement or ``forward=off`` refusal is sent once more, pooled); a
+      query sent when the connection breaks raises ``asyncpg.ConnectionDoesNotExistError``
+      and is never sent again (it may have run), and the broken connection is one failure of
+      the instance however many queries it held; at the deadline the connection is closed, and
+      the queries sent in the same sweep interval as the oldest raise
+      :class:`~shardline.errors.DeadlineExceeded`, those sent later the connection error. A
+      caller cancelled after sending leaves its query to run; the connection stays. What the
+      pipeline cannot encode exactly as asyncpg's default codecs would (parameter types other
+      than ``bool``, ``bytea``, ``int2/4/8``, ``text``, ``varchar``, ``float8``; values of
+      other classes, subclasses included) goes pooled. Session state set through the pipelined
+      connection (``set_config`` in a query with arguments) stays there, as it would on a
+      pooled one. Notices of pipelined queries are not read.
 
     A client works on the event loop it was started on. :meth:`close` (or leaving ``async
     with``) waits for the queries in flight, then closes every connection.
@@ -542,11 +548,12 @@ class Client:
         Pipelining is :class:`~shardline.picodata.pipeline.Pipeline`'s, one per instance in
         ``InstancePool.pipeline`` (outside the pool's ``size``); the hot path awaits its
         ``execute`` before looking for an idle connection, and a query it returns
-        ``NOT_PIPELINED`` for goes on as without it. Its deadline is the sweeper's:
-        ``Pipeline.expire`` closes the connection when its oldest query is as old as a lent
-        connection's would be. On the stand-in cluster it halves the server's CPU per keyed
-        INSERT at 16 in flight (benches/RESULTS.md, issue 27's pipelining section): the
-        backend reads a batch in one wake-up.
+        ``NOT_PIPELINED`` for (full at ``size`` unanswered, or its transport paused) goes on
+        as without it. Its deadline is the sweeper's: ``Pipeline.expire`` closes the
+        connection when its oldest query is as old as a lent connection's would be. On the
+        stand-in cluster it halves the server's CPU per keyed INSERT at 16 in flight
+        (benches/RESULTS.md, issue 27's pipelining section): the backend reads a batch in one
+        wake-up.
     """
 
     def __init__(
@@ -1315,19 +1322,22 @@ class Client:
         connection (the server answered and ran nothing: a stale statement, a ``forward=off``
         refusal, a cached statement whose result type changed), or ``_RAISE`` to raise it.
         Raises :class:`DeadlineExceeded` in its place if it passed its deadline. Reports a
-        lost connection to the health registry, as :meth:`_failed` does."""
+        dropped connection to the health registry as :meth:`_failed` does, once for all the
+        queries it failed: one broken connection is one failure of the instance."""
         if isinstance(error, CACHE_ERRORS):
             pipeline.forget_statements()
             return key
+        if isinstance(error, asyncpg.ConnectionDoesNotExistError):  # a PostgresError too
+            if pipeline.claim_drop():
+                self._finish(pool, 0, _FAILURE)
+                self._source.trigger()
+            return _RAISE
         if isinstance(error, asyncpg.PostgresError):
             return self._resend(error, pipeline.forget_statements, key, query)
         if isinstance(error, TimeoutError):
             write = key is not _NO_KEY
             raise self._deadline_exceeded(pool, 0, write, None) from error
-        if not isinstance(error, asyncio.CancelledError):
-            self._finish(pool, 0, _FAILURE)
-            self._source.trigger()
-        return _RAISE
+        return _RAISE  # cancelled
 
     def _count(self, pool: InstancePool, key: Any) -> None:
         """Counts a query the hot path sends, on a pooled connection or pipelined."""

@@ -240,7 +240,8 @@ class InstancePool:
         """Opens ``pipeline`` (or a new one for a closed one) in the background, unless
         one is opening, the pool is closing or in its backoff, or the last attempt failed less
         than ``BACKOFF_MAX`` ago. The connection is not one of the ``size``: it is opened
-        once, and carries the queries of any number of callers."""
+        once, and carries the queries of many callers, at most ``size`` of them sent and
+        unanswered at once (``Pipeline.limit``)."""
         if (
             self._pipeline_task is not None
             or self.closing
@@ -275,7 +276,8 @@ class InstancePool:
             self._pipeline_retry_at = math.inf
             connection.terminate()
             return
-        self.pipeline = Pipeline(connection)
+        # as many queries unanswered as the pool lends connections (see Pipeline)
+        self.pipeline = Pipeline(connection, self._size)
 
     # closing
 

@@ -30,6 +30,16 @@ Implementation notes:
     and is not sent again. :meth:`Pipeline.expire` closes the connection when its oldest
     query passed its deadline; that query raises ``TimeoutError``, the ones behind it the
     connection error.
+
+    The pipeline is bounded, so that a crowd of callers cannot pile their queries on one
+    backend, nor their bytes in the client: at most ``limit`` queries are sent and unanswered
+    at once (prepares included), and nothing new is sent while the transport has paused
+    writing (the server not reading: ``pause_writing`` until ``resume_writing``). A query
+    that finds it full or paused is not pipelined (:data:`NOT_PIPELINED`) and goes the pooled
+    way, bounded there by the pool's size and ``acquire_timeout`` as without pipelining.
+    The queries accepted before the pause are in the transport's buffer (the flow control
+    pauses only inside a write), which the transport writes once the socket is writable
+    again: at most ``limit`` queries' bytes.
 """
 
 from __future__ import annotations
@@ -164,7 +174,8 @@ class _Sent:
 
 
 class _Wire(asyncio.Protocol):
-    """The protocol of the taken-over transport: reads the answers, one query's at a time."""
+    """The protocol of the taken-over transport: reads the answers, one query's at a time,
+    and passes on the transport's flow control."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self._pipeline = pipeline
@@ -210,8 +221,15 @@ class _Wire(asyncio.Protocol):
             at = stop
         del buffer[:at]
 
+    def pause_writing(self) -> None:
+        self._pipeline.paused = True
+
+    def resume_writing(self) -> None:
+        self._pipeline.paused = False
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self._pipeline.lost(exc)
+        # lost before the pipeline closed it itself (deadline, session state): dropped
+        self._pipeline.lost(exc, dropped=not self._pipeline.closed)
 
 
 class Pipeline:
@@ -221,10 +239,21 @@ class Pipeline:
 
     :meth:`execute` runs ``execute(query, *args)`` and returns its status, as asyncpg's
     ``Connection.execute`` would, or :data:`NOT_PIPELINED` without sending anything;
-    ``sent`` holds the queries sent and not yet answered, the oldest first (read-only).
+    ``sent`` holds the queries sent and not yet answered, the oldest first (read-only), never
+    more than ``limit`` of them. Raises ``ValueError`` for a ``limit`` that is not a positive
+    int.
+
+    The client's ``limit`` is its pool's ``size`` (:func:`~shardline.picodata.connect`'s
+    ``pool_size``, 16 by default): a backend runs its queries one at a time, so a full
+    pipeline queues on the instance as much work as the pool's connections carry at once,
+    and a query beyond it waits no longer pooled than it would have without pipelining.
     """
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Any, limit: int) -> None:
+        if limit.__class__ is not int or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        self.limit = limit
+        """The most queries sent and not answered at once (read-only)."""
         self._connection = connection
         self._loop = asyncio.get_running_loop()
         self._transport = connection._transport
@@ -241,6 +270,11 @@ class Pipeline:
         """Writes to the socket: ``queries / writes`` is the mean batch."""
         self.encoding = "UTF8"
         """The session's ``client_encoding``: the pipeline closes if a query changes it."""
+        self.paused = False
+        """True while the transport has paused writing: nothing new is sent (read-only)."""
+        self.refused = 0
+        """Queries not pipelined because the pipeline was full or paused."""
+        self._drop_unreported = False
         self._transport.set_protocol(_Wire(self))
         self._transport.resume_reading()
 
@@ -252,6 +286,9 @@ class Pipeline:
         unanswered. ``tick`` is the client's deadline tick when it was sent."""
         if self.closed:
             return NOT_PIPELINED
+        if self.paused or len(self.sent) >= self.limit:
+            self.refused += 1
+            return NOT_PIPELINED
         statement = self._statements.get(query, NOT_PIPELINED)
         if statement is NOT_PIPELINED:
             statement = await self._prepare(query, tick)
@@ -261,6 +298,9 @@ class Pipeline:
             return NOT_PIPELINED
         message = statement.bind(args)
         if message is None:
+            return NOT_PIPELINED
+        if self.paused or len(self.sent) >= self.limit:  # filled while it was prepared
+            self.refused += 1
             return NOT_PIPELINED
         future = self._send(message, query, tick)
         self.queries += 1
@@ -280,7 +320,7 @@ class Pipeline:
                     TimeoutError(f"pipelined query {query.query!r} passed its deadline")
                 )
         self._connection.terminate()
-        self.lost(None)
+        self.lost(None, dropped=False)
         return True
 
     def forget_statements(self) -> None:
@@ -372,12 +412,22 @@ class Pipeline:
                 query.query,
             )
             self._connection.terminate()
-            self.lost(None)
+            self.lost(None, dropped=False)
         if not self.sent and self._drained is not None:
             self._drained.set()
 
-    def lost(self, exc: Exception | None) -> None:
-        """The connection is gone: every query sent and unanswered fails."""
+    def claim_drop(self) -> bool:
+        """True once, at the first call after the connection was dropped (lost, not closed
+        by the pipeline itself): the caller reports that one failure of the instance, however
+        many queries it failed."""
+        claimed, self._drop_unreported = self._drop_unreported, False
+        return claimed
+
+    def lost(self, exc: Exception | None, *, dropped: bool) -> None:
+        """The connection is gone (``dropped``: not closed by the pipeline itself): every
+        query sent and unanswered fails."""
+        if dropped:
+            self._drop_unreported = True
         self.closed = True
         sent, self.sent = self.sent, collections.deque()
         for query in sent:
